@@ -1,0 +1,34 @@
+"""torchinspect: PyTorch model inspection and diagnostics.
+
+The Python API mirrors the CLI (`inspect summary` -> :func:`summarize`). Heavy modules are
+imported on first use, so `import torchinspect` stays cheap.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__version__ = "0.1.0"
+
+_LAZY = {
+    "summarize": "torchinspect.analysis",
+    "count_params": "torchinspect.analysis",
+    "count_flops": "torchinspect.analysis",
+    "trace_model": "torchinspect.trace",
+    "load_model": "torchinspect.sources",
+    "parse_inputs": "torchinspect.sources.inputs",
+    "read_checkpoint": "torchinspect.io.checkpoint",
+    "diff_state_dicts": "torchinspect.io.diff",
+    "convert_checkpoint": "torchinspect.io.convert",
+    "collect_env": "torchinspect.env",
+}
+
+__all__ = ["__version__", *_LAZY]
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        import importlib
+
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'torchinspect' has no attribute {name!r}")

@@ -1,0 +1,1 @@
+"""The `inspect` command line (Typer). Nothing here imports torch at module level."""

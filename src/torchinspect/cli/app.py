@@ -1,0 +1,76 @@
+"""The Typer app: one small module per subcommand, registered here.
+
+`main()` is the console-script entry point: it maps Ctrl-C to exit 130 and keeps user
+errors to one line (see cli/common.py: command_errors).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+import typer
+
+from torchinspect import __version__
+from torchinspect.errors import ExitStatus
+
+app = typer.Typer(
+    name="inspect",
+    help="Inspect PyTorch models: summary, params, FLOPs, checkpoints, export. "
+    "Typical call: inspect summary resnet18 --input 3,224,224",
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    add_completion=True,
+    rich_markup_mode=None,
+    context_settings={"help_option_names": ["-h", "--help"]},
+)
+
+# (subcommand, module under torchinspect.cli, function) — a module only imports typer.
+COMMANDS: list[tuple[str, str, str]] = [
+    ("summary", "summary", "summary"),
+    ("params", "params", "params"),
+    ("flops", "flops", "flops"),
+    ("diff", "diff", "diff"),
+    ("convert", "convert", "convert"),
+    ("env", "env", "env"),
+]
+
+
+def _version(value: bool) -> None:
+    if value:
+        typer.echo(f"torchinspect {__version__}")
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _root(
+    debug: bool = typer.Option(False, "--debug", help="show Python tracebacks for errors."),
+    version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                 help="print the version and exit."),
+) -> None:
+    if debug:
+        os.environ["TORCHINSPECT_DEBUG"] = "1"
+
+
+def _register() -> None:
+    for name, module, func in COMMANDS:
+        try:
+            mod = importlib.import_module(f"torchinspect.cli.{module}")
+        except ModuleNotFoundError as exc:
+            if exc.name == f"torchinspect.cli.{module}":
+                continue  # subcommand not built yet
+            raise
+        app.command(name)(getattr(mod, func))
+
+
+_register()
+
+
+def main() -> None:
+    """Console-script entry point."""
+    try:
+        app()
+    except KeyboardInterrupt:
+        typer.echo("interrupted", err=True)
+        sys.exit(int(ExitStatus.INTERRUPTED))

@@ -1,0 +1,59 @@
+"""Exit codes and the one error type the CLI turns into a one-line message.
+
+Nothing here imports torch: the CLI imports this module at start-up.
+"""
+
+from __future__ import annotations
+
+from enum import IntEnum
+
+
+class ExitStatus(IntEnum):
+    """Stable exit codes of every `inspect` subcommand."""
+
+    OK = 0
+    CHECK_FAILED = 1  # a check failed or two state_dicts are incompatible
+    USAGE = 2  # bad argument, bad input file, unknown model
+    INTERNAL = 70  # a bug in torchinspect or in the model's own code (EX_SOFTWARE)
+    INTERRUPTED = 130  # Ctrl-C
+
+
+class InspectError(Exception):
+    """A user-facing error: one line saying what is wrong, plus a hint saying how to fix it.
+
+    The CLI prints ``error: <message>`` and ``hint: <hint>`` on stderr and exits with
+    ``status`` (2 unless said otherwise). Library users catch it like any exception.
+    """
+
+    def __init__(
+        self,
+        message: str,
+        hint: str | None = None,
+        status: ExitStatus = ExitStatus.USAGE,
+    ) -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+        self.status = status
+
+    def __str__(self) -> str:
+        return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+
+
+class UnsafeCheckpointError(InspectError):
+    """A checkpoint needs globals that `weights_only=True` refuses (a full pickle)."""
+
+    def __init__(self, path: str, globals_: list[str], hint: str | None = None) -> None:
+        shown = ", ".join(globals_[:8]) + (" ..." if len(globals_) > 8 else "")
+        message = (
+            f"{path}: refused to unpickle: the file needs globals that a weights-only load "
+            f"does not allow ({shown or 'unknown globals'})"
+        )
+        super().__init__(
+            message,
+            hint
+            or "only if you trust this file and where it came from, pass --trust-pickle "
+            "(it runs code from the file)",
+        )
+        self.path = path
+        self.globals = globals_

@@ -1,0 +1,1 @@
+"""Safe checkpoint reading/writing, state_dict diff and convert, safetensors."""

@@ -1,0 +1,60 @@
+"""Atomic writes: a temporary file in the target's folder, fsync, then os.replace.
+
+A crash or Ctrl-C leaves either the old file or the new one, never half a file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+from torchinspect.errors import InspectError
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
+                protect: tuple[str | os.PathLike[str], ...] = ()) -> Iterator[Path]:
+    """Yield a temporary path next to ``target``; on success it replaces ``target``.
+
+    ``force=False`` refuses an existing target; ``protect`` lists input files that must
+    never be overwritten (the same file under another name counts too).
+    """
+    target = Path(target)
+    for p in protect:
+        if target.exists() and Path(p).exists() and os.path.samefile(target, p):
+            raise InspectError(f"{target}: refusing to overwrite the input file",
+                               hint="write to a new file name")
+    if target.exists() and not force:
+        raise InspectError(f"{target} already exists", hint="pass --force to replace it")
+    parent = target.parent if str(target.parent) else Path(".")
+    if not parent.is_dir():
+        raise InspectError(f"{target}: folder {parent} does not exist", hint="create it first")
+    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
+    os.close(fd)
+    tmp_path = Path(tmp)
+    try:
+        yield tmp_path
+        with open(tmp_path, "rb") as fh:
+            os.fsync(fh.fileno())
+        os.replace(tmp_path, target)
+    finally:
+        if tmp_path.exists():
+            tmp_path.unlink()
+
+
+def atomic_write_bytes(target: str | os.PathLike[str], data: bytes, **kw: object) -> None:
+    with atomic_path(target, **kw) as tmp:  # type: ignore[arg-type]
+        tmp.write_bytes(data)
+
+
+def atomic_write_text(target: str | os.PathLike[str], text: str, **kw: object) -> None:
+    atomic_write_bytes(target, text.encode("utf-8"), **kw)
+
+
+def atomic_write_with(target: str | os.PathLike[str], writer: Callable[[Path], None], **kw: object) -> None:
+    """Call ``writer(tmp_path)`` and move the result into place atomically."""
+    with atomic_path(target, **kw) as tmp:  # type: ignore[arg-type]
+        writer(tmp)

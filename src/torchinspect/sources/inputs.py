@@ -1,0 +1,310 @@
+"""Input specs: the `--input` grammar and the example inputs a model source declares.
+
+Grammar of one ``--input`` value::
+
+    SPEC  := [NAME "="] [DTYPE ":"] DIMS
+    DIMS  := INT ("," INT)*            (``x`` works as a separator too: 3x224x224)
+    DTYPE := float|float32|f32|half|float16|fp16|bfloat16|bf16|double|float64|
+             long|int64|int|int32|int16|int8|uint8|bool
+
+* ``3,224,224``        one float32 tensor; the batch dimension is prepended -> (1,3,224,224)
+* ``1,3,224,224``      already has the model's rank -> used as is
+* ``long:1,128``       an int64 tensor (token ids)
+* ``ids=long:1,128``   passed as the keyword argument ``ids``
+* repeat ``--input`` for several positional inputs, in order.
+
+Batch rule: when the model declares its input rank (torchvision and zoo models do), a spec
+with one dimension fewer gets the batch prepended and a spec of full rank is used as is.
+When the rank is unknown (a python spec without example), the batch is prepended.
+``--batch N`` sets the batch size (replacing dim 0 of a full-rank spec); ``--no-batch``
+uses every shape exactly as written.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchinspect.errors import InspectError
+
+DTYPE_ALIASES: dict[str, str] = {
+    "float": "float32",
+    "float32": "float32",
+    "f32": "float32",
+    "fp32": "float32",
+    "half": "float16",
+    "float16": "float16",
+    "fp16": "float16",
+    "f16": "float16",
+    "bfloat16": "bfloat16",
+    "bf16": "bfloat16",
+    "double": "float64",
+    "float64": "float64",
+    "f64": "float64",
+    "long": "int64",
+    "int64": "int64",
+    "i64": "int64",
+    "int": "int32",
+    "int32": "int32",
+    "i32": "int32",
+    "int16": "int16",
+    "int8": "int8",
+    "uint8": "uint8",
+    "bool": "bool",
+}
+
+GRAMMAR_HELP = (
+    "--input [NAME=][DTYPE:]D1,D2,... e.g. --input 3,224,224 (batch 1 is prepended), "
+    "--input 1,3,224,224, --input long:1,128, --input ids=long:1,128; "
+    f"dtypes: {', '.join(sorted(set(DTYPE_ALIASES)))}"
+)
+
+_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class TensorSpec:
+    """The shape and dtype of one example tensor (no data)."""
+
+    shape: tuple[int, ...]
+    dtype: str = "float32"
+    name: str | None = None
+    high: int | None = None  # integer inputs: values drawn from [0, high); None -> zeros
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    @property
+    def itemsize(self) -> int:
+        return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2,
+                "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}[self.dtype]
+
+    @property
+    def nbytes(self) -> int:
+        return self.numel * self.itemsize
+
+    def __str__(self) -> str:
+        dims = ",".join(str(d) for d in self.shape)
+        text = dims if self.dtype == "float32" else f"{self.dtype}:{dims}"
+        return f"{self.name}={text}" if self.name else text
+
+    def make(self, device: Any = "cpu", generator: Any = None) -> Any:
+        """A tensor of this spec: randn for floats, zeros or randint(high) for integers."""
+        import torch
+
+        dtype = getattr(torch, self.dtype)
+        device = torch.device(device)
+        if device.type == "meta":
+            return torch.empty(self.shape, dtype=dtype, device=device)
+        if dtype.is_floating_point:
+            t = torch.randn(self.shape, generator=generator, dtype=torch.float32)
+            return t.to(device=device, dtype=dtype)
+        if self.high is not None and dtype != torch.bool:
+            t = torch.randint(0, self.high, self.shape, generator=generator, dtype=torch.int64)
+            return t.to(device=device, dtype=dtype)
+        return torch.zeros(self.shape, dtype=dtype, device=device)
+
+
+def _map_tree(tree: Any, fn: Any) -> Any:
+    if isinstance(tree, TensorSpec):
+        return fn(tree)
+    if isinstance(tree, tuple):
+        return tuple(_map_tree(t, fn) for t in tree)
+    if isinstance(tree, list):
+        return [_map_tree(t, fn) for t in tree]
+    if isinstance(tree, dict):
+        return {k: _map_tree(v, fn) for k, v in tree.items()}
+    return tree
+
+
+def _iter_tree(tree: Any) -> Iterator[TensorSpec]:
+    if isinstance(tree, TensorSpec):
+        yield tree
+    elif isinstance(tree, (tuple, list)):
+        for t in tree:
+            yield from _iter_tree(t)
+    elif isinstance(tree, dict):
+        for t in tree.values():
+            yield from _iter_tree(t)
+
+
+@dataclass(frozen=True)
+class ExampleInputs:
+    """Positional and keyword example inputs of a model, as specs (nested containers allowed)."""
+
+    args: tuple[Any, ...] = ()
+    kwargs: dict[str, Any] = field(default_factory=dict)
+
+    def materialize(self, device: Any = "cpu", seed: int = 0) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """Real (or meta) tensors for these specs; deterministic for a given seed."""
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        args = _map_tree(self.args, lambda s: s.make(device, gen))
+        kwargs = _map_tree(self.kwargs, lambda s: s.make(device, gen))
+        return tuple(args), dict(kwargs)
+
+    def specs(self) -> list[TensorSpec]:
+        return list(_iter_tree(self.args)) + list(_iter_tree(self.kwargs))
+
+    @property
+    def nbytes(self) -> int:
+        return sum(s.nbytes for s in self.specs())
+
+    def describe(self) -> str:
+        def show(tree: Any) -> str:
+            if isinstance(tree, TensorSpec):
+                return str(tree)
+            if isinstance(tree, list):
+                return "[" + ", ".join(show(t) for t in tree) + "]"
+            if isinstance(tree, tuple):
+                return "(" + ", ".join(show(t) for t in tree) + ")"
+            if isinstance(tree, dict):
+                return "{" + ", ".join(f"{k}: {show(v)}" for k, v in tree.items()) + "}"
+            return repr(tree)
+
+        parts = [show(a) for a in self.args]
+        parts += [f"{k}={show(v)}" for k, v in self.kwargs.items()]
+        return " ".join(parts)
+
+
+def _bad_spec(text: str, why: str) -> InspectError:
+    return InspectError(f"--input {text!r}: {why}", hint=GRAMMAR_HELP)
+
+
+def parse_spec(text: str) -> TensorSpec:
+    """Parse one ``[NAME=][DTYPE:]DIMS`` value as written (no batch handling)."""
+    raw = text.strip()
+    name = None
+    if "=" in raw:
+        name, _, raw = raw.partition("=")
+        name = name.strip()
+        if not _NAME_RE.match(name):
+            raise _bad_spec(text, f"{name!r} is not a valid keyword-argument name")
+    dtype = "float32"
+    if ":" in raw:
+        dt, _, raw = raw.partition(":")
+        key = dt.strip().lower()
+        if key not in DTYPE_ALIASES:
+            raise _bad_spec(text, f"unknown dtype {dt.strip()!r}")
+        dtype = DTYPE_ALIASES[key]
+    raw = raw.strip().strip("()[]")
+    if not raw:
+        raise _bad_spec(text, "no dimensions given")
+    parts = [p.strip() for p in re.split(r"[,xX]", raw)]
+    dims: list[int] = []
+    for p in parts:
+        if not p.isdigit():
+            raise _bad_spec(text, f"dimension {p!r} is not a positive integer")
+        d = int(p)
+        if d <= 0:
+            raise _bad_spec(text, "dimensions must be positive")
+        dims.append(d)
+    if len(dims) > 8:
+        raise _bad_spec(text, "more than 8 dimensions")
+    return TensorSpec(tuple(dims), dtype, name)
+
+
+def _default_for(default: ExampleInputs | None, index: int, name: str | None) -> Any:
+    if default is None:
+        return None
+    if name is not None:
+        return default.kwargs.get(name)
+    if index < len(default.args):
+        return default.args[index]
+    return None
+
+
+def _apply_batch(spec: TensorSpec, like: Any, batch: int | None, no_batch: bool) -> Any:
+    """Apply the batch rule to one parsed spec, guided by the model's default input."""
+    if no_batch:
+        return spec
+    # A list of per-image tensors (detection models): the spec is one image, batch = count.
+    if isinstance(like, list) and like and isinstance(like[0], TensorSpec):
+        elem = like[0]
+        dtype = spec.dtype if spec.dtype != "float32" else elem.dtype
+        if len(spec.shape) == len(elem.shape):
+            one = TensorSpec(spec.shape, dtype, None, elem.high)
+            return [one] * (batch or 1)
+        if len(spec.shape) == len(elem.shape) + 1:
+            one = TensorSpec(spec.shape[1:], dtype, None, elem.high)
+            return [one] * (batch or spec.shape[0])
+    if isinstance(like, TensorSpec):
+        dtype = like.dtype if spec.dtype == "float32" and not like.dtype.startswith("float") else spec.dtype
+        spec = TensorSpec(spec.shape, dtype, spec.name, like.high)
+        if len(spec.shape) == len(like.shape):
+            if batch is not None:
+                return TensorSpec((batch, *spec.shape[1:]), spec.dtype, spec.name, spec.high)
+            return spec
+    return TensorSpec((batch or 1, *spec.shape), spec.dtype, spec.name, spec.high)
+
+
+def parse_inputs(
+    specs: Sequence[str] | None,
+    *,
+    batch: int | None = None,
+    no_batch: bool = False,
+    default: ExampleInputs | None = None,
+) -> ExampleInputs | None:
+    """Turn ``--input`` values into ExampleInputs; None when no spec and no default.
+
+    Without specs the model's default example is used (``--batch`` then resizes dim 0).
+    """
+    if batch is not None and batch <= 0:
+        raise InspectError(f"--batch {batch}: the batch size must be a positive integer",
+                           hint="e.g. --batch 8")
+    if not specs:
+        if default is None or batch is None:
+            return default
+        return rebatch(default, batch)
+    args: list[Any] = []
+    kwargs: dict[str, Any] = {}
+    for text in specs:
+        spec = parse_spec(text)
+        like = _default_for(default, len(args), spec.name)
+        value = _apply_batch(spec, like, batch, no_batch)
+        if spec.name is not None:
+            if spec.name in kwargs:
+                raise _bad_spec(text, f"keyword {spec.name!r} given twice")
+            kwargs[spec.name] = value
+        else:
+            if kwargs:
+                raise _bad_spec(text, "positional inputs must come before named ones")
+            args.append(value)
+    return ExampleInputs(tuple(args), kwargs)
+
+
+def rebatch(example: ExampleInputs, batch: int) -> ExampleInputs:
+    """The same example with every leading (batch) dimension set to ``batch``."""
+
+    def fix(tree: Any) -> Any:
+        if isinstance(tree, list) and tree and all(isinstance(t, TensorSpec) for t in tree):
+            return [tree[0]] * batch
+        if isinstance(tree, TensorSpec):
+            if not tree.shape:
+                return tree
+            return TensorSpec((batch, *tree.shape[1:]), tree.dtype, tree.name, tree.high)
+        if isinstance(tree, tuple):
+            return tuple(fix(t) for t in tree)
+        if isinstance(tree, list):
+            return [fix(t) for t in tree]
+        if isinstance(tree, dict):
+            return {k: fix(v) for k, v in tree.items()}
+        return tree
+
+    return ExampleInputs(tuple(fix(a) for a in example.args), {k: fix(v) for k, v in example.kwargs.items()})
+
+
+def example_from_strings(specs: str | Sequence[str]) -> ExampleInputs:
+    """A model's declared example written in the grammar, shapes taken as full shapes."""
+    if isinstance(specs, str):
+        specs = [specs]
+    parsed = parse_inputs(list(specs), no_batch=True)
+    assert parsed is not None
+    return parsed
