@@ -7,7 +7,6 @@ errors to one line (see cli/common.py: command_errors).
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 
 import typer
@@ -49,8 +48,7 @@ def _root(
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit."),
 ) -> None:
-    if debug:
-        os.environ["TORCHINSPECT_DEBUG"] = "1"
+    """Inspect PyTorch models. Errors are one line; --debug shows the traceback."""
 
 
 def _register() -> None:

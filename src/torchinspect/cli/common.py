@@ -32,6 +32,12 @@ class Device(StrEnum):
 
 
 def _debug_enabled() -> bool:
+    """--debug on the root command, or TORCHINSPECT_DEBUG=1 in the environment."""
+    import click
+
+    ctx = click.get_current_context(silent=True)
+    if ctx is not None and ctx.find_root().params.get("debug"):
+        return True
     return os.environ.get("TORCHINSPECT_DEBUG", "") not in ("", "0")
 
 
@@ -139,6 +145,15 @@ BatchOpt = Annotated[
 NoBatchOpt = Annotated[
     bool, typer.Option("--no-batch", help="use --input shapes exactly as written (no batch added).")
 ]
+WeightsConfigOpt = Annotated[
+    str | None,
+    typer.Option("--weights-config", metavar="NAME",
+                 help="torchvision: use the builder settings and input size of published weights "
+                 "NAME (e.g. IMAGENET1K_V1); 'default' = the first weights."),
+]
+PublishedOpt = Annotated[
+    bool, typer.Option("--published", help="same as --weights-config default.")
+]
 TrainOpt = Annotated[bool, typer.Option("--train", help="trace in training mode (default: eval).")]
 FormatOpt = Annotated[
     OutputFormat, typer.Option("--format", "-f", help="output format.", case_sensitive=False)
@@ -164,6 +179,24 @@ class ModelOptions:
     batch: int | None = None
     no_batch: bool = False
     train: bool = False
+    weights_config: str | None = None
+
+
+def load_from_options(opts: ModelOptions) -> tuple[Any, Any]:
+    """Resolve MODEL and its inputs: -> (LoadedModel, ExampleInputs | None). Imports torch."""
+    from torchinspect.sources import load_model, parse_inputs
+
+    device = parse_device(opts.device)
+    build_device = "meta" if device in ("auto", "meta") else device
+    loaded = load_model(opts.spec, arch=opts.arch, args=opts.args, weights=opts.weights,
+                        key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
+                        device=build_device, weights_config=opts.weights_config)
+    example = parse_inputs(opts.inputs, batch=opts.batch, no_batch=opts.no_batch,
+                           default=loaded.example)
+    if example is None:
+        raise InspectError(f"{opts.spec} declares no example input",
+                           hint="pass --input, e.g. --input 3,224,224 (see `inspect summary --help`)")
+    return loaded, example
 
 
 def parse_device(text: str) -> str:
@@ -180,9 +213,9 @@ def parse_device(text: str) -> str:
 def emit(report: Report, fmt: OutputFormat, output: str | None = None) -> None:
     """Render to stdout, or atomically to --output FILE."""
     if output:
-        from torchinspect.io.atomic import atomic_write_text
-
         import io as _io
+
+        from torchinspect.io.atomic import atomic_write_text
 
         buf = _io.StringIO()
         render(report, fmt, buf, width=_width())

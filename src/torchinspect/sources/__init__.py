@@ -1,1 +1,9 @@
-"""sources."""
+"""Model sources (torchvision, zoo, python spec, checkpoints) and input specs."""
+
+from __future__ import annotations
+
+from torchinspect.sources.base import LoadedModel, SourceKind
+from torchinspect.sources.inputs import ExampleInputs, TensorSpec, parse_inputs
+from torchinspect.sources.resolve import load_model
+
+__all__ = ["ExampleInputs", "LoadedModel", "SourceKind", "TensorSpec", "load_model", "parse_inputs"]

@@ -1,0 +1,39 @@
+# torchinspect — developer entry points. `make demo` and `make test` work on a fresh clone:
+# they create .venv, install torch/torchvision, the package and (when missing) Graphviz.
+VENV        ?= .venv
+PYTHON      ?= python3
+PY          := $(VENV)/bin/python
+# Pinned for this environment (the wheels on this machine's disk); pyproject asks torch>=2.10.
+TORCH_PINS  ?= torch==2.14.1 torchvision==0.29.1
+STAMP       := $(VENV)/.torchinspect-installed
+PYTEST_ARGS ?=
+
+.PHONY: install demo test lint bench clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml Makefile
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PINS)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' $(TORCH_PINS)
+	@command -v dot >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null) \
+	      || echo "warning: could not install graphviz; graph output falls back to .dot files"; \
+	  else echo "note: Graphviz 'dot' not found; graph output falls back to .dot files"; fi; }
+	@touch $(STAMP)
+
+demo: install
+	$(VENV)/bin/inspect summary resnet18 --input 3,224,224
+
+test: install
+	$(VENV)/bin/pytest $(PYTEST_ARGS)
+
+lint: install
+	$(VENV)/bin/ruff check src tests benchmarks models_zoo
+
+bench: install
+	$(PY) benchmarks/run_all.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .ruff_cache build dist src/*.egg-info

@@ -1,0 +1,125 @@
+"""What every model source returns, and helpers shared by the sources."""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import difflib
+import re
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from torchinspect.errors import InspectError
+from torchinspect.sources.inputs import ExampleInputs
+
+
+class SourceKind(StrEnum):
+    torchvision = "torchvision"
+    zoo = "zoo"
+    python = "python"
+    checkpoint = "checkpoint"  # weights loaded into --arch
+    pickle = "pickle"  # a full pickled nn.Module (only with --trust-pickle)
+    torchscript = "torchscript"
+    export = "export"  # torch.export .pt2 program
+
+
+@dataclass
+class LoadedModel:
+    """A resolved model, ready for a trace.
+
+    ``device`` is where its tensors live ("meta" when it was built without memory);
+    ``rebuild(device)`` returns a fresh, equivalent model on a real device (same weights
+    when weights were loaded), used when a meta forward is impossible.
+    """
+
+    model: Any
+    name: str
+    kind: SourceKind
+    example: ExampleInputs | None
+    device: str = "cpu"
+    notes: list[str] = field(default_factory=list)
+    rebuild: Callable[[str], Any] | None = None
+    weights_key: str | None = None  # container key the weights came from
+
+
+_BARE_WORD = re.compile(r"^[A-Za-z_][A-Za-z0-9_.\-]*$")
+
+
+def parse_kwargs(pairs: Sequence[str] | dict[str, Any] | None) -> dict[str, Any]:
+    """``["num_classes=10", "dropout=0.1"]`` -> ``{"num_classes": 10, "dropout": 0.1}``.
+
+    Values are Python literals; a bare word that is not a literal is taken as a string
+    (``--arg variant=small``).
+    """
+    if pairs is None:
+        return {}
+    if isinstance(pairs, dict):
+        return dict(pairs)
+    out: dict[str, Any] = {}
+    for pair in pairs:
+        key, sep, raw = pair.partition("=")
+        key = key.strip()
+        if not sep or not key.isidentifier():
+            raise InspectError(f"--arg {pair!r} is not KEY=VALUE",
+                               hint="e.g. --arg num_classes=10 --arg dropout=0.2 --arg name='x'")
+        raw = raw.strip()
+        try:
+            value = ast.literal_eval(raw)
+        except (ValueError, SyntaxError):
+            if _BARE_WORD.match(raw):
+                value = {"true": True, "false": False, "none": None}.get(raw.lower(), raw)
+            else:
+                raise InspectError(
+                    f"--arg {pair!r}: {raw!r} is not a Python literal",
+                    hint="values are Python literals: 10, 0.5, True, None, 'text', (3, 3), [1, 2]",
+                ) from None
+        if key in out:
+            raise InspectError(f"--arg {key} given twice", hint="give each keyword once")
+        out[key] = value
+    return out
+
+
+def closest(name: str, candidates: Sequence[str], n: int = 3) -> list[str]:
+    found = difflib.get_close_matches(name, candidates, n=n, cutoff=0.5)
+    if len(found) < n:
+        low = name.lower()
+        found += [c for c in candidates if low and low in c.lower() and c not in found]
+    return found[:n]
+
+
+def call_builder(builder: Callable[..., Any], kwargs: dict[str, Any], what: str) -> Any:
+    """Call a builder, turning bad --arg keywords into a user error."""
+    try:
+        return builder(**kwargs)
+    except TypeError as exc:
+        text = str(exc)
+        if "argument" in text and kwargs:
+            raise InspectError(f"{what}: {text}",
+                               hint="check the --arg names against the builder's signature") from None
+        raise
+
+
+@contextlib.contextmanager
+def default_device(device: str) -> Iterator[None]:
+    """Build tensors on ``device`` (meta: no memory, no initialisation cost)."""
+    import torch
+
+    with torch.device(device):
+        yield
+
+
+def has_meta_tensors(model: Any) -> bool:
+    return any(t.is_meta for t in _tensors(model))
+
+
+def _tensors(model: Any) -> Iterator[Any]:
+    yield from model.parameters()
+    yield from model.buffers()
+
+
+def model_device(model: Any) -> str:
+    for t in _tensors(model):
+        return str(t.device)
+    return "cpu"

@@ -1,0 +1,138 @@
+"""torchvision builders (all of `torchvision.models.list_models()`), built with weights=None.
+
+Default inputs follow each family's published weights: the classification crop size
+(3,224,224 for resnet18, 3,299,299 for inception_v3), segmentation's resize size, video
+clips of 16 frames, two frames for optical flow, and a list of images for detection.
+"""
+
+from __future__ import annotations
+
+import warnings
+from dataclasses import dataclass
+from typing import Any
+
+from torchinspect.errors import InspectError
+from torchinspect.sources.base import call_builder, closest
+from torchinspect.sources.inputs import ExampleInputs, TensorSpec
+
+
+class Family:
+    classification = "classification"
+    quantized = "quantized"
+    segmentation = "segmentation"
+    detection = "detection"
+    video = "video"
+    optical_flow = "optical_flow"
+
+
+@dataclass(frozen=True)
+class TorchvisionModel:
+    name: str
+    family: str
+    builder: Any
+    weights_enum: Any  # the WeightsEnum class, or None
+
+
+def list_names() -> list[str]:
+    import torchvision.models as tvm
+
+    return list(tvm.list_models())
+
+
+def lookup(name: str) -> TorchvisionModel | None:
+    import torchvision.models as tvm
+
+    if name not in tvm.list_models():
+        return None
+    builder = tvm.get_model_builder(name)
+    module = builder.__module__
+    if ".quantization." in module:
+        family = Family.quantized
+    elif ".segmentation." in module:
+        family = Family.segmentation
+    elif ".detection." in module:
+        family = Family.detection
+    elif ".video." in module:
+        family = Family.video
+    elif ".optical_flow." in module:
+        family = Family.optical_flow
+    else:
+        family = Family.classification
+    try:
+        weights_enum = tvm.get_model_weights(name)
+    except (ValueError, KeyError):
+        weights_enum = None
+    return TorchvisionModel(name, family, builder, weights_enum)
+
+
+def unknown_model_error(name: str, extra_names: list[str] | None = None) -> InspectError:
+    names = list_names() + (extra_names or [])
+    near = closest(name, names)
+    hint = f"did you mean {', '.join(near)}?" if near else "see torchvision.models.list_models()"
+    return InspectError(
+        f"unknown model {name!r}: not a torchvision model, zoo:NAME, python spec (file.py:Name) or file",
+        hint=hint + " (zoo models are written zoo:NAME; files must exist)",
+    )
+
+
+def _first_weights(tv: TorchvisionModel) -> Any:
+    if tv.weights_enum is None:
+        return None
+    members = list(tv.weights_enum)
+    return members[0] if members else None
+
+
+def default_example(tv: TorchvisionModel, model: Any = None) -> ExampleInputs:
+    """The input a user of this model's first published weights would feed it."""
+    w = _first_weights(tv)
+    t = w.transforms() if w is not None else None
+    if tv.family in (Family.classification, Family.quantized):
+        size = int(t.crop_size[0]) if t is not None else 224
+        fixed = getattr(model, "image_size", None)  # ViT: the builder fixes the size
+        if isinstance(fixed, int):
+            size = fixed
+        return ExampleInputs((TensorSpec((1, 3, size, size)),))
+    if tv.family == Family.segmentation:
+        size = int(t.resize_size[0]) if t is not None else 520
+        return ExampleInputs((TensorSpec((1, 3, size, size)),))
+    if tv.family == Family.video:
+        h, w_ = (int(t.crop_size[0]), int(t.crop_size[1])) if t is not None else (112, 112)
+        return ExampleInputs((TensorSpec((1, 3, 16, h, w_)),))
+    if tv.family == Family.optical_flow:
+        frame = TensorSpec((1, 3, 368, 496))  # FlyingChairs crop; RAFT needs H, W % 8 == 0
+        return ExampleInputs((frame, frame))
+    # detection: a list of 3-D images; the model's transform resizes them to min_size
+    size = 800
+    transform = getattr(model, "transform", None)
+    min_size = getattr(transform, "min_size", None)
+    if min_size:
+        size = int(min_size[0])
+    return ExampleInputs(([TensorSpec((3, size, size))],))
+
+
+def build(tv: TorchvisionModel, kwargs: dict[str, Any], device: str) -> Any:
+    """Build with weights=None (never downloads). Quantized models are quantized for real."""
+    kwargs = dict(kwargs)
+    if "weights" in kwargs or "weights_backbone" in kwargs:
+        raise InspectError(
+            "--arg weights=... is not supported: torchinspect never downloads weights",
+            hint="pass a local file with --weights FILE (e.g. saved with torch.save(model.state_dict()))",
+        )
+    kwargs["weights"] = None
+    if tv.family == Family.detection or tv.family == Family.segmentation:
+        kwargs.setdefault("weights_backbone", None)
+    if tv.family == Family.quantized:
+        kwargs.setdefault("quantize", True)
+    import torch
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        if tv.family == Family.quantized and kwargs.get("quantize"):
+            # quantized kernels are CPU-only and calibration needs real data
+            return call_builder(tv.builder, kwargs, tv.name)
+        with torch.device(device):
+            return call_builder(tv.builder, kwargs, tv.name)
+
+
+def needs_real_build(tv: TorchvisionModel, kwargs: dict[str, Any]) -> bool:
+    return tv.family == Family.quantized and kwargs.get("quantize", True)

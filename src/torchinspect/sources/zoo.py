@@ -1,0 +1,50 @@
+"""models_zoo entries, addressed as zoo:NAME."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchinspect.errors import InspectError
+from torchinspect.sources.base import closest
+from torchinspect.sources.inputs import ExampleInputs, example_from_strings
+
+PREFIX = "zoo:"
+
+
+def _registry() -> dict[str, Any]:
+    try:
+        import models_zoo
+    except ImportError as exc:  # pragma: no cover - packaging error
+        raise InspectError("the models_zoo package is not installed",
+                           hint="reinstall torchinspect (pip install -e .)") from exc
+    return models_zoo.REGISTRY
+
+
+def names() -> list[str]:
+    return sorted(_registry())
+
+
+def entry(name: str) -> Any:
+    reg = _registry()
+    if name not in reg:
+        near = closest(name, list(reg))
+        raise InspectError(
+            f"unknown zoo model {PREFIX}{name}",
+            hint=(f"did you mean {', '.join(PREFIX + n for n in near)}? " if near else "")
+            + f"zoo models: {', '.join(sorted(reg))}",
+        )
+    return reg[name]
+
+
+def example_of(declared: Any) -> ExampleInputs | None:
+    """A declared example: grammar strings (full shapes), ExampleInputs, or a callable."""
+    if declared is None:
+        return None
+    if isinstance(declared, ExampleInputs):
+        return declared
+    if isinstance(declared, (str, list, tuple)):
+        return example_from_strings(list(declared) if not isinstance(declared, str) else declared)
+    if callable(declared):
+        return example_of(declared())
+    raise InspectError(f"unsupported example input declaration {declared!r}",
+                       hint="declare a string such as '3,224,224' or an ExampleInputs")

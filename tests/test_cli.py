@@ -1,0 +1,164 @@
+"""CLI conventions: start-up without torch, exit codes, one-line errors for bad input."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from torchinspect.errors import ExitStatus
+
+SUBCOMMANDS = ["summary", "params", "flops", "diff", "convert", "env"]
+
+
+def _run_py(code: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "COLUMNS": "120"})
+
+
+def test_help_does_not_import_torch():
+    code = textwrap.dedent(
+        """
+        import sys
+        from typer.testing import CliRunner
+        from torchinspect.cli.app import app
+        runner = CliRunner()
+        for args in (["--help"], *[[c, "--help"] for c in %r]):
+            r = runner.invoke(app, args)
+            assert r.exit_code == 0, (args, r.output)
+        heavy = [m for m in ("torch", "torchvision", "onnx", "graphviz", "safetensors") if m in sys.modules]
+        print("HEAVY", heavy)
+        """
+        % SUBCOMMANDS
+    )
+    proc = _run_py(code)
+    assert proc.returncode == 0, proc.stderr
+    assert "HEAVY []" in proc.stdout
+
+
+def test_every_subcommand_is_registered(invoke):
+    result = invoke("--help")
+    assert result.exit_code == 0
+    for name in SUBCOMMANDS:
+        assert name in result.output
+
+
+def test_version(invoke):
+    from torchinspect import __version__
+
+    result = invoke("--version")
+    assert result.exit_code == 0 and __version__ in result.output
+
+
+def test_python_m_entry_point():
+    proc = subprocess.run([sys.executable, "-m", "torchinspect", "--version"], capture_output=True,
+                          text=True, timeout=60)
+    assert proc.returncode == 0 and "torchinspect" in proc.stdout
+
+
+def test_unknown_option_is_usage_error(invoke):
+    result = invoke("summary", "resnet18", "--no-such-option")
+    assert result.exit_code == ExitStatus.USAGE
+
+
+# ------------------------------------------------------------------ bad input, no traceback
+
+
+class Payload:
+    """Unpickling this would create a marker file: it must never happen."""
+
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        return (os.system, (f"touch {self.marker}",))
+
+
+def _assert_clean_failure(result, *needles: str) -> None:
+    assert result.exit_code == ExitStatus.USAGE, result.output
+    assert "Traceback" not in result.output
+    assert result.stderr.startswith("error: "), result.stderr
+    for needle in needles:
+        assert needle in result.output
+
+
+def test_unknown_model(invoke):
+    _assert_clean_failure(invoke("summary", "resnet19"), "resnet19", "resnet18")
+
+
+def test_unknown_zoo_model(invoke):
+    _assert_clean_failure(invoke("summary", "zoo:nope"), "zoo:nope")
+
+
+def test_missing_file(invoke, tmp_path: Path):
+    _assert_clean_failure(invoke("summary", tmp_path / "missing.pth", "--arch", "resnet18"), "missing.pth")
+
+
+def test_empty_file(invoke, tmp_path: Path):
+    path = tmp_path / "empty.pth"
+    path.write_bytes(b"")
+    _assert_clean_failure(invoke("summary", path, "--arch", "resnet18"), "empty.pth")
+
+
+def test_truncated_checkpoint(invoke, tmp_path: Path):
+    import torch
+
+    full = tmp_path / "full.pth"
+    torch.save(torch.nn.Linear(64, 64).state_dict(), full)
+    cut = tmp_path / "cut.pth"
+    cut.write_bytes(full.read_bytes()[: full.stat().st_size // 2])
+    _assert_clean_failure(invoke("summary", cut, "--arch", "resnet18"), "cut.pth")
+
+
+def test_text_file_as_checkpoint(invoke, tmp_path: Path):
+    path = tmp_path / "notes.pth"
+    path.write_text("these are not weights\n")
+    _assert_clean_failure(invoke("summary", path, "--arch", "resnet18"), "notes.pth")
+
+
+@pytest.mark.parametrize("protocol", [2, 4])
+def test_pickled_payload_never_runs(invoke, tmp_path: Path, protocol: int):
+    marker = tmp_path / "PWNED"
+    path = tmp_path / "evil.pth"
+    with open(path, "wb") as fh:
+        pickle.dump({"state_dict": Payload(str(marker))}, fh, protocol=protocol)
+    result = invoke("summary", path, "--arch", "resnet18")
+    _assert_clean_failure(result, "evil.pth", "--trust-pickle")
+    assert not marker.exists()
+
+
+def test_zip_pickled_payload_never_runs(invoke, tmp_path: Path):
+    import torch
+
+    marker = tmp_path / "PWNED"
+    path = tmp_path / "evil_zip.pth"
+    torch.save({"w": torch.zeros(2), "x": Payload(str(marker))}, path)
+    result = invoke("summary", path, "--arch", "resnet18")
+    _assert_clean_failure(result, "--trust-pickle")
+    assert "posix.system" in result.output or "os.system" in result.output
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["summary", "resnet18", "--input", "3,,224"],
+        ["summary", "resnet18", "--input", "float99:3,224,224"],
+        ["summary", "resnet18", "--arg", "nonsense"],
+        ["summary", "resnet18", "--device", "tpu"],
+    ],
+)
+def test_bad_arguments(invoke, args):
+    result = invoke(*args)
+    _assert_clean_failure(result)
+
+
+def test_debug_shows_traceback(invoke):
+    result = invoke("--debug", "summary", "resnet19")
+    assert result.exit_code == ExitStatus.USAGE
+    assert "Traceback" in result.output
