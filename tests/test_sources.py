@@ -293,3 +293,38 @@ def test_full_pickle_refused_then_trusted(tmp_path: Path, small_spec: str):
 def test_missing_file_is_a_clean_error(tmp_path: Path):
     with pytest.raises(InspectError):
         load_model(str(tmp_path / "nope.pth"))
+
+
+class _Payload:
+    def __init__(self, marker: str) -> None:
+        self.marker = marker
+
+    def __reduce__(self):
+        import os
+
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_pt2_with_pickled_sample_inputs_is_refused(tmp_path: Path):
+    """torch.export.load retries sample inputs without weights_only: we must refuse first."""
+    import zipfile
+
+    good = tmp_path / "m.pt2"
+    torch.export.save(torch.export.export(Small().eval(), (torch.randn(1, 3, 8, 8),)), str(good))
+    evil = tmp_path / "evil.pt2"
+    marker = tmp_path / "PWNED"
+    import io
+    import pickle
+
+    buf = io.BytesIO()
+    pickle.dump(_Payload(str(marker)), buf)
+    with zipfile.ZipFile(good) as src, zipfile.ZipFile(evil, "w") as dst:
+        for item in src.infolist():
+            data = src.read(item.filename)
+            if "sample_inputs" in item.filename:
+                data = buf.getvalue()
+            dst.writestr(item, data)
+    with pytest.raises(InspectError) as err:
+        load_model(str(evil))
+    assert "--trust-pickle" in err.value.hint
+    assert not marker.exists()

@@ -262,6 +262,10 @@ def _from_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) -
         notes.append("TorchScript archive: traced on a real device (meta is not supported)")
         return LoadedModel(model, spec, SourceKind.torchscript, None, real, notes, build)
     if fmt == CheckpointFormat.export_pt2:
+        from torchinspect.sources.pt2 import check_pt2
+
+        check_pt2(spec, trust_pickle)
+
         def load_ep() -> Any:
             try:
                 return torch.export.load(spec)
