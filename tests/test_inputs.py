@@ -114,3 +114,10 @@ def test_spec_round_trips_through_text(dims, dtype, name):
 @given(dims=dims, sep=st.sampled_from([",", "x", ", "]))
 def test_separators_are_equivalent(dims, sep):
     assert parse_spec(sep.join(map(str, dims))).shape == tuple(dims)
+
+
+def test_describe_names_keyword_inputs_once():
+    ex = parse_inputs(["3,8,8", "ids=long:4"])
+    assert ex.describe() == "1,3,8,8 ids=int64:1,4"
+    nested = ExampleInputs((TensorSpec((1, 2)),), {"extra": {"a": TensorSpec((1, 3))}})
+    assert nested.describe() == "1,2 extra={a: 1,3}"

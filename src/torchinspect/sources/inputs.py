@@ -170,7 +170,9 @@ class ExampleInputs:
             return repr(tree)
 
         parts = [show(a) for a in self.args]
-        parts += [f"{k}={show(v)}" for k, v in self.kwargs.items()]
+        for k, v in self.kwargs.items():
+            named = isinstance(v, TensorSpec) and v.name == k
+            parts.append(show(v) if named else f"{k}={show(v)}")
         return " ".join(parts)
 
 

@@ -1,0 +1,160 @@
+"""Example and test models, addressed on the command line as ``zoo:NAME``.
+
+Each :class:`ZooEntry` names a builder (keyword arguments come from ``--arg k=v``) and the
+example input the model expects, so ``inspect summary zoo:convnet`` needs no ``--input``.
+This module stays light: torch and the model classes are imported only when a builder or
+an example callable runs. Every builder works under ``with torch.device("meta"):``.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from torch import nn
+
+    from torchinspect.sources.inputs import ExampleInputs
+
+__all__ = ["REGISTRY", "ZooEntry", "get", "names"]
+
+
+@dataclass(frozen=True)
+class ZooEntry:
+    """One zoo model: how to build it and what to feed it."""
+
+    name: str
+    build: Callable[..., nn.Module]
+    # grammar strings are FULL shapes ("1,1,28,28", "long:1,128"); a callable returns
+    # ExampleInputs for nested/dict inputs or integer ranges (TensorSpec(high=vocab)).
+    example: str | list[str] | Callable[[], ExampleInputs]
+    description: str
+    tags: tuple[str, ...] = ()
+
+
+def _lazy(module: str, factory: str, **preset: Any) -> Callable[..., nn.Module]:
+    """A builder that imports ``models_zoo.<module>`` on call; ``--arg`` kwargs override ``preset``."""
+
+    def build(**kwargs: Any) -> nn.Module:
+        fn = getattr(importlib.import_module(f"{__name__}.{module}"), factory)
+        return fn(**{**preset, **kwargs})
+
+    build.__name__ = factory
+    build.__qualname__ = factory
+    build.__doc__ = f"models_zoo.{module}.{factory}(**{preset or {}} | kwargs)"
+    return build
+
+
+def _example(module: str, factory: str, *args: Any) -> Callable[[], ExampleInputs]:
+    """An example callable that lives next to the model class (so shapes stay in one place)."""
+
+    def example() -> ExampleInputs:
+        return getattr(importlib.import_module(f"{__name__}.{module}"), factory)(*args)
+
+    example.__name__ = factory
+    return example
+
+
+_ENTRIES = [
+    ZooEntry(
+        "convnet",
+        _lazy("mnist", "ConvNet"),
+        ["1,1,28,28"],
+        "MNIST ConvNet: two conv+BN+ReLU+MaxPool blocks (16, 32 channels), fc 7*7*32 -> 10",
+        ("vision", "mnist"),
+    ),
+    ZooEntry(
+        "mnist-net",
+        _lazy("mnist", "Net"),
+        ["1,1,28,28"],
+        "classic MNIST Net: conv1 1->10 k5, conv2 10->20 k5, Dropout2d, fc 320->50->10, log_softmax",
+        ("vision", "mnist"),
+    ),
+    ZooEntry(
+        "gpt-tiny",
+        _lazy("gpt", "GPT"),
+        _example("gpt", "example"),
+        "small GPT decoder: learned positions, causal scaled_dot_product_attention, "
+        "LM head tied to the token embedding",
+        ("llm", "tied-weights"),
+    ),
+    ZooEntry(
+        "lstm-classifier",
+        _lazy("text", "LSTMClassifier"),
+        _example("text", "example"),
+        "text classifier: embedding -> 2-layer bidirectional LSTM -> linear over the final states",
+        ("text", "rnn"),
+    ),
+    ZooEntry(
+        "multi-input",
+        _lazy("multi", "MultiInputNet"),
+        _example("multi", "example"),
+        "several inputs: an image, a dict of features (positional) and a keyword-only mask; "
+        "returns a dict",
+        ("multi-input",),
+    ),
+    ZooEntry(
+        "llama-tiny",
+        _lazy("llama", "llama", preset="llama-tiny"),
+        _example("llama", "example", "llama-tiny"),
+        "Llama-shaped decoder, tiny preset (runs on CPU): RMSNorm, RoPE, GQA, SwiGLU",
+        ("llm", "llama"),
+    ),
+    ZooEntry(
+        "llama-70b",
+        _lazy("llama", "llama", preset="llama-70b"),
+        _example("llama", "example", "llama-70b"),
+        "Llama-3-70B-shaped decoder (70,553,706,496 params): 80 layers, d_model 8192, "
+        "64 heads / 8 KV heads, SwiGLU 28672, vocab 128256; meta device only",
+        ("llm", "llama", "large"),
+    ),
+    ZooEntry(
+        "pitfall-layer-list",
+        _lazy("pitfalls", "LayerList"),
+        ["1,32"],
+        "pitfall: Linear layers kept in a plain Python list (parameters(), state_dict() "
+        "and .to() miss them; use nn.ModuleList)",
+        ("pitfall",),
+    ),
+    ZooEntry(
+        "pitfall-tensor-attr",
+        _lazy("pitfalls", "TensorAttribute"),
+        ["1,32"],
+        "pitfall: a tensor stored as a plain attribute, not a buffer (not in state_dict, "
+        "not moved by .to(); use register_buffer)",
+        ("pitfall",),
+    ),
+    ZooEntry(
+        "pitfall-functional-dropout",
+        _lazy("pitfalls", "FunctionalDropout"),
+        ["1,32"],
+        "pitfall: F.dropout without training=self.training (still drops in eval mode)",
+        ("pitfall",),
+    ),
+    ZooEntry(
+        "pitfall-unused-branch",
+        _lazy("pitfalls", "UnusedBranch"),
+        ["1,32"],
+        "pitfall: a submodule (aux head) that forward never calls (dead parameters; "
+        "DDP needs find_unused_parameters)",
+        ("pitfall",),
+    ),
+]
+
+REGISTRY: dict[str, ZooEntry] = {e.name: e for e in _ENTRIES}
+
+
+def names() -> list[str]:
+    """Registry names, sorted."""
+    return sorted(REGISTRY)
+
+
+def get(name: str) -> ZooEntry:
+    """The entry called ``name`` (a leading ``zoo:`` is accepted); KeyError when unknown."""
+    key = name.removeprefix("zoo:")
+    try:
+        return REGISTRY[key]
+    except KeyError:
+        raise KeyError(name) from None
