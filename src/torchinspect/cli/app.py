@@ -12,6 +12,7 @@ import sys
 import typer
 
 from torchinspect import __version__
+from torchinspect.cli.common import DEBUG
 from torchinspect.errors import ExitStatus
 
 app = typer.Typer(
@@ -49,6 +50,7 @@ def _root(
                                  help="print the version and exit."),
 ) -> None:
     """Inspect PyTorch models. Errors are one line; --debug shows the traceback."""
+    DEBUG.set(debug)
 
 
 def _register() -> None:

@@ -10,6 +10,7 @@ import os
 import sys
 import traceback
 from collections.abc import Callable
+from contextvars import ContextVar
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Annotated, Any, TypeVar
@@ -31,14 +32,13 @@ class Device(StrEnum):
     meta = "meta"
 
 
+# Set by the root callback on every invocation (so it never leaks between invocations).
+DEBUG: ContextVar[bool] = ContextVar("torchinspect_debug", default=False)
+
+
 def _debug_enabled() -> bool:
     """--debug on the root command, or TORCHINSPECT_DEBUG=1 in the environment."""
-    import click
-
-    ctx = click.get_current_context(silent=True)
-    if ctx is not None and ctx.find_root().params.get("debug"):
-        return True
-    return os.environ.get("TORCHINSPECT_DEBUG", "") not in ("", "0")
+    return DEBUG.get() or os.environ.get("TORCHINSPECT_DEBUG", "") not in ("", "0")
 
 
 def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.USAGE) -> typer.Exit:

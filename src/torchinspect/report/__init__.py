@@ -198,7 +198,9 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
     from rich.console import Console
     from rich.table import Table as RichTable
 
-    console = Console(file=stream, width=width, highlight=False, soft_wrap=False)
+    # Tables render at their natural width (like torchinfo): a layer table that wraps
+    # inside its cells is unreadable. An explicit width (COLUMNS) is honoured.
+    console = Console(file=stream, width=width or 1000, highlight=False, soft_wrap=False)
     first = True
     for s in report.sections:
         if not first:
@@ -208,7 +210,8 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
             t = RichTable(title=s.title, box=box.SIMPLE_HEAD, title_justify="left",
                           title_style="bold", show_edge=False, pad_edge=False)
             for c, a in zip(s.columns, _aligns(s), strict=True):
-                t.add_column(c, justify="right" if a == "right" else "left", overflow="fold")
+                t.add_column(c, justify="right" if a == "right" else "left", overflow="fold",
+                             no_wrap=width is None)
             for row in s.rows:
                 t.add_row(*[_cell(v) for v in row])
             console.print(t)

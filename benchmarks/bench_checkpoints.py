@@ -1,0 +1,119 @@
+"""Speed and peak memory of `inspect diff` and `inspect convert` on 2 GB checkpoints.
+
+    .venv/bin/python benchmarks/bench_checkpoints.py [--gb 2.0] [--keep DIR]
+
+Writes two Llama-shaped float32 checkpoints of ~2 GB each (B: DataParallel container with a
+"module." prefix and one changed head) in a temporary folder, runs each command in a fresh
+process (`python -m torchinspect ...`) and reports wall time and that process's peak RSS
+(os.wait4 rusage). The files are deleted afterwards. Targets (issue 4): diff < 2 s and
+< 300 MB peak RSS; convert peak RSS <= 1.25x the checkpoint size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+# no torch import here: a forked child starts with the parent's RSS, so the parent stays small
+
+
+def make_checkpoints(folder: Path, gb: float) -> tuple[Path, Path, Path]:
+    import torch
+
+    d, ffn, vocab = 2048, 5632, 32000
+    per_layer = 4 * d * d + 3 * d * ffn + 2 * d
+    n_layers = max(1, int((gb * 1e9 / 4 - 2 * vocab * d) // per_layer))
+    torch.manual_seed(0)
+    sd: dict[str, torch.Tensor] = {"tok_embeddings.weight": torch.randn(vocab, d)}
+    for i in range(n_layers):
+        p = f"layers.{i}."
+        for name in ("wq", "wk", "wv", "wo"):
+            sd[p + f"attention.{name}.weight"] = torch.randn(d, d)
+        sd[p + "feed_forward.w1.weight"] = torch.randn(ffn, d)
+        sd[p + "feed_forward.w2.weight"] = torch.randn(d, ffn)
+        sd[p + "feed_forward.w3.weight"] = torch.randn(ffn, d)
+        sd[p + "attention_norm.weight"] = torch.ones(d)
+        sd[p + "ffn_norm.weight"] = torch.ones(d)
+    sd["norm.weight"] = torch.ones(d)
+    sd["output.weight"] = torch.randn(vocab, d)
+    a, b, st = folder / "a.pt", folder / "b.pt", folder / "a.safetensors"
+    torch.save(sd, a)
+    b_sd = {f"module.{k}": v for k, v in sd.items()}
+    b_sd["module.output.weight"] = torch.randn(vocab + 8, d)
+    torch.save({"state_dict": b_sd, "epoch": 3, "optimizer": {"state": {}, "param_groups": []}}, b)
+    from safetensors.torch import save_file
+
+    save_file(sd, st)
+    return a, b, st
+
+
+def run(args: list[str]) -> tuple[float, float, int]:
+    """(wall seconds, peak RSS MB, exit code) of `python -m torchinspect ARGS` in a new process."""
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([sys.executable, "-m", "torchinspect", *args],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    _, status, usage = os.wait4(proc.pid, 0)
+    wall = time.perf_counter() - t0
+    proc.returncode = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read().decode() if proc.stderr else ""
+    if proc.returncode not in (0, 1):
+        raise SystemExit(f"{args} failed ({proc.returncode}): {err}")
+    return wall, usage.ru_maxrss / 1024, proc.returncode
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--gb", type=float, default=2.0)
+    ap.add_argument("--keep", type=Path, default=None, help="reuse/keep files in this folder")
+    ap.add_argument("--generate", type=Path, default=None, help=argparse.SUPPRESS)
+    ns = ap.parse_args()
+    if ns.generate:
+        make_checkpoints(ns.generate, ns.gb)
+        return
+    folder = ns.keep or Path(tempfile.mkdtemp(prefix="ti-bench-"))
+    folder.mkdir(parents=True, exist_ok=True)
+    try:
+        a, b, st = folder / "a.pt", folder / "b.pt", folder / "a.safetensors"
+        if not (a.exists() and b.exists() and st.exists()):
+            t0 = time.perf_counter()
+            subprocess.run([sys.executable, __file__, "--gb", str(ns.gb), "--generate", str(folder)],
+                           check=True)
+            print(f"generated in {time.perf_counter() - t0:.1f}s")
+        size = a.stat().st_size
+        print(f"checkpoint A: {size / 1e9:.2f} GB, B: {b.stat().st_size / 1e9:.2f} GB, "
+              f"safetensors: {st.stat().st_size / 1e9:.2f} GB")
+        from importlib.metadata import version
+
+        print(f"python {sys.version.split()[0]}, torch {version('torch')}, {os.cpu_count()} CPUs")
+        rows = []
+        cases = [
+            ("diff a.pt b.pt", ["diff", a, b]),
+            ("diff a.pt b.pt --auto-prefix -f json", ["diff", a, b, "--auto-prefix", "-f", "json"]),
+            ("diff a.safetensors b.pt", ["diff", st, b]),
+            ("convert b.pt -> .safetensors --auto-prefix", ["convert", b, folder / "o1.safetensors",
+                                                           "--auto-prefix"]),
+            ("convert b.pt -> .pt --auto-prefix", ["convert", b, folder / "o2.pt", "--auto-prefix"]),
+            ("convert a.pt -> .safetensors --dtype bf16", ["convert", a, folder / "o3.safetensors",
+                                                          "--dtype", "bf16"]),
+            ("convert a.safetensors -> .pt", ["convert", st, folder / "o4.pt"]),
+        ]
+        for label, args in cases:
+            for out in folder.glob("o*.*"):
+                out.unlink()
+            wall, rss, rc = run([str(x) for x in args])
+            rows.append((label, wall, rss, rc))
+            print(f"{label:45s} {wall:7.2f} s  {rss:8.0f} MB peak RSS  "
+                  f"({rss * 2**20 / size:.2f}x of A's size)  exit {rc}", flush=True)
+    finally:
+        if ns.keep is None:
+            shutil.rmtree(folder, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,103 @@
+"""The one safe checkpoint reader.
+
+Every ``.pt/.pth/.bin/.ckpt`` read goes through ``torch.load(weights_only=True,
+map_location="cpu")`` (mmap for zip archives); ``.safetensors`` through safetensors after
+our own header validation. A weights-only refusal raises :class:`UnsafeCheckpointError`
+naming the offending globals; there is no automatic unsafe retry. TorchScript and
+``torch.export`` archives are models, not weights: :func:`read_checkpoint` refuses them
+with a hint, and :func:`detect_format` lets a model source route them.
+
+Public API (all importable from here)::
+
+    detect_format(path) -> CheckpointFormat
+    read_checkpoint(path, *, trust_pickle=False, mmap=True) -> Checkpoint
+    read_state_dict(path, *, key=None, trust_pickle=False) -> (state_dict, Checkpoint, key_used)
+    extract_state_dict(obj, key=None) -> (state_dict, key_used)
+    strip_prefixes(state_dict, prefixes=("module.", "_orig_mod.")) -> (state_dict, stripped)
+    find_prefix_remaps(model_keys, checkpoint_keys) -> [PrefixRemap(strip, add, matched, total)]
+    read_checkpoint_meta(path, *, key=None) -> CheckpointMeta(tensors={name: TensorMeta}, ...)
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchinspect.errors import InspectError, UnsafeCheckpointError
+from torchinspect.io.formats import CheckpointFormat, detect_format, model_archive_error
+from torchinspect.io.meta import CheckpointMeta, TensorMeta, read_checkpoint_meta
+from torchinspect.io.state_dict import (
+    CONTAINER_KEYS,
+    TRAINING_KEYS,
+    PrefixRemap,
+    container_extras,
+    extract_state_dict,
+    find_prefix_remaps,
+    strip_prefixes,
+)
+
+__all__ = [
+    "CONTAINER_KEYS", "TRAINING_KEYS", "Checkpoint", "CheckpointFormat", "CheckpointMeta",
+    "InspectError", "PrefixRemap", "TensorMeta", "UnsafeCheckpointError", "container_extras",
+    "detect_format", "extract_state_dict", "find_prefix_remaps", "read_checkpoint",
+    "read_checkpoint_meta", "read_state_dict", "strip_prefixes",
+]
+
+
+@dataclass
+class Checkpoint:
+    """A loaded checkpoint file.
+
+    ``obj`` is what the file holds: a state_dict or container dict (tensors on CPU; for a
+    zip archive read with ``mmap=True`` they are memory-mapped, so untouched data costs no
+    RAM), or an ``nn.Module`` when ``trust_pickle`` allowed a full pickle. ``metadata`` is
+    safetensors' ``__metadata__`` (empty for torch files).
+    """
+
+    path: Path
+    format: CheckpointFormat
+    obj: Any
+    metadata: dict[str, str] = field(default_factory=dict)
+    file_size: int = 0
+
+
+def read_checkpoint(path: str | os.PathLike[str], *, trust_pickle: bool = False,
+                    mmap: bool = True) -> Checkpoint:
+    """Load a weights file safely onto CPU.
+
+    * torch.save zip archives: ``torch.load(weights_only=True, map_location="cpu",
+      mmap=mmap)``; legacy (non-zip) files and plain pickles without mmap.
+    * ``.safetensors``: header validated first (length past the end, over 100 MB, not
+      JSON, bad/overlapping offsets -> error), then ``safetensors.torch.load_file``.
+    * GPU-saved storages are mapped to CPU; no CUDA is needed.
+
+    Raises :class:`UnsafeCheckpointError` when a weights-only load refuses the file (the
+    offending globals listed; ``trust_pickle=True`` is the only way past it), and
+    :class:`InspectError` with a one-line message naming the file for empty, truncated,
+    Git LFS pointer, text/HTML, TorchScript or ``.pt2`` files.
+    """
+    path = Path(path)
+    fmt = detect_format(path)
+    size = path.stat().st_size
+    if fmt.is_model_archive:
+        raise model_archive_error(path, fmt)
+    if fmt is CheckpointFormat.safetensors:
+        from torchinspect.io.safetensors import load_safetensors
+
+        tensors, metadata = load_safetensors(path)
+        return Checkpoint(path, fmt, tensors, metadata, size)
+    from torchinspect.io.torch_load import torch_load
+
+    obj = torch_load(path, fmt, trust_pickle=trust_pickle, mmap=mmap)
+    return Checkpoint(path, fmt, obj, {}, size)
+
+
+def read_state_dict(path: str | os.PathLike[str], *, key: str | None = None,
+                    trust_pickle: bool = False,
+                    mmap: bool = True) -> tuple[dict[str, Any], Checkpoint, str | None]:
+    """:func:`read_checkpoint` + :func:`extract_state_dict`: ``(state_dict, checkpoint, key_used)``."""
+    ckpt = read_checkpoint(path, trust_pickle=trust_pickle, mmap=mmap)
+    sd, used = extract_state_dict(ckpt.obj, key, source=str(path))
+    return sd, ckpt, used

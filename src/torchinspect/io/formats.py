@@ -1,0 +1,171 @@
+"""What kind of file is this? Checkpoint formats detected from magic bytes and zip contents.
+
+Pure Python (no torch import): used by the metadata reader, which must stay cheap.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import struct
+import zipfile
+from enum import StrEnum
+from pathlib import Path
+
+from torchinspect.errors import InspectError
+
+# torch.save's legacy (non-zip) format starts with pickle protocol 2 + LONG1 of its magic number.
+_LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
+_LFS_MAGIC = b"version https://git-lfs"
+SAFETENSORS_MAX_HEADER = 100_000_000  # 100 MB, the limit the safetensors library uses
+
+
+class CheckpointFormat(StrEnum):
+    """Formats :func:`detect_format` recognises."""
+
+    torch_zip = "torch_zip"  # torch.save (zip archive with data.pkl), mmap-able
+    torch_legacy = "torch_legacy"  # torch.save(..., _use_new_zipfile_serialization=False)
+    pickle = "pickle"  # a plain pickle (pickle.dump), read as a legacy torch file
+    safetensors = "safetensors"
+    torchscript = "torchscript"  # torch.jit.save archive: a model, not weights
+    export_pt2 = "export_pt2"  # torch.export.save archive: a model, not weights
+
+    @property
+    def is_model_archive(self) -> bool:
+        return self in (CheckpointFormat.torchscript, CheckpointFormat.export_pt2)
+
+    @property
+    def is_pickle(self) -> bool:
+        return self in (CheckpointFormat.torch_zip, CheckpointFormat.torch_legacy,
+                        CheckpointFormat.pickle)
+
+
+def _check_file(path: Path) -> int:
+    if not path.exists():
+        raise InspectError(f"{path}: no such file", hint="check the path")
+    if path.is_dir():
+        raise InspectError(f"{path} is a folder, not a checkpoint file",
+                           hint="pass the weights file inside it (.pt, .pth, .bin, .safetensors)")
+    try:
+        return path.stat().st_size
+    except OSError as exc:
+        raise InspectError(f"{path}: cannot read: {exc.strerror}", hint="check permissions") from None
+
+
+def zip_prefix(names: list[str]) -> str | None:
+    """The archive folder of a torch.save zip (``"sd/"`` for ``sd/data.pkl``), or None."""
+    for n in names:
+        if n.endswith("data.pkl") and n.count("/") <= 1:
+            return n[: -len("data.pkl")]
+    return None
+
+
+def classify_zip(path: Path) -> CheckpointFormat:
+    """Tell a torch.save checkpoint from a TorchScript or torch.export archive."""
+    try:
+        with zipfile.ZipFile(path) as zf:
+            names = zf.namelist()
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+        raise InspectError(
+            f"{path}: truncated or corrupt zip checkpoint ({exc})",
+            hint="the download or copy was probably cut short; fetch the file again",
+        ) from None
+    if any(n.endswith("constants.pkl") and n.count("/") <= 1 for n in names):
+        return CheckpointFormat.torchscript
+    if any(n.endswith("archive_format") or "/models/" in n or n.startswith("models/")
+           or "serialized_exported_program" in n for n in names):
+        return CheckpointFormat.export_pt2
+    if zip_prefix(names) is not None:
+        return CheckpointFormat.torch_zip
+    raise InspectError(
+        f"{path}: a zip archive, but not one written by torch.save (no data.pkl)",
+        hint="pass a .pt/.pth/.bin/.ckpt file from torch.save, or a .safetensors file",
+    )
+
+
+def _looks_like_safetensors(head: bytes, size: int) -> bool:
+    if len(head) < 9:
+        return False
+    (n,) = struct.unpack("<Q", head[:8])
+    return head[8:9] == b"{" and n > 1
+
+
+def detect_format(path: str | os.PathLike[str]) -> CheckpointFormat:
+    """Detect a checkpoint's format from its bytes (not its extension).
+
+    Returns a :class:`CheckpointFormat`. Raises :class:`InspectError` (one line naming the
+    file and what to do) for a missing file, a folder, an empty file, a Git LFS pointer, an
+    HTML page, a text file, a truncated zip, or bytes that are no known checkpoint format.
+    A file named ``*.safetensors`` whose header is broken is still reported as safetensors,
+    so the caller's header validation explains what is wrong.
+    """
+    path = Path(path)
+    size = _check_file(path)
+    if size == 0:
+        raise InspectError(f"{path} is empty (0 bytes)",
+                           hint="the download or save failed; fetch or save the file again")
+    with open(path, "rb") as fh:
+        head = fh.read(512)
+    if head.startswith(_LFS_MAGIC):
+        raise InspectError(
+            f"{path} is a Git LFS pointer file, not the checkpoint itself",
+            hint="run `git lfs pull` (or download the real file) and try again",
+        )
+    if head.startswith(b"PK\x03\x04") or head.startswith(b"PK\x05\x06"):
+        return classify_zip(path)
+    if head.startswith(_LEGACY_MAGIC):
+        return CheckpointFormat.torch_legacy
+    if _looks_like_safetensors(head, size) or path.suffix == ".safetensors":
+        return CheckpointFormat.safetensors
+    if head[:1] == b"\x80" and len(head) > 1 and 2 <= head[1] <= 5:
+        return CheckpointFormat.pickle
+    if head[:1] in (b"(", b"}", b"]") and b"." in head:  # protocol 0/1 pickles
+        return CheckpointFormat.pickle
+    lowered = head.lstrip().lower()
+    if lowered.startswith((b"<!doctype html", b"<html", b"<?xml", b"<head")):
+        raise InspectError(
+            f"{path} is an HTML/XML page, not a checkpoint",
+            hint="the download saved a web page (login or redirect?); use the file's direct URL",
+        )
+    if head.startswith(b"\x93NUMPY"):
+        raise InspectError(f"{path} is a NumPy .npy array, not a PyTorch checkpoint",
+                           hint="load it with numpy and torch.save a state_dict")
+    if head.startswith(b"\x89HDF"):
+        raise InspectError(f"{path} is an HDF5 file (Keras?), not a PyTorch checkpoint",
+                           hint="convert it to a PyTorch state_dict first")
+    if head.startswith(b"GGUF"):
+        raise InspectError(f"{path} is a GGUF file, not a PyTorch checkpoint",
+                           hint="use the original .safetensors/.bin weights")
+    if _is_text(head):
+        try:
+            json.loads(path.read_text(encoding="utf-8")) if size < 10_000_000 else None
+            kind = "a JSON file"
+        except (ValueError, UnicodeDecodeError):
+            kind = "a text file"
+        raise InspectError(f"{path} is {kind}, not a checkpoint",
+                           hint="pass a .pt/.pth/.bin/.ckpt file from torch.save, or a .safetensors file")
+    raise InspectError(
+        f"{path}: unrecognised file format (not torch.save, safetensors, TorchScript or .pt2)",
+        hint="pass a .pt/.pth/.bin/.ckpt file from torch.save, or a .safetensors file",
+    )
+
+
+def _is_text(head: bytes) -> bool:
+    try:
+        text = head.decode("utf-8")
+    except UnicodeDecodeError:
+        try:  # the 512-byte window may cut a multi-byte character
+            text = head[:-3].decode("utf-8")
+        except UnicodeDecodeError:
+            return False
+    return all(c.isprintable() or c in "\r\n\t\f" for c in text)
+
+
+def model_archive_error(path: str | os.PathLike[str], fmt: CheckpointFormat) -> InspectError:
+    """The error for a TorchScript/.pt2 archive given where a weights file was expected."""
+    what = "a TorchScript archive (torch.jit.save)" if fmt is CheckpointFormat.torchscript \
+        else "a torch.export program (.pt2)"
+    return InspectError(
+        f"{path} is {what}: a whole model, not a weights file",
+        hint=f"pass it as the MODEL itself (e.g. `inspect summary {path}`), without --arch/--weights",
+    )

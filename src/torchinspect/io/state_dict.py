@@ -1,0 +1,268 @@
+"""Find the weights inside a checkpoint container; strip and match key prefixes.
+
+These helpers work on torch tensors and on the data-free :class:`TensorRef` of the metadata
+reader alike (the tensor test is injected), so diff can stay torch-free on checkpoints.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from torchinspect.errors import InspectError
+
+#: Container keys tried in order when no --key is given (EMA weights only when chosen or alone).
+CONTAINER_KEYS: tuple[str, ...] = (
+    "state_dict", "model", "model_state_dict", "net", "network", "module", "weights", "params",
+    "state_dict_ema", "model_ema", "ema", "ema_state_dict",
+)
+#: Container entries that are training state, dropped by convert unless --keep-extra.
+TRAINING_KEYS: frozenset[str] = frozenset({
+    "optimizer", "optimizer_state_dict", "optimizer_states", "optim", "opt", "scheduler",
+    "lr_scheduler", "lr_schedulers", "scaler", "amp", "grad_scaler", "loops", "callbacks",
+    "rng_state", "rng_states",
+})
+DEFAULT_PREFIXES: tuple[str, ...] = ("module.", "_orig_mod.")
+
+TensorTest = Callable[[Any], bool]
+
+
+def _is_torch_tensor(x: Any) -> bool:
+    import torch
+
+    return isinstance(x, torch.Tensor)
+
+
+def _is_module(x: Any) -> bool:
+    torch = sys.modules.get("torch")  # no module can exist before torch is imported
+    return torch is not None and isinstance(x, torch.nn.Module)
+
+
+def is_tensor_dict(obj: Any, is_tensor: TensorTest = _is_torch_tensor) -> bool:
+    """True for a mapping of str -> tensor (``*_extra_state`` entries may be anything)."""
+    if not isinstance(obj, Mapping) or not obj:
+        return False
+    has_tensor = False
+    for k, v in obj.items():
+        if not isinstance(k, str):
+            return False
+        if is_tensor(v):
+            has_tensor = True
+        elif not k.endswith("_extra_state"):
+            return False
+    return has_tensor
+
+
+def _tensors_only(d: Mapping[str, Any], is_tensor: TensorTest) -> dict[str, Any]:
+    return {k: v for k, v in d.items() if is_tensor(v)}
+
+
+def _describe_keys(obj: Mapping[Any, Any], is_tensor: TensorTest) -> str:
+    parts = []
+    for k, v in list(obj.items())[:12]:
+        if is_tensor_dict(v, is_tensor):
+            parts.append(f"{k} ({len(v)} tensors)")
+        elif isinstance(v, Mapping):
+            parts.append(f"{k} (dict)")
+        else:
+            parts.append(str(k))
+    more = f", ... ({len(obj)} keys)" if len(obj) > 12 else ""
+    return ", ".join(parts) + more
+
+
+def find_state_dict(obj: Any, key: str | None = None, *, is_tensor: TensorTest = _is_torch_tensor,
+                    source: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """Like :func:`extract_state_dict` with a custom tensor test (used on TensorRefs)."""
+    where = f"{source}: " if source else ""
+    if key is not None:
+        target, used = _navigate(obj, key, where, is_tensor)
+        if _is_module(target):
+            return dict(target.state_dict()), used
+        if is_tensor_dict(target, is_tensor):
+            return _tensors_only(target, is_tensor), used
+        if isinstance(target, Mapping):
+            sd, sub = find_state_dict(target, None, is_tensor=is_tensor, source=source)
+            return sd, f"{used}/{sub}" if sub else used
+        raise InspectError(f"{where}--key {key!r} holds a {type(target).__name__}, not a state_dict",
+                           hint="choose a key holding a dict of tensors")
+    found = _search(obj, is_tensor, depth=0)
+    if found is not None:
+        return found
+    if isinstance(obj, Mapping):
+        raise InspectError(
+            f"{where}no state_dict (dict of tensors) found; top-level keys: "
+            f"{_describe_keys(obj, is_tensor) or '(none)'}",
+            hint="choose the entry holding the weights with --key KEY",
+        )
+    raise InspectError(f"{where}holds a {type(obj).__name__}, not a state_dict",
+                       hint="pass a checkpoint that stores a dict of tensors")
+
+
+def _navigate(obj: Any, key: str, where: str, is_tensor: TensorTest) -> tuple[Any, str]:
+    if isinstance(obj, Mapping) and key in obj:
+        return obj[key], key
+    cur = obj
+    for part in key.split("/"):
+        if not isinstance(cur, Mapping) or part not in cur:
+            keys = _describe_keys(obj, is_tensor) if isinstance(obj, Mapping) else type(obj).__name__
+            raise InspectError(f"{where}--key {key!r} not found; top-level keys: {keys}",
+                               hint="pick one of the keys shown (nested keys as a/b)")
+        cur = cur[part]
+    return cur, key
+
+
+def _search(obj: Any, is_tensor: TensorTest, depth: int) -> tuple[dict[str, Any], str | None] | None:
+    if _is_module(obj):
+        return dict(obj.state_dict()), None
+    if not isinstance(obj, Mapping):
+        return None
+    if is_tensor_dict(obj, is_tensor):
+        return _tensors_only(obj, is_tensor), None
+    if depth > 3:
+        return None
+    for k in CONTAINER_KEYS:
+        if k in obj:
+            inner = _search(obj[k], is_tensor, depth + 1)
+            if inner is not None:
+                sd, sub = inner
+                return sd, f"{k}/{sub}" if sub else k
+    # an unknown key: use it when it is the only dict of tensors
+    candidates = [k for k, v in obj.items() if isinstance(k, str) and k not in TRAINING_KEYS
+                  and is_tensor_dict(v, is_tensor)]
+    if len(candidates) == 1:
+        return _tensors_only(obj[candidates[0]], is_tensor), candidates[0]
+    if not candidates and depth == 0:
+        tensors = _tensors_only({k: v for k, v in obj.items() if isinstance(k, str)}, is_tensor)
+        if tensors:  # a flat state_dict with a few scalars (epoch, step) beside it
+            return tensors, None
+    return None
+
+
+def extract_state_dict(obj: Any, key: str | None = None, *,
+                       source: str | None = None) -> tuple[dict[str, Any], str | None]:
+    """Find the state_dict inside a loaded checkpoint object.
+
+    ``obj`` is what :func:`read_checkpoint` returned: a state_dict, a container dict
+    (``{"state_dict": ..., "optimizer": ..., "epoch": ...}``, Lightning, timm EMA, ...), or
+    an ``nn.Module`` (only after a trusted full-pickle load). Without ``key`` the keys in
+    :data:`CONTAINER_KEYS` are tried in order, recursing into nested containers; ``key``
+    (``"model_ema"``, or a nested path ``"model/state_dict"``) chooses explicitly.
+
+    Returns ``(state_dict, key_used)``: only tensor entries, and the container key path that
+    held them (None when ``obj`` itself is the state_dict). Raises :class:`InspectError`
+    listing the top-level keys when no dict of tensors is found. ``source`` (the file name)
+    prefixes error messages.
+    """
+    return find_state_dict(obj, key, is_tensor=_is_torch_tensor, source=source)
+
+
+def container_extras(obj: Any, key_used: str | None) -> dict[str, Any]:
+    """Top-level container entries other than the one holding the weights."""
+    if not isinstance(obj, Mapping) or key_used is None:
+        return {}
+    top = key_used.split("/")[0]
+    return {str(k): v for k, v in obj.items() if k != top}
+
+
+def strip_prefixes(state_dict: Mapping[str, Any],
+                   prefixes: Iterable[str] = DEFAULT_PREFIXES) -> tuple[dict[str, Any], list[str]]:
+    """Strip prefixes that *every* key carries (``module.`` from DataParallel/DDP,
+    ``_orig_mod.`` from torch.compile), repeatedly, so nested wrappers such as
+    ``module._orig_mod.`` go too. Returns ``(new_state_dict, prefixes_stripped_in_order)``;
+    the input is not modified. A prefix carried by only some keys is left alone.
+    """
+    prefixes = tuple(prefixes)
+    keys = list(state_dict)
+    stripped: list[str] = []
+    changed = True
+    while changed and keys:
+        changed = False
+        for p in prefixes:
+            if p and all(k.startswith(p) for k in keys):
+                keys = [k[len(p):] for k in keys]
+                stripped.append(p)
+                changed = True
+    if not stripped:
+        return dict(state_dict), []
+    return dict(zip(keys, state_dict.values(), strict=True)), stripped
+
+
+@dataclass(frozen=True)
+class PrefixRemap:
+    """Rename keys starting with ``strip`` to ``add`` + the rest; others unchanged."""
+
+    strip: str
+    add: str
+    matched: int  # keys of the target matched after the remap
+    total: int  # keys of the target
+
+    def apply(self, key: str) -> str:
+        if key.startswith(self.strip):
+            return self.add + key[len(self.strip):]
+        return key
+
+    def describe(self) -> str:
+        if self.strip and self.add:
+            return f"replace prefix '{self.strip}' with '{self.add}'"
+        if self.strip:
+            return f"strip prefix '{self.strip}'"
+        if self.add:
+            return f"add prefix '{self.add}'"
+        return "keys as they are"
+
+    @property
+    def is_identity(self) -> bool:
+        return self.strip == self.add
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"strip": self.strip, "add": self.add, "matched": self.matched,
+                "total": self.total, "description": self.describe()}
+
+
+def _common_prefixes(keys: list[str], limit: int = 8, depth: int = 3) -> list[str]:
+    counts: Counter[str] = Counter()
+    for k in keys:
+        parts = k.split(".")
+        for d in range(1, min(depth, len(parts) - 1) + 1):
+            counts[".".join(parts[:d]) + "."] += 1
+    floor = max(1, -(-len(keys) * 3 // 10))  # a candidate covers at least 30% of the keys
+    ranked = sorted((p for p, c in counts.items() if c >= floor), key=lambda p: (-counts[p], len(p)))
+    return ranked[:limit]
+
+
+def find_prefix_remaps(target_keys: Iterable[str], source_keys: Iterable[str],
+                       limit: int = 5) -> list[PrefixRemap]:
+    """Candidate prefix remaps of ``source_keys`` (a checkpoint) onto ``target_keys`` (a model).
+
+    Tries stripping a common prefix of the source keys (``module.``, ``_orig_mod.``,
+    ``model.``, ``module._orig_mod.``, ...), adding a common prefix of the target keys
+    (``backbone.``), or both; returns up to ``limit`` remaps that match more keys than the
+    keys as they are, best first (ties: the shorter change). Empty when nothing helps.
+    """
+    target = set(target_keys)
+    source = list(dict.fromkeys(source_keys))
+    if not target or not source:
+        return []
+    strips = ["", *_common_prefixes(source)]
+    adds = ["", *_common_prefixes(list(target))]
+    base = sum(1 for k in source if k in target)
+    out: list[PrefixRemap] = []
+    for s in strips:
+        for a in adds:
+            if s == a:
+                continue
+            remap = PrefixRemap(s, a, 0, len(target))
+            mapped = {remap.apply(k) for k in source}
+            n = len(mapped & target)
+            if n > base:
+                out.append(PrefixRemap(s, a, n, len(target)))
+    out.sort(key=lambda r: (-r.matched, len(r.strip) + len(r.add)))
+    kept: list[PrefixRemap] = []
+    for r in out:  # drop refinements of a better remap ("module.x." -> "x." after "module." -> "")
+        if not any(r.strip.startswith(k.strip) and r.add.startswith(k.add)
+                   and r.strip[len(k.strip):] == r.add[len(k.add):] for k in kept):
+            kept.append(r)
+    return kept[:limit]

@@ -1,0 +1,179 @@
+"""`inspect diff`: verdicts, exit codes, prefixes, grouping, dtypes, devices, values, JSON."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+
+from test_checkpoint_helpers import (
+    TiedLM,
+    net,
+    save_compiled,
+    save_dataparallel,
+    save_plain,
+    save_simulated_gpu,
+)
+from torchinspect.io.diff import Verdict, checkpoint_side, compare_values, diff_state_dicts
+
+HELPERS = Path(__file__).parent / "test_checkpoint_helpers.py"
+
+
+def _json(result) -> dict:
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.output)
+
+
+def test_identical_checkpoints_load_strict(tmp_path: Path, invoke) -> None:
+    sd = save_plain(tmp_path / "a.pt")
+    save_plain(tmp_path / "b.pt")
+    result = invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt")
+    assert result.exit_code == 0, result.output
+    assert f"verdict: loads with strict=True ({len(sd)} tensors)" in result.output
+
+
+def test_dataparallel_prefix_candidates_and_auto_prefix(tmp_path: Path, invoke) -> None:
+    sd = save_plain(tmp_path / "plain.pt")
+    save_dataparallel(tmp_path / "dp.pt")
+    result = invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt")
+    assert result.exit_code == 1
+    assert "incompatible: no key matches" in result.output
+    assert "strip prefix 'module.'" in result.output and "pass --auto-prefix" in result.output
+    assert "weights under key 'state_dict'" in result.output
+    assert "optimizer=dict" in result.output  # the container's other entries are named
+    data = _json(invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt", "--format", "json"))
+    best = data["prefix_remaps"][0]
+    assert (best["strip"], best["add"], best["matched"]) == ("module.", "", len(sd))
+    result = invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt", "--auto-prefix")
+    assert result.exit_code == 0, result.output
+    assert f"loads with strict=True ({len(sd)} tensors)" in result.output
+    assert "--auto-prefix applied: strip prefix 'module.'" in result.output
+
+
+def test_compiled_prefix_detected(tmp_path: Path) -> None:
+    save_plain(tmp_path / "plain.pt")
+    save_compiled(tmp_path / "c.pt")
+    res = diff_state_dicts(checkpoint_side(tmp_path / "plain.pt"), checkpoint_side(tmp_path / "c.pt"),
+                           auto_prefix=True)
+    assert res.applied_remap is not None and res.applied_remap.strip == "_orig_mod."
+    assert res.verdict is Verdict.strict
+
+
+def test_changed_head_is_a_shape_mismatch(tmp_path: Path, invoke) -> None:
+    a, b = net(num_classes=10), net(num_classes=5)
+    save_plain(tmp_path / "a.pt", a)
+    save_plain(tmp_path / "b.pt", b)
+    result = invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt")
+    assert result.exit_code == 1
+    wa, wb = a.head.weight.shape, b.head.weight.shape
+    assert f"({wa[0]}, {wa[1]})" in result.output and f"({wb[0]}, {wb[1]})" in result.output
+    assert "incompatible: 2 shape mismatch(es)" in result.output
+    data = _json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "-f", "json"))
+    assert data["schema"] == "torchinspect/diff/v1"
+    assert {m["key"] for m in data["shape_mismatches"]} == {"head.weight", "head.bias"}
+    assert data["verdict"] == "incompatible"
+    assert len(data["matched"]) == len(a.state_dict()) - 2
+
+
+def test_partial_load_and_strict_flag(tmp_path: Path, invoke) -> None:
+    full = net().state_dict()
+    part = {k: v for k, v in full.items() if not k.startswith("layers.5.")}
+    torch.save(full, tmp_path / "full.pt")
+    torch.save(part, tmp_path / "part.pt")
+    result = invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt")
+    assert result.exit_code == 0, result.output
+    assert f"loads with strict=False: {len(part)} of {len(full)} tensors" in result.output
+    assert invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt", "--strict").exit_code == 1
+    data = _json(invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt", "-f", "json"))
+    assert set(data["missing"]) == set(full) - set(part) and data["unexpected"] == []
+
+
+def test_repeated_layers_are_grouped(tmp_path: Path, invoke) -> None:
+    a, b = net(n_layers=80, d=8), net(n_layers=80, d=4)
+    save_plain(tmp_path / "a.pt", a)
+    save_plain(tmp_path / "b.pt", b)
+    result = invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt")
+    assert result.exit_code == 1
+    lines = [ln for ln in result.output.splitlines() if "attn.q.weight" in ln]
+    assert len(lines) == 1 and "layers.{0..79}.attn.q.weight" in lines[0]
+    data = _json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "-f", "json"))
+    groups = {g["pattern"]: g["count"] for g in data["groups"]["shape_mismatches"]}
+    assert groups["layers.{0..79}.attn.q.weight"] == 80
+
+
+def test_dtype_mismatches_and_values(tmp_path: Path, invoke) -> None:
+    sd = net().state_dict()
+    half = {k: v.half() if v.is_floating_point() else v for k, v in sd.items()}
+    torch.save(sd, tmp_path / "a.pt")
+    torch.save(half, tmp_path / "b.pt")
+    data = _json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "--values", "-f", "json"))
+    floats = {k for k, v in sd.items() if v.is_floating_point()}
+    assert {m["key"] for m in data["dtype_mismatches"]} == floats
+    assert data["verdict"] == "strict"  # load_state_dict casts dtypes
+    values = {v["key"]: v for v in data["values"]}
+    for k in floats:
+        expected = float((sd[k] - half[k].float()).abs().max())
+        assert abs(values[k]["max_abs_diff"] - expected) <= 1e-12
+    assert values["bn.num_batches_tracked"]["equal"] is True
+    result = invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "--values")
+    assert "Largest differences" in result.output and "float16" in result.output
+
+
+def test_num_batches_tracked_is_folded(tmp_path: Path, invoke) -> None:
+    sd = net().state_dict()
+    torch.save(sd, tmp_path / "a.pt")
+    torch.save({k: v for k, v in sd.items() if "num_batches_tracked" not in k}, tmp_path / "b.pt")
+    result = invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt")
+    assert result.exit_code == 0
+    assert "1 num_batches_tracked entries present on one side only were folded" in result.output
+    assert "loads with strict=True" in result.output
+
+
+def test_saved_device_is_reported(tmp_path: Path, invoke) -> None:
+    sd = save_plain(tmp_path / "a.pt")
+    save_simulated_gpu(tmp_path / "gpu.pt", {"model": sd, "epoch": 1})
+    result = invoke("diff", tmp_path / "a.pt", tmp_path / "gpu.pt")
+    assert result.exit_code == 0
+    assert "saved on cuda:0" in result.output and "weights under key 'model'" in result.output
+    data = _json(invoke("diff", tmp_path / "a.pt", tmp_path / "gpu.pt", "-f", "json"))
+    assert data["b"]["saved_devices"] == ["cuda:0"] and data["b"]["container_key"] == "model"
+
+
+def test_model_side_and_arch_form(tmp_path: Path, invoke) -> None:
+    save_dataparallel(tmp_path / "dp.pt")
+    n = len(net().state_dict())
+    spec = f"{HELPERS}:Net"
+    result = invoke("diff", spec, tmp_path / "dp.pt", "--auto-prefix")
+    assert result.exit_code == 0, result.output
+    assert f"loads with strict=True ({n} tensors)" in result.output
+    result = invoke("diff", tmp_path / "dp.pt", "--arch", spec, "--auto-prefix", "--arg", "num_classes=3")
+    assert result.exit_code == 1 and "shape mismatch" in result.output
+
+
+def test_tied_model_against_safetensors(tmp_path: Path, invoke) -> None:
+    from safetensors.torch import save_model
+
+    m = TiedLM()
+    save_model(m, str(tmp_path / "t.safetensors"))  # HF style: drops the tied duplicate
+    result = invoke("diff", f"{HELPERS}:TiedLM", tmp_path / "t.safetensors")
+    assert result.exit_code == 0, result.output
+    n = len(m.state_dict())
+    assert f"loads with strict=False: {n - 1} of {n} tensors" in result.output
+
+
+def test_values_library_identical(tmp_path: Path) -> None:
+    save_plain(tmp_path / "a.pt")
+    save_plain(tmp_path / "b.pt")
+    res = diff_state_dicts(checkpoint_side(tmp_path / "a.pt"), checkpoint_side(tmp_path / "b.pt"))
+    vals = compare_values(res)
+    assert len(vals) == len(res.matched) and all(v.equal and v.max_abs_diff == 0 for v in vals)
+
+
+def test_usage_errors(tmp_path: Path, invoke) -> None:
+    save_plain(tmp_path / "a.pt")
+    result = invoke("diff", tmp_path / "a.pt")
+    assert result.exit_code == 2 and "needs two sides" in result.output
+    result = invoke("diff", tmp_path / "a.pt", tmp_path / "missing.pt")
+    assert result.exit_code == 2 and "no such file" in result.output
+    assert "Traceback" not in result.output

@@ -1,0 +1,152 @@
+"""Malicious and corrupt files: exit 2, one line, no traceback, and no code from the file runs."""
+
+from __future__ import annotations
+
+import json
+import struct
+from pathlib import Path
+
+import pytest
+import torch
+
+from test_checkpoint_helpers import net, payloads, save_plain, write_payload
+from torchinspect.errors import InspectError, UnsafeCheckpointError
+from torchinspect.io.checkpoint import read_checkpoint, read_checkpoint_meta
+
+PAYLOADS = ["os_system", "eval", "exec", "nested_pickle_loads"]
+# the global each payload needs (posix.system on Linux; __builtin__.eval in protocol 2)
+EXPECTED_GLOBAL = {"os_system": ".system", "eval": ".eval", "exec": ".exec",
+                   "nested_pickle_loads": ".loads"}
+
+
+def _assert_clean_failure(result, *needles: str) -> None:
+    assert result.exit_code == 2, result.output
+    out = result.output
+    assert "Traceback" not in out
+    errors = [line for line in out.splitlines() if line.startswith("error:")]
+    assert len(errors) == 1, out
+    for n in needles:
+        assert n in out, out
+
+
+@pytest.mark.parametrize("how", ["zip", "legacy", "pickle"])
+@pytest.mark.parametrize("payload", PAYLOADS)
+def test_malicious_pickles_are_refused_and_never_run(tmp_path: Path, invoke, payload: str, how: str) -> None:
+    marker = tmp_path / "PWNED"
+    evil = tmp_path / "evil.pt"
+    write_payload(evil, payloads(marker)[payload], how)
+    good = tmp_path / "good.pt"
+    save_plain(good)
+    for args in (["diff", good, evil], ["convert", evil, tmp_path / "out.pt"],
+                 ["diff", good, evil, "--values"]):
+        result = invoke(*args)
+        _assert_clean_failure(result, "--trust-pickle", EXPECTED_GLOBAL[payload])
+        assert not marker.exists(), f"payload ran via {args[0]}"
+    assert not (tmp_path / "out.pt").exists()
+    with pytest.raises(UnsafeCheckpointError) as err:
+        read_checkpoint(evil)
+    assert any(EXPECTED_GLOBAL[payload] in g for g in err.value.globals)
+    with pytest.raises(UnsafeCheckpointError):
+        read_checkpoint_meta(evil)
+    assert not marker.exists()
+
+
+def test_trust_pickle_is_the_only_way_past_a_refusal(tmp_path: Path) -> None:
+    """The explicit flag does run the file (which is why it is never automatic)."""
+    marker = tmp_path / "RAN"
+    evil = tmp_path / "evil.pt"
+    write_payload(evil, payloads(marker)["exec"], "zip")
+    with pytest.raises(UnsafeCheckpointError):
+        read_checkpoint(evil)
+    assert not marker.exists()
+    read_checkpoint(evil, trust_pickle=True)
+    assert marker.exists()
+
+
+def _truncated(tmp_path: Path) -> Path:
+    good = tmp_path / "good.pt"
+    save_plain(good)
+    data = good.read_bytes()
+    p = tmp_path / "truncated.pt"
+    p.write_bytes(data[: len(data) // 2])
+    return p
+
+
+def _truncated_legacy(tmp_path: Path) -> Path:
+    p = tmp_path / "legacy.pt"
+    torch.save(net().state_dict(), p, _use_new_zipfile_serialization=False)
+    data = p.read_bytes()
+    p.write_bytes(data[: len(data) // 3])
+    return p
+
+
+def _torchscript(tmp_path: Path) -> Path:
+    p = tmp_path / "scripted.pt"
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        torch.jit.save(torch.jit.script(torch.nn.Linear(2, 2)), p)
+    return p
+
+
+def _st(tmp_path: Path, header: bytes, n: int | None = None, data: bytes = b"") -> Path:
+    p = tmp_path / "bad.safetensors"
+    p.write_bytes(struct.pack("<Q", len(header) if n is None else n) + header + data)
+    return p
+
+
+def _st_json(tmp_path: Path, obj: dict, data_len: int) -> Path:
+    return _st(tmp_path, json.dumps(obj).encode(), data=b"\0" * data_len)
+
+
+def _write(path: Path, data: str | bytes) -> Path:
+    path.write_bytes(data.encode() if isinstance(data, str) else data)
+    return path
+
+
+CORRUPT = {
+    "empty": (lambda t: _write(t / "e.pt", b""), "is empty"),
+    "truncated_zip": (_truncated, "truncated"),
+    "truncated_legacy": (_truncated_legacy, "truncated"),
+    "lfs_pointer": (lambda t: _write(t / "l.pt", "version https://git-lfs.github.com/spec/v1\n"
+                                     "oid sha256:" + "a" * 64 + "\nsize 12345\n"), "git lfs pull"),
+    "text": (lambda t: _write(t / "x.pth", "just some notes\n"), "text file"),
+    "html": (lambda t: _write(t / "h.bin", "<!DOCTYPE html><html><body>Sign in</body></html>"), "HTML"),
+    "torchscript": (_torchscript, "TorchScript archive"),
+    "st_header_past_end": (lambda t: _st(t, b'{"a":1}', n=10_000), "runs past the end"),
+    "st_header_over_100mb": (lambda t: _st(t, b"{}", n=200_000_000), "over the 100 MB limit"),
+    "st_not_json": (lambda t: _st(t, b"{not json at all}"), "not valid JSON"),
+    "st_overlap": (lambda t: _st_json(t, {
+        "a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]},
+        "b": {"dtype": "F32", "shape": [2], "data_offsets": [4, 12]}}, 12), "overlapping"),
+    "st_out_of_range": (lambda t: _st_json(t, {
+        "a": {"dtype": "F32", "shape": [4], "data_offsets": [0, 16]}}, 8), "past the"),
+    "st_wrong_size": (lambda t: _st_json(t, {
+        "a": {"dtype": "F32", "shape": [3], "data_offsets": [0, 8]}}, 8), "needs"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(CORRUPT))
+def test_corrupt_files_exit_2_with_one_line(tmp_path: Path, invoke, case: str) -> None:
+    make, needle = CORRUPT[case]
+    bad = make(tmp_path)
+    good = tmp_path / "good_ref.pt"
+    save_plain(good)
+    if case != "torchscript":  # diff takes a TorchScript archive as a model side (see below)
+        result = invoke("diff", good, bad)
+        _assert_clean_failure(result, needle, str(bad.name))
+    result = invoke("convert", bad, tmp_path / "out.safetensors")
+    _assert_clean_failure(result, needle)
+    assert not (tmp_path / "out.safetensors").exists()
+    with pytest.raises(InspectError, match=str(bad.name).replace(".", r"\.")):
+        read_checkpoint(bad)
+
+
+def test_torchscript_is_a_model_side_in_diff(tmp_path: Path, invoke) -> None:
+    scripted = _torchscript(tmp_path)
+    weights = tmp_path / "w.pt"
+    torch.save(torch.nn.Linear(2, 2).state_dict(), weights)
+    result = invoke("diff", scripted, weights)
+    assert result.exit_code == 0, result.output
+    assert "loads with strict=True (2 tensors)" in result.output
