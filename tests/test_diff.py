@@ -149,6 +149,10 @@ def test_model_side_and_arch_form(tmp_path: Path, invoke) -> None:
     assert f"loads with strict=True ({n} tensors)" in result.output
     result = invoke("diff", tmp_path / "dp.pt", "--arch", spec, "--auto-prefix", "--arg", "num_classes=3")
     assert result.exit_code == 1 and "shape mismatch" in result.output
+    # CKPT MODEL in either order: the model is the target
+    swapped = _json(invoke("diff", tmp_path / "dp.pt", spec, "--auto-prefix", "--format", "json"))
+    straight = _json(invoke("diff", spec, tmp_path / "dp.pt", "--auto-prefix", "--format", "json"))
+    assert swapped == straight
 
 
 def test_tied_model_against_safetensors(tmp_path: Path, invoke) -> None:

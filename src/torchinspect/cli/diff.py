@@ -61,6 +61,15 @@ def _resolve_side(spec: str, *, args: list[str] | None, key: str | None,
     return model_side(spec, loaded.model.state_dict(), loaded.notes)
 
 
+def _is_weights_file(spec: str) -> bool:
+    from pathlib import Path
+
+    from torchinspect.io.formats import detect_format
+
+    path = Path(spec)
+    return path.is_file() and not detect_format(path).is_model_archive
+
+
 @command_errors
 def diff(
     a: SideArg,
@@ -80,7 +89,8 @@ def diff(
 ) -> None:
     """Compare two state_dicts: matched, missing, unexpected, shape/dtype mismatches, prefixes.
 
-    A is the target (a model or a checkpoint), B the weights loaded into it. Exit 0 when B
+    A is the target (a model or a checkpoint), B the weights loaded into it; when one side is
+    a model and the other a weights file, the model is the target whatever the order. Exit 0 when B
     loads into A (strict or not), 1 when incompatible (or not strict, with --strict).
     """
     from torchinspect.io.diff import Verdict, compare_values, diff_state_dicts
@@ -92,6 +102,8 @@ def diff(
         raise InspectError("pass either B or --arch, not both",
                            hint="inspect diff MODEL CKPT is the same as inspect diff CKPT --arch MODEL")
     target, weights = (arch, a) if b is None else (a, b)
+    if b is not None and _is_weights_file(a) and not _is_weights_file(b):
+        target, weights = b, a  # `diff CKPT MODEL` asks whether CKPT loads into MODEL
     side_a = _resolve_side(target, args=arg, key=key, trust_pickle=trust_pickle)  # type: ignore[arg-type]
     side_b = _resolve_side(weights, args=arg, key=key, trust_pickle=trust_pickle)
     result = diff_state_dicts(side_a, side_b, auto_prefix=auto_prefix)

@@ -55,10 +55,7 @@ def _load_weights(model: Any, path: str, *, key: str | None, strict: bool, trust
     from torchinspect.io.checkpoint import extract_state_dict, read_checkpoint, strip_prefixes
 
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
-    obj = ckpt.obj
-    if hasattr(obj, "state_dict") and callable(obj.state_dict) and not isinstance(obj, dict):
-        obj = obj.state_dict()
-    state, used_key = extract_state_dict(obj, key=key)
+    state, used_key = extract_state_dict(ckpt.obj, key=key, source=path)
     if used_key:
         notes.append(f"weights taken from checkpoint key {used_key!r}")
     model_keys = set(model.state_dict().keys())
@@ -290,7 +287,7 @@ def _from_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) -
         return LoadedModel(model, spec, SourceKind.pickle, None, model_device(model), notes, None)
     from torchinspect.io.checkpoint import extract_state_dict
 
-    state, _ = extract_state_dict(ckpt.obj, key=key)
+    state, _ = extract_state_dict(ckpt.obj, key=key, source=spec)
     raise InspectError(
         f"{spec} holds weights ({len(state)} tensors) but no architecture",
         hint=f"name the architecture: inspect summary {spec} --arch resnet18 (or zoo:NAME, file.py:Name); "
