@@ -1,6 +1,6 @@
 """Speed and peak memory of `inspect diff` and `inspect convert` on 2 GB checkpoints.
 
-    .venv/bin/python benchmarks/bench_checkpoints.py [--gb 2.0] [--keep DIR]
+    .venv/bin/python benchmarks/bench_checkpoints.py [--gb 2.0] [--keep DIR] [--only TEXT ...]
 
 Writes two Llama-shaped float32 checkpoints of ~2 GB each (B: DataParallel container with a
 "module." prefix and one changed head) in a temporary folder, runs each command in a fresh
@@ -71,6 +71,8 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--gb", type=float, default=2.0)
     ap.add_argument("--keep", type=Path, default=None, help="reuse/keep files in this folder")
+    ap.add_argument("--only", action="append", default=[], metavar="TEXT",
+                    help="run only the cases whose label contains TEXT (repeatable)")
     ap.add_argument("--generate", type=Path, default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.generate:
@@ -103,6 +105,8 @@ def main() -> None:
                                                           "--dtype", "bf16"]),
             ("convert a.safetensors -> .pt", ["convert", st, folder / "o4.pt"]),
         ]
+        if ns.only:
+            cases = [c for c in cases if any(text in c[0] for text in ns.only)]
         for label, args in cases:
             for out in folder.glob("o*.*"):
                 out.unlink()

@@ -3,6 +3,10 @@
 from __future__ import annotations
 
 import json
+import shutil
+import subprocess
+import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -18,6 +22,12 @@ from test_checkpoint_helpers import (
 )
 from torchinspect.errors import InspectError
 from torchinspect.io.convert import convert_checkpoint
+from torchinspect.io.zipcrc import (
+    ZipPatchError,
+    crc_mismatches,
+    read_central_directory,
+    set_stored_crcs,
+)
 
 HELPERS = Path(__file__).parent / "test_checkpoint_helpers.py"
 
@@ -181,3 +191,98 @@ def test_usage_errors(tmp_path: Path, invoke) -> None:
     assert result.exit_code == 2 and "unknown output format" in result.output
     with pytest.raises(InspectError, match="same key"):
         convert_checkpoint(tmp_path / "a.pt", tmp_path / "o.pt", rename=[r".*=x"])
+
+
+# ------------------------------------------------------------------ .pt output is a valid zip
+
+
+def _assert_valid_zip(path: Path) -> None:
+    """zipfile's own check, every member's CRC recomputed, headers consistent, `unzip -t`."""
+    with zipfile.ZipFile(path) as zf:
+        assert zf.testzip() is None
+        for info in zf.infolist():
+            assert info.compress_type == zipfile.ZIP_STORED
+            crc = 0
+            with zf.open(info) as fh:  # 1 MB at a time
+                while block := fh.read(1 << 20):
+                    crc = zlib.crc32(block, crc)
+            assert info.CRC == crc, info.filename
+    assert crc_mismatches(path) == []  # local data descriptors agree with the central directory
+    if shutil.which("unzip"):
+        proc = subprocess.run(["unzip", "-tqq", str(path)], capture_output=True, text=True)
+        assert proc.returncode == 0, proc.stdout + proc.stderr
+
+
+def _bits(t: torch.Tensor) -> torch.Tensor:
+    return t.contiguous().reshape(-1).view(torch.uint8)
+
+
+def _zip_test_state_dict() -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    big = torch.randn(5 * 1024 * 1024 + 17)  # 20 MB: more than one 16 MB chunk
+    emb = torch.randn(64, 8)
+    return {"big": big, "emb.weight": emb, "proj.bias": torch.randn(8),
+            "head.weight": emb, "steps": torch.tensor([7, -1], dtype=torch.int64),
+            "mask": torch.tensor([True, False, True]), "empty": torch.empty(0, 4)}
+
+
+@pytest.mark.parametrize("case", ["pt", "safetensors", "pt-fp16", "legacy"])
+def test_pt_output_is_a_valid_zip(tmp_path: Path, case: str) -> None:
+    sd = _zip_test_state_dict()
+    if case == "safetensors":
+        from safetensors.torch import save_file
+
+        src = tmp_path / "in.safetensors"
+        save_file({k: v for k, v in sd.items() if k != "head.weight"}, src)  # no aliasing there
+        sd = {k: v for k, v in sd.items() if k != "head.weight"}
+    else:
+        src = tmp_path / "in.pt"
+        torch.save(sd, src, _use_new_zipfile_serialization=case != "legacy")
+    dtype = torch.float16 if case == "pt-fp16" else None
+    out = tmp_path / "out.pt"
+    res = convert_checkpoint(src, out, dtype="fp16" if dtype else None)
+    assert res.verified == ("exact after cast" if dtype else "bit-exact")
+    _assert_valid_zip(out)
+    got = torch.load(out, weights_only=True)
+    assert sorted(got) == sorted(sd)  # safetensors stores its keys sorted
+    for k, v in sd.items():
+        want = v.to(dtype) if dtype and v.is_floating_point() else v
+        assert got[k].dtype == want.dtype and got[k].shape == want.shape, k
+        assert torch.equal(_bits(got[k]), _bits(want)), k
+    if "head.weight" in sd:  # tied storages stay one record, with one valid CRC
+        assert res.tied == [["emb.weight", "head.weight"]]
+        assert got["emb.weight"].data_ptr() == got["head.weight"].data_ptr()
+        with zipfile.ZipFile(out) as zf:
+            records = [n for n in zf.namelist() if "/data/" in n and not n.endswith("serialization_id")]
+        assert len(records) == len(sd) - 1
+
+
+def test_zip_crc_patch_zip64_records_and_offsets(tmp_path: Path) -> None:
+    """A >4 GB record and records past 4 GB (ZIP64 extra fields, 8-byte data descriptor
+    sizes). The skeleton is sparse, so nothing is written or read but headers."""
+    import os
+
+    from torch.serialization import skip_data
+
+    path = tmp_path / "big.pt"
+    big = 5 * 2**30 // 4 + 3
+    with skip_data():
+        torch.save({"a": torch.empty(10), "big": torch.empty(big), "after": torch.empty(7)}, path)
+    prefix = zipfile.ZipFile(path).namelist()[0].split("/")[0]
+    want = {f"{prefix}/data/0": (0x01234567, 40), f"{prefix}/data/1": (0x89ABCDEF, big * 4),
+            f"{prefix}/data/2": (0xFEDCBA98, 28)}
+    fd = os.open(path, os.O_RDWR)
+    try:
+        entries = {e.name: e for e in read_central_directory(fd)}
+        assert entries[f"{prefix}/data/2"].header_offset > 2**32  # really ZIP64
+        set_stored_crcs(fd, want)
+        with pytest.raises(ZipPatchError, match="bytes"):
+            set_stored_crcs(fd, {f"{prefix}/data/2": (1, 27)})
+        with pytest.raises(ZipPatchError, match="missing"):
+            set_stored_crcs(fd, {f"{prefix}/data/9": (1, 1)})
+    finally:
+        os.close(fd)
+    with zipfile.ZipFile(path) as zf:
+        for name, (crc, size) in want.items():
+            assert (zf.getinfo(name).CRC, zf.getinfo(name).file_size) == (crc, size)
+    assert crc_mismatches(path) == []

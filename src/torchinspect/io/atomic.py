@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import tempfile
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -32,17 +33,18 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise InspectError(f"{target}: folder {parent} does not exist", hint="create it first")
-    fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent)
-    os.close(fd)
-    tmp_path = Path(tmp)
+    # The temporary file keeps the target's own name inside a private folder: torch.save
+    # names the archive's root folder after the file, so the result is the same as a
+    # direct save (``model/data.pkl`` for model.pt), only atomic.
+    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    tmp_path = tmp_dir / target.name
     try:
         yield tmp_path
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
         os.replace(tmp_path, target)
     finally:
-        if tmp_path.exists():
-            tmp_path.unlink()
+        shutil.rmtree(tmp_dir, ignore_errors=True)
 
 
 def atomic_write_bytes(target: str | os.PathLike[str], data: bytes, **kw: object) -> None:

@@ -330,11 +330,17 @@ def _write_safetensors(tmp: Path, entries: list[_Entry], fd_in: int | None,
 
 
 def _write_pt_streaming(tmp: Path, entries: list[_Entry], fd_in: int | None) -> None:
-    """torch.save a data-less skeleton (skip_data), then fill each storage from the input."""
+    """torch.save a data-less skeleton (skip_data), then fill each storage from the input.
+
+    The skeleton's ``data/<key>`` records have the right sizes but CRC-32 0; each record's
+    CRC is computed while its bytes stream through and then written into the zip headers
+    (central directory and data descriptor), so zipfile/``unzip -t`` accept the file.
+    """
     import torch
     from torch.serialization import skip_data
 
     from torchinspect.io.torchzip import read_torch_zip_structure
+    from torchinspect.io.zipcrc import CrcStream, ZipPatchError, set_stored_crcs
 
     skeleton: dict[str, Any] = {}
     by_tie: dict[str, Any] = {}
@@ -348,17 +354,40 @@ def _write_pt_streaming(tmp: Path, entries: list[_Entry], fd_in: int | None) -> 
         torch.save(skeleton, tmp)
     del skeleton, by_tie
     obj, archive = read_torch_zip_structure(tmp)
-    out = os.open(tmp, os.O_WRONLY)
+    records: dict[str, tuple[int, int]] = {}  # member name -> (crc32, bytes written)
+    out = os.open(tmp, os.O_RDWR)
     try:
-        done: set[str] = set()
         for e in entries:
-            ref = obj[e.name]
-            if ref.storage.key in done:
+            key = obj[e.name].storage.key
+            member = f"{archive.prefix}data/{key}"
+            if member in records:
                 continue
-            done.add(ref.storage.key)
-            _pwrite_all(out, _data(e, fd_in), archive.storage_offset(ref.storage.key))
+            stream = CrcStream(_data(e, fd_in))
+            _pwrite_all(out, stream, archive.storage_offset(key))
+            records[member] = (stream.crc, stream.nbytes)
+        set_stored_crcs(out, records)
+    except ZipPatchError as exc:
+        raise InspectError(f"could not finish the .pt zip archive ({exc})",
+                           hint="report this; OUT was not written", status=ExitStatus.INTERNAL) from None
     finally:
         os.close(out)
+    _check_zip_crcs(tmp, records)
+
+
+def _check_zip_crcs(tmp: Path, records: dict[str, tuple[int, int]]) -> None:
+    """Headers only: every record's CRC-32 is the streamed one, in the central directory
+    and in its local header/data descriptor (the bytes themselves are compared in _verify)."""
+    import zipfile
+
+    from torchinspect.io.zipcrc import crc_mismatches
+
+    with zipfile.ZipFile(tmp) as zf:
+        wrong = [n for n, (crc, size) in records.items()
+                 if zf.getinfo(n).CRC != crc or zf.getinfo(n).file_size != size]
+    wrong += crc_mismatches(tmp)
+    if wrong:
+        raise InspectError(f"verification failed: zip CRC-32 not set for {wrong[0]!r}",
+                           hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
 
 
 def _write_pt_container(tmp: Path, entries: list[_Entry], inp: LoadedInput) -> None:

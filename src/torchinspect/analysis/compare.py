@@ -1,0 +1,43 @@
+"""Several models in one call: one comparison table, one row per model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torchinspect.analysis.prepare import COUNTED_CONVENTION, MACS_CONVENTION
+from torchinspect.report import Report, Table, Text, fmt_bytes, fmt_si
+
+
+def comparison_report(command: str, results: list[Any]) -> Report:
+    """``results``: Summary, FlopsResult or ParamsResult objects (one kind)."""
+    from torchinspect.analysis.flops import FlopsResult
+    from torchinspect.analysis.params import ParamsResult
+
+    rows: list[list[Any]] = []
+    data: list[dict[str, Any]] = []
+    notes: list[str] = []
+    if all(isinstance(r, ParamsResult) for r in results):
+        cols = ["Model", "Params", "Trainable", "Frozen", "Param memory", "Buffers"]
+        for r in results:
+            s = r.stats
+            rows.append([r.model, s.total, s.trainable, s.frozen, fmt_bytes(s.param_bytes), s.buffers])
+            data.append({"model": r.model, "params": s.total, "trainable": s.trainable,
+                         "frozen": s.frozen, "param_bytes": s.param_bytes, "buffers": s.buffers})
+        head = ["Parameters counted once per tensor (tied weights once)."]
+    else:
+        cols = ["Model", "Input", "Params", "MACs", "FLOPs", "Device"]
+        for r in results:
+            if isinstance(r, FlopsResult):
+                params, macs, dev = r.params, r.macs, r.device
+            else:
+                params, macs, dev = r.totals.params, r.totals.macs, r.device
+            rows.append([r.model, r.input, params, fmt_si(macs), fmt_si(2 * macs), dev])
+            data.append({"model": r.model, "input": r.input, "params": params, "macs": macs,
+                         "flops": 2 * macs, "device": dev, "fallback_reason": r.fallback_reason})
+            if r.fallback_reason:
+                notes.append(f"{r.model}: traced on {dev}: {r.fallback_reason}")
+        head = [MACS_CONVENTION, COUNTED_CONVENTION]
+    sections: list[Any] = [Text(head), Table(None, cols, rows, primary=True)]
+    if notes:
+        sections.append(Text([f"note: {n}" for n in notes], style="yellow"))
+    return Report(command, {"models": data}, sections)

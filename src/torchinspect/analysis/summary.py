@@ -1,0 +1,314 @@
+"""`inspect summary`: a Keras/torchinfo-like layer table with totals, from one Trace."""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from torchinspect.analysis.prepare import (
+    COUNTED_CONVENTION,
+    MACS_CONVENTION,
+    LoadOptions,
+    describe_inputs,
+    prepare,
+    run_trace,
+)
+from torchinspect.analysis.tree import ShownCall, fold_repeats, shown_tree
+from torchinspect.errors import InspectError
+from torchinspect.report import KeyValues, Report, Table, Text, fmt_bytes, fmt_si
+from torchinspect.trace.records import ModuleInfo, Trace, format_shape_tree
+
+
+class Column(StrEnum):
+    """Columns of the summary table (``--columns``)."""
+
+    layer = "layer"
+    type = "type"
+    input = "input"
+    output = "output"
+    kernel = "kernel"
+    params = "params"
+    params_pct = "params_pct"
+    macs = "macs"
+    trainable = "trainable"
+
+
+DEFAULT_COLUMNS: tuple[Column, ...] = tuple(Column)
+HEADERS = {
+    Column.layer: "Layer", Column.type: "Type", Column.input: "Input shape",
+    Column.output: "Output shape", Column.kernel: "Kernel", Column.params: "Params",
+    Column.params_pct: "% params", Column.macs: "MACs", Column.trainable: "Trainable",
+}
+
+
+def parse_columns(text: str | list[str] | None) -> tuple[Column, ...]:
+    """``"layer,output,params"`` -> Columns (``layer`` is always first)."""
+    if text is None:
+        return DEFAULT_COLUMNS
+    parts = text if isinstance(text, list) else [p for p in text.replace(" ", "").split(",") if p]
+    cols: list[Column] = []
+    for p in parts:
+        try:
+            cols.append(Column(p.strip().lower().replace("%", "").replace("-", "_")))
+        except ValueError:
+            raise InspectError(f"--columns: unknown column {p!r}",
+                               hint=f"choose from {', '.join(c.value for c in Column)}") from None
+    if Column.layer in cols:
+        cols.remove(Column.layer)
+    return (Column.layer, *cols)
+
+
+@dataclass
+class SummaryRow:
+    name: str
+    label: str  # tree-drawn text for the Layer column
+    type: str
+    depth: int
+    input: str
+    output: str
+    kernel: str | None
+    params: int | None
+    params_pct: float | None
+    macs: int
+    trainable: str | None
+    repeat: int = 1
+    container: bool = False  # its children are shown as rows of their own
+
+    def value(self, col: Column) -> Any:
+        if col is Column.layer:
+            return self.label
+        if col is Column.macs:
+            return fmt_si(self.macs) if self.macs else "--"
+        if col is Column.params_pct:
+            if self.params_pct is None or (self.container and not self.params):
+                return None
+            return f"{self.params_pct:.2f}%"
+        if col is Column.params:
+            return "--" if self.params is None or (self.container and not self.params) else self.params
+        return getattr(self, col.value)
+
+
+@dataclass
+class Totals:
+    params: int
+    trainable: int
+    frozen: int
+    buffers: int
+    macs: int
+    flops: int
+    param_bytes: int
+    param_bytes_by_dtype: dict[str, int]
+    buffer_bytes: int
+    input_bytes: int
+    activation_bytes: int
+    total_bytes: int
+
+
+@dataclass
+class Summary:
+    """The result of :func:`summarize` (``to_json()`` for data, ``to_report()`` to render)."""
+
+    model: str
+    input: str
+    device: str
+    fallback_reason: str | None
+    train: bool
+    depth: int
+    columns: tuple[Column, ...]
+    rows: list[SummaryRow]
+    totals: Totals
+    not_counted: dict[str, int]
+    notes: list[str] = field(default_factory=list)
+    folded: bool = False
+    trace: Trace | None = field(default=None, repr=False)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "model": self.model,
+            "input": self.input,
+            "device": self.device,
+            "fallback_reason": self.fallback_reason,
+            "train": self.train,
+            "depth": self.depth,
+            "convention": {"macs": MACS_CONVENTION, "counted": COUNTED_CONVENTION},
+            "totals": asdict(self.totals),
+            "macs_by_op": self.trace.macs_by_op if self.trace else {},
+            "not_counted": dict(self.not_counted),
+            "notes": list(self.notes),
+            "layers": [asdict(r) for r in self.rows],
+        }
+
+    def to_report(self, totals_only: bool = False) -> Report:
+        sections: list[Any] = [Text(header_lines(self.model, self.input, self.device,
+                                                 self.fallback_reason, self.train))]
+        if not totals_only:
+            cols = list(self.columns)
+            rows = [[r.value(c) for c in cols] for r in self.rows]
+            align = ["right" if c in (Column.params, Column.params_pct, Column.macs) else "left"
+                     for c in cols]
+            footer = []
+            if self.folded and any(r.repeat > 1 for r in self.rows):
+                footer.append("(×N): N identical consecutive blocks folded into one row; "
+                              "rows under it show one block.")
+            sections.append(Table(None, [HEADERS[c] for c in cols], rows, align=align,
+                                  footer=footer, primary=True))
+        sections.append(totals_section(self.totals))
+        sections.extend(trailer_sections(self.not_counted, self.notes))
+        return Report("summary", self.to_json(), sections)
+
+
+def header_lines(model: str, inputs: str, device: str, fallback: str | None, train: bool) -> list[str]:
+    lines = [f"{model}  input {inputs}  ({'train' if train else 'eval'} mode, traced on {device})",
+             MACS_CONVENTION, COUNTED_CONVENTION]
+    if fallback:
+        lines.append(f"note: traced on {device} instead of meta: {fallback}")
+    return lines
+
+
+def totals_section(t: Totals) -> KeyValues:
+    items: list[tuple[str, Any]] = [
+        ("Total params", f"{t.params:,}"),
+        ("Trainable params", f"{t.trainable:,}"),
+        ("Non-trainable params", f"{t.frozen:,}"),
+        ("Buffers (elements)", f"{t.buffers:,}"),
+        ("MACs", f"{fmt_si(t.macs)} ({t.macs:,})"),
+        ("FLOPs (2 x MACs)", f"{fmt_si(t.flops)} ({t.flops:,})"),
+    ]
+    for dt, b in t.param_bytes_by_dtype.items():
+        items.append((f"Param memory ({dt})", fmt_bytes(b)))
+    items += [
+        ("Buffer memory", fmt_bytes(t.buffer_bytes)),
+        ("Input size", fmt_bytes(t.input_bytes)),
+        ("Activation memory (forward, est.)", fmt_bytes(t.activation_bytes)),
+        ("Estimated total size", fmt_bytes(t.total_bytes)),
+    ]
+    return KeyValues("Totals", items)
+
+
+def trailer_sections(not_counted: dict[str, int], notes: list[str]) -> list[Any]:
+    out: list[Any] = []
+    if not_counted:
+        shown = ", ".join(f"{op} ×{n}" for op, n in list(not_counted.items())[:12])
+        more = f", … ({len(not_counted) - 12} more)" if len(not_counted) > 12 else ""
+        out.append(Text([f"not counted (no MAC formula): {shown}{more}"]))
+    if notes:
+        out.append(Text([f"note: {n}" for n in notes], style="yellow"))
+    return out
+
+
+def totals_of(trace: Trace) -> Totals:
+    p = trace.params
+    act = trace.activation_bytes
+    return Totals(
+        params=p.total, trainable=p.trainable, frozen=p.frozen, buffers=p.buffers,
+        macs=trace.total_macs, flops=2 * trace.total_macs, param_bytes=p.param_bytes,
+        param_bytes_by_dtype={k: v.bytes for k, v in p.by_dtype.items()},
+        buffer_bytes=p.buffer_bytes, input_bytes=trace.input_bytes, activation_bytes=act,
+        total_bytes=p.param_bytes + p.buffer_bytes + trace.input_bytes + act,
+    )
+
+
+def _kernel(info: ModuleInfo | None) -> str | None:
+    if info is None or "kernel_size" not in info.layer:
+        return None
+    lay = info.layer
+
+    def dims(v: Any) -> str:
+        return "×".join(str(x) for x in v) if isinstance(v, list) else str(v)
+
+    def one(v: Any) -> str:
+        return str(v[0]) if isinstance(v, list) and len(set(v)) == 1 else dims(v)
+
+    def trivial(v: Any, unit: int) -> bool:
+        return all(x == unit for x in v) if isinstance(v, list) else v == unit
+
+    text = dims(lay["kernel_size"])
+    if "stride" in lay and not trivial(lay["stride"], 1):
+        text += f" s{one(lay['stride'])}"
+    if "padding" in lay and not trivial(lay["padding"], 0):
+        text += f" p{one(lay['padding'])}"
+    if lay.get("groups", 1) not in (1, None):
+        text += f" g{lay['groups']}"
+    return text
+
+
+def _trainable(info: ModuleInfo | None) -> str | None:
+    if info is None or info.total_params == 0:
+        return None
+    if info.total_trainable == info.total_params:
+        return "yes"
+    return "no" if info.total_trainable == 0 else "partial"
+
+
+def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
+    rows: list[SummaryRow] = []
+    total = trace.params.total
+
+    def leaf_name(node: ShownCall, parent: ShownCall | None) -> str:
+        name = node.call.name
+        if parent is None:
+            return model_name
+        pname = parent.call.name
+        short = name[len(pname) + 1:] if pname and name.startswith(pname + ".") else name
+        if node.fold > 1 and node.fold_last:
+            last = node.fold_last.rpartition(".")[2]
+            short = f"{short}…{last} (×{node.fold})"
+        return short
+
+    def walk(node: ShownCall, parent: ShownCall | None, prefix: str, last: bool) -> None:
+        info = trace.modules.get(node.call.name)
+        if parent is None:
+            label, child_prefix = leaf_name(node, None), ""
+        else:
+            label = prefix + ("└─" if last else "├─") + leaf_name(node, parent)
+            child_prefix = prefix + ("  " if last else "│ ")
+        params = node.params
+        rows.append(SummaryRow(
+            name=node.call.name, label=label, type=node.call.type, depth=node.call.depth,
+            input=format_shape_tree(node.call.inputs, limit=40),
+            output=format_shape_tree(node.call.outputs, limit=40),
+            kernel=_kernel(info), params=params,
+            params_pct=(100.0 * params / total) if params is not None and total else None,
+            macs=node.macs, trainable=_trainable(info), repeat=node.fold,
+            container=bool(node.children),
+        ))
+        for i, ch in enumerate(node.children):
+            walk(ch, node, child_prefix, i == len(node.children) - 1)
+
+    walk(root, None, "", True)
+    return rows
+
+
+def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
+                       columns: tuple[Column, ...] = DEFAULT_COLUMNS, fold: bool = False,
+                       notes: list[str] | None = None) -> Summary:
+    if depth < 0:
+        raise InspectError(f"--depth {depth}: the depth must be 0 or more",
+                           hint="e.g. --depth 3 (0 shows the model as one row)")
+    root = shown_tree(trace, depth)
+    if root is None:
+        raise InspectError(f"{model}: the forward ran no module", hint="is the model callable?")
+    if fold:
+        fold_repeats(trace, root)
+    return Summary(
+        model=model, input=inputs, device=trace.device, fallback_reason=trace.fallback_reason,
+        train=trace.train, depth=depth, columns=columns, rows=rows_of(trace, root, model),
+        totals=totals_of(trace), not_counted=dict(trace.uncounted),
+        notes=[*(notes or []), *trace.notes], folded=fold, trace=trace,
+    )
+
+
+def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
+              columns: str | list[str] | tuple[Column, ...] | None = None, fold: bool = False,
+              device: str = "auto", train: bool = False,
+              options: LoadOptions | None = None) -> Summary:
+    """Summarize a model: ``summarize("resnet18", "3,224,224")`` or ``summarize(model, x)``."""
+    if depth < 0:
+        raise InspectError(f"--depth {depth}: the depth must be 0 or more",
+                           hint="e.g. --depth 3 (0 shows the model as one row)")
+    cols = columns if isinstance(columns, tuple) else parse_columns(columns)
+    prep = prepare(model_or_spec, inputs, device=device, options=options)
+    trace = run_trace(prep, device=device, train=train)
+    return summary_from_trace(trace, model=prep.name, inputs=describe_inputs(prep.example),
+                              depth=depth, columns=cols, fold=fold, notes=prep.notes)

@@ -1,0 +1,206 @@
+"""MAC counting at the dispatcher: every aten op that reaches the backend passes through.
+
+Formulas come from ``torch.utils.flop_counter`` (FLOPs = 2 x MACs there, so MACs are
+exact halves) plus a few of our own (CPU flash attention, quantized conv/linear).
+``F.scaled_dot_product_attention`` is counted once at the function level, whatever
+backend runs it (math decomposition on meta, flash on CPU, flash/efficient/cuDNN on
+CUDA), so the count never depends on the device and causal calls can be stated.
+
+Convention (torchvision's "GFLOPS"): one multiply-add = 1 MAC; only matrix products
+and convolutions are counted (bias additions, elementwise ops, normalization, pooling
+and softmax are not). Ops that do such work are listed in ``uncounted`` with their
+call counts; pure views, copies, creation and shape ops are ignored.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils.flop_counter import flop_registry
+
+SDPA_OP = "scaled_dot_product_attention"
+
+# Ops that move, view, create or query data: not "work without a formula".
+IGNORED_OPS: frozenset[str] = frozenset(
+    """
+    view _unsafe_view reshape _reshape_alias expand expand_as permute transpose t
+    squeeze unsqueeze slice select split split_with_sizes chunk unbind as_strided alias
+    detach detach_ flatten unflatten narrow view_as movedim diagonal unfold lift_fresh
+    lift_fresh_copy _to_copy to copy_ clone contiguous cat stack constant_pad_nd repeat
+    index_select index gather embedding roll flip pixel_shuffle pixel_unshuffle
+    channel_shuffle native_channel_shuffle _unsafe_index zeros zeros_like ones ones_like
+    empty empty_like empty_strided full full_like fill_ zero_ arange scalar_tensor
+    new_empty new_zeros new_ones new_full new_empty_strided randn rand randint randperm
+    normal_ uniform_ _local_scalar_dense item sym_size sym_stride sym_numel is_same_size
+    _assert_async _assert_tensor_metadata _assert_scalar set_ resize_ tril triu meshgrid
+    split_copy unbind_copy slice_copy select_copy view_copy expand_copy permute_copy
+    transpose_copy t_copy unsqueeze_copy squeeze_copy _unsafe_split masked_fill
+    masked_fill_ where _to_dense dequantize quantize_per_tensor quantize_per_channel
+    q_scale q_zero_point q_per_channel_scales q_per_channel_zero_points int_repr
+    _make_per_tensor_quantized_tensor _empty_affine_quantized
+    _empty_per_channel_affine_quantized linspace eye rsub_ bitwise_not logical_not
+    eq ne lt le gt ge isnan isinf any all
+    """.split()
+)
+
+
+def _prod(xs: Any) -> int:
+    return math.prod(int(x) for x in xs)
+
+
+def _op_name(packet: Any) -> str:
+    ns = getattr(packet, "_qualified_op_name", None) or str(packet)
+    ns = ns.replace("::", ".")
+    return ns.removeprefix("aten.")
+
+
+def _quantized_conv_macs(args: tuple[Any, ...], out: Any) -> int:
+    weight, _ = args[1].unpack()
+    return out.numel() * _prod(weight.shape[1:])
+
+
+def _quantized_linear_macs(args: tuple[Any, ...], out: Any) -> int:
+    weight, _ = torch.ops.quantized.linear_unpack(args[1])
+    return out.numel() * int(weight.shape[1])
+
+
+def _sdpa_macs(q: Any, k: Any, v: Any) -> int:
+    """Dense QKᵀ and AV: prod(q.shape[:-1]) x S_k x (E + E_v)."""
+    return _prod(q.shape[:-1]) * int(k.shape[-2]) * (int(q.shape[-1]) + int(v.shape[-1]))
+
+
+def _cpu_flash_macs(args: tuple[Any, ...], out: Any) -> int:
+    return _sdpa_macs(args[0], args[1], args[2])
+
+
+def _own_formulas() -> dict[Any, Callable[[tuple[Any, ...], Any], int]]:
+    """MAC formulas taking (args, out) with real tensors (not shapes)."""
+    table: dict[Any, Callable[[tuple[Any, ...], Any], int]] = {
+        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_macs,
+    }
+    q = getattr(torch.ops, "quantized", None)
+    if q is not None:
+        for name in ("conv1d", "conv2d", "conv3d", "conv1d_relu", "conv2d_relu", "conv3d_relu",
+                     "conv2d_add", "conv2d_add_relu"):
+            if hasattr(q, name):
+                table[getattr(q, name)] = _quantized_conv_macs
+        for name in ("linear", "linear_relu", "linear_dynamic", "linear_relu_dynamic"):
+            if hasattr(q, name):
+                table[getattr(q, name)] = _quantized_linear_macs
+    return table
+
+
+class MacCounter:
+    """Counts MACs per op into ``sink()`` (the innermost running module's dict)."""
+
+    def __init__(self, sink: Callable[[], dict[str, int]]) -> None:
+        self.sink = sink
+        self.op_calls: dict[str, int] = {}  # calls of each counted op
+        self.uncounted: dict[str, int] = {}
+        self.notes: dict[str, int] = {}  # note text -> occurrences
+        self.suppress = 0
+        self._own = _own_formulas()
+
+    def add(self, op: str, macs: int) -> None:
+        bucket = self.sink()
+        bucket[op] = bucket.get(op, 0) + int(macs)
+        self.op_calls[op] = self.op_calls.get(op, 0) + 1
+
+    def count(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        if self.suppress:
+            return
+        packet = func._overloadpacket
+        formula = flop_registry.get(packet)
+        if formula is not None:
+            flops = formula(*args, **kwargs, out_val=out)
+            self.add(_op_name(packet), flops // 2)
+            return
+        own = self._own.get(packet)
+        if own is not None:
+            self.add(_op_name(packet), own(args, out))
+            return
+        name = _op_name(packet)
+        if name.rstrip("_") in IGNORED_OPS or name in IGNORED_OPS:
+            return
+        self.uncounted[name] = self.uncounted.get(name, 0) + 1
+
+
+class _DispatchCounter(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # Nothing is compiled inside this mode; keeping the default (True) would wrap
+        # __torch_dispatch__ in torch._disable_dynamo, whose first call imports
+        # torch._dynamo (about 1 s of start-up for every command).
+        return False
+
+    def __init__(self, counter: MacCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if isinstance(func, torch._ops.OpOverload):
+            self.counter.count(func, args, kwargs, out)
+        return out
+
+
+class _FunctionCounter(TorchFunctionMode):
+    """Counts F.scaled_dot_product_attention once, before any backend decomposes it."""
+
+    def __init__(self, counter: MacCounter) -> None:
+        super().__init__()
+        self.counter = counter
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention and not self.counter.suppress:
+            q, k, v = (list(args) + [kwargs.get(n) for n in ("query", "key", "value")][len(args):])[:3]
+            self.counter.add(SDPA_OP, _sdpa_macs(q, k, v))
+            causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
+            mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            if causal:
+                self.counter.notes["causal"] = self.counter.notes.get("causal", 0) + 1
+            elif mask is not None:
+                self.counter.notes["masked"] = self.counter.notes.get("masked", 0) + 1
+            self.counter.suppress += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.counter.suppress -= 1
+        return func(*args, **kwargs)
+
+
+class counting:
+    """Context manager: both modes active, innermost last (dispatch sees what functions leave)."""
+
+    def __init__(self, counter: MacCounter) -> None:
+        self.counter = counter
+        self._modes = [_FunctionCounter(counter), _DispatchCounter(counter)]
+
+    def __enter__(self) -> MacCounter:
+        for m in self._modes:
+            m.__enter__()
+        return self.counter
+
+    def __exit__(self, *exc: Any) -> None:
+        for m in reversed(self._modes):
+            m.__exit__(*exc)
+
+
+def sdpa_notes(notes: dict[str, int]) -> list[str]:
+    out = []
+    if notes.get("causal"):
+        out.append(f"{notes['causal']} scaled_dot_product_attention call(s) with is_causal=True "
+                   "counted dense (an upper bound: causal kernels skip about half of QKᵀ and AV)")
+    if notes.get("masked"):
+        out.append(f"{notes['masked']} scaled_dot_product_attention call(s) with attn_mask "
+                   "counted dense (masked positions are not skipped)")
+    return out

@@ -1,0 +1,77 @@
+"""`inspect flops` and count_flops(): per op, per module, not counted, other tools."""
+
+from __future__ import annotations
+
+import json
+
+import torch
+import torchvision
+from torch import nn
+
+from torchinspect import count_flops
+
+
+def test_cli_flops_resnet18_json(invoke) -> None:
+    result = invoke("flops", "resnet18", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    assert data["schema"] == "torchinspect/flops/v1"
+    ops = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.meta["_ops"] * 1e9
+    assert abs(data["macs"] - ops) <= 1e-3 * ops
+    assert data["flops"] == 2 * data["macs"]
+    by_op = {r["op"]: r for r in data["by_op"]}
+    assert by_op["convolution"]["calls"] == 20 and by_op["addmm"]["macs"] == 512 * 1000
+    assert {"op": "relu_", "calls": 17} in data["not_counted"]
+
+
+def test_golden_flops_table(invoke, golden) -> None:
+    result = invoke("flops", "resnet18", "--depth", "1")
+    assert result.exit_code == 0, result.output
+    golden("flops_resnet18_depth1.txt", result.output)
+
+
+def test_compare_shows_thop_and_torchinfo(invoke) -> None:
+    result = invoke("flops", "resnet18", "--compare", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    tools = {c["tool"]: c for c in data["compare"]}
+    assert set(tools) == {"thop", "torchinfo"}
+    import warnings
+
+    import torchinfo
+
+    with warnings.catch_warnings():  # thop imports distutils
+        warnings.simplefilter("ignore")
+        import thop
+
+    model = torchvision.models.resnet18().eval()
+    x = torch.zeros(1, 3, 224, 224)
+    with torch.no_grad():
+        thop_macs, _ = thop.profile(model, inputs=(x,), verbose=False)
+    model = torchvision.models.resnet18().eval()
+    ti = torchinfo.summary(model, input_data=x, verbose=0)
+    assert tools["thop"]["macs"] == int(thop_macs)
+    assert tools["torchinfo"]["macs"] == ti.total_mult_adds
+
+
+def test_several_models_one_table(invoke) -> None:
+    result = invoke("flops", "resnet18", "resnet50")
+    assert result.exit_code == 0, result.output
+    assert "resnet18" in result.output and "resnet50" in result.output
+    assert "4.09G" in result.output  # torchvision: 4.089 GFLOPS (MACs)
+
+
+def test_functional_model_per_module_attribution() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.zeros(6, 6))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.einsum("bi,ij->bj", x, self.w)
+
+    model = nn.Sequential(Block(), nn.Linear(6, 3))
+    r = count_flops(model, torch.zeros(2, 6), depth=1)
+    rows = {row.name: row for row in r.rows}
+    assert rows["0"].macs == 2 * 6 * 6 and rows["1"].macs == 2 * 6 * 3
+    assert r.macs == rows["0"].macs + rows["1"].macs

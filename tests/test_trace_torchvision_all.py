@@ -1,0 +1,47 @@
+"""Every torchvision builder (all of list_models()) summarizes with its default input.
+
+Classification and the light families run on meta in a few seconds; detection models
+(data-dependent NMS: a CPU fallback with a real build) and quantized models (CPU kernels)
+take longer and carry the `slow` mark (still part of `make test`).
+"""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torchvision.models as tvm
+
+from torchinspect.sources import load_model
+from torchinspect.trace import trace_model
+
+ALL = tvm.list_models()
+HEAVY = {n for n in ALL if tvm.get_model_builder(n).__module__.split(".")[2] in ("detection", "quantization")}
+
+
+def _params(names: list[str]) -> list:
+    return [pytest.param(n, marks=pytest.mark.slow) if n in HEAVY else n for n in names]
+
+
+def test_all_121_builders_are_listed() -> None:
+    assert len(ALL) == 121
+
+
+@pytest.mark.parametrize("name", _params(ALL))
+def test_builder_traces_with_default_input(name: str) -> None:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        loaded = load_model(name, device="meta")
+        trace = trace_model(loaded.model, loaded.example, rebuild=loaded.rebuild)
+    assert trace.calls and trace.calls[0].name == ""
+    assert trace.params.total > 0 and trace.total_macs > 0
+    assert trace.outputs is not None
+    weights = list(tvm.get_model_weights(name))
+    if name in HEAVY:  # real run (NMS / quantized kernels), and it says why
+        assert trace.device == "cpu" and trace.fallback_reason
+    else:
+        assert trace.device == "meta" and trace.fallback_reason is None
+    if weights and not name.startswith("quantized_"):
+        # the default build (weights=None) may differ from the published one in num_classes
+        # and aux heads, so only the order of magnitude is checked here (test_accuracy pins it)
+        assert trace.params.total > weights[0].meta["num_params"] / 3
