@@ -28,14 +28,13 @@ def test_help_does_not_import_torch():
         from typer.testing import CliRunner
         from torchinspect.cli.app import app
         runner = CliRunner()
-        for args in (["--help"], *[[c, "--help"] for c in %r]):
+        for args in (["--help"], *[[c, "--help"] for c in SUBCOMMANDS]):
             r = runner.invoke(app, args)
             assert r.exit_code == 0, (args, r.output)
         heavy = [m for m in ("torch", "torchvision", "onnx", "graphviz", "safetensors") if m in sys.modules]
         print("HEAVY", heavy)
         """
-        % SUBCOMMANDS
-    )
+    ).replace("SUBCOMMANDS", repr(SUBCOMMANDS))
     proc = _run_py(code)
     assert proc.returncode == 0, proc.stderr
     assert "HEAVY []" in proc.stdout
