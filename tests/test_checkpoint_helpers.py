@@ -57,10 +57,18 @@ def save_plain(path: Path, model: nn.Module | None = None) -> dict[str, torch.Te
     return sd
 
 
+class _DataParallelLike(nn.Module):
+    def __init__(self, module: nn.Module) -> None:
+        super().__init__()
+        self.module = module
+
+
 def save_dataparallel(path: Path, model: nn.Module | None = None) -> dict[str, torch.Tensor]:
     """{"state_dict": {"module."...}, "optimizer": SGD momentum state, "scheduler", "epoch"}."""
     model = model or net()
-    dp = nn.DataParallel(model)  # real DataParallel wrapper: keys get "module."
+    # nn.DataParallel would move the model to cuda:0 on a GPU machine; a wrapper holding it
+    # as ``.module`` gives the same "module." keys everywhere.
+    dp = _DataParallelLike(model)
     opt = torch.optim.SGD(dp.parameters(), lr=0.1, momentum=0.9)
     for p in dp.parameters():
         p.grad = torch.ones_like(p)

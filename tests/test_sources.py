@@ -328,3 +328,10 @@ def test_pt2_with_pickled_sample_inputs_is_refused(tmp_path: Path):
         load_model(str(evil))
     assert "--trust-pickle" in err.value.hint
     assert not marker.exists()
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the no-CUDA message")
+def test_cuda_device_without_cuda_is_a_clean_error(invoke):
+    result = invoke("summary", "zoo:convnet", "--device", "cuda")
+    assert result.exit_code == 2 and "CUDA is not available" in result.output
+    assert "Traceback" not in result.output

@@ -11,8 +11,6 @@ import sys
 import traceback
 from collections.abc import Callable
 from contextvars import ContextVar
-from dataclasses import dataclass
-from enum import StrEnum
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -21,15 +19,6 @@ from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.report import OutputFormat, Report, render
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-
-class Device(StrEnum):
-    """Documented values of --device (cuda:N is accepted too)."""
-
-    auto = "auto"
-    cpu = "cpu"
-    cuda = "cuda"
-    meta = "meta"
 
 
 # Set by the root callback on every invocation (so it never leaks between invocations).
@@ -145,15 +134,6 @@ BatchOpt = Annotated[
 NoBatchOpt = Annotated[
     bool, typer.Option("--no-batch", help="use --input shapes exactly as written (no batch added).")
 ]
-WeightsConfigOpt = Annotated[
-    str | None,
-    typer.Option("--weights-config", metavar="NAME",
-                 help="torchvision: use the builder settings and input size of published weights "
-                 "NAME (e.g. IMAGENET1K_V1); 'default' = the first weights."),
-]
-PublishedOpt = Annotated[
-    bool, typer.Option("--published", help="same as --weights-config default.")
-]
 TrainOpt = Annotated[bool, typer.Option("--train", help="trace in training mode (default: eval).")]
 FormatOpt = Annotated[
     OutputFormat, typer.Option("--format", "-f", help="output format.", case_sensitive=False)
@@ -161,42 +141,6 @@ FormatOpt = Annotated[
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", metavar="FILE", help="write the report to FILE (atomic).")
 ]
-
-
-@dataclass(frozen=True)
-class ModelOptions:
-    """Everything needed to resolve MODEL into a model and its example inputs."""
-
-    spec: str
-    inputs: list[str] | None = None
-    args: list[str] | None = None
-    arch: str | None = None
-    weights: str | None = None
-    key: str | None = None
-    strict: bool = True
-    trust_pickle: bool = False
-    device: str = "auto"
-    batch: int | None = None
-    no_batch: bool = False
-    train: bool = False
-    weights_config: str | None = None
-
-
-def load_from_options(opts: ModelOptions) -> tuple[Any, Any]:
-    """Resolve MODEL and its inputs: -> (LoadedModel, ExampleInputs | None). Imports torch."""
-    from torchinspect.sources import load_model, parse_inputs
-
-    device = parse_device(opts.device)
-    build_device = "meta" if device in ("auto", "meta") else device
-    loaded = load_model(opts.spec, arch=opts.arch, args=opts.args, weights=opts.weights,
-                        key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
-                        device=build_device, weights_config=opts.weights_config)
-    example = parse_inputs(opts.inputs, batch=opts.batch, no_batch=opts.no_batch,
-                           default=loaded.example)
-    if example is None:
-        raise InspectError(f"{opts.spec} declares no example input",
-                           hint="pass --input, e.g. --input 3,224,224 (see `inspect summary --help`)")
-    return loaded, example
 
 
 def parse_device(text: str) -> str:

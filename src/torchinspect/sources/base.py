@@ -123,3 +123,20 @@ def model_device(model: Any) -> str:
     for t in _tensors(model):
         return str(t.device)
     return "cpu"
+
+
+def check_device(device: str) -> None:
+    """A real device must exist here: cuda needs CUDA, cuda:N an N below the device count."""
+    if not device.startswith("cuda"):
+        return
+    import torch
+
+    if not torch.cuda.is_available():
+        raise InspectError(f"--device {device}: CUDA is not available on this machine",
+                           hint="use --device cpu, or the default (meta) for static analysis; "
+                           "`inspect env` shows what torch sees")
+    index = device.partition(":")[2]
+    count = torch.cuda.device_count()
+    if index and int(index) >= count:
+        raise InspectError(f"--device {device}: this machine has {count} CUDA device(s)",
+                           hint=f"use cuda:0 ... cuda:{count - 1}")

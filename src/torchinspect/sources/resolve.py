@@ -19,6 +19,7 @@ from torchinspect.sources.base import (
     LoadedModel,
     SourceKind,
     call_builder,
+    check_device,
     has_meta_tensors,
     model_device,
     parse_kwargs,
@@ -136,6 +137,7 @@ def load_model(
     the architecture. ``weights_config`` applies a torchvision weights' published builder
     settings and input size ("default" for the first weights).
     """
+    check_device(device)
     kwargs = parse_kwargs(args)
     spec = spec.strip()
     if not spec:
