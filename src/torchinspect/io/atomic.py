@@ -39,6 +39,7 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
     tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     tmp_path = tmp_dir / target.name
     try:
+        tmp_path.touch()  # writers may open it without O_CREAT
         yield tmp_path
         with open(tmp_path, "rb") as fh:
             os.fsync(fh.fileno())
