@@ -161,3 +161,76 @@ def test_debug_shows_traceback(invoke):
     result = invoke("--debug", "summary", "resnet19")
     assert result.exit_code == ExitStatus.USAGE
     assert "Traceback" in result.output
+
+
+# ------------------------------------------------------------------ every source kind, end to end
+
+SMALL_PY = textwrap.dedent(
+    """
+    from torch import nn
+
+    class Small(nn.Module):
+        example_input = "1,3,8,8"
+
+        def __init__(self, width=4):
+            super().__init__()
+            self.conv = nn.Conv2d(3, width, 3)
+            self.fc = nn.Linear(width, 2)
+
+        def forward(self, x):
+            return self.fc(self.conv(x).mean((2, 3)))
+    """
+)
+
+
+@pytest.fixture
+def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
+    """A python-spec model plus every file form of it; returns {kind: argv}."""
+    import torch
+    from safetensors.torch import save_file
+
+    (tmp_path / "smallpkg.py").write_text(SMALL_PY)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    import smallpkg
+
+    model = smallpkg.Small().eval()
+    spec = f"{tmp_path / 'smallpkg.py'}:Small"
+    torch.save({"model": model.state_dict()}, tmp_path / "w.pth")
+    save_file(model.state_dict(), str(tmp_path / "w.safetensors"))
+    torch.jit.save(torch.jit.script(model), str(tmp_path / "m.ts"))
+    torch.export.save(torch.export.export(model, (torch.randn(1, 3, 8, 8),)), str(tmp_path / "m.pt2"))
+    torch.save(model, tmp_path / "full.pth")
+    return {
+        "python file": [spec],
+        "python module": ["smallpkg:Small", "--arg", "width=4"],
+        "checkpoint --arch": [tmp_path / "w.pth", "--arch", spec],
+        "--weights": [spec, "--weights", tmp_path / "w.pth"],
+        "safetensors": [tmp_path / "w.safetensors", "--arch", spec],
+        "torchscript": [tmp_path / "m.ts", "--input", "3,8,8"],
+        "torch.export": [tmp_path / "m.pt2"],
+        "trusted pickle": [tmp_path / "full.pth", "--trust-pickle", "--input", "3,8,8"],
+    }
+
+
+KINDS = ["python file", "python module", "checkpoint --arch", "--weights", "safetensors",
+         "torchscript", "torch.export", "trusted pickle"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_every_file_source_kind_summarizes(invoke, small, kind):
+    import json
+
+    result = invoke("summary", *small[kind], "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.stdout)
+    # conv 3*4*9+4 = 112, fc 4*2+2 = 10: the same model whatever the source
+    assert data["totals"]["params"] == 3 * 4 * 9 + 4 + 4 * 2 + 2
+    assert data["totals"]["macs"] == 3 * 4 * 9 * 6 * 6 + 4 * 2
+
+
+@pytest.mark.parametrize("model", ["resnet18", "zoo:convnet", "zoo:llama-tiny", "zoo:multi-input"])
+def test_torchvision_and_zoo_sources_summarize(invoke, model):
+    result = invoke("summary", model, "--depth", "1")
+    assert result.exit_code == 0, result.output
+    assert "Total params" in result.output

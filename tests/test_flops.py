@@ -75,3 +75,20 @@ def test_functional_model_per_module_attribution() -> None:
     rows = {row.name: row for row in r.rows}
     assert rows["0"].macs == 2 * 6 * 6 and rows["1"].macs == 2 * 6 * 3
     assert r.macs == rows["0"].macs + rows["1"].macs
+
+
+def test_uncalled_container_rows_match_summary() -> None:
+    from torchinspect import summarize
+
+    r = count_flops("zoo:llama-tiny", depth=1)
+    rows = {row.name: row for row in r.rows}
+    assert rows["layers"].type == "ModuleList" and rows["layers"].called is False
+    assert set(rows["layers"].by_op) == {"mm", "scaled_dot_product_attention"}
+    assert sum(rows["layers"].by_op.values()) == rows["layers"].macs
+    assert sum(row.macs for row in r.rows) == r.macs
+    s = summarize("zoo:llama-tiny", depth=1)
+    assert {row.name: row.macs for row in s.rows if row.macs} == {
+        row.name: row.macs for row in r.rows if row.macs}
+    deep = count_flops("zoo:llama-tiny", depth=2)
+    names = [row.name for row in deep.rows]
+    assert names.index("layers") + 1 == names.index("layers.0")  # the container keeps its rows

@@ -59,3 +59,12 @@ def test_frozen_tied_and_dtypes() -> None:
 def test_params_need_no_input_and_stay_on_meta() -> None:
     r = count_params("zoo:llama-70b", depth=0)
     assert r.total == 70_553_706_496
+
+
+def test_container_rows_match_summary() -> None:
+    from torchinspect import summarize
+
+    for depth in (1, 2):
+        p = {r.name: r.params for r in count_params("zoo:llama-tiny", depth=depth).rows}
+        s = {r.name: r.params or 0 for r in summarize("zoo:llama-tiny", depth=depth).rows}
+        assert p == s

@@ -104,3 +104,116 @@ def test_summarize_api_object_and_columns() -> None:
 def test_depth_zero_is_one_row() -> None:
     s = summarize("resnet18", "3,224,224", depth=0)
     assert len(s.rows) == 1 and s.rows[0].params == R18["num_params"]
+
+
+class _LoopModel(nn.Module):
+    """Containers never called themselves: a ModuleList and a ModuleDict run in loops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(4, 8)
+        self.blocks = nn.ModuleList(nn.Linear(8, 8) for _ in range(3))
+        self.heads = nn.ModuleDict({"a": nn.Linear(8, 2), "b": nn.Linear(8, 3)})
+
+    def forward(self, x: torch.Tensor) -> list[torch.Tensor]:
+        x = self.stem(x)
+        for block in self.blocks:
+            x = block(x)
+        return [head(x) for head in self.heads.values()]
+
+
+def _n(module: nn.Module) -> int:
+    return sum(p.numel() for p in module.parameters())
+
+
+def _linear_macs(module: nn.Module, batch: int) -> int:
+    return sum(batch * m.in_features * m.out_features for m in module.modules()
+               if isinstance(m, nn.Linear))
+
+
+def test_uncalled_containers_are_rows_at_their_depth() -> None:
+    model, batch = _LoopModel(), 2
+    s = summarize(model, torch.zeros(batch, 4), depth=1)
+    rows = {r.name: r for r in s.rows}
+    assert [r.name for r in s.rows] == ["", "stem", "blocks", "heads"]
+    for name in ("blocks", "heads"):
+        sub = getattr(model, name)
+        row = rows[name]
+        assert (row.type, row.depth, row.called) == (type(sub).__name__, 1, False)
+        assert row.params == _n(sub) and row.macs == _linear_macs(sub, batch)
+        assert row.value(Column.input) == "-" and row.value(Column.output) == "-"
+    assert rows[""].params == 0 and rows[""].value(Column.params) == "--"
+    assert sum(r.params or 0 for r in s.rows) == s.totals.params == _n(model)
+    assert sum(r.macs for r in s.rows) == s.totals.macs == _linear_macs(model, batch)
+
+    deep = summarize(model, torch.zeros(batch, 4), depth=2)
+    names = [r.name for r in deep.rows]
+    assert names == ["", "stem", "blocks", "blocks.0", "blocks.1", "blocks.2", "heads",
+                     "heads.a", "heads.b"]
+    blocks = deep.rows[2]
+    assert blocks.container and blocks.value(Column.params) == "--" and blocks.macs == 0
+    assert [r.label for r in deep.rows[2:6]] == ["├─blocks", "│ ├─0", "│ ├─1", "│ └─2"]
+    assert sum(r.params or 0 for r in deep.rows) == _n(model)
+    assert sum(r.macs for r in deep.rows) == _linear_macs(model, batch)
+    folded = summarize(model, torch.zeros(batch, 4), depth=2, fold=True)
+    row = next(r for r in folded.rows if r.repeat > 1)
+    assert (row.label, row.repeat, row.params) == ("│ └─0…2 (×3)", 3, _n(model.blocks))
+
+
+def test_shared_block_with_an_uncalled_container() -> None:
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.parts = nn.ModuleList([nn.Linear(6, 6), nn.Linear(6, 6)])
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for part in self.parts:
+                x = part(x)
+            return x
+
+    class Shared(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.block = Block()
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.block(self.block(x))  # the same block, called twice
+
+    model = Shared()
+    for depth in (1, 2, 3):
+        s = summarize(model, torch.zeros(1, 6), depth=depth)
+        assert sum(r.params or 0 for r in s.rows) == s.totals.params == _n(model)
+        assert sum(r.macs for r in s.rows) == s.totals.macs == 2 * _linear_macs(model, 1)
+    parts = [r for r in s.rows if r.name == "block.parts"]
+    assert len(parts) == 2 and not any(r.called for r in parts)  # once under each call
+    assert parts[0].value(Column.params) == "--" and parts[1].params is None
+    at2 = summarize(model, torch.zeros(1, 6), depth=2).rows
+    parts = [r for r in at2 if r.name == "block.parts"]
+    assert [r.params for r in parts] == [_n(model.block.parts), None]
+    assert [r.macs for r in parts] == [_linear_macs(model, 1)] * 2
+
+
+def test_llama_tiny_layers_row(invoke) -> None:
+    from models_zoo.llama import llama
+
+    model = llama("llama-tiny")
+    result = invoke("summary", "zoo:llama-tiny", "--depth", "1")
+    assert result.exit_code == 0, result.output
+    assert "├─layers" in result.output and "ModuleList" in result.output
+    data = json.loads(invoke("summary", "zoo:llama-tiny", "--depth", "1", "--format", "json").output)
+    rows = {r["name"]: r for r in data["layers"]}
+    assert list(rows) == ["", "embed_tokens", "layers", "norm", "lm_head"]
+    assert rows["layers"]["called"] is False and rows["lm_head"]["called"] is True
+    assert rows["layers"]["params"] == _n(model.layers)
+    assert rows["layers"]["input"] == "-" and rows[""]["params"] == 0
+    assert rows["layers"]["macs"] == data["totals"]["macs"] - rows["lm_head"]["macs"]
+    assert sum(r["params"] or 0 for r in data["layers"]) == data["totals"]["params"]
+    assert sum(r["macs"] for r in data["layers"]) == data["totals"]["macs"]
+    folded = invoke("summary", "zoo:llama-tiny", "--depth", "2", "--fold")
+    assert "├─layers" in folded.output and "│ └─0…1 (×2)" in folded.output
+
+
+def test_golden_llama_tiny_containers(invoke, golden) -> None:
+    result = invoke("summary", "zoo:llama-tiny", "--depth", "2", "--fold")
+    assert result.exit_code == 0, result.output
+    golden("summary_llama_tiny_depth2_fold.txt", result.output)

@@ -17,7 +17,7 @@ from torchinspect.analysis.prepare import (
     prepare,
     run_trace,
 )
-from torchinspect.analysis.tree import shown_tree
+from torchinspect.analysis.tree import macs_by_op, shown_tree
 from torchinspect.errors import InspectError
 from torchinspect.report import Report, Table, Text, fmt_si
 from torchinspect.trace.records import Trace
@@ -31,6 +31,7 @@ class FlopsRow:
     macs: int
     pct: float
     by_op: dict[str, int]
+    called: bool = True  # False: a container (ModuleList, ...) whose forward never ran
 
 
 @dataclass
@@ -124,11 +125,12 @@ def flops_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
         stack = [root]
         while stack:
             node = stack.pop()
-            if node.macs or node is root:
+            # a container with MACs below it stays, so its rows keep their parent
+            if node.macs or node is root or (node.children and node.call.total_macs):
                 rows.append(FlopsRow(node.call.name, node.call.type, node.call.depth, node.macs,
                                      100.0 * node.macs / (trace.total_macs or 1),
-                                     trace.macs_by_op_of(node.call.index) if not node.children
-                                     else dict(node.call.macs)))
+                                     macs_by_op(trace, node.call) if not node.children
+                                     else dict(node.call.macs), node.called))
             stack.extend(reversed(node.children))
     return FlopsResult(
         model=model, input=inputs, device=trace.device, fallback_reason=trace.fallback_reason,

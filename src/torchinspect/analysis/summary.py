@@ -74,6 +74,7 @@ class SummaryRow:
     trainable: str | None
     repeat: int = 1
     container: bool = False  # its children are shown as rows of their own
+    called: bool = True  # False: a container (ModuleList, ...) whose forward never ran
 
     def value(self, col: Column) -> Any:
         if col is Column.layer:
@@ -271,7 +272,7 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
             kernel=_kernel(info), params=params,
             params_pct=(100.0 * params / total) if params is not None and total else None,
             macs=node.macs, trainable=_trainable(info), repeat=node.fold,
-            container=bool(node.children),
+            container=bool(node.children), called=node.called,
         ))
         for i, ch in enumerate(node.children):
             walk(ch, node, child_prefix, i == len(node.children) - 1)

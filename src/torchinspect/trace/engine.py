@@ -129,7 +129,11 @@ def _preserved(model: nn.Module, train: bool) -> Iterator[None]:
     try:
         if mha is not None:
             mha.set_fastpath_enabled(False)  # count MHA through its matmuls, as torchvision does
-        model.train(train)
+        try:
+            model.train(train)  # honours models that override train()
+        except NotImplementedError:  # exported GraphModules refuse .train(): set the flags
+            for m, _ in flags:
+                m.training = train
         yield
     finally:
         for m, flag in flags:
