@@ -169,6 +169,23 @@ def emit(report: Report, fmt: OutputFormat, output: str | None = None) -> None:
     render(report, fmt, sys.stdout, width=_width())
 
 
+def check_depth(depth: int) -> None:
+    if depth < 0:
+        raise InspectError(f"--depth {depth}: the depth must be 0 or more",
+                           hint="e.g. --depth 3 (0 shows the model as one row)")
+
+
+def emit_results(command: str, results: list[Any], fmt: OutputFormat, output: str | None,
+                 **report_kw: Any) -> None:
+    """One model: its full report; several: one comparison table (a row per model)."""
+    if len(results) > 1:
+        from torchinspect.analysis.compare import comparison_report
+
+        emit(comparison_report(command, results), fmt, output)
+    else:
+        emit(results[0].to_report(**report_kw), fmt, output)
+
+
 def _width() -> int | None:
     cols = os.environ.get("COLUMNS")
     if cols and cols.isdigit():

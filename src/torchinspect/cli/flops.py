@@ -21,8 +21,9 @@ from torchinspect.cli.common import (
     TrainOpt,
     TrustOpt,
     WeightsOpt,
+    check_depth,
     command_errors,
-    emit,
+    emit_results,
     parse_device,
 )
 from torchinspect.cli.summary import DepthOpt, PublishedOpt, WeightsConfigOpt, load_options
@@ -54,18 +55,12 @@ def flops(
     output: OutputOpt = None,
 ) -> None:
     """MACs (FLOPs = 2 x MACs) per module and per aten op, with what is not counted."""
-    from torchinspect.analysis.compare import comparison_report
     from torchinspect.analysis.flops import count_flops
-    from torchinspect.errors import InspectError
 
     dev = parse_device(device)
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more", hint="e.g. --depth 2")
+    check_depth(depth)
     opts = load_options(arg, arch, weights, key, strict, trust_pickle, batch, no_batch, published,
                         weights_config)
     results = [count_flops(m, input, depth=depth, compare=compare, device=dev, train=train,
                            options=opts) for m in models]
-    if len(results) > 1:
-        emit(comparison_report("flops", results), format, output)
-    else:
-        emit(results[0].to_report(), format, output)
+    emit_results("flops", results, format, output)

@@ -13,8 +13,9 @@ from torchinspect.cli.common import (
     StrictOpt,
     TrustOpt,
     WeightsOpt,
+    check_depth,
     command_errors,
-    emit,
+    emit_results,
     parse_device,
 )
 from torchinspect.cli.summary import DepthOpt, PublishedOpt, WeightsConfigOpt, load_options
@@ -38,17 +39,11 @@ def params(
     output: OutputOpt = None,
 ) -> None:
     """Parameter counts (tied weights once): totals, per module, per dtype, frozen, bytes."""
-    from torchinspect.analysis.compare import comparison_report
     from torchinspect.analysis.params import count_params
-    from torchinspect.errors import InspectError
 
     dev = parse_device(device)
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more", hint="e.g. --depth 2")
+    check_depth(depth)
     opts = load_options(arg, arch, weights, key, strict, trust_pickle, None, False, published,
                         weights_config)
     results = [count_params(m, depth=depth, device=dev, options=opts) for m in models]
-    if len(results) > 1:
-        emit(comparison_report("params", results), format, output)
-    else:
-        emit(results[0].to_report(), format, output)
+    emit_results("params", results, format, output)

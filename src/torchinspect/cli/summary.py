@@ -21,8 +21,9 @@ from torchinspect.cli.common import (
     TrainOpt,
     TrustOpt,
     WeightsOpt,
+    check_depth,
     command_errors,
-    emit,
+    emit_results,
     parse_device,
 )
 from torchinspect.report import OutputFormat
@@ -75,20 +76,13 @@ def summary(
     output: OutputOpt = None,
 ) -> None:
     """Layer-by-layer table: shapes, kernel, params, MACs; totals and memory estimates."""
-    from torchinspect.analysis.compare import comparison_report
     from torchinspect.analysis.summary import parse_columns, summarize
-    from torchinspect.errors import InspectError
 
     dev = parse_device(device)
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more",
-                           hint="e.g. --depth 3 (0 shows the model as one row)")
+    check_depth(depth)
     cols = parse_columns(columns)
     opts = load_options(arg, arch, weights, key, strict, trust_pickle, batch, no_batch, published,
                         weights_config)
     results = [summarize(m, input, depth=depth, columns=cols, fold=fold, device=dev, train=train,
                          options=opts) for m in models]
-    if len(results) > 1:
-        emit(comparison_report("summary", results), format, output)
-    else:
-        emit(results[0].to_report(totals_only=totals), format, output)
+    emit_results("summary", results, format, output, totals_only=totals)
