@@ -111,17 +111,9 @@ def _ref_meta(ref: TensorRef) -> TensorMeta:
 
 def _meta_via_torch(path: Path, fmt: CheckpointFormat, key: str | None,
                     trust_pickle: bool) -> tuple[Any, dict[str, TensorMeta], str | None]:
-    from torchinspect.io.state_dict import extract_state_dict
-    from torchinspect.io.torch_load import torch_load
+    from torchinspect.io.torch_load import load_state_dict_with_devices
 
-    locations: dict[int, str] = {}
-
-    def record(storage: Any, location: str) -> Any:
-        locations[storage.data_ptr()] = location
-        return storage
-
-    obj = torch_load(path, fmt, trust_pickle=trust_pickle, mmap=True, map_location=record)
-    sd, used = extract_state_dict(obj, key, source=str(path))
+    obj, sd, used, locations = load_state_dict_with_devices(path, fmt, key, trust_pickle)
     tensors = {}
     for k, t in sd.items():
         ptr = t.untyped_storage().data_ptr()

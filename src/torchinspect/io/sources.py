@@ -120,17 +120,10 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
 
 def _open_via_torch(path: Path, fmt: CheckpointFormat, key: str | None,
                     trust_pickle: bool) -> LoadedInput:
-    from torchinspect.io.state_dict import container_extras, extract_state_dict
-    from torchinspect.io.torch_load import torch_load
+    from torchinspect.io.state_dict import container_extras
+    from torchinspect.io.torch_load import load_state_dict_with_devices
 
-    locations: dict[int, str] = {}
-
-    def record(storage: Any, location: str) -> Any:
-        locations[storage.data_ptr()] = location
-        return storage
-
-    obj = torch_load(path, fmt, trust_pickle=trust_pickle, mmap=True, map_location=record)
-    sd, used = extract_state_dict(obj, key, source=str(path))
+    obj, sd, used, locations = load_state_dict_with_devices(path, fmt, key, trust_pickle)
     tensors = []
     for name, t in sd.items():
         ptr = t.untyped_storage().data_ptr()

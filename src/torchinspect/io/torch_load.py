@@ -123,3 +123,23 @@ def _explain(path: Path, fmt: CheckpointFormat, exc: BaseException) -> InspectEr
         return InspectError(f"{path}: corrupt or truncated checkpoint ({msg})", hint=_CUT_SHORT)
     return InspectError(f"{path}: cannot read checkpoint ({type(exc).__name__}: {msg})",
                         hint="the file is corrupt, truncated, or not a torch.save checkpoint")
+
+
+def load_state_dict_with_devices(path: Path, fmt: CheckpointFormat, key: str | None,
+                                 trust_pickle: bool) -> tuple[Any, dict[str, Any], str | None,
+                                                              dict[int, str]]:
+    """Weights-only load (mmap, on CPU) that also records the device each storage was saved on.
+
+    Returns ``(obj, state_dict, key_used, saved_location_by_storage_data_ptr)``.
+    """
+    from torchinspect.io.state_dict import extract_state_dict
+
+    locations: dict[int, str] = {}
+
+    def record(storage: Any, location: str) -> Any:
+        locations[storage.data_ptr()] = location
+        return storage
+
+    obj = torch_load(path, fmt, trust_pickle=trust_pickle, mmap=True, map_location=record)
+    sd, used = extract_state_dict(obj, key, source=str(path))
+    return obj, sd, used, locations
