@@ -234,3 +234,42 @@ def test_torchvision_and_zoo_sources_summarize(invoke, model):
     result = invoke("summary", model, "--depth", "1")
     assert result.exit_code == 0, result.output
     assert "Total params" in result.output
+
+
+def test_output_never_overwrites_an_input(invoke, small, tmp_path: Path):
+    ckpt = tmp_path / "w.pth"
+    before = ckpt.read_bytes()
+    result = invoke("summary", *small["checkpoint --arch"], "--output", ckpt)
+    _assert_clean_failure(result, "overwrite")
+    assert ckpt.read_bytes() == before
+    spec_file = tmp_path / "smallpkg.py"
+    result = invoke("params", f"{spec_file}:Small", "--output", spec_file)
+    _assert_clean_failure(result, "overwrite")
+
+
+def test_output_is_written(invoke, tmp_path: Path):
+    import json
+
+    out = tmp_path / "s.json"
+    result = invoke("summary", "zoo:convnet", "--format", "json", "--output", out)
+    assert result.exit_code == 0, result.output
+    assert json.loads(out.read_text())["schema"] == "torchinspect/summary/v1"
+    assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temporary left behind
+
+
+def test_ctrl_c_exits_130_without_traceback(invoke, tmp_path: Path):
+    path = tmp_path / "slow.py"
+    path.write_text(textwrap.dedent(
+        """
+        from torch import nn
+
+        class Slow(nn.Module):
+            example_input = "1,2"
+
+            def forward(self, x):
+                raise KeyboardInterrupt
+        """
+    ))
+    result = invoke("summary", f"{path}:Slow")
+    assert result.exit_code == ExitStatus.INTERRUPTED
+    assert "Traceback" not in result.output and "interrupted" in result.output

@@ -141,8 +141,8 @@ def test_uncalled_containers_are_rows_at_their_depth() -> None:
         row = rows[name]
         assert (row.type, row.depth, row.called) == (type(sub).__name__, 1, False)
         assert row.params == _n(sub) and row.macs == _linear_macs(sub, batch)
-        assert row.value(Column.input) == "-" and row.value(Column.output) == "-"
-    assert rows[""].params == 0 and rows[""].value(Column.params) == "--"
+        assert str(row.value(Column.input)) == "-" and str(row.value(Column.output)) == "-"
+    assert rows[""].params == 0 and str(rows[""].value(Column.params)) == "--"
     assert sum(r.params or 0 for r in s.rows) == s.totals.params == _n(model)
     assert sum(r.macs for r in s.rows) == s.totals.macs == _linear_macs(model, batch)
 
@@ -151,7 +151,7 @@ def test_uncalled_containers_are_rows_at_their_depth() -> None:
     assert names == ["", "stem", "blocks", "blocks.0", "blocks.1", "blocks.2", "heads",
                      "heads.a", "heads.b"]
     blocks = deep.rows[2]
-    assert blocks.container and blocks.value(Column.params) == "--" and blocks.macs == 0
+    assert blocks.container and str(blocks.value(Column.params)) == "--" and blocks.macs == 0
     assert [r.label for r in deep.rows[2:6]] == ["├─blocks", "│ ├─0", "│ ├─1", "│ └─2"]
     assert sum(r.params or 0 for r in deep.rows) == _n(model)
     assert sum(r.macs for r in deep.rows) == _linear_macs(model, batch)
@@ -186,7 +186,7 @@ def test_shared_block_with_an_uncalled_container() -> None:
         assert sum(r.macs for r in s.rows) == s.totals.macs == 2 * _linear_macs(model, 1)
     parts = [r for r in s.rows if r.name == "block.parts"]
     assert len(parts) == 2 and not any(r.called for r in parts)  # once under each call
-    assert parts[0].value(Column.params) == "--" and parts[1].params is None
+    assert str(parts[0].value(Column.params)) == "--" and parts[1].params is None
     at2 = summarize(model, torch.zeros(1, 6), depth=2).rows
     parts = [r for r in at2 if r.name == "block.parts"]
     assert [r.params for r in parts] == [_n(model.block.parts), None]
@@ -217,3 +217,17 @@ def test_golden_llama_tiny_containers(invoke, golden) -> None:
     result = invoke("summary", "zoo:llama-tiny", "--depth", "2", "--fold")
     assert result.exit_code == 0, result.output
     golden("summary_llama_tiny_depth2_fold.txt", result.output)
+
+
+def test_csv_has_raw_numbers(invoke) -> None:
+    import csv
+    import io
+
+    result = invoke("summary", "resnet18", "--depth", "1", "--format", "csv")
+    assert result.exit_code == 0, result.output
+    rows = {r["Layer"].lstrip("├└─"): r for r in csv.DictReader(io.StringIO(result.stdout))}
+    data = json.loads(invoke("summary", "resnet18", "--depth", "1", "--format", "json").stdout)
+    by_name = {layer["name"] or "resnet18": layer for layer in data["layers"]}
+    assert int(rows["conv1"]["MACs"]) == by_name["conv1"]["macs"]
+    assert int(rows["fc"]["Params"]) == by_name["fc"]["params"]
+    assert sum(int(r["MACs"]) for r in rows.values()) == data["totals"]["macs"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchinspect.analysis.prepare import COUNTED_CONVENTION, MACS_CONVENTION
-from torchinspect.report import Report, Table, Text, fmt_bytes, fmt_si
+from torchinspect.report import Report, Table, Text, nbytes, si
 
 
 def comparison_report(command: str, results: list[Any]) -> Report:
@@ -20,7 +20,7 @@ def comparison_report(command: str, results: list[Any]) -> Report:
         cols = ["Model", "Params", "Trainable", "Frozen", "Param memory", "Buffers"]
         for r in results:
             s = r.stats
-            rows.append([r.model, s.total, s.trainable, s.frozen, fmt_bytes(s.param_bytes), s.buffers])
+            rows.append([r.model, s.total, s.trainable, s.frozen, nbytes(s.param_bytes), s.buffers])
             data.append({"model": r.model, "params": s.total, "trainable": s.trainable,
                          "frozen": s.frozen, "param_bytes": s.param_bytes, "buffers": s.buffers})
         head = ["Parameters counted once per tensor (tied weights once)."]
@@ -31,7 +31,7 @@ def comparison_report(command: str, results: list[Any]) -> Report:
                 params, macs, dev = r.params, r.macs, r.device
             else:
                 params, macs, dev = r.totals.params, r.totals.macs, r.device
-            rows.append([r.model, r.input, params, fmt_si(macs), fmt_si(2 * macs), dev])
+            rows.append([r.model, r.input, params, si(macs), si(2 * macs), dev])
             data.append({"model": r.model, "input": r.input, "params": params, "macs": macs,
                          "flops": 2 * macs, "device": dev, "fallback_reason": r.fallback_reason})
             if r.fallback_reason:

@@ -19,7 +19,7 @@ from torchinspect.analysis.prepare import (
 )
 from torchinspect.analysis.tree import macs_by_op, shown_tree
 from torchinspect.errors import InspectError
-from torchinspect.report import Report, Table, Text, fmt_si
+from torchinspect.report import Report, Table, Text, fmt_si, pct, si
 from torchinspect.trace.records import Trace
 
 
@@ -87,23 +87,24 @@ class FlopsResult:
         total = self.macs or 1
         sections.append(Table(
             "MACs by module", ["Module", "Type", "MACs", "% MACs", "Top op"],
-            [["  " * r.depth + (r.name or self.model), r.type, fmt_si(r.macs),
-              f"{100.0 * r.macs / total:.2f}%",
+            [["  " * r.depth + (r.name or self.model), r.type, si(r.macs, empty="0"),
+              pct(100.0 * r.macs / total),
               max(r.by_op, key=r.by_op.get) if r.by_op else "-"] for r in self.rows],
             align=["left", "left", "right", "right", "left"], primary=True))
         sections.append(Table(
             "MACs by op", ["Op", "Calls", "MACs", "% MACs"],
-            [[op, self.op_calls.get(op, 0), fmt_si(m), f"{100.0 * m / total:.2f}%"]
+            [[op, self.op_calls.get(op, 0), si(m), pct(100.0 * m / total)]
              for op, m in self.by_op.items()],
             align=["left", "right", "right", "right"]))
         if self.not_counted:
             sections.append(Table("Not counted (work without a MAC formula)", ["Op", "Calls"],
                                   [[k, v] for k, v in self.not_counted.items()]))
         if self.compare:
-            rows = [["torchinspect", fmt_si(self.macs), self.macs, "0.00%", self.params, COMPARE_NOTE]]
+            rows = [["torchinspect", si(self.macs), self.macs, pct(0.0, signed=True), self.params,
+                     COMPARE_NOTE]]
             for c in self.compare:
-                diff = None if c.macs is None or not self.macs else f"{100.0 * (c.macs - self.macs) / self.macs:+.2f}%"
-                rows.append([c.tool, fmt_si(c.macs), c.macs, diff, c.params, c.note])
+                diff = None if c.macs is None or not self.macs else 100.0 * (c.macs - self.macs) / self.macs
+                rows.append([c.tool, si(c.macs), c.macs, pct(diff, signed=True), c.params, c.note])
             sections.append(Table("Other tools, same model and input",
                                   ["Tool", "MACs", "MACs (exact)", "vs ours", "Params", "What it counts"],
                                   rows, align=["left", "right", "right", "right", "right", "left"]))

@@ -10,7 +10,7 @@ from typing import Any
 
 from torchinspect.analysis.prepare import LoadOptions, prepare
 from torchinspect.errors import InspectError
-from torchinspect.report import KeyValues, Report, Table, Text, fmt_bytes
+from torchinspect.report import KeyValues, Report, Table, Text, fmt_bytes, nbytes
 from torchinspect.trace.records import ModuleInfo, ParamStats
 
 
@@ -65,11 +65,11 @@ class ParamsResult:
         sections.append(Table(
             f"Parameters by module (depth {self.depth})",
             ["Module", "Type", "Params", "Trainable", "Frozen", "Bytes", "Buffers"],
-            [[r.name or "(model)", r.type, r.params, r.trainable, r.frozen, fmt_bytes(r.bytes),
+            [[r.name or "(model)", r.type, r.params, r.trainable, r.frozen, nbytes(r.bytes),
               r.buffers] for r in self.rows],
             align=["left", "left", "right", "right", "right", "right", "right"], primary=True))
         sections.append(Table("By dtype", ["Dtype", "Params", "Bytes"],
-                              [[k, v.count, fmt_bytes(v.bytes)] for k, v in s.by_dtype.items()],
+                              [[k, v.count, nbytes(v.bytes)] for k, v in s.by_dtype.items()],
                               align=["left", "right", "right"]))
         items: list[tuple[str, Any]] = [
             ("Total params", f"{s.total:,}"), ("Trainable params", f"{s.trainable:,}"),

@@ -16,7 +16,7 @@ from torchinspect.analysis.prepare import (
 )
 from torchinspect.analysis.tree import ShownCall, fold_repeats, shown_tree
 from torchinspect.errors import InspectError
-from torchinspect.report import KeyValues, Report, Table, Text, fmt_bytes, fmt_si
+from torchinspect.report import KeyValues, Report, Shown, Table, Text, fmt_bytes, fmt_si, pct, si
 from torchinspect.trace.records import ModuleInfo, Trace, format_shape_tree
 
 
@@ -80,13 +80,15 @@ class SummaryRow:
         if col is Column.layer:
             return self.label
         if col is Column.macs:
-            return fmt_si(self.macs) if self.macs else "--"
+            return si(self.macs, empty="--")
         if col is Column.params_pct:
             if self.params_pct is None or (self.container and not self.params):
                 return None
-            return f"{self.params_pct:.2f}%"
+            return pct(self.params_pct)
         if col is Column.params:
-            return "--" if self.params is None or (self.container and not self.params) else self.params
+            if self.params is None or (self.container and not self.params):
+                return Shown("", "--")
+            return self.params
         return getattr(self, col.value)
 
 

@@ -9,7 +9,7 @@ import functools
 import os
 import sys
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from contextvars import ContextVar
 from typing import Annotated, Any, TypeVar
 
@@ -154,8 +154,21 @@ def parse_device(text: str) -> str:
                        hint="use auto, cpu, cuda, cuda:N (e.g. cuda:1) or meta")
 
 
-def emit(report: Report, fmt: OutputFormat, output: str | None = None) -> None:
-    """Render to stdout, or atomically to --output FILE."""
+def _input_files(inputs: Sequence[str | None]) -> tuple[str, ...]:
+    """The files among MODEL-like arguments (``file.py:Name`` counts as file.py)."""
+    found = []
+    for spec in inputs:
+        if not spec:
+            continue
+        for candidate in (spec, spec.rpartition(":")[0]):
+            if candidate and os.path.isfile(candidate):
+                found.append(candidate)
+    return tuple(found)
+
+
+def emit(report: Report, fmt: OutputFormat, output: str | None = None,
+         inputs: Sequence[str | None] = ()) -> None:
+    """Render to stdout, or atomically to --output FILE (never one of the ``inputs``)."""
     if output:
         import io as _io
 
@@ -163,7 +176,7 @@ def emit(report: Report, fmt: OutputFormat, output: str | None = None) -> None:
 
         buf = _io.StringIO()
         render(report, fmt, buf, width=_width())
-        atomic_write_text(output, buf.getvalue())
+        atomic_write_text(output, buf.getvalue(), protect=_input_files(inputs))
         typer.echo(f"wrote {output}", err=True)
         return
     render(report, fmt, sys.stdout, width=_width())
@@ -176,14 +189,14 @@ def check_depth(depth: int) -> None:
 
 
 def emit_results(command: str, results: list[Any], fmt: OutputFormat, output: str | None,
-                 **report_kw: Any) -> None:
+                 inputs: Sequence[str | None] = (), **report_kw: Any) -> None:
     """One model: its full report; several: one comparison table (a row per model)."""
     if len(results) > 1:
         from torchinspect.analysis.compare import comparison_report
 
-        emit(comparison_report(command, results), fmt, output)
+        emit(comparison_report(command, results), fmt, output, inputs)
     else:
-        emit(results[0].to_report(**report_kw), fmt, output)
+        emit(results[0].to_report(**report_kw), fmt, output, inputs)
 
 
 def _width() -> int | None:

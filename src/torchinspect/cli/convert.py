@@ -67,7 +67,7 @@ def convert(
         auto_prefix=auto_prefix, arch=arch, arch_args=arg, keep_extra=keep_extra,
         dtype=dtype, force=force, trust_pickle=trust_pickle,
     )
-    emit(convert_report(result), format, output)
+    emit(convert_report(result), format, output, [src, dst, arch])
 
 
 def _examples(pairs: list[tuple[str, str]], limit: int = 8) -> list[str]:

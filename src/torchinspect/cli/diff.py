@@ -109,7 +109,7 @@ def diff(
     result = diff_state_dicts(side_a, side_b, auto_prefix=auto_prefix)
     if values:
         compare_values(result, trust_pickle=trust_pickle, rtol=rtol, atol=atol)
-    emit(diff_report(result, fmt=format, limit=limit), format, output)
+    emit(diff_report(result, fmt=format, limit=limit), format, output, [a, b, arch])
     verdict = result.verdict
     if verdict is Verdict.incompatible or (strict and verdict is not Verdict.strict):
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))

@@ -63,4 +63,4 @@ def flops(
                         weights_config)
     results = [count_flops(m, input, depth=depth, compare=compare, device=dev, train=train,
                            options=opts) for m in models]
-    emit_results("flops", results, format, output)
+    emit_results("flops", results, format, output, [*models, arch, weights])

@@ -46,4 +46,4 @@ def params(
     opts = load_options(arg, arch, weights, key, strict, trust_pickle, None, False, published,
                         weights_config)
     results = [count_params(m, depth=depth, device=dev, options=opts) for m in models]
-    emit_results("params", results, format, output)
+    emit_results("params", results, format, output, [*models, arch, weights])

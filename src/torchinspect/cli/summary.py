@@ -85,4 +85,5 @@ def summary(
                         weights_config)
     results = [summarize(m, input, depth=depth, columns=cols, fold=fold, device=dev, train=train,
                          options=opts) for m in models]
-    emit_results("summary", results, format, output, totals_only=totals)
+    emit_results("summary", results, format, output, [*models, arch, weights],
+                 totals_only=totals)

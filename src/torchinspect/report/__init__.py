@@ -22,6 +22,35 @@ class OutputFormat(StrEnum):
     markdown = "markdown"
 
 
+@dataclass(frozen=True)
+class Shown:
+    """A table cell whose display text differs from its value (``1.81G`` for 1814073344).
+
+    Table and markdown output show ``text``; CSV writes ``value`` so spreadsheets get numbers.
+    """
+
+    value: Any
+    text: str
+
+    def __str__(self) -> str:
+        return self.text
+
+
+def si(n: int | float | None, empty: str = "-") -> Shown:
+    """A count shown as 1.81G (CSV: the exact number); ``empty`` is shown for 0/None."""
+    return Shown(n if n is not None else "", fmt_si(n) if n else empty)
+
+
+def nbytes(n: int | None) -> Shown:
+    return Shown(n if n is not None else "", fmt_bytes(n))
+
+
+def pct(x: float | None, signed: bool = False) -> Shown:
+    if x is None:
+        return Shown("", "-")
+    return Shown(round(x, 6), f"{x:+.2f}%" if signed else f"{x:.2f}%")
+
+
 @dataclass
 class Table:
     """A titled table. ``align`` holds 'left'/'right' per column (default: numbers right)."""
@@ -108,6 +137,8 @@ def fmt_si(n: int | float | None, unit: str = "") -> str:
 
 
 def _cell(v: Any) -> str:
+    if isinstance(v, Shown):
+        return v.text
     if v is None:
         return "-"
     if isinstance(v, bool):
@@ -120,6 +151,8 @@ def _cell(v: Any) -> str:
 
 
 def _is_num(v: Any) -> bool:
+    if isinstance(v, Shown):
+        v = v.value
     return isinstance(v, (int, float)) and not isinstance(v, bool)
 
 
@@ -161,7 +194,7 @@ def render_csv(report: Report) -> str:
         return buf.getvalue()
     w.writerow(primary.columns)
     for row in primary.rows:
-        w.writerow(["" if v is None else v for v in row])
+        w.writerow(["" if v is None else v.value if isinstance(v, Shown) else v for v in row])
     return buf.getvalue()
 
 

@@ -9,6 +9,7 @@ tensors share one stand-in), so nothing is copied and nothing is assigned to it.
 from __future__ import annotations
 
 import contextlib
+import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -217,9 +218,12 @@ def _run(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any, ...],
 
 
 def _first_line(exc: BaseException) -> str:
+    """``Type: first sentence`` of an exception, short enough for one output line."""
     text = str(exc).strip()
     line = text.splitlines()[0] if text else ""
-    return f"{type(exc).__name__}: {line}"[:300]
+    sentence = re.split(r"(?<=[.!?])\s", line, maxsplit=1)[0]
+    out = f"{type(exc).__name__}: {sentence}"
+    return out if len(out) <= 160 else out[:157] + "..."
 
 
 def _looks_meta_related(exc: BaseException) -> bool:
