@@ -335,3 +335,18 @@ def test_cuda_device_without_cuda_is_a_clean_error(invoke):
     result = invoke("summary", "zoo:convnet", "--device", "cuda")
     assert result.exit_code == 2 and "CUDA is not available" in result.output
     assert "Traceback" not in result.output
+
+
+def test_real_device_build_is_refused_when_weights_do_not_fit(tmp_path: Path):
+    from torchinspect.sources.base import available_bytes
+
+    free = available_bytes("cpu")
+    if free is None:
+        pytest.skip("no /proc/meminfo here")
+    side = int((free / 4) ** 0.5) + 1024  # one float32 Linear larger than free memory
+    path = tmp_path / "huge.py"
+    path.write_text(f"from torch import nn\n\ndef make():\n    return nn.Linear({side}, {side}, bias=False)\n")
+    with pytest.raises(InspectError, match="needs .* for its weights on cpu") as err:
+        load_model(f"{path}:make", device="cpu")
+    assert "meta" in err.value.hint
+    assert load_model(f"{path}:make").device == "meta"  # the default costs nothing

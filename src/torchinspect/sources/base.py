@@ -140,3 +140,32 @@ def check_device(device: str) -> None:
     if index and int(index) >= count:
         raise InspectError(f"--device {device}: this machine has {count} CUDA device(s)",
                            hint=f"use cuda:0 ... cuda:{count - 1}")
+
+
+def weight_bytes(model: Any) -> int:
+    """Bytes of the model's parameters and buffers, each tensor counted once."""
+    seen: set[int] = set()
+    total = 0
+    for t in _tensors(model):
+        if id(t) not in seen:
+            seen.add(id(t))
+            total += t.numel() * t.element_size()
+    return total
+
+
+def available_bytes(device: str) -> int | None:
+    """Free memory on ``device`` (CPU: MemAvailable; CUDA: free device memory); None if unknown."""
+    if device.startswith("cuda"):
+        import torch
+
+        index = int(device.partition(":")[2] or torch.cuda.current_device())
+        return int(torch.cuda.mem_get_info(index)[0])
+    if device == "cpu":
+        try:
+            with open("/proc/meminfo") as fh:
+                for line in fh:
+                    if line.startswith("MemAvailable:"):
+                        return int(line.split()[1]) * 1024
+        except OSError:
+            return None
+    return None

@@ -18,11 +18,13 @@ from torchinspect.sources import torchvision as tvsrc
 from torchinspect.sources.base import (
     LoadedModel,
     SourceKind,
+    available_bytes,
     call_builder,
     check_device,
     has_meta_tensors,
     model_device,
     parse_kwargs,
+    weight_bytes,
 )
 from torchinspect.sources.inputs import ExampleInputs, TensorSpec
 
@@ -44,7 +46,34 @@ def _build_on(build: Callable[[str], Any], device: str, name: str, notes: list[s
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             notes.append(f"{name} cannot be built on the meta device ({reason[:120]}); built on CPU")
             return build("cpu"), "cpu"
-    return build(device), device
+    return build_real(build, device, name), device
+
+
+def build_real(build: Callable[[str], Any], device: str, name: str) -> Any:
+    """Build on a real device, after checking on meta that the weights fit there.
+
+    A 70B model asked for with --device cpu is refused with a clear message instead of
+    being allocated until the machine runs out of memory.
+    """
+    try:
+        probe = build("meta")
+    except InspectError:
+        raise
+    except Exception:  # cannot be built on meta: nothing cheap to check
+        return build(device)
+    if not has_meta_tensors(probe) and device == "cpu":
+        return probe  # the builder ignores the device (quantized models): already real
+    need = weight_bytes(probe)
+    free = available_bytes(device)
+    if free is not None and need > free:
+        from torchinspect.report import fmt_bytes
+
+        raise InspectError(
+            f"{name} needs {fmt_bytes(need)} for its weights on {device}, but only "
+            f"{fmt_bytes(free)} is available",
+            hint="leave out --device (meta, the default, allocates nothing) for summary/params/flops",
+        )
+    return build(device)
 
 
 # ------------------------------------------------------------------ weights into a model
@@ -230,7 +259,7 @@ def _finish(build: Callable[[str], Any], name: str, kind: SourceKind, example: E
     def rebuild(dev: str) -> Any:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            fresh = build(dev)
+            fresh = build_real(build, dev, name)
         if weights is not None:
             fresh, _ = _load_weights(fresh, weights, key=key, strict=strict,
                                      trust_pickle=trust_pickle, notes=[])
