@@ -121,3 +121,10 @@ def test_describe_names_keyword_inputs_once():
     assert ex.describe() == "1,3,8,8 ids=int64:1,4"
     nested = ExampleInputs((TensorSpec((1, 2)),), {"extra": {"a": TensorSpec((1, 3))}})
     assert nested.describe() == "1,2 extra={a: 1,3}"
+
+
+def test_written_dtype_wins_over_the_default():
+    assert parse_inputs(["float:1,16"], default=TOKENS).args[0].dtype == "float32"
+    assert parse_inputs(["1,16"], default=TOKENS).args[0].dtype == "int64"
+    half = ExampleInputs((TensorSpec((1, 3, 8, 8), "float16"),))
+    assert parse_inputs(["3,8,8"], default=half).args[0].dtype == "float16"

@@ -182,6 +182,11 @@ def _bad_spec(text: str, why: str) -> InspectError:
 
 def parse_spec(text: str) -> TensorSpec:
     """Parse one ``[NAME=][DTYPE:]DIMS`` value as written (no batch handling)."""
+    return _parse_spec(text)[0]
+
+
+def _parse_spec(text: str) -> tuple[TensorSpec, bool]:
+    """The spec, and whether its dtype was written (rather than defaulted to float32)."""
     raw = text.strip()
     name = None
     if "=" in raw:
@@ -190,7 +195,8 @@ def parse_spec(text: str) -> TensorSpec:
         if not _NAME_RE.match(name):
             raise _bad_spec(text, f"{name!r} is not a valid keyword-argument name")
     dtype = "float32"
-    if ":" in raw:
+    explicit = ":" in raw
+    if explicit:
         dt, _, raw = raw.partition(":")
         key = dt.strip().lower()
         if key not in DTYPE_ALIASES:
@@ -210,7 +216,7 @@ def parse_spec(text: str) -> TensorSpec:
         dims.append(d)
     if len(dims) > 8:
         raise _bad_spec(text, "more than 8 dimensions")
-    return TensorSpec(tuple(dims), dtype, name)
+    return TensorSpec(tuple(dims), dtype, name), explicit
 
 
 def _default_for(default: ExampleInputs | None, index: int, name: str | None) -> Any:
@@ -223,14 +229,18 @@ def _default_for(default: ExampleInputs | None, index: int, name: str | None) ->
     return None
 
 
-def _apply_batch(spec: TensorSpec, like: Any, batch: int | None, no_batch: bool) -> Any:
-    """Apply the batch rule to one parsed spec, guided by the model's default input."""
+def _apply_batch(spec: TensorSpec, like: Any, batch: int | None, no_batch: bool,
+                 explicit_dtype: bool = True) -> Any:
+    """Apply the batch rule to one parsed spec, guided by the model's default input.
+
+    Without a written dtype the spec takes the default's dtype (token ids stay int64).
+    """
     if no_batch:
         return spec
     # A list of per-image tensors (detection models): the spec is one image, batch = count.
     if isinstance(like, list) and like and isinstance(like[0], TensorSpec):
         elem = like[0]
-        dtype = spec.dtype if spec.dtype != "float32" else elem.dtype
+        dtype = spec.dtype if explicit_dtype else elem.dtype
         if len(spec.shape) == len(elem.shape):
             one = TensorSpec(spec.shape, dtype, None, elem.high)
             return [one] * (batch or 1)
@@ -238,7 +248,7 @@ def _apply_batch(spec: TensorSpec, like: Any, batch: int | None, no_batch: bool)
             one = TensorSpec(spec.shape[1:], dtype, None, elem.high)
             return [one] * (batch or spec.shape[0])
     if isinstance(like, TensorSpec):
-        dtype = like.dtype if spec.dtype == "float32" and not like.dtype.startswith("float") else spec.dtype
+        dtype = spec.dtype if explicit_dtype else like.dtype
         spec = TensorSpec(spec.shape, dtype, spec.name, like.high)
         if len(spec.shape) == len(like.shape):
             if batch is not None:
@@ -268,9 +278,9 @@ def parse_inputs(
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
     for text in specs:
-        spec = parse_spec(text)
+        spec, explicit = _parse_spec(text)
         like = _default_for(default, len(args), spec.name)
-        value = _apply_batch(spec, like, batch, no_batch)
+        value = _apply_batch(spec, like, batch, no_batch, explicit)
         if spec.name is not None:
             if spec.name in kwargs:
                 raise _bad_spec(text, f"keyword {spec.name!r} given twice")
@@ -307,6 +317,6 @@ def example_from_strings(specs: str | Sequence[str]) -> ExampleInputs:
     """A model's declared example written in the grammar, shapes taken as full shapes."""
     if isinstance(specs, str):
         specs = [specs]
-    parsed = parse_inputs(list(specs), no_batch=True)
-    assert parsed is not None
-    return parsed
+    return ExampleInputs(tuple(parse_spec(s) for s in specs if "=" not in s.partition(":")[0]),
+                         {p.name: p for p in (parse_spec(s) for s in specs
+                                              if "=" in s.partition(":")[0])})
