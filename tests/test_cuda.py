@@ -66,3 +66,13 @@ def test_gpu_saved_checkpoint_loads_on_this_machine(invoke):
     assert result.exit_code == 0, result.output
     container = invoke("summary", DATA / "gpu_saved_container.pt", "--arch", TINY, "--input", "3,8,8")
     assert container.exit_code == 0, container.output
+
+
+@pytest.mark.cuda
+def test_cuda_build_refused_when_weights_exceed_free_gpu_memory(invoke):
+    result = invoke("summary", "zoo:llama-70b", "--device", "cuda")
+    free = torch.cuda.mem_get_info()[0]
+    if free > 300e9:
+        pytest.skip("this GPU could hold 282 GB of weights")
+    assert result.exit_code == 2, result.output
+    assert "for its weights on cuda" in result.output and "Traceback" not in result.output
