@@ -216,6 +216,12 @@ def load_model(
     return loaded
 
 
+def _device_of(model: Any, built_on: str) -> str:
+    """Where the model's tensors are (a python-spec instance ignores the build device)."""
+    has_tensors = any(True for _ in model.parameters()) or any(True for _ in model.buffers())
+    return model_device(model) if has_tensors else built_on
+
+
 def _build_with(builder: Callable[..., Any], kwargs: dict[str, Any], device: str, what: str) -> Any:
     import torch
 
@@ -252,7 +258,7 @@ def _finish(build: Callable[[str], Any], name: str, kind: SourceKind, example: E
         model, used_key = _load_weights(model, weights, key=key, strict=strict,
                                         trust_pickle=trust_pickle, notes=notes)
         if has_meta_tensors(model):  # e.g. non-persistent buffers: build for real instead
-            model = build(_real_device(device))
+            model = build_real(build, _real_device(device), name)
             model, used_key = _load_weights(model, weights, key=key, strict=strict,
                                             trust_pickle=trust_pickle, notes=[])
 
@@ -266,7 +272,8 @@ def _finish(build: Callable[[str], Any], name: str, kind: SourceKind, example: E
         return fresh
 
     return LoadedModel(model=model, name=name, kind=kind, example=example,
-                       device=model_device(model) if weights else built_on, notes=notes,
+                       device=model_device(model) if weights else _device_of(model, built_on),
+                       notes=notes,
                        rebuild=rebuild, weights_key=used_key)
 
 
