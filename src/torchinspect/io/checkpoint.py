@@ -26,7 +26,11 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError, UnsafeCheckpointError
-from torchinspect.io.formats import CheckpointFormat, detect_format, model_archive_error
+from torchinspect.io.formats import (
+    CheckpointFormat,
+    detect_format,
+    weights_file,
+)
 from torchinspect.io.meta import CheckpointMeta, TensorMeta, read_checkpoint_meta
 from torchinspect.io.state_dict import (
     CONTAINER_KEYS,
@@ -78,11 +82,7 @@ def read_checkpoint(path: str | os.PathLike[str], *, trust_pickle: bool = False,
     :class:`InspectError` with a one-line message naming the file for empty, truncated,
     Git LFS pointer, text/HTML, TorchScript or ``.pt2`` files.
     """
-    path = Path(path)
-    fmt = detect_format(path)
-    size = path.stat().st_size
-    if fmt.is_model_archive:
-        raise model_archive_error(path, fmt)
+    path, fmt, size = weights_file(path)
     if fmt is CheckpointFormat.safetensors:
         from torchinspect.io.safetensors import load_safetensors
 

@@ -169,3 +169,12 @@ def model_archive_error(path: str | os.PathLike[str], fmt: CheckpointFormat) -> 
         f"{path} is {what}: a whole model, not a weights file",
         hint=f"pass it as the MODEL itself (e.g. `inspect summary {path}`), without --arch/--weights",
     )
+
+
+def weights_file(path: str | os.PathLike[str]) -> tuple[Path, CheckpointFormat, int]:
+    """``(path, format, size)`` of a file that must hold weights (not a model archive)."""
+    path = Path(path)
+    fmt = detect_format(path)
+    if fmt.is_model_archive:
+        raise model_archive_error(path, fmt)
+    return path, fmt, path.stat().st_size

@@ -13,7 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.io.formats import CheckpointFormat, detect_format, model_archive_error
+from torchinspect.io.formats import (
+    CheckpointFormat,
+    weights_file,
+)
 from torchinspect.io.safetensors import read_safetensors_header
 from torchinspect.io.state_dict import container_extras, find_state_dict
 from torchinspect.io.torchzip import NeedsTorch, TensorRef, read_torch_zip_structure
@@ -77,11 +80,7 @@ def read_checkpoint_meta(path: str | os.PathLike[str], *, key: str | None = None
     torch. Raises :class:`InspectError` / :class:`UnsafeCheckpointError` exactly like
     :func:`read_checkpoint` (TorchScript/.pt2 archives included).
     """
-    path = Path(path)
-    fmt = detect_format(path)
-    size = path.stat().st_size
-    if fmt.is_model_archive:
-        raise model_archive_error(path, fmt)
+    path, fmt, size = weights_file(path)
     if fmt is CheckpointFormat.safetensors:
         header = read_safetensors_header(path)
         tensors = {n: TensorMeta(e.shape, e.dtype, "cpu", e.nbytes, f"{e.begin}")
