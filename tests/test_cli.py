@@ -273,3 +273,40 @@ def test_ctrl_c_exits_130_without_traceback(invoke, tmp_path: Path):
     result = invoke("summary", f"{path}:Slow")
     assert result.exit_code == ExitStatus.INTERRUPTED
     assert "Traceback" not in result.output and "interrupted" in result.output
+
+
+@pytest.mark.parametrize(
+    ("args", "needle"),
+    [
+        (["summary", "resnet18", "--batch", "0"], "--batch"),
+        (["summary", "resnet18", "--format", "xml"], "xml"),
+        (["summary", "resnet18", "--no-such-option"], "--no-such-option"),
+        (["diff", "a.pt", "b.pt", "--limit", "0"], "--limit"),
+        (["no-such-command"], "no-such-command"),
+        (["summary"], "MODEL"),
+    ],
+)
+def test_usage_errors_are_one_error_line_and_a_hint(invoke, args, needle):
+    result = invoke(*args)
+    assert result.exit_code == ExitStatus.USAGE, result.output
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 2 and lines[0].startswith("error: ") and lines[1].startswith("hint: ")
+    assert needle in lines[0] and "--help" in lines[1]
+
+
+def test_builder_failure_from_arg_values_names_them(invoke):
+    result = invoke("summary", "resnet18", "--arg", "num_classes=-3")
+    _assert_clean_failure(result, "--arg num_classes=-3")
+
+
+def test_published_only_for_torchvision(invoke):
+    _assert_clean_failure(invoke("summary", "zoo:convnet", "--published"), "torchvision")
+
+
+def test_zoo_models_do_not_import_torchvision():
+    proc = _run_py(
+        "import sys; from torchinspect.sources import load_model; "
+        "load_model('zoo:llama-tiny'); print('TV', 'torchvision' in sys.modules)"
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert "TV False" in proc.stdout

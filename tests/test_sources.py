@@ -163,17 +163,6 @@ def test_python_spec_missing_file(tmp_path: Path):
 # ------------------------------------------------------------------ weights files
 
 
-class Small(nn.Module):
-    def __init__(self):
-        super().__init__()
-        self.conv = nn.Conv2d(3, 4, 3)
-        self.bn = nn.BatchNorm2d(4)
-        self.fc = nn.Linear(4, 2)
-
-    def forward(self, x):
-        return self.fc(self.bn(self.conv(x)).mean((2, 3)))
-
-
 SMALL_PY = textwrap.dedent(
     """
     from torch import nn
@@ -191,6 +180,12 @@ SMALL_PY = textwrap.dedent(
             return self.fc(self.bn(self.conv(x)).mean((2, 3)))
     """
 )
+
+
+# the same class here (reference weights) and in the file that the python spec imports
+_namespace: dict = {}
+exec(SMALL_PY, _namespace)
+Small = _namespace["Small"]
 
 
 @pytest.fixture
@@ -260,9 +255,10 @@ def test_safetensors_weights(tmp_path: Path, small_spec: str):
     assert torch.equal(lm.model.conv.weight, ref.conv.weight)
 
 
-def test_torchscript_archive(tmp_path: Path):
+def test_torchscript_archive(tmp_path: Path, small_spec: str):
     path = tmp_path / "m.pt"
-    torch.jit.save(torch.jit.script(Small()), str(path))
+    scriptable = load_model(small_spec, device="cpu").model  # from a file: its source is there
+    torch.jit.save(torch.jit.script(scriptable), str(path))
     lm = load_model(str(path))
     assert lm.kind is SourceKind.torchscript
     assert _n_params(lm.model) == _n_params(Small())

@@ -9,14 +9,52 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from typing import Any
 
 import typer
+from typer.core import TyperGroup
 
 from torchinspect import __version__
 from torchinspect.cli.common import DEBUG
 from torchinspect.errors import ExitStatus
 
+# Newer typer vendors click privately, older typer uses click itself: take the classes
+# from the public typer.BadParameter's ancestry, which works with both.
+_MRO = {c.__name__: c for c in typer.BadParameter.__mro__}
+UsageError: type[Exception] = _MRO["UsageError"]
+ClickException: type[Exception] = _MRO["ClickException"]
+
+
+class InspectGroup(TyperGroup):
+    """Usage errors (unknown option, bad --format value, --batch 0) in the same two-line
+    ``error:``/``hint:`` form as every other error, exit 2; Ctrl-C exits 130."""
+
+    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
+             standalone_mode: bool = True, **extra: Any) -> Any:
+        if not standalone_mode:
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        try:
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+        except UsageError as exc:
+            if type(exc).__name__ == "NoArgsIsHelpError":  # `inspect` alone: show the help
+                exc.show()  # type: ignore[attr-defined]
+                sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+            ctx = getattr(exc, "ctx", None)
+            path = ctx.command_path if ctx is not None else "inspect"
+            typer.echo(f"error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
+            typer.echo(f"hint: see `{path} --help`", err=True)
+            sys.exit(int(ExitStatus.USAGE))
+        except ClickException as exc:
+            exc.show()  # type: ignore[attr-defined]
+            sys.exit(exc.exit_code)  # type: ignore[attr-defined]
+        except (typer.Abort, KeyboardInterrupt):
+            typer.echo("interrupted", err=True)
+            sys.exit(int(ExitStatus.INTERRUPTED))
+        sys.exit(rv if isinstance(rv, int) else 0)
+
+
 app = typer.Typer(
+    cls=InspectGroup,
     name="inspect",
     help="Inspect PyTorch models: summary, params, FLOPs, checkpoints, export. "
     "Typical call: inspect summary resnet18 --input 3,224,224",

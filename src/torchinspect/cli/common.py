@@ -74,15 +74,6 @@ def command_errors(fn: F) -> F:
 
 # ---------------------------------------------------------------- shared option types
 
-ModelArg = Annotated[
-    str,
-    typer.Argument(
-        metavar="MODEL",
-        help="torchvision name (resnet18), zoo:NAME, path/file.py:Name, pkg.mod:factory, "
-        "or a checkpoint (.pt/.pth/.safetensors/TorchScript/.pt2; weights need --arch).",
-        show_default=False,
-    ),
-]
 ModelsArg = Annotated[
     list[str],
     typer.Argument(metavar="MODEL...", help="one or more models (see `inspect summary --help`)",

@@ -9,7 +9,7 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from torchinspect.errors import InspectError
@@ -55,9 +55,3 @@ def atomic_write_bytes(target: str | os.PathLike[str], data: bytes, **kw: object
 
 def atomic_write_text(target: str | os.PathLike[str], text: str, **kw: object) -> None:
     atomic_write_bytes(target, text.encode("utf-8"), **kw)
-
-
-def atomic_write_with(target: str | os.PathLike[str], writer: Callable[[Path], None], **kw: object) -> None:
-    """Call ``writer(tmp_path)`` and move the result into place atomically."""
-    with atomic_path(target, **kw) as tmp:  # type: ignore[arg-type]
-        writer(tmp)

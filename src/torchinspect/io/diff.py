@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.io.keys import KeyGroup, group_keys
-from torchinspect.io.meta import TensorMeta, read_checkpoint_meta
+from torchinspect.io.meta import TensorMeta, TensorSet, read_checkpoint_meta
 from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps
 
 FOLDED_SUFFIXES = (".num_batches_tracked",)
@@ -28,7 +28,7 @@ class Verdict(StrEnum):
 
 
 @dataclass
-class DiffSide:
+class DiffSide(TensorSet):
     """One side of a diff: a name, its tensors' metadata, and where they came from."""
 
     label: str
@@ -41,14 +41,6 @@ class DiffSide:
     file_size: int | None = None
     path: Path | None = None  # for --values: reload data from here
     key: str | None = None
-
-    @property
-    def devices(self) -> list[str]:
-        return sorted({t.device for t in self.tensors.values()})
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors.values())
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -34,11 +34,6 @@ class CheckpointFormat(StrEnum):
     def is_model_archive(self) -> bool:
         return self in (CheckpointFormat.torchscript, CheckpointFormat.export_pt2)
 
-    @property
-    def is_pickle(self) -> bool:
-        return self in (CheckpointFormat.torch_zip, CheckpointFormat.torch_legacy,
-                        CheckpointFormat.pickle)
-
 
 def _check_file(path: Path) -> int:
     if not path.exists():

@@ -37,8 +37,22 @@ class TensorMeta:
                 "nbytes": self.nbytes}
 
 
+class TensorSet:
+    """Totals over a ``tensors`` mapping of TensorMeta (checkpoint metadata, diff sides)."""
+
+    tensors: dict[str, TensorMeta]
+
+    @property
+    def devices(self) -> list[str]:
+        return sorted({t.device for t in self.tensors.values()})
+
+    @property
+    def total_bytes(self) -> int:
+        return sum(t.nbytes for t in self.tensors.values())
+
+
 @dataclass
-class CheckpointMeta:
+class CheckpointMeta(TensorSet):
     """What :func:`read_checkpoint_meta` found. ``tensors`` is the state_dict's metadata."""
 
     path: Path
@@ -49,14 +63,6 @@ class CheckpointMeta:
     extras: dict[str, str] = field(default_factory=dict)  # other container entries, described
     metadata: dict[str, str] = field(default_factory=dict)  # safetensors __metadata__
     file_size: int = 0
-
-    @property
-    def devices(self) -> list[str]:
-        return sorted({t.device for t in self.tensors.values()})
-
-    @property
-    def total_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors.values())
 
 
 def _describe(v: Any) -> str:

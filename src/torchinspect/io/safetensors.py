@@ -51,10 +51,6 @@ class SafetensorsHeader:
     entries: dict[str, SafetensorsEntry]
     metadata: dict[str, str] = field(default_factory=dict)
 
-    @property
-    def data_start(self) -> int:
-        return 8 + self.header_len
-
 
 def _bad(path: Path, what: str, hint: str | None = None) -> InspectError:
     return InspectError(f"{path}: invalid safetensors file: {what}",

@@ -213,10 +213,6 @@ class PrefixRemap:
             return f"add prefix '{self.add}'"
         return "keys as they are"
 
-    @property
-    def is_identity(self) -> bool:
-        return self.strip == self.add
-
     def to_dict(self) -> dict[str, Any]:
         return {"strip": self.strip, "add": self.add, "matched": self.matched,
                 "total": self.total, "description": self.describe()}

@@ -38,9 +38,6 @@ DTYPE_SIZES: dict[str, int] = {
     "uint16": 2, "uint32": 4, "uint64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1,
     "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
 }
-FLOATING = {"float64", "float32", "float16", "bfloat16", "float8_e4m3fn", "float8_e5m2",
-            "float8_e4m3fnuz", "float8_e5m2fnuz", "float8_e8m0fnu"}
-
 
 class NeedsTorch(Exception):
     """The pickle uses a global outside this reader's allowlist; let torch.load decide."""

@@ -105,14 +105,6 @@ def _json_default(obj: Any) -> Any:
     return str(obj)
 
 
-def fmt_int(n: int | float | None) -> str:
-    if n is None:
-        return "-"
-    if isinstance(n, float) and not n.is_integer():
-        return f"{n:,.2f}"
-    return f"{int(n):,}"
-
-
 def fmt_bytes(n: int | float | None) -> str:
     if n is None:
         return "-"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import ast
-import contextlib
 import difflib
 import re
 from collections.abc import Callable, Iterator, Sequence
@@ -19,7 +18,6 @@ class SourceKind(StrEnum):
     torchvision = "torchvision"
     zoo = "zoo"
     python = "python"
-    checkpoint = "checkpoint"  # weights loaded into --arch
     pickle = "pickle"  # a full pickled nn.Module (only with --trust-pickle)
     torchscript = "torchscript"
     export = "export"  # torch.export .pt2 program
@@ -89,25 +87,29 @@ def closest(name: str, candidates: Sequence[str], n: int = 3) -> list[str]:
     return found[:n]
 
 
-def call_builder(builder: Callable[..., Any], kwargs: dict[str, Any], what: str) -> Any:
-    """Call a builder, turning bad --arg keywords into a user error."""
+class BuilderError(InspectError):
+    """A builder given --arg values failed: most likely because of those values.
+
+    On the meta device the failure may be meta's instead, so callers retry on CPU first.
+    """
+
+
+def call_builder(builder: Callable[..., Any], kwargs: dict[str, Any], what: str,
+                 user_keys: tuple[str, ...] | None = None) -> Any:
+    """Call a builder; with --arg values (``user_keys``, default all), its failure is
+    reported as a user error naming them."""
+    given = {k: v for k, v in kwargs.items() if user_keys is None or k in user_keys}
     try:
         return builder(**kwargs)
-    except TypeError as exc:
-        text = str(exc)
-        if "argument" in text and kwargs:
-            raise InspectError(f"{what}: {text}",
-                               hint="check the --arg names against the builder's signature") from None
+    except InspectError:
         raise
-
-
-@contextlib.contextmanager
-def default_device(device: str) -> Iterator[None]:
-    """Build tensors on ``device`` (meta: no memory, no initialisation cost)."""
-    import torch
-
-    with torch.device(device):
-        yield
+    except Exception as exc:
+        if not given:
+            raise  # the builder's own bug (exit 70), not something the user passed
+        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        given_text = " ".join(f"{k}={v!r}" for k, v in given.items())
+        raise BuilderError(f"{what} failed with --arg {given_text}: {text}",
+                           hint="check the --arg names and values against the builder's signature") from None
 
 
 def has_meta_tensors(model: Any) -> bool:

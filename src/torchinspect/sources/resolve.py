@@ -16,6 +16,7 @@ from torchinspect.errors import InspectError
 from torchinspect.sources import pyspec, zoo
 from torchinspect.sources import torchvision as tvsrc
 from torchinspect.sources.base import (
+    BuilderError,
     LoadedModel,
     SourceKind,
     available_bytes,
@@ -40,8 +41,10 @@ def _build_on(build: Callable[[str], Any], device: str, name: str, notes: list[s
     if device in ("meta", "auto"):
         try:
             return build("meta"), "meta"
-        except InspectError:
-            raise
+        except InspectError as exc:
+            if not isinstance(exc, BuilderError):
+                raise
+            return build("cpu"), "cpu"  # meta's fault or the --arg values': CPU tells which
         except Exception as exc:  # builders that read tensor values at construction
             reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
             notes.append(f"{name} cannot be built on the meta device ({reason[:120]}); built on CPU")
@@ -57,8 +60,10 @@ def build_real(build: Callable[[str], Any], device: str, name: str) -> Any:
     """
     try:
         probe = build("meta")
-    except InspectError:
-        raise
+    except InspectError as exc:
+        if not isinstance(exc, BuilderError):
+            raise
+        return build(device)
     except Exception:  # cannot be built on meta: nothing cheap to check
         return build(device)
     if not has_meta_tensors(probe) and device == "cpu":
@@ -184,6 +189,11 @@ def load_model(
                             trust_pickle=trust_pickle, device=device, weights_config=weights_config)
         loaded.name = f"{spec} ({loaded.name})"
         return loaded
+
+    # (torchvision is imported only when needed: zoo and python specs start faster without it)
+    if weights_config is not None and (path.exists() or tvsrc.lookup(spec) is None):
+        raise InspectError(f"--published/--weights-config applies to torchvision models, not {spec}",
+                           hint="leave it out, or name a torchvision model (e.g. resnet50 --published)")
 
     if spec.startswith(zoo.PREFIX):
         name = spec[len(zoo.PREFIX):]

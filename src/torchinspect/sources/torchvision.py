@@ -112,6 +112,7 @@ def default_example(tv: TorchvisionModel, model: Any = None) -> ExampleInputs:
 
 def build(tv: TorchvisionModel, kwargs: dict[str, Any], device: str) -> Any:
     """Build with weights=None (never downloads). Quantized models are quantized for real."""
+    user_keys = tuple(kwargs)
     kwargs = dict(kwargs)
     if "weights" in kwargs or "weights_backbone" in kwargs:
         raise InspectError(
@@ -129,9 +130,9 @@ def build(tv: TorchvisionModel, kwargs: dict[str, Any], device: str) -> Any:
         warnings.simplefilter("ignore")
         if tv.family == Family.quantized and kwargs.get("quantize"):
             # quantized kernels are CPU-only and calibration needs real data
-            return call_builder(tv.builder, kwargs, tv.name)
+            return call_builder(tv.builder, kwargs, tv.name, user_keys)
         with torch.device(device):
-            return call_builder(tv.builder, kwargs, tv.name)
+            return call_builder(tv.builder, kwargs, tv.name, user_keys)
 
 
 def needs_real_build(tv: TorchvisionModel, kwargs: dict[str, Any]) -> bool:

@@ -91,10 +91,6 @@ class ModuleInfo:
     layer: dict[str, Any] = field(default_factory=dict)  # kernel_size, stride, padding, groups
     calls: int = 0
 
-    @property
-    def total_frozen(self) -> int:
-        return self.total_params - self.total_trainable
-
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
