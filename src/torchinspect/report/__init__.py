@@ -4,6 +4,8 @@ Only cli/ imports this package. Nothing here imports torch.
 """
 
 from torchinspect.report.base import (
+    Chart,
+    Figure,
     KeyValues,
     Report,
     Section,
@@ -12,11 +14,13 @@ from torchinspect.report.base import (
     Text,
     fmt_bytes,
     fmt_si,
+    fmt_value,
     nbytes,
     pct,
     si,
 )
 from torchinspect.report.render import RENDERERS, OutputFormat, render, renderer
 
-__all__ = ["KeyValues", "OutputFormat", "RENDERERS", "Report", "Section", "Shown", "Table",
-           "Text", "fmt_bytes", "fmt_si", "nbytes", "pct", "render", "renderer", "si"]
+__all__ = ["Chart", "Figure", "KeyValues", "OutputFormat", "RENDERERS", "Report", "Section",
+           "Shown", "Table", "Text", "fmt_bytes", "fmt_si", "fmt_value", "nbytes", "pct", "render",
+           "renderer", "si"]

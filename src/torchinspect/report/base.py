@@ -51,6 +51,7 @@ class Table:
     align: list[str] | None = None
     footer: list[str] = field(default_factory=list)
     primary: bool = False  # the table written by --format csv
+    depths: list[int] | None = None  # a tree table: each row's depth (html collapses by it)
 
 
 @dataclass
@@ -70,7 +71,35 @@ class Text:
     style: str = ""  # rich style for table output, e.g. "yellow"
 
 
-Section = Table | KeyValues | Text
+@dataclass
+class Chart:
+    """A chart: inline SVG in html, a small table in the other formats.
+
+    ``kind="bar"``: horizontal bars, one group per label, one bar per series (several series
+    overlay models on the same categories). ``kind="line"``: ``labels`` are x values (numbers),
+    one line per series. ``unit`` picks the value format: "" counts (1.81G), "B" bytes,
+    "s" seconds, "/s" rates.
+    """
+
+    title: str | None
+    labels: list[str]
+    series: list[tuple[str, list[float | None]]]
+    kind: str = "bar"
+    unit: str = ""
+    x_title: str = ""
+    y_title: str = ""
+
+
+@dataclass
+class Figure:
+    """A picture given as trusted SVG (e.g. from Graphviz); ``note`` says why when ``svg`` is None."""
+
+    title: str | None
+    svg: str | None
+    note: str | None = None
+
+
+Section = Table | KeyValues | Text | Chart | Figure
 
 
 @dataclass
@@ -107,6 +136,21 @@ def fmt_bytes(n: int | float | None) -> str:
             return f"{n:.0f} {unit}" if unit == "B" else f"{n:.2f} {unit}"
         n /= 1000
     return f"{n:.2f} TB"
+
+
+def fmt_value(v: float | None, unit: str = "") -> str:
+    """A chart value in ``unit``: counts as 1.81G, bytes as 46.76 MB, seconds as 12.3 ms."""
+    if v is None:
+        return "-"
+    if unit == "B":
+        return fmt_bytes(v)
+    if unit == "s":
+        for scale, name in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs")):
+            if abs(v) >= scale or name == "µs":
+                return f"{v / scale:.3g} {name}"
+    if unit == "/s":
+        return f"{fmt_si(v)}/s" if abs(v) >= 1000 else f"{v:.3g}/s"
+    return fmt_si(v)
 
 
 def fmt_si(n: int | float | None, unit: str = "") -> str:

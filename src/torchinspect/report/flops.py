@@ -29,6 +29,7 @@ def flops_report(r: FlopsResult) -> Report:
           si(m.self_macs, empty="0"), pct(100.0 * m.macs / total),
           max(m.by_op, key=m.by_op.__getitem__) if m.by_op else "-"] for m in r.rows],
         align=["left", "left", "right", "right", "right", "left"], primary=True,
+        depths=[m.depth for m in r.rows],
         footer=["MACs include the modules inside; Self: the module's own ops "
                 "(and layers folded below --depth)."]))
     sections.append(Table(

@@ -12,7 +12,17 @@ from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, TextIO
 
-from torchinspect.report.base import KeyValues, Report, Shown, Table
+from torchinspect.report.base import (
+    Chart,
+    Figure,
+    KeyValues,
+    Report,
+    Section,
+    Shown,
+    Table,
+    Text,
+    fmt_value,
+)
 
 
 class OutputFormat(StrEnum):
@@ -20,6 +30,7 @@ class OutputFormat(StrEnum):
     json = "json"
     csv = "csv"
     markdown = "markdown"
+    html = "html"
 
 
 Renderer = Callable[[Report, TextIO, "int | None"], None]
@@ -97,9 +108,31 @@ def _md_escape(s: str) -> str:
     return s.replace("|", "\\|")
 
 
+def chart_table(c: Chart) -> Table:
+    """A chart's numbers as a table (for the text formats)."""
+    head = c.x_title or ("Batch" if c.kind == "line" else "")
+    cols = [head or "", *(name for name, _ in c.series)]
+    rows = [[label, *(Shown(vals[i] if vals[i] is not None else "", fmt_value(vals[i], c.unit))
+                      for _, vals in c.series)] for i, label in enumerate(c.labels)]
+    return Table(c.title, cols, rows, align=["left", *(["right"] * len(c.series))])
+
+
+def text_sections(sections: list[Section]) -> list[Table | KeyValues | Text]:
+    """Charts as tables and figures as a line, for the formats that draw no pictures."""
+    out: list[Table | KeyValues | Text] = []
+    for s in sections:
+        if isinstance(s, Chart):
+            out.append(chart_table(s))
+        elif isinstance(s, Figure):
+            out.append(Text([s.note or "(a picture: see --format html)"], title=s.title))
+        else:
+            out.append(s)
+    return out
+
+
 def render_markdown(report: Report) -> str:
     out: list[str] = []
-    for s in report.sections:
+    for s in text_sections(report.sections):
         if s.title:
             out.append(f"### {s.title}\n")
         if isinstance(s, Table):
@@ -130,7 +163,7 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
     # inside its cells is unreadable. An explicit width (COLUMNS) is honoured.
     console = Console(file=stream, width=width or 1000, highlight=False, soft_wrap=False)
     first = True
-    for s in report.sections:
+    for s in text_sections(report.sections):
         if not first:
             console.print()
         first = False
@@ -174,6 +207,13 @@ def _csv(report: Report, stream: TextIO, width: int | None) -> None:
 @renderer("markdown")
 def _markdown(report: Report, stream: TextIO, width: int | None) -> None:
     stream.write(render_markdown(report))
+
+
+@renderer("html")
+def _html(report: Report, stream: TextIO, width: int | None) -> None:
+    from torchinspect.report.page import render_html
+
+    stream.write(render_html(report))
 
 
 renderer("table")(render_table)

@@ -58,7 +58,7 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
             footer.append("(×N): N identical consecutive blocks folded into one row; "
                           "rows under it show one block.")
         sections.append(Table(None, [HEADERS[c.value] for c in cols], rows, align=align,
-                              footer=footer, primary=True))
+                              footer=footer, primary=True, depths=[r.depth for r in s.rows]))
     sections.append(totals_section(s.totals))
     sections.extend(trailer_sections(s.not_counted, s.notes))
     return Report("summary", s.to_dict(), sections)

@@ -1,0 +1,74 @@
+"""`inspect report MODEL... -o report.html`: one self-contained HTML page (several models:
+one comparison page)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from torchinspect.cli.common import DepthOpt, ModelsArg, OutputOptions, emit, model_command
+from torchinspect.errors import InspectError
+from torchinspect.report import OutputFormat
+from torchinspect.sources.case import ModelOptions
+
+BenchOpt = Annotated[bool, typer.Option("--bench", help="also time the forward per batch size "
+                                        "on --device (a quick look; `inspect bench` for more).")]
+BenchBatchOpt = Annotated[str, typer.Option(
+    "--bench-batch", metavar="N[,N...]", help="batch sizes for --bench.")]
+BenchSecondsOpt = Annotated[float, typer.Option(
+    "--bench-seconds", min=0.05, help="seconds of timing per --bench configuration (at least).")]
+GraphDepthOpt = Annotated[int, typer.Option("--graph-depth", min=0,
+                                            help="deepest module level drawn in the graph.")]
+NoGraphOpt = Annotated[bool, typer.Option("--no-graph", help="leave the module graph out.")]
+NoDoctorOpt = Annotated[bool, typer.Option("--no-doctor", help="leave the doctor's checks out.")]
+DoctorRunOpt = Annotated[bool, typer.Option(
+    "--doctor-run", help="also run the doctor's checks that need a real forward and backward "
+    "(no-gradient, eval randomness, NaN/Inf; slow on large models).")]
+
+DEVICE_HELP = ("auto = trace on meta (no memory), real runs (--bench, --doctor-run) on the CPU; "
+               "cpu; cuda[:N] (trace and real runs there); meta.")
+
+
+def parse_batches(text: str) -> tuple[int, ...]:
+    out = []
+    for part in text.split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0:
+            raise InspectError(f"--bench-batch {text!r}: {part!r} is not a positive integer",
+                               hint="e.g. --bench-batch 1,8,32")
+        out.append(int(part))
+    return tuple(dict.fromkeys(out))
+
+
+@model_command(device_help=DEVICE_HELP)
+def report(
+    models: ModelsArg,
+    depth: DepthOpt = 3,
+    bench: BenchOpt = False,
+    bench_batch: BenchBatchOpt = "1,8,32",
+    bench_seconds: BenchSecondsOpt = 1.0,
+    graph_depth: GraphDepthOpt = 2,
+    no_graph: NoGraphOpt = False,
+    no_doctor: NoDoctorOpt = False,
+    doctor_run: DoctorRunOpt = False,
+    *,
+    opts: ModelOptions,
+    out: OutputOptions,
+) -> None:
+    """One self-contained HTML page: totals, charts, module graph, layers, doctor, bench."""
+    from torchinspect.overview import collect_overview
+    from torchinspect.report.overview import overview_report
+
+    batches = parse_batches(bench_batch) if bench else None
+    if out.format is OutputFormat.table:  # the page is the point; --format json/markdown/csv too
+        out = OutputOptions(OutputFormat.html, out.output)
+    result = collect_overview(models, depth=depth, options=opts, graph=not no_graph,
+                              graph_depth=graph_depth, doctor=not no_doctor,
+                              doctor_run=doctor_run, bench=bench, bench_batches=batches,
+                              bench_seconds=bench_seconds, progress=_progress)
+    emit(overview_report(result), out, [*models, *opts.files()])
+
+
+def _progress(text: str) -> None:
+    typer.echo(f"{text} ...", err=True)

@@ -1,0 +1,235 @@
+"""`inspect report` -> Report: header, totals, charts, module graph, layer table, doctor
+findings and bench timings of one model; several models -> one comparison page.
+
+The html renderer (``report/page.py``) draws it; the other formats get the same sections as
+tables. A part that could not be made shows as ``<part>: not available (...)``.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.analysis.conventions import COUNTED_CONVENTION, MACS_CONVENTION
+from torchinspect.report.base import (
+    Chart,
+    Figure,
+    KeyValues,
+    Report,
+    Shown,
+    Table,
+    Text,
+    fmt_value,
+    nbytes,
+    si,
+)
+from torchinspect.report.summary import summary_report, totals_section, trailer_sections
+
+if TYPE_CHECKING:
+    from torchinspect.overview.collect import ModelOverview, Overview
+
+
+def overview_report(ov: Overview) -> Report:
+    if len(ov.models) == 1:
+        sections = single_sections(ov, ov.models[0])
+    else:
+        sections = comparison_sections(ov)
+    return Report("report", ov.to_dict(), sections)
+
+
+def header_section(ov: Overview, m: ModelOverview | None) -> KeyValues:
+    items: list[tuple[str, Any]] = []
+    if m is not None:
+        s = m.summary
+        items += [("Model", m.spec if m.spec == m.name else f"{m.spec} ({m.name})"),
+                  ("Input", s.input),
+                  ("Traced", f"{'train' if s.train else 'eval'} mode on {s.device}"
+                   + (f" ({s.fallback_reason})" if s.fallback_reason else ""))]
+    items += [(name, v or "-") for name, v in ov.versions.items()]
+    if ov.bench_device:
+        items.append(("Bench device", ov.bench_device))
+    items.append(("Created", ov.created))
+    return KeyValues("Model and versions" if m is not None else "Versions", items)
+
+
+def single_sections(ov: Overview, m: ModelOverview) -> list[Any]:
+    sections: list[Any] = [header_section(ov, m), totals_section(m.summary.totals),
+                           Text([MACS_CONVENTION, COUNTED_CONVENTION])]
+    sections += block_charts([m])
+    sections.append(top_layers_chart(m))
+    sections.append(graph_figure(m))
+    sections.append(layers_table(m, "Layers"))
+    sections += doctor_sections(m, "Doctor findings")
+    if m.bench is not None or "bench" in m.missing:
+        sections += bench_sections([m])
+    sections += trailer_sections(m.summary.not_counted, m.summary.notes)
+    return sections
+
+
+def comparison_sections(ov: Overview) -> list[Any]:
+    ms = ov.models
+    sections: list[Any] = [header_section(ov, None), totals_table(ms),
+                           Text([MACS_CONVENTION, COUNTED_CONVENTION])]
+    sections.append(Chart("Parameters by model", [m.name for m in ms],
+                          [("params", [float(m.summary.totals.params) for m in ms])]))
+    sections.append(Chart("MACs by model", [m.name for m in ms],
+                          [("MACs", [float(m.summary.totals.macs) for m in ms])]))
+    sections.append(Chart("Memory by model (parameters, activations)", [m.name for m in ms],
+                          [("parameters", [float(m.summary.totals.param_bytes) for m in ms]),
+                           ("activations", [float(m.summary.totals.activation_bytes) for m in ms])],
+                          unit="B"))
+    sections += block_charts(ms)
+    if any(m.bench is not None or "bench" in m.missing for m in ms):
+        sections += bench_sections(ms)
+    for m in ms:
+        sections.append(top_layers_chart(m, f"{m.name}: top layers by MACs"))
+        sections.append(graph_figure(m, f"{m.name}: module graph"))
+        sections.append(layers_table(m, f"{m.name}: layers", primary=False))
+        sections += doctor_sections(m, f"{m.name}: doctor findings")
+        sections += trailer_sections(m.summary.not_counted, m.summary.notes)
+    return sections
+
+
+def totals_table(ms: list[ModelOverview]) -> Table:
+    rows = []
+    for m in ms:
+        t = m.summary.totals
+        found = m.doctor.result.counts() if m.doctor is not None else None
+        doctor = (", ".join(f"{n} {k}" for k, n in found.items() if n) or "none") if found else "-"
+        best = best_throughput(m)
+        rows.append([m.name, m.summary.input, t.params, si(t.macs), si(t.flops),
+                     nbytes(t.param_bytes), nbytes(t.activation_bytes), nbytes(t.total_bytes),
+                     doctor, Shown(best, f"{best:,.1f}/s") if best is not None else Shown("", "-")])
+    return Table("Totals side by side",
+                 ["Model", "Input", "Params", "MACs", "FLOPs", "Param memory",
+                  "Activation memory", "Total size (est.)", "Doctor findings", "Best throughput"],
+                 rows, primary=True)
+
+
+def block_charts(ms: list[ModelOverview]) -> list[Chart]:
+    """Params and MACs per top-level block; several models overlay on the union of blocks."""
+    labels: list[str] = []
+    per: list[dict[str, Any]] = []
+    for m in ms:
+        blocks = {b.name: b for b in m.blocks()}
+        per.append(blocks)
+        for b in blocks.values():
+            label = b.name
+            if label not in labels:
+                labels.append(label)
+
+    def series(attr: str) -> list[tuple[str, list[float | None]]]:
+        return [(m.name, [float(getattr(p[lb], attr)) if lb in p else None for lb in labels])
+                for m, p in zip(ms, per, strict=True)]
+
+    shown = [lb if len(ms) > 1 else f"{lb} ({per[0][lb].type})" for lb in labels]
+    return [Chart("Parameters per top-level block", shown, series("params")),
+            Chart("MACs per top-level block", shown, series("macs"))]
+
+
+def top_layers_chart(m: ModelOverview, title: str | None = None) -> Chart:
+    top = m.top_layers()
+    return Chart(title or f"Top {len(top)} layers by MACs", [f"{b.name} ({b.type})" for b in top],
+                 [("MACs", [float(b.macs) for b in top])])
+
+
+def graph_figure(m: ModelOverview, title: str = "Module graph") -> Figure:
+    if m.graph is None:
+        why = m.missing.get("graph", "not requested")
+        return Figure(title, None, f"graph: {why}")
+    g = m.graph
+    head = f"{len(g.graph.nodes)} nodes, depth {g.graph.depth}; repeated blocks folded (×N)"
+    if g.svg is None:
+        return Figure(title, None, f"graph: not drawn ({g.note}); {head}")
+    notes = "; ".join([head, *g.graph.notes])
+    return Figure(title, g.svg, notes)
+
+
+def layers_table(m: ModelOverview, title: str, primary: bool = True) -> Table:
+    table = next(s for s in summary_report(m.summary).sections if isinstance(s, Table))
+    table.title = title
+    table.primary = primary
+    return table
+
+
+def doctor_sections(m: ModelOverview, title: str) -> list[Any]:
+    if m.doctor is None:
+        return [Text([f"doctor: {m.missing.get('doctor', 'not requested')}"], title=title,
+                     style="yellow")]
+    r = m.doctor.result
+    out: list[Any] = []
+    lines = [f"checks run: {', '.join(r.checked) or 'none'}"]
+    for code, why in {**r.skipped, **m.doctor.left_out}.items():
+        lines.append(f"{code} not run: {why}")
+    if r.findings:
+        rows = [[str(f.severity), f.code, f.name, f.module or "(model)", f.what, f.fix]
+                for f in r.findings]
+        out.append(Table(title, ["Severity", "Code", "Check", "Module", "What", "Fix"], rows,
+                         align=["left"] * 6, footer=lines))
+    else:
+        out.append(Text(["no findings", *lines], title=title))
+    if r.notes:
+        out.append(Text([f"note: {n}" for n in r.notes], style="yellow"))
+    return out
+
+
+def best_throughput(m: ModelOverview) -> float | None:
+    if m.bench is None:
+        return None
+    rates = [c.throughput for c in m.bench.configs if c.status == "ok" and c.throughput]
+    return max(rates) if rates else None
+
+
+def bench_sections(ms: list[ModelOverview]) -> list[Any]:
+    out: list[Any] = []
+    runs = [m for m in ms if m.bench is not None]
+    for m in ms:
+        if m.bench is None:
+            out.append(Text([f"bench ({m.name}): {m.missing.get('bench', 'not requested')}"],
+                            title="Bench", style="yellow"))
+    if not runs:
+        return out
+    batches = sorted({c.batch for m in runs for c in m.bench.configs if c.batch is not None})
+    labels = [str(b) for b in batches]
+    thr: list[tuple[str, list[float | None]]] = []
+    lat: list[tuple[str, list[float | None]]] = []
+    rows: list[list[Any]] = []
+    for m in runs:
+        for dtype in dict.fromkeys(c.dtype for c in m.bench.configs):
+            name = dtype if len(ms) == 1 else f"{m.name} {dtype}"
+            by_batch = {c.batch: c for c in m.bench.configs if c.dtype == dtype}
+            thr.append((name, [_ok(by_batch.get(b), "throughput") for b in batches]))
+            lat.append((name, [_ok(by_batch.get(b), "median") for b in batches]))
+        for c in m.bench.configs:
+            st = c.timing.stats if c.timing is not None else None
+            rows.append([m.name, c.dtype, c.batch if c.batch is not None else "-", c.status,
+                         _time(st.median if st else None), _time(st.p25 if st else None),
+                         _time(st.p75 if st else None),
+                         Shown(c.throughput, f"{c.throughput:,.1f}") if c.throughput else Shown("", "-"),
+                         c.timing.iters if c.timing else "-", c.error or "; ".join(c.warnings)])
+    device = runs[0].bench.device
+    if batches:
+        out.append(Chart(f"Throughput per batch size ({device}, samples/s)", labels, thr,
+                         kind="line", unit="/s", x_title="batch size"))
+        out.append(Chart(f"Latency per batch size ({device}, median per call)", labels, lat,
+                         kind="line", unit="s", x_title="batch size"))
+    out.append(Table(f"Bench on {device}",
+                     ["Model", "Dtype", "Batch", "Status", "Median", "p25", "p75", "Samples/s",
+                      "Iters", "Notes"], rows,
+                     align=["left", "left", "right", "left", "right", "right", "right", "right",
+                            "right", "left"],
+                     footer=["A quick look (about --bench-seconds per configuration); use "
+                             "`inspect bench` for careful numbers."]))
+    return out
+
+
+def _ok(c: Any, what: str) -> float | None:
+    if c is None or c.status != "ok" or c.timing is None:
+        return None
+    return c.throughput if what == "throughput" else c.timing.stats.median
+
+
+def _time(seconds: float | None) -> Shown:
+    if seconds is None:
+        return Shown("", "-")
+    return Shown(seconds, fmt_value(seconds, "s"))
+
