@@ -1,5 +1,6 @@
 # torchinspect — developer entry points. `make demo` and `make test` work on a fresh clone:
-# they create .venv, install torch/torchvision, the package and (when missing) Graphviz.
+# they create .venv, install torch/torchvision, the package and (when missing) Graphviz and
+# chromium (the headless browser that checks `inspect report` pages; Playwright drives it).
 VENV        ?= .venv
 PYTHON      ?= python3
 PY          := $(VENV)/bin/python
@@ -21,6 +22,11 @@ $(STAMP): pyproject.toml Makefile
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null) \
 	      || echo "warning: could not install graphviz; graph output falls back to .dot files"; \
 	  else echo "note: Graphviz 'dot' not found; graph output falls back to .dot files"; fi; }
+	@command -v chromium >/dev/null 2>&1 || { \
+	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
+	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null) \
+	      || echo "warning: could not install chromium; the report browser tests will skip"; \
+	  else echo "note: chromium not found; the report browser tests will skip"; fi; }
 	@touch $(STAMP)
 
 demo: install

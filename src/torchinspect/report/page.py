@@ -135,8 +135,8 @@ def table_html(t: Table, sid: str) -> str:
             cls = aligns[j] if j < len(aligns) else "left"
             text = esc(cell_text(v))
             if j == 0 and depths:
-                tog = (f'<button type="button" class="tog" aria-expanded="true" '
-                       f'title="collapse/expand">\u25be</button>' if i in has_kids
+                tog = ('<button type="button" class="tog" aria-expanded="true" '
+                       'title="collapse/expand">\u25be</button>' if i in has_kids
                        else '<span class="tog-pad"></span>')
                 text = f'{tog}<span class="tree">{text}</span>'
             cells.append(f'<td class="{cls}"{data}>{text}</td>')

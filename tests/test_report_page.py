@@ -1,0 +1,272 @@
+"""`inspect report` and the html renderer: content, escaping, optional parts, safety.
+
+The page is checked in a real browser in tests/test_report_browser.py; here we parse the
+HTML with the standard library and compare numbers with the summary/flops cores.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import re
+import shutil
+import sys
+from html.parser import HTMLParser
+
+import pytest
+
+from torchinspect.report.base import Chart, Figure, KeyValues, Report, Shown, Table, Text
+
+
+class Tags(HTMLParser):
+    """Collects start tags with their attributes, and the text."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data: str) -> None:
+        self.text.append(data)
+
+    def find(self, tag: str, **attrs: str) -> list[dict[str, str | None]]:
+        return [a for t, a in self.tags if t == tag and all(
+            v in (a.get(k.rstrip("_")) or "").split() for k, v in attrs.items())]
+
+
+def parse(page: str) -> Tags:
+    p = Tags()
+    p.feed(page)
+    return p
+
+
+def _available(module: str) -> bool:
+    try:
+        return importlib.util.find_spec(module) is not None
+    except ModuleNotFoundError:
+        return False
+
+
+HAS_GRAPH = _available("torchinspect.export.graph")
+HAS_DOCTOR = _available("torchinspect.analysis.doctor")
+HAS_BENCH = _available("torchinspect.bench.run")
+
+
+# ------------------------------------------------------------------ the renderer
+
+
+def test_html_escapes_everything_from_the_model():
+    from torchinspect.report import render
+
+    evil = '<script>alert("x")</script> & \'q\''
+    report = Report("summary", {"model": evil}, [
+        Text([evil], title=evil),
+        KeyValues(evil, [(evil, evil)]),
+        Table(evil, [evil, "n"], [[evil, Shown(3, evil)]], depths=[0]),
+        Chart(evil, [evil], [(evil, [1.0])]),
+        Chart(evil, ["1", "2"], [(evil, [1.0, 2.0])], kind="line"),
+        Figure(evil, None, evil),
+    ])
+    import io
+
+    buf = io.StringIO()
+    render(report, "html", buf)
+    page = buf.getvalue()
+    p = parse(page)
+    # the one script is ours (at the end); no element came from the model's text
+    assert [t for t, _ in p.tags].count("script") == 1
+    assert page.count("<script>") == 1
+    assert evil not in page
+    assert "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#x27;q&#x27;" in page
+    assert evil in "".join(p.text)  # what a reader sees is the text itself
+
+
+def test_bar_lengths_are_proportional_to_values():
+    from torchinspect.report.page import bar_svg
+
+    values = [3.0, 12.0, 6.0]
+    svg = bar_svg(Chart("c", ["a", "b", "c"], [("s", values)]), "t")
+    widths = [float(w) for w in re.findall(r'class="bar"[^>]*width="([\d.]+)"', svg)]
+    assert len(widths) == 3
+    for w, v in zip(widths, values, strict=True):
+        assert w / widths[1] == pytest.approx(v / max(values), abs=1e-3)
+
+
+def test_tree_parents_follow_depths():
+    from torchinspect.report.page import parents
+
+    assert parents([0, 1, 2, 2, 1, 2, 0]) == [-1, 0, 1, 1, 0, 4, -1]
+
+
+def test_summary_format_html_rows_and_values(invoke):
+    from torchinspect.analysis.summary import summarize
+
+    r = invoke("summary", "zoo:convnet", "--format", "html")
+    assert r.exit_code == 0, r.output
+    s = summarize("zoo:convnet")
+    p = parse(r.stdout)
+    rows = p.find("tr")
+    tree_rows = [a for a in rows if a.get("data-d") is not None]
+    assert [int(a["data-d"]) for a in tree_rows] == [row.depth for row in s.rows]
+    # the Params column carries the raw numbers for sorting
+    params = re.findall(r'<td class="right" data-v="(\d+)">[\d,]+</td>', r.stdout)
+    assert str(s.totals.params) in r.stdout.replace(",", "")
+    assert "15690" in params  # fc: 1568*10 + 10
+
+
+# ------------------------------------------------------------------ inspect report
+
+
+@pytest.fixture(scope="module")
+def convnet_page(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from torchinspect.cli.app import app
+
+    out = tmp_path_factory.mktemp("report") / "convnet.html"
+    r = CliRunner().invoke(app, ["report", "zoo:convnet", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out.read_text()
+
+
+def test_report_header_and_totals_match_the_cores(convnet_page):
+    import torch
+
+    from torchinspect.analysis.flops import count_flops
+    from torchinspect.analysis.summary import summarize
+
+    s = summarize("zoo:convnet")
+    f = count_flops("zoo:convnet")
+    assert f"{s.totals.params:,}" in convnet_page
+    assert f"{f.macs:,}" in convnet_page  # MACs, exact
+    assert f"{2 * f.macs:,}" in convnet_page  # FLOPs
+    assert torch.__version__ in convnet_page
+    assert "multiply-accumulates" in convnet_page  # the convention is stated
+    # conv 5x5, 1->16 channels on 28x28 output: 25 * 16 * 28 * 28 MACs
+    assert f.rows and 25 * 16 * 28 * 28 + 25 * 16 * 32 * 14 * 14 + 1568 * 10 == f.macs
+
+
+def test_report_charts_blocks_and_top_layers(convnet_page):
+    from torchinspect.analysis.summary import summarize
+
+    p = parse(convnet_page)
+    charts = p.find("svg", class_="chart")
+    assert len(charts) >= 3
+    labels = {a.get("aria-label") for a in charts}
+    assert {"Parameters per top-level block", "MACs per top-level block"} <= labels
+    # block params add up to the model total (from the page's bar tooltips)
+    tips = re.findall(r"<title>(layer1|layer2|fc) \([A-Za-z]+\): ([\d.]+)(K?)</title>",
+                      convnet_page)
+    s = summarize("zoo:convnet")
+    assert len(tips) >= 3
+    fc = next(r for r in s.rows if r.name == "fc")
+    assert ("fc", f"{fc.params / 1000:.2f}", "K") in tips
+
+
+def test_report_graph_doctor_present_or_noted(convnet_page):
+    if HAS_GRAPH and shutil.which("dot"):
+        assert re.search(r'<section id="s\d+" class="sec-figure"><h2>Module graph</h2>'
+                         r'<div class="figure"><svg', convnet_page)
+    else:
+        assert "graph: not available" in convnet_page or "graph: not drawn" in convnet_page
+    if HAS_DOCTOR:
+        assert "checks run:" in convnet_page
+    else:
+        assert "doctor: not available" in convnet_page
+
+
+def test_missing_parts_degrade_to_a_note(invoke, tmp_path, monkeypatch):
+    for name in ("torchinspect.export.graph", "torchinspect.analysis.doctor",
+                 "torchinspect.bench.run"):
+        monkeypatch.setitem(sys.modules, name, None)
+    monkeypatch.setitem(sys.modules, "torchinspect.bench", None)
+    out = tmp_path / "r.html"
+    r = invoke("report", "zoo:mnist-net", "--bench", "-o", out)
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "graph: not available (`inspect graph` is not in this build" in page
+    assert "doctor: not available (`inspect doctor` is not in this build" in page
+    assert "bench (zoo:mnist-net): not available (`inspect bench` is not in this build" in page
+
+
+def test_a_failing_part_is_a_note_not_an_error(invoke, tmp_path, monkeypatch):
+    from torchinspect.overview import parts
+
+    def broken(*a, **k):
+        raise RuntimeError("boom\nsecond line")
+
+    monkeypatch.setattr(parts, "graph_part", broken)
+    out = tmp_path / "r.html"
+    r = invoke("report", "zoo:mnist-net", "--no-doctor", "-o", out)
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "graph: failed: RuntimeError: boom" in page and "second line" not in page
+    assert "Doctor findings" in page  # still a section, saying it was not requested
+
+
+@pytest.mark.skipif(not HAS_BENCH, reason="inspect bench is not in this build")
+def test_report_bench_table_and_chart(invoke, tmp_path):
+    out = tmp_path / "b.html"
+    r = invoke("report", "zoo:mnist-net", "--no-doctor", "--no-graph", "--bench",
+               "--bench-batch", "1,2", "--bench-seconds", "0.05", "-o", out)
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    p = parse(page)
+    assert "Throughput per batch size" in {a.get("aria-label", "").split(" (")[0]
+                                           for a in p.find("svg", class_="chart")}
+    rows = re.findall(r"<tr data-i=\"\d+\"><td class=\"left\">zoo:mnist-net</td>"
+                      r"<td class=\"left\">fp32</td><td class=\"right\" data-v=\"(\d+)\"",
+                      page)
+    assert rows == ["1", "2"]
+
+
+def test_comparison_page(invoke, tmp_path):
+    from torchinspect.analysis.summary import summarize
+
+    out = tmp_path / "cmp.html"
+    r = invoke("report", "zoo:convnet", "zoo:mnist-net", "--no-doctor", "--no-graph", "-o", out)
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "Totals side by side" in page
+    for spec in ("zoo:convnet", "zoo:mnist-net"):
+        s = summarize(spec)
+        assert f'<td class="left">{s.model}</td>' in page
+        assert f'data-v="{s.totals.params}"' in page
+    # overlaid charts: one legend entry per model
+    block = page[page.index('aria-label="Parameters per top-level block"'):]
+    block = block[:block.index("</svg>")]
+    assert block.count('class="lg"') == 2
+
+
+def test_report_json_format(invoke):
+    from torchinspect.analysis.summary import summarize
+
+    r = invoke("report", "zoo:convnet", "--no-graph", "--no-doctor", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["schema"] == "torchinspect/report/v1"
+    m = data["models"][0]
+    assert m["summary"]["totals"]["params"] == summarize("zoo:convnet").totals.params
+    assert sum(b["params"] for b in m["blocks"]) == m["summary"]["totals"]["params"]
+    assert m["missing"] == {}
+
+
+def test_report_never_writes_over_an_input(invoke, tmp_path):
+    src = tmp_path / "net.py"
+    text = ("import torch\n\nclass Net(torch.nn.Module):\n    def __init__(self):\n"
+            "        super().__init__()\n        self.fc = torch.nn.Linear(4, 2)\n\n"
+            "    def forward(self, x):\n        return self.fc(x)\n")
+    src.write_text(text)
+    r = invoke("report", f"{src}:Net", "--input", "4", "--no-graph", "--no-doctor", "-o", src)
+    assert r.exit_code == 2
+    assert r.stderr.startswith("error: ")
+    assert src.read_text() == text
+
+
+def test_bad_bench_batch_is_a_usage_error(invoke):
+    r = invoke("report", "zoo:convnet", "--bench", "--bench-batch", "1,x")
+    assert r.exit_code == 2
+    assert "error: --bench-batch '1,x'" in r.stderr and "hint:" in r.stderr
