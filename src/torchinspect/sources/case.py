@@ -86,7 +86,7 @@ class ModelCase:
         target = devices.real_device(device)
         devices.check_available(target)
         here = devices.model_device(self.model, default=target)
-        if not self.on_meta and _same_device(here, target):
+        if not self.on_meta and devices.same_device(here, target):
             return self.model
         if self.rebuild is None:
             if self.on_meta:
@@ -100,12 +100,6 @@ class ModelCase:
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example materialized on ``device`` as ``(args, kwargs)``."""
         return materialize(self.require_example(), device)
-
-
-def _same_device(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    return a.split(":")[0] == b.split(":")[0] == "cuda" and (a in ("cuda", "cuda:0") and b in ("cuda", "cuda:0"))
 
 
 def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions | None = None,
