@@ -20,6 +20,7 @@ from typing import Any
 from torchinspect import device as devices
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
+from torchinspect.shapes import format_shape_tree, map_tensors, shape_tree
 
 
 @dataclass
@@ -182,17 +183,7 @@ def materialize(example: Any, device: Any) -> tuple[tuple[Any, ...], dict[str, A
 
 
 def _to(value: Any, device: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_to(v, device) for v in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to(v, device) for v in value)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    return value
+    return map_tensors(value, lambda t: t.to(device))
 
 
 def describe_inputs(example: Any) -> str:
@@ -201,6 +192,4 @@ def describe_inputs(example: Any) -> str:
         return "-"
     if isinstance(example, ExampleInputs):
         return example.describe()
-    from torchinspect.shapes import format_shape_tree, shape_tree
-
     return format_shape_tree(shape_tree(example), limit=200)
