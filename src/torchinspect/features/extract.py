@@ -122,7 +122,6 @@ def _init_dist(device: str) -> _Dist:
         return _Dist(device=device)
     import torch.distributed as dist
 
-    rank = int(os.environ.get("RANK", "0"))
     local = int(os.environ.get("LOCAL_RANK", "0"))
     if device == "cuda":  # one GPU per local rank
         device = f"cuda:{local}"
