@@ -9,6 +9,7 @@ on CUDA, gloo on CPU. See store.py for how interrupted runs resume.
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import queue
 import threading
@@ -464,6 +465,8 @@ def extract_features(
     dev = dist.device
     try:
         net, name, case_example, notes = _resolve_model(model, dev, options)
+        if dist.world > 1 and not isinstance(model, torch.nn.Module):
+            _broadcast_weights(net)  # a random init differs per process: use rank 0's
         example = example if example is not None else case_example
         check_layer_names(net, layers)
         sample_rank, hw, first = _example_info(example)
@@ -480,13 +483,14 @@ def extract_features(
         settings = {"model": name, "layers": layers, "pool": pool,
                     "save_dtype": DTYPE_NAMES[save], "file_format": file_format,
                     "preprocess": prep.to_dict() if inputs else {"mode": "random"}}
+        settings = json.loads(json.dumps(settings))  # as the manifest holds them (lists)
         if dist.rank == 0:
             manifest = store.recover(out_dir, settings, force=force, fmt=file_format,
                                      shard_bytes=shard_bytes)
         dist.barrier()
         if dist.rank != 0:
             manifest = store.read_json(out_dir / store.MANIFEST) or {}
-        run = len(manifest.get("runs", []))
+        run = store.next_run(manifest)
         done = store.done_ids(manifest)
         order = {it.id: pos for pos, it in enumerate(items)}
         pending = [(pos, it) for pos, it in enumerate(items) if it.id not in done]
@@ -510,12 +514,12 @@ def extract_features(
         if interrupted:
             if dist.world == 1:
                 store.finish(out_dir, order, _run_info(dist, dev, counters, t0, method, compute,
-                                                       tensors_meta), complete=False)
+                                                       tensors_meta), complete=False, extra=_versions())
             raise KeyboardInterrupt
         dist.barrier()
         if dist.rank == 0:
             info = _run_info(dist, dev, counters, t0, method, compute, tensors_meta)
-            manifest = store.finish(out_dir, order, {**info, **_versions()}, complete=True)
+            manifest = store.finish(out_dir, order, info, complete=True, extra=_versions())
         dist.barrier()
         manifest = store.read_json(out_dir / store.MANIFEST) or {}
         skipped = len(done & set(order))
@@ -524,7 +528,7 @@ def extract_features(
             output=str(out_dir), manifest=str(out_dir / store.MANIFEST), model=name,
             layers=manifest.get("tensors") or tensors_meta, method=method, device=dev,
             world_size=dist.world, rows=int(manifest.get("rows", 0)),
-            new_rows=_sum_rows(manifest, run),
+            new_rows=_sum_rows(manifest),
             skipped=skipped, failed=list(manifest.get("failed", [])), new_failed=new_failed,
             shards=sorted({f for s in manifest.get("shards", []) for f in s["files"].values()}),
             bytes=sum(int(s.get("bytes", 0)) for s in manifest.get("shards", [])),
@@ -536,9 +540,17 @@ def extract_features(
         dist.close()
 
 
-def _sum_rows(manifest: dict[str, Any], run: int) -> int:
+def _broadcast_weights(net: torch.nn.Module) -> None:
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for t in [*net.parameters(), *net.buffers()]:
+            dist.broadcast(t.data, src=0)
+
+
+def _sum_rows(manifest: dict[str, Any]) -> int:
     runs = manifest.get("runs", [])
-    return int(runs[run].get("rows", 0)) if run < len(runs) else 0
+    return int(runs[-1].get("rows", 0)) if runs else 0
 
 
 def _versions() -> dict[str, Any]:

@@ -175,7 +175,7 @@ class Preprocess:
 
     def geometry(self, img: torch.Tensor) -> torch.Tensor:
         """Resize and crop one uint8 (C, H, W) image (CPU or CUDA)."""
-        from torchvision.transforms.v2 import functional as F
+        from torchvision.transforms import functional as F  # the published transforms use it
 
         if self.mode == "none":
             return img

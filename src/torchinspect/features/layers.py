@@ -87,48 +87,75 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def list_layers(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any], *,
-                name: str = "model", input_text: str = "") -> LayerListing:
-    """Every extractable layer with its output shape; run on meta tensors (no memory).
+def list_layers(model: Any, *, options: Any = None) -> LayerListing:
+    """Every extractable layer with its output shape at the model's example input.
 
-    ``model`` and the inputs must be on the same device (meta for the CLI).
+    Module names come from one traced forward (meta by default: no memory, works on
+    models FX cannot trace); FX node names, where the model is traceable, with their
+    shapes from running the FX graph on meta tensors. ``model``: a MODEL text, a
+    ModelCase or an ``nn.Module`` (with ``options.inputs``).
     """
+    from torchinspect.sources.case import make_case, materialize
+    from torchinspect.trace.policy import trace_case
+
+    case = model if hasattr(model, "rebuild") and hasattr(model, "example") else \
+        make_case(model, options=options, device="auto")
+    trace = trace_case(case)
     modules: dict[str, LayerInfo] = {}
-    mod_names = {m: n for n, m in model.named_modules() if n}
-    handles = []
-
-    def hook(mod: nn.Module, _args: Any, out: Any) -> None:
-        n = mod_names[mod]
-        if n in modules:
-            modules[n].calls += 1
-            return
-        shape, dtype = _shape_of(out)
-        modules[n] = LayerInfo(n, "module", type(mod).__name__, shape, dtype)
-
-    with preserved_training(model):
-        model.eval()
-        try:
-            for m in mod_names:
-                handles.append(m.register_forward_hook(hook))
-            with torch.inference_mode(), _quiet():
-                model(*args, **kwargs)
-        except Exception as exc:
-            raise InspectError(f"{name}: the forward failed on the example input: {_first_line(exc)}",
-                               hint="check --input against what the model's forward expects") from None
-        finally:
-            for h in handles:
-                h.remove()
+    for c in trace.calls:
+        if not c.name:
+            continue
+        if c.name in modules:
+            modules[c.name].calls += 1
+            continue
+        shape, dtype = _meta_shape(c.outputs)
+        modules[c.name] = LayerInfo(c.name, "module", c.type, shape, dtype)
     nodes: list[LayerInfo] = []
     fx_error = None
     try:
-        names = [n for n in fx_node_names(model) if n not in ("x", "input")]
-        outs = _run_fx(model, names, args, kwargs)
+        names = [n for n in fx_node_names(case.model) if n not in ("x", "input")]
+        outs: dict[str, Any] = {}
+        if devices_on_meta(case.model):
+            try:
+                args, kwargs = materialize(case.require_example(), "meta")
+                outs = _run_fx(case.model, names, args, kwargs)
+            except Exception:  # names without shapes rather than nothing
+                outs = {}
         for n in names:
             shape, dtype = _shape_of(outs.get(n))
             nodes.append(LayerInfo(n, "node", "", shape, dtype))
     except Exception as exc:  # FX cannot trace this model: module names still work
         fx_error = _first_line(exc)
-    return LayerListing(name, input_text, list(modules.values()), nodes, fx_error)
+    notes = []
+    if trace.fallback_reason:
+        notes.append(f"shapes from a real CPU run: {trace.fallback_reason}")
+    return LayerListing(case.name, case.describe_inputs(), list(modules.values()), nodes,
+                        fx_error, notes)
+
+
+def devices_on_meta(model: nn.Module) -> bool:
+    from torchinspect import device as devices
+
+    return devices.has_meta_tensors(model)
+
+
+def _meta_shape(tree: Any) -> tuple[list[int] | None, str | None]:
+    """Shape and dtype of the first tensor in a trace shape tree."""
+    from torchinspect.shapes import TensorMeta
+
+    if isinstance(tree, TensorMeta):
+        return list(tree.shape), tree.dtype
+    if isinstance(tree, (tuple, list)):
+        for t in tree:
+            got = _meta_shape(t)
+            if got[0] is not None:
+                return got
+    if isinstance(tree, dict):
+        for t in tree.values():
+            got = _meta_shape(t)
+            if got[0] is not None:
+                return got
+    return None, None
 
 
 def _run_fx(model: nn.Module, names: Sequence[str], args: tuple[Any, ...],

@@ -295,12 +295,19 @@ def merge(manifest: dict[str, Any], progress: list[dict[str, Any]],
     return manifest
 
 
+def next_run(manifest: dict[str, Any]) -> int:
+    """A run number no shard of this folder uses yet (killed runs left shards, no run entry)."""
+    used = [int(m[1]) for s in manifest.get("shards", [])
+            if (m := re.match(r"features-(\d+)-", s["file"]))]
+    return max([len(manifest.get("runs", [])), *(u + 1 for u in used)])
+
+
 def done_ids(manifest: dict[str, Any]) -> set[str]:
     return {e["id"] for e in manifest["inputs"]} | {f["id"] for f in manifest["failed"]}
 
 
 def finish(folder: Path, order: Mapping[str, int], run_info: dict[str, Any], *,
-           complete: bool) -> dict[str, Any]:
+           complete: bool, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Rank 0 after the barrier: merge every rank's progress into the one manifest."""
     manifest = read_json(folder / MANIFEST)
     assert manifest is not None
@@ -313,6 +320,7 @@ def finish(folder: Path, order: Mapping[str, int], run_info: dict[str, Any], *,
     manifest = merge(manifest, progress, order)
     manifest["runs"] = [*manifest.get("runs", []), {**run_info, "finished": _now()}]
     manifest["status"] = "complete" if complete else "incomplete"
+    manifest.update(extra or {})
     write_json(folder / MANIFEST, manifest)
     for pr in progress:
         (folder / f".progress-r{pr['rank']:03d}-run{pr['run']:03d}.json").unlink(missing_ok=True)
