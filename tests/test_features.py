@@ -328,3 +328,22 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
     assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
     for k in ("relu", "fc"):
         torch.testing.assert_close(a.rows(k), b.rows(k), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.cuda
+def test_cuda_gpu_decode_matches_cpu_decode_with_png_fallback(tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 255, (60, 80, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
+    _images(folder, n=2)  # PNGs: decoded on the CPU even when JPEGs go to nvjpeg
+    (folder / "z_broken.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"x" * 64)
+    net = _tiny()
+    kw = dict(layers=["relu", "fc"], resize=40, crop=32, batch_size=4, device="cuda", workers=2)
+    gpu = extract_features(net, [str(folder)], output=tmp_path / "gpu", **kw)
+    cpu = extract_features(net, [str(folder)], output=tmp_path / "cpu", gpu_decode=False, **kw)
+    a, b = FeatureFolder.open(gpu.output), FeatureFolder.open(cpu.output)
+    assert gpu.rows == cpu.rows == 7 and [f["id"] for f in gpu.failed] == [str(folder / "z_broken.jpg")]
+    assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
+    torch.testing.assert_close(a.rows("fc"), b.rows("fc"), atol=0.05, rtol=0.05)  # nvjpeg vs libjpeg
