@@ -46,7 +46,8 @@ def _device_time(evt: Any) -> float:
 
 
 def profile_step(step: Callable[[], Any], *, cuda: bool, sync: Callable[[], Any], rows: int = 15,
-                 trace_file: str | None = None, label: str = "") -> ProfileResult:
+                 trace_file: str | None = None, label: str = "",
+                 protect: tuple[str, ...] = ()) -> ProfileResult:
     """Profile ``PROFILED_CALLS`` calls of ``step``; times are per call, in seconds."""
     from torch.profiler import ProfilerActivity, profile
 
@@ -68,7 +69,7 @@ def profile_step(step: Callable[[], Any], *, cuda: bool, sync: Callable[[], Any]
     if trace_file:
         from torchinspect.io.atomic import atomic_path
 
-        with atomic_path(trace_file) as tmp:
+        with atomic_path(trace_file, protect=protect) as tmp:
             prof.export_chrome_trace(str(tmp))
         result.trace_file = str(trace_file)
     return result

@@ -84,6 +84,7 @@ class BenchOptions:
     profile_trace: str | None = None  # Chrome trace file written by --profile
     profile_rows: int = 15
     save_samples: bool = False
+    protect: tuple[str, ...] = ()  # input files the trace file must never replace
 
     def flags(self) -> dict[str, Any]:
         return {"amp": self.amp, "channels_last": self.channels_last, "compile": self.compile,
@@ -294,9 +295,12 @@ class _Runner:
         self.progress, self.clock = progress, clock
         self.base_example = case.example
 
-    def say(self, text: str) -> None:
+    def say(self, text: str, final: bool = False) -> None:
         if self.progress is not None:
-            self.progress(text)
+            if final:
+                self.progress(text, final=True)
+            else:
+                self.progress(text)
 
     def model_for(self, base: Any, owned: bool, dtype: str) -> Any:
         """``base`` in ``dtype`` (and channels-last): in place when we built it, else a copy."""
@@ -416,7 +420,8 @@ class _Runner:
                     self.say(f"{label}: profiling")
                     prof = profile_step(step, cuda=self.cuda, sync=self.sync,
                                         rows=self.opts.profile_rows,
-                                        trace_file=self.opts.profile_trace, label=label)
+                                        trace_file=self.opts.profile_trace, label=label,
+                                        protect=self.opts.protect)
         except KeyboardInterrupt:
             raise
         except InspectError:
@@ -523,7 +528,7 @@ def _sweep(runner: _Runner, base: Any, owned: bool, result: BenchResult) -> None
                 if prof is not None:
                     result.profile = prof
                 oom_seen = oom_seen or row.status == "oom"
-                runner.say(_done_line(row))
+                runner.say(_done_line(row), final=True)
         if opts.profile and result.profile is None and di == len(opts.dtypes) - 1:
             result.notes.append("--profile: the last configuration did not run, nothing profiled")
         del fn, model
@@ -565,7 +570,7 @@ def _max_batch(runner: _Runner, model: Any, fn: Any, dtype: str) -> tuple[MaxBat
                                hint="check --input; --max-batch needs a model that runs at batch 1")
         probes.append((batch, ok, peak))
         runner.say(f"{dtype} batch {batch}: {'fits' if ok else 'OOM'}"
-                   + (f" (peak {peak / 1e9:.2f} GB)" if peak else ""))
+                   + (f" (peak {peak / 1e9:.2f} GB)" if peak else ""), final=True)
         return ok
 
     lo, hi, capped = 0, None, False
@@ -591,5 +596,5 @@ def _max_batch(runner: _Runner, model: Any, fn: Any, dtype: str) -> tuple[MaxBat
     if not lo:
         return found, ConfigResult(dtype, 1, "oom", error="batch 1 does not fit")
     row, _ = runner.run_config(model, fn, dtype, lo)
-    runner.say(_done_line(row))
+    runner.say(_done_line(row), final=True)
     return found, row

@@ -32,7 +32,8 @@ from typing import Any
 
 from torchinspect.bench.stats import Stats, summarize
 
-ProgressFn = Callable[[str], None]
+# progress(text) for a passing status; progress(text, final=True) for a finished configuration
+ProgressFn = Callable[..., None]
 PROGRESS_EVERY_S = 0.5
 
 
