@@ -242,8 +242,8 @@ def test_cuda_real_oom_continues_the_sweep():
 
 @pytest.mark.cuda
 def test_cuda_max_batch_real_memory():
-    case = make_case(nn.Sequential(nn.Linear(1 << 16, 1 << 16, bias=False)).cuda(), "65536",
-                     device="meta")
+    # 4 MiB of input per sample: the search ends near free memory / 4 MiB, below the cap
+    case = make_case(nn.Linear(1 << 20, 16).cuda(), str(1 << 20), device="meta")
     r = run_bench(case, BenchOptions(device="cuda", max_batch=True, timing=FAST))
     mb = r.max_batch
     assert mb.batch and not mb.capped and r.configs[-1].status == "ok"
@@ -260,3 +260,15 @@ def test_cuda_cli_profile(invoke, tmp_path):
     d = json.loads(out.read_text())
     assert d["profile"]["sort_by"] == "self_device" and d["profile"]["total_self_device_s"] > 0
     assert (tmp_path / "r.trace.json").exists()
+
+
+def test_large_inputs_made_on_the_device_keep_specs():
+    from torchinspect.bench.run import _on_device
+    from torchinspect.inputs import ExampleInputs, TensorSpec
+
+    ex = ExampleInputs((TensorSpec((2, 3), "float16"), [TensorSpec((2,), "int64", high=5)]),
+                       {"mask": TensorSpec((2, 4), "bool")})
+    args, kwargs = _on_device(ex, "cpu")
+    assert args[0].shape == (2, 3) and args[0].dtype == torch.float16
+    assert args[1][0].dtype == torch.int64 and int(args[1][0].max()) < 5
+    assert kwargs["mask"].dtype == torch.bool and kwargs["mask"].shape == (2, 4)

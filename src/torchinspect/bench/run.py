@@ -29,7 +29,7 @@ from torchinspect.bench.profile import ProfileResult, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
 from torchinspect.errors import InspectError
-from torchinspect.inputs import ExampleInputs, rebatch
+from torchinspect.inputs import ExampleInputs, TensorSpec, rebatch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 _DTYPE_ALIASES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "fp16": "fp16",
@@ -37,6 +37,7 @@ _DTYPE_ALIASES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "fp16": "f
 NOISY_COV = 0.025  # CoV above which a row is flagged noisy
 LAUNCH_BOUND_RATIO = 0.8  # host enqueue time / device time above which a run is launch-bound
 MAX_BATCH_CAP = 1 << 16
+FAST_INPUT_BYTES = 64 << 20  # larger CUDA inputs are generated on the device
 OOM_CHOICES = ("skip", "try")
 _OOM_SIGNS = ("out of memory", "can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED",
               "CUDNN_STATUS_ALLOC_FAILED", "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE")
@@ -211,6 +212,26 @@ def _cast_inputs(value: Any, dtype: Any, channels_last: bool) -> Any:
     return value
 
 
+def _on_device(example: ExampleInputs, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """Large inputs made on the GPU itself (randn there; integer inputs as the spec says):
+    generating gigabytes on the CPU first would take longer than the benchmark."""
+    import torch
+
+    def make(tree: Any) -> Any:
+        if isinstance(tree, TensorSpec):
+            dtype = getattr(torch, tree.dtype)
+            if dtype.is_floating_point:
+                return torch.randn(tree.shape, device=device, dtype=dtype)
+            return tree.make(device)
+        if isinstance(tree, dict):
+            return {k: make(v) for k, v in tree.items()}
+        if isinstance(tree, (list, tuple)):
+            return type(tree)(make(v) for v in tree)
+        return tree
+
+    return tuple(make(example.args)), dict(make(example.kwargs))
+
+
 def _batch_of(example: Any) -> int | None:
     if isinstance(example, ExampleInputs):
         specs = example.specs()
@@ -320,7 +341,11 @@ class _Runner:
         case = self.case
         if batch is not None and isinstance(self.base_example, ExampleInputs):
             case = dataclasses.replace(case, example=rebatch(self.base_example, batch))
-        args, kwargs = case.inputs_on(self.device)
+        if (self.cuda and isinstance(case.example, ExampleInputs)
+                and case.example.nbytes > FAST_INPUT_BYTES):
+            args, kwargs = _on_device(case.example, self.device)
+        else:
+            args, kwargs = case.inputs_on(self.device)
         cast = None if self.opts.amp else getattr(self.torch, DTYPES[dtype])
         args = _cast_inputs(args, cast, self.opts.channels_last)
         kwargs = _cast_inputs(kwargs, cast, self.opts.channels_last)
