@@ -30,6 +30,11 @@ def _rate(x: float | None) -> Shown:
     return Shown("" if x is None else x, "-" if x is None else f"{x:,.1f}")
 
 
+def _short(name: str, limit: int = 90) -> Shown:
+    """CUDA kernel names run to hundreds of characters: the table shows the start, CSV all."""
+    return Shown(name, name if len(name) <= limit else name[: limit - 3] + "...")
+
+
 def _rows(result: BenchResult, cuda: bool) -> tuple[list[str], list[list[Any]]]:
     cols = ["dtype", "batch", "status", "median", "mean", "min", "p90", "p99", "std", "CoV",
             "IQR", "samples/s", "iters", "first call"]
@@ -107,7 +112,7 @@ def bench_report(result: BenchResult, compare: list[Change] | None = None) -> Re
              + (" (stopped at the cap)" if mb.capped else ""))]))
     if result.profile is not None:
         p = result.profile
-        prow = [[o.name, o.calls, _t(o.self_cpu_s), _t(o.self_device_s) if cuda else None]
+        prow = [[_short(o.name), o.calls, _t(o.self_cpu_s), _t(o.self_device_s) if cuda else None]
                 for o in p.ops]
         pcols = ["operator", "calls", "self CPU"] + (["self CUDA"] if cuda else [])
         prow = [r[: len(pcols)] for r in prow]
