@@ -209,10 +209,13 @@ def _raiser(exc: Exception) -> Callable[[], None]:
 
 
 def model_command(*, inputs: bool = True, device_default: str = "auto",
-                  device_help: str = DEVICE_HELP, outputs: bool = True) -> Callable[[F], F]:
+                  device_help: str = DEVICE_HELP, batch: bool = True,
+                  outputs: bool = True) -> Callable[[F], F]:
     """Add the shared model and output options to a command; it receives ``opts`` and ``out``.
 
     ``inputs=False`` leaves out ``--input/--batch/--no-batch`` (``inspect params``).
+    ``batch=False`` leaves out only ``--batch``, for a command that declares its own
+    (``inspect bench --batch 1,8,32``); ``opts.batch`` is then None.
     ``outputs=False`` leaves out ``--format/--output`` (``inspect features`` uses them for
     its data files); ``out`` is then the default (a table on stdout).
     """
@@ -222,7 +225,8 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
         _param("weights", WeightsOpt, None), _param("key", KeyOpt, None),
         _param("strict", StrictOpt, True), _param("trust_pickle", TrustOpt, False),
         _param("device", _device_opt(device_help), device_default),
-        *([_param("batch", BatchOpt, None), _param("no_batch", NoBatchOpt, False)] if inputs else []),
+        *([_param("batch", BatchOpt, None)] if inputs and batch else []),
+        *([_param("no_batch", NoBatchOpt, False)] if inputs else []),
         _param("published", PublishedOpt, False), _param("weights_config", WeightsConfigOpt, None),
         *(_param(n, a, d) for n, a, d in (_OUTPUT_PARAMS if outputs else ())),
     ]
