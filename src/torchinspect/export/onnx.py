@@ -292,12 +292,20 @@ def explain_failure(exc: BaseException, model: Any, opset: int | None) -> str:
     op = _OP_RE.search(text)
     if "DispatchError" in kinds or "No ONNX function found" in text:
         opname = op.group(1) if op else "an op"
-        return (f"unsupported op {opname}{mod}: no ONNX translation at opset "
-                f"{opset if opset is not None else 'default'}")
+        return (f"unsupported op {opname}{mod or ' in the model' + chr(39) + 's own forward'}: "
+                f"no ONNX translation at opset {opset if opset is not None else _default_opset()}")
     if "ConstraintViolation" in text or "Constraints violated" in text or \
             "specialized" in text.lower():
         return f"the dynamic dims conflict with the model{mod}{at}: {_first_line(chain[-1])}"
     return f"{type(chain[-1]).__name__}{mod}{at}: {_first_line(chain[-1])}"
+
+
+def _default_opset() -> str:
+    try:
+        from torch.onnx._constants import ONNX_DEFAULT_OPSET
+    except ImportError:  # pragma: no cover - private constant moved
+        return "default"
+    return str(ONNX_DEFAULT_OPSET)
 
 
 def _first_line(exc: BaseException) -> str:
