@@ -169,7 +169,7 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
             else:
                 label = input_names.get(id(var), "leaf tensor")
                 node = GraphNode(nid, f"{label}\n{_fmt_shape(_shape(var))}", "input", label,
-                                 "Tensor", _shape(var))
+                                 None, _shape(var))
         else:
             kind = type(fn).__name__
             node = GraphNode(nid, kind, "op", None, kind)
@@ -186,7 +186,7 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     saved_count = 0
     for i, t in enumerate(outputs):
         onode = GraphNode(f"out{i}", f"output {i}\n{_fmt_shape(_shape(t))}", "output",
-                          f"output {i}", "Tensor", _shape(t))
+                          f"output {i}", None, _shape(t))
         graph.nodes.append(onode)
         fn = t.grad_fn
         if fn is None:
@@ -308,8 +308,13 @@ def _flow_mode(flow: _Flow) -> Any:
     return FlowMode()
 
 
-def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Flow:
-    """One forward recording, per module call, which earlier calls produced its inputs."""
+def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                state: dict[str, Any] | None = None) -> _Flow:
+    """One forward recording, per module call, which earlier calls produced its inputs.
+
+    ``state``: stand-in tensors by name (``functional_call``), e.g. meta copies of real
+    weights, so the user's model is neither copied nor touched.
+    """
     flow = _Flow(model)
     flow.mark((args, kwargs), frozenset({INPUT}))
     handles = []
@@ -320,7 +325,10 @@ def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _F
         import torch
 
         with _eval_mode(model), torch.no_grad(), _flow_mode(flow):
-            out = model(*args, **kwargs)
+            if state:
+                out = torch.func.functional_call(model, state, args, kwargs, strict=False)
+            else:
+                out = model(*args, **kwargs)
         flow.outputs = flow.of(out)
     finally:
         for h in handles:
@@ -471,39 +479,34 @@ def _last_outputs(trace: Any, call: Any) -> str:
 
 def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str = "autograd",
                 depth: int | None = None, fold: bool = True, saved: bool = False,
-                device: str | None = None) -> Graph:
+                options: Any = None) -> Graph:
     """The graph of a model case (or a model/spec and inputs): the library twin of ``inspect graph``.
 
-    ``kind="autograd"`` runs one real forward on ``device`` (cpu by default; refused up
-    front when the weights would not fit); ``kind="module"`` traces on meta.
+    ``kind="autograd"`` runs one real forward on the case's device (auto/meta: cpu; refused
+    up front when the weights would not fit); ``kind="module"`` traces on meta (auto: with
+    a CPU fallback). ``options``: a ModelOptions when a spec is given.
     """
     from torchinspect.sources.case import ModelCase, make_case
 
     kind = GraphKind(kind)
-    case = case_or_model if isinstance(case_or_model, ModelCase) else make_case(case_or_model, inputs)
+    case = case_or_model if isinstance(case_or_model, ModelCase) else make_case(case_or_model, inputs, options=options)
     if kind is GraphKind.autograd:
         from torchinspect import device as devices
 
-        target = devices.real_device(devices.parse_device(device or "cpu"))
+        target = devices.real_device(case.requested)
         model = case.real_model(target)
         args, kwargs = case.inputs_on(target)
         graph = autograd_graph(model, args, kwargs, saved=saved, name=case.name)
     else:
-        from torchinspect.trace import trace_model
+        from torchinspect.trace import trace_case
 
-        dev = device or "auto"
-        trace = trace_model(case.model, case.require_example(), device=dev,
-                            rebuild=case.rebuild)
-        flow_device = "meta" if trace.device == "meta" else trace.device
-        model = case.model if flow_device == "meta" or not case.on_meta else case.real_model(flow_device)
+        trace = trace_case(case)
+        note = None
         try:
-            args, kwargs = case.inputs_on(flow_device)
-            flow = module_flow(_on_meta(model) if flow_device == "meta" else model, args, kwargs)
+            flow = _flow_for(case, trace.device)
         except Exception as exc:  # noqa: BLE001 - the picture still works with call-order edges
             flow = None
             note = f"tensor flow unavailable ({type(exc).__name__}); edges follow the call order"
-        else:
-            note = None
         graph = module_graph(trace, flow, depth=depth, fold=fold, name=case.name)
         if note:
             graph.notes.append(note)
@@ -512,22 +515,16 @@ def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str
     return graph
 
 
-def _on_meta(model: Any) -> Any:
-    """The model itself when it is on meta; else a meta stand-in (the user's model untouched)."""
-    from torchinspect import device as devices
+def _flow_for(case: Any, device: str) -> _Flow:
+    """The tensor flow on the device the trace ran on (meta: stand-ins for real weights)."""
+    from torchinspect.trace.engine import meta_state
 
-    if devices.has_meta_tensors(model) or not devices.has_tensors(model):
-        return model
-    import copy
-
-    import torch
-
-    # deepcopy with meta tensors: the copy costs no memory and the user's model is untouched
-    memo: dict[int, Any] = {}
-    for t in [*model.parameters(), *model.buffers()]:
-        memo[id(t)] = torch.nn.Parameter(torch.empty_like(t, device="meta"), t.requires_grad) \
-            if isinstance(t, torch.nn.Parameter) else torch.empty_like(t, device="meta")
-    return copy.deepcopy(model, memo)
+    if device == "meta":
+        args, kwargs = case.inputs_on("meta")
+        return module_flow(case.model, args, kwargs, meta_state(case.model))
+    model = case.real_model(device)
+    args, kwargs = case.inputs_on(device)
+    return module_flow(model, args, kwargs)
 
 
 # ------------------------------------------------------------------ DOT and files
