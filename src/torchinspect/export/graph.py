@@ -249,6 +249,8 @@ class _Flow:
         self.stack: list[int] = []
         self.sources: list[frozenset[int]] = []  # producers of each call's inputs
         self.outputs: frozenset[int] = frozenset()
+        # container call -> what produced the tensors it returned (for an expanded view)
+        self.via: dict[int, frozenset[int]] = {}
 
     def of(self, value: Any) -> frozenset[int]:
         out: frozenset[int] = frozenset()
@@ -258,22 +260,9 @@ class _Flow:
                 out |= entry[1]
         return out
 
-    def mark(self, value: Any, calls: frozenset[int], only_unowned_by: int | None = None) -> None:
+    def mark(self, value: Any, calls: frozenset[int]) -> None:
         for t in _tensors(value):
-            if only_unowned_by is not None:
-                had = self.of(t)
-                if had and all(self._inside(p, only_unowned_by) for p in had):
-                    continue  # produced inside this call: keep the inner producer
             self.producers[id(t)] = (t, calls)
-
-    def _inside(self, call: int, outer: int) -> bool:
-        return call >= outer and call < outer + self._span(outer)
-
-    def _span(self, index: int) -> int:
-        n = 1
-        for ch in self.calls[index][1]:
-            n += self._span(ch)
-        return n
 
     def pre(self, module: Any, args: Any, kwargs: Any) -> None:
         index = len(self.calls)
@@ -287,10 +276,9 @@ class _Flow:
         if not self.stack:
             return
         index = self.stack.pop()
-        if self.calls[index][1]:  # a container: its inner calls already produced the outputs
-            self.mark(output, frozenset({index}), only_unowned_by=index)
-        else:
-            self.mark(output, frozenset({index}))
+        if self.calls[index][1]:  # a container: remember what inside (or before) made its outputs
+            self.via[index] = self.via.get(index, frozenset()) | self.of(output)
+        self.mark(output, frozenset({index}))
 
 
 def _flow_mode(flow: _Flow) -> Any:
@@ -416,12 +404,24 @@ def module_graph(trace: Any, flow: _Flow | None, *, depth: int | None = None, fo
         seen.add((src, dst))
         graph.edges.append(GraphEdge(src, dst))
 
+    def resolve(p: int, seen: set[int]) -> list[str]:
+        """Node(s) standing for producer call ``p``: its own node, or (a container drawn
+        open) whatever produced the tensors it returned."""
+        nid = owner.get(p)
+        if nid is not None or p in seen:
+            return [nid] if nid is not None else []
+        seen.add(p)
+        return [n for q in sorted(flow.via.get(p, ())) for n in resolve(q, seen)]
+
     if flow is not None and _flow_matches(flow, trace):
         for i, sources in enumerate(flow.sources):
+            dst = owner.get(i)
             for p in sorted(sources):
-                link(owner.get(p), owner.get(i))
+                for src in resolve(p, set()):
+                    link(src, dst)
         for p in sorted(flow.outputs):
-            link(owner.get(p), "output")
+            for src in resolve(p, set()):
+                link(src, "output")
     else:
         if flow is not None:
             graph.notes.append("edges follow the call order (the tensor flow could not be "
