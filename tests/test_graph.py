@@ -215,3 +215,14 @@ def test_python_api_twin() -> None:
 
     g = torchinspect.build_graph(Skip(), torch.randn(2, 4), kind="module")
     assert {n.name for n in g.nodes if n.kind == "module"} == {"a", "b", "c"}
+
+
+def test_autograd_graph_on_meta_matches_cpu_for_resnet18() -> None:
+    from torchinspect.sources.case import ModelOptions, make_case
+
+    graphs = {dev: build_graph(make_case("resnet18", "3,32,32", options=ModelOptions(device=dev)))
+              for dev in ("meta", "cpu")}
+    meta, cpu = graphs["meta"], graphs["cpu"]
+    assert meta.device == "meta" and cpu.device == "cpu"
+    assert sorted(n.label for n in meta.nodes) == sorted(n.label for n in cpu.nodes)
+    assert len(meta.edges) == len(cpu.edges)

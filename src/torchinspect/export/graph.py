@@ -123,16 +123,28 @@ def _eval_mode(model: Any) -> Iterator[None]:
 
 
 def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any] | None = None,
-                   *, saved: bool = False, name: str | None = None) -> Graph:
-    """The backward graph of ``model(*args, **kwargs)``'s outputs (a real forward, eval mode).
+                   *, saved: bool = False, name: str | None = None,
+                   state: dict[str, Any] | None = None) -> Graph:
+    """The backward graph of ``model(*args, **kwargs)``'s outputs (one forward, eval mode).
 
     Floating-point inputs get gradients (copies: the caller's tensors are untouched), so
     the input leaves appear too. ``saved=True`` adds the tensors each function saved.
+    ``state``: stand-ins by name (e.g. meta copies) run through ``functional_call``.
     """
     import torch
 
     kwargs = dict(kwargs or {})
     names = {id(p): n for n, p in model.named_parameters()}
+    if state:
+        stand_ins: dict[str, Any] = {}
+        for n, p in model.named_parameters(remove_duplicate=False):
+            t = state.get(n, p)
+            if t.is_floating_point() and p.requires_grad:
+                t = stand_ins.setdefault(str(id(t)), t.detach().requires_grad_(True))
+            state = {**state, n: t}
+        names = {}
+        for n, _ in model.named_parameters():
+            names.setdefault(id(state[n]), n)
 
     def leafify(v: Any) -> Any:
         if isinstance(v, torch.Tensor) and v.is_floating_point():
@@ -144,7 +156,10 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     args, kwargs = pytree.tree_map(leafify, (tuple(args), kwargs))
     input_names = {id(t): f"input {i}" for i, t in enumerate(_tensors((args, kwargs)))}
     with _eval_mode(model), torch.enable_grad():
-        out = model(*args, **kwargs)
+        if state:
+            out = torch.func.functional_call(model, state, args, kwargs, strict=False)
+        else:
+            out = model(*args, **kwargs)
     graph = Graph(GraphKind.autograd, name or type(model).__name__, device=_device_of(out))
     nodes: dict[int, GraphNode] = {}
     edges: set[tuple[str, str]] = set()
@@ -493,10 +508,17 @@ def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str
     if kind is GraphKind.autograd:
         from torchinspect import device as devices
 
-        target = devices.real_device(case.requested)
-        model = case.real_model(target)
-        args, kwargs = case.inputs_on(target)
-        graph = autograd_graph(model, args, kwargs, saved=saved, name=case.name)
+        if case.requested == "meta":  # asked for explicitly: the same graph, no memory
+            from torchinspect.trace.engine import meta_state
+
+            args, kwargs = case.inputs_on("meta")
+            graph = autograd_graph(case.model, args, kwargs, saved=saved, name=case.name,
+                                   state=meta_state(case.model))
+        else:
+            target = devices.real_device(case.requested)
+            model = case.real_model(target)
+            args, kwargs = case.inputs_on(target)
+            graph = autograd_graph(model, args, kwargs, saved=saved, name=case.name)
     else:
         from torchinspect.trace import trace_case
 
