@@ -39,7 +39,7 @@ def graph_report(graph: Graph, written: GraphFile | None = None) -> Report:
     label = "Autograd function" if graph.kind == "autograd" else "Module type"
     rows: list[list[Any]] = [[k, v] for k, v in top[:15]]
     footer = [f"… and {len(top) - 15} more kinds (JSON lists every node)"] if len(top) > 15 else []
-    sections.append(Table(f"Nodes by {label.lower()}", [label, "Nodes"], rows,
+    sections.append(Table("Node types", [label, "Nodes"], rows,
                           align=["left", "right"], footer=footer, primary=True))
     notes = [f"note: {n}" for n in graph.notes]
     if written is not None and written.fallback_reason:
