@@ -25,6 +25,8 @@ _LAZY = {
     "collect_env": "torchinspect.env",
     "build_graph": "torchinspect.export.graph",
     "export_onnx": "torchinspect.export.onnx",
+    "benchmark": "torchinspect.bench",
+    "extract_features": "torchinspect.features",
 }
 
 __all__ = ["__version__", *_LAZY]
