@@ -170,3 +170,19 @@ def test_cli_resnet18_exports_and_verifies(invoke, tmp_path) -> None:
     m = onnx.load(str(out))
     convs = sum(isinstance(x, nn.Conv2d) for x in torchvision.models.resnet18().modules())
     assert sum(n.op_type == "Conv" for n in m.graph.node) == convs
+
+
+def test_cli_legacy_exporter_and_exit_1_on_mismatch(invoke, tmp_path) -> None:
+    out = tmp_path / "c.onnx"
+    r = invoke("export", "zoo:convnet", "--legacy", "-o", out, "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["exporter"] == "legacy" and data["verified"] is True
+    assert data["inputs"][0]["dynamic"] == ["batch"]
+    # zero tolerance: exit 1 exactly when some element differs at all
+    r = invoke("export", "zoo:convnet", "--legacy", "-o", out, "--force", "--atol", "0",
+               "--rtol", "0", "--format", "json")
+    data = json.loads(r.stdout)
+    differs = any(o["max_abs"] > 0 for v in data["verify"] for o in v["outputs"])
+    assert r.exit_code == (1 if differs else 0)
+    assert data["verified"] is (not differs)
