@@ -226,3 +226,17 @@ def test_autograd_graph_on_meta_matches_cpu_for_resnet18() -> None:
     assert meta.device == "meta" and cpu.device == "cpu"
     assert sorted(n.label for n in meta.nodes) == sorted(n.label for n in cpu.nodes)
     assert len(meta.edges) == len(cpu.edges)
+
+
+def test_cli_autograd_refuses_weights_that_do_not_fit(invoke, tmp_path) -> None:
+    from torchinspect import device as devices
+    from torchinspect.sources.case import make_case
+
+    need = devices.weight_bytes(make_case("zoo:llama-70b", need_inputs=False).model)
+    free = devices.available_bytes("cpu")
+    if free is None or need <= free:
+        pytest.skip("this machine could hold llama-70b's weights")
+    r = invoke("graph", "zoo:llama-70b", "-o", tmp_path / "l.svg")
+    assert r.exit_code == 2
+    assert f"needs {devices.fmt_size(need)}" in r.stderr and "--kind module" in r.stderr
+    assert not (tmp_path / "l.svg").exists()

@@ -516,6 +516,10 @@ def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str
                                    state=meta_state(case.model))
         else:
             target = devices.real_device(case.requested)
+            if case.on_meta:  # refuse up front, with the size, before building anything
+                devices.ensure_fits(case.name, devices.weight_bytes(case.model), target,
+                                    hint="--kind module draws the module graph on meta, "
+                                    "--device meta the autograd graph, both without memory")
             model = case.real_model(target)
             args, kwargs = case.inputs_on(target)
             graph = autograd_graph(model, args, kwargs, saved=saved, name=case.name)

@@ -384,6 +384,10 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     import torch
 
     dev = devices.real_device(devices.parse_device(device))
+    if case.on_meta:  # refuse up front, with the size, before building anything
+        devices.ensure_fits(case.name, devices.weight_bytes(case.model), dev,
+                            hint="ONNX export needs the weights in memory: use a machine with "
+                            "more memory, or --device cuda when the GPU has room")
     model = case.real_model(dev)
     args, kwargs = case.inputs_on(dev)
     extra = parse_dynamic(dynamic)
