@@ -136,12 +136,13 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     kwargs = dict(kwargs or {})
     names = {id(p): n for n, p in model.named_parameters()}
     if state:
-        stand_ins: dict[str, Any] = {}
+        state = dict(state)
+        leaves: dict[int, Any] = {}  # one grad-requiring leaf per stand-in (ties kept)
         for n, p in model.named_parameters(remove_duplicate=False):
             t = state.get(n, p)
             if t.is_floating_point() and p.requires_grad:
-                t = stand_ins.setdefault(str(id(t)), t.detach().requires_grad_(True))
-            state = {**state, n: t}
+                t = leaves.setdefault(id(t), t.detach().requires_grad_(True))
+            state[n] = t
         names = {}
         for n, _ in model.named_parameters():
             names.setdefault(id(state[n]), n)
@@ -647,7 +648,7 @@ def write_graph(graph: Graph, path: str | os.PathLike[str], *, force: bool = Fal
             reason = "the Graphviz `dot` program is not on PATH"
         else:
             if target.exists() and not force:  # refuse before spending time on the layout
-                atomic_write_bytes(target, b"", force=False, protect=protect)
+                raise InspectError(f"{target} already exists", hint="pass --force to replace it")
             try:
                 data = graphviz.Source(source).pipe(format=fmt)
             except graphviz.ExecutableNotFound:

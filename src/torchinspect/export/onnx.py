@@ -525,6 +525,17 @@ def _dtype_name(elem_type: int) -> str:
     return onnx.TensorProto.DataType.Name(elem_type).lower()
 
 
+def _itemsize(elem_type: int) -> int:
+    import onnx
+
+    try:
+        return int(onnx.helper.tensor_dtype_to_np_dtype(elem_type).itemsize)
+    except (KeyError, TypeError, ValueError):  # types numpy lacks: count by their bit width
+        name = onnx.TensorProto.DataType.Name(elem_type).lower()
+        bits = int("".join(ch for ch in name if ch.isdigit()) or 8)
+        return max(1, bits // 8)
+
+
 def _io(values: Any) -> list[IOInfo]:
     out = []
     for v in values:
@@ -549,7 +560,7 @@ def _describe(name: str, target: Path, data_path: Path | None, exporter: str, at
         n = 1
         for d in t.dims:
             n *= d
-        init_bytes += n * onnx.helper.tensor_dtype_to_np_dtype(t.data_type).itemsize
+        init_bytes += n * _itemsize(t.data_type)
     opset = next((o.version for o in m.opset_import if o.domain in ("", "ai.onnx")), None)
     initializer_names = {t.name for t in m.graph.initializer}
     return ExportResult(
