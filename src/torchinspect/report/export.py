@@ -52,7 +52,7 @@ def export_report(r: ExportResult) -> Report:
             f"onnxruntime vs PyTorch (atol {r.atol:g}, rtol {r.rtol:g})",
             ["Batch", "Inputs", "Output", "Shape", "Max abs diff", "Max rel diff", "Result"], rows,
             align=["right", "left", "left", "left", "right", "right", "left"], primary=True))
-    sections.append(Table("Nodes by op type", ["Op", "Nodes"],
+    sections.append(Table("Op types", ["Op", "Nodes"],
                           [[k, v] for k, v in list(r.ops.items())[:20]], align=["left", "right"],
                           footer=[f"… and {len(r.ops) - 20} more op types (JSON lists all)"]
                           if len(r.ops) > 20 else []))
