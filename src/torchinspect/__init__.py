@@ -23,6 +23,8 @@ _LAZY = {
     "diff_state_dicts": "torchinspect.io.diff",
     "convert_checkpoint": "torchinspect.io.convert",
     "collect_env": "torchinspect.env",
+    "build_graph": "torchinspect.export.graph",
+    "export_onnx": "torchinspect.export.onnx",
     "benchmark": "torchinspect.bench",
     "extract_features": "torchinspect.features",
     "collect_overview": "torchinspect.overview",

@@ -1,0 +1,53 @@
+"""`inspect export MODEL -o model.onnx`: ONNX export, checked and verified in onnxruntime."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from torchinspect.cli.common import ForceOpt, ModelArg, OutputOptions, emit, model_command
+from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.sources.case import ModelOptions
+
+OpsetOpt = Annotated[int | None, typer.Option(
+    "--opset", min=7, help="ONNX opset (default: the exporter's own choice).", show_default=False)]
+LegacyOpt = Annotated[bool, typer.Option(
+    "--legacy", help="use the TorchScript exporter (dynamo=False) instead of torch.export.")]
+StaticOpt = Annotated[bool, typer.Option(
+    "--static", help="fix every shape (default: the batch dimension is dynamic).")]
+DynamicOpt = Annotated[list[str] | None, typer.Option(
+    "--dynamic", metavar="NAME:DIM", help="also make dim DIM of input NAME dynamic "
+    "(repeatable), e.g. --dynamic idx:1.", show_default=False)]
+VerifyOpt = Annotated[bool | None, typer.Option(
+    "--verify/--no-verify", help="run the file in onnxruntime at batch 1 and 3 and compare with "
+    "PyTorch (default: on when onnxruntime is installed).", show_default=False)]
+AtolOpt = Annotated[float, typer.Option("--atol", min=0, help="absolute tolerance of the verification.")]
+RtolOpt = Annotated[float, typer.Option("--rtol", min=0, help="relative tolerance of the verification.")]
+ExternalOpt = Annotated[bool, typer.Option(
+    "--external-data", help="store the weights in FILE.data beside the .onnx (automatic over 2 GB).")]
+
+
+@model_command(device_help="where the model runs for export: auto = cpu; cpu; cuda[:N].")
+def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
+           static: StaticOpt = False, dynamic: DynamicOpt = None, verify: VerifyOpt = None,
+           atol: AtolOpt = 1e-4, rtol: RtolOpt = 1e-3, external_data: ExternalOpt = False,
+           force: ForceOpt = False, *, opts: ModelOptions, out: OutputOptions) -> None:
+    """Export to ONNX (-o FILE.onnx), run onnx.checker, verify in onnxruntime; exit 1 if it differs."""
+    from torchinspect.cli.common import input_files
+    from torchinspect.export.onnx import export_onnx
+    from torchinspect.report.export import export_report
+    from torchinspect.sources.case import make_case
+
+    if out.output is None:
+        raise InspectError("inspect export needs -o FILE.onnx", hint=f"e.g. inspect export {model} -o model.onnx")
+    protect = input_files([model, *opts.files()])
+    case = make_case(model, options=opts)
+    result = export_onnx(case, out.output, opset=opset, legacy=legacy, static=static,
+                         dynamic=dynamic or (), verify=verify, atol=atol, rtol=rtol, force=force,
+                         external_data=True if external_data else None, device=case.requested,
+                         protect=protect)
+    typer.echo(f"wrote {result.path}", err=True)
+    emit(export_report(result), OutputOptions(out.format, None))
+    if result.verified is False:
+        raise typer.Exit(int(ExitStatus.CHECK_FAILED))

@@ -1,0 +1,57 @@
+"""`inspect graph MODEL -o FILE`: the autograd graph or the module graph, as SVG/PNG/PDF/DOT/JSON."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from torchinspect.cli.common import ForceOpt, ModelArg, OutputOptions, emit, model_command
+from torchinspect.errors import InspectError
+from torchinspect.export.graph import GraphKind
+from torchinspect.report.render import OutputFormat
+from torchinspect.sources.case import ModelOptions
+
+KindOpt = Annotated[GraphKind, typer.Option(
+    "--kind", help="autograd: the backward graph of one real forward (parameters by name); "
+    "module: the module graph of a meta trace (no memory).")]
+GraphDepthOpt = Annotated[int | None, typer.Option(
+    "--depth", min=0, help="module graph: collapse everything below this module depth into one "
+    "node (default: every level).", show_default=False)]
+SavedOpt = Annotated[bool, typer.Option(
+    "--saved", help="autograd graph: also draw the tensors each function saved for backward.")]
+NoFoldOpt = Annotated[bool, typer.Option(
+    "--no-fold", help="module graph: draw repeated identical blocks one by one.")]
+
+DEVICE_HELP = ("autograd: where the forward runs (auto = cpu); module: where to trace "
+               "(auto = meta, no memory, with a CPU fallback).")
+
+
+@model_command(device_help=DEVICE_HELP)
+def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepthOpt = None,
+          saved: SavedOpt = False, no_fold: NoFoldOpt = False, force: ForceOpt = False, *,
+          opts: ModelOptions, out: OutputOptions) -> None:
+    """Draw the model: -o FILE picks the format by extension (.svg .png .pdf .dot .json)."""
+    from torchinspect.cli.common import input_files
+    from torchinspect.export.graph import build_graph, output_format, write_graph
+    from torchinspect.report.graph import graph_report
+    from torchinspect.sources.case import make_case
+
+    if out.output is None and out.format is not OutputFormat.json:
+        raise InspectError("inspect graph needs -o FILE (.svg, .png, .pdf, .dot or .json)",
+                           hint=f"e.g. inspect graph {model} -o graph.svg, or --format json "
+                           "for the nodes and edges on stdout")
+    protect = input_files([model, *opts.files()])
+    if out.output is not None:
+        output_format(out.output)  # a bad extension fails before the forward
+        from pathlib import Path
+
+        if Path(out.output).exists() and not force:
+            raise InspectError(f"{out.output} already exists", hint="pass --force to replace it")
+    case = make_case(model, options=opts)
+    result = build_graph(case, kind=kind, depth=depth, fold=not no_fold, saved=saved)
+    written = None
+    if out.output is not None:
+        written = write_graph(result, out.output, force=force, protect=protect)
+        typer.echo(f"wrote {written.path}", err=True)
+    emit(graph_report(result, written), OutputOptions(out.format, None))

@@ -1,0 +1,71 @@
+"""`inspect export` -> Report: the ONNX file, its inputs/outputs, ops, and the verification."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes, nbytes
+
+if TYPE_CHECKING:
+    from torchinspect.export.onnx import ExportResult
+
+
+def _dims(shape: list[int | str]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
+
+
+def export_report(r: ExportResult) -> Report:
+    items: list[tuple[str, Any]] = [
+        ("Model", r.model), ("File", r.path), ("Size", nbytes(r.bytes)),
+    ]
+    if r.data_path:
+        items.append(("External data", f"{r.data_path} ({fmt_bytes(r.data_bytes)})"))
+    items += [
+        ("Exporter", "torch.export (dynamo=True)" if r.exporter == "dynamo" else "TorchScript (legacy)"),
+        ("Opset", r.opset if r.opset is not None else "-"), ("Nodes", r.nodes),
+        ("Initializers", f"{r.initializers:,} ({fmt_bytes(r.initializer_bytes)})"),
+        ("onnx.checker (full_check)", "passed" if r.checked else "not run"),
+        ("Verification", _verdict(r)),
+        ("Export time", f"{r.seconds.get('export', 0) + r.seconds.get('save', 0):.2f} s"),
+    ]
+    if "verify" in r.seconds:
+        items.append(("Check + verify time",
+                      f"{r.seconds.get('check', 0) + r.seconds['verify']:.2f} s"))
+    if r.report_path:
+        items.append(("Exporter report", r.report_path))
+    sections: list[Any] = [KeyValues("ONNX export", items)]
+    sections.append(Table("Inputs and outputs", ["", "Name", "Dtype", "Shape", "Dynamic dims"],
+                          [["input", i.name, i.dtype, _dims(i.shape), ", ".join(i.dynamic) or "-"]
+                           for i in r.inputs] +
+                          [["output", o.name, o.dtype, _dims(o.shape), ", ".join(o.dynamic) or "-"]
+                           for o in r.outputs],
+                          align=["left", "left", "left", "left", "left"]))
+    if r.verify is not None:
+        rows: list[list[Any]] = []
+        for run in r.verify:
+            if run.error:
+                rows.append([run.batch, run.inputs, "-", "-", "-", "-", f"error: {run.error}"])
+            for o in run.outputs:
+                rows.append([run.batch, run.inputs, o.name, _dims(o.shape), f"{o.max_abs:.3g}",
+                             f"{o.max_rel:.3g}", "ok" if o.ok else "FAIL"])
+        sections.append(Table(
+            f"onnxruntime vs PyTorch (atol {r.atol:g}, rtol {r.rtol:g})",
+            ["Batch", "Inputs", "Output", "Shape", "Max abs diff", "Max rel diff", "Result"], rows,
+            align=["right", "left", "left", "left", "right", "right", "left"], primary=True))
+    sections.append(Table("Op types", ["Op", "Nodes"],
+                          [[k, v] for k, v in list(r.ops.items())[:20]], align=["left", "right"],
+                          footer=[f"… and {len(r.ops) - 20} more op types (JSON lists all)"]
+                          if len(r.ops) > 20 else []))
+    notes = [f"note: {n}" for n in r.notes] + [f"open {r.path} in Netron (netron.app) to browse it"]
+    sections.append(Text(notes, style="yellow"))
+    return Report("export", r.to_dict(), sections)
+
+
+def _verdict(r: ExportResult) -> str:
+    if r.verify is None:
+        return "not run (--no-verify, or onnxruntime is not installed)"
+    batches = ", ".join(str(v.batch) for v in r.verify)
+    if r.verified:
+        return f"passed at batch {batches}"
+    bad = [str(v.batch) for v in r.verify if not v.ok]
+    return f"FAILED at batch {', '.join(bad)} (of {batches})"
