@@ -1,0 +1,109 @@
+"""``inspect doctor``: find the classic PyTorch pitfalls in a model (checks TI001..TI009).
+
+* :mod:`.rules`     the registry (code, severity, why, fix), findings, the result
+* :mod:`.structure` module-tree checks, no forward (TI001, TI002, TI006, TI007, TI008 frozen)
+* :mod:`.shapes`    checks over the meta trace's shapes (TI008 BatchNorm, TI009)
+* :mod:`.runtime`   checks that need real numbers on CPU (TI003, TI004, TI005)
+
+:func:`diagnose` is the library entry point (``torchinspect.diagnose``). The model is never
+changed: see :mod:`.runtime` for how the real runs leave it untouched.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from torchinspect.analysis.doctor.rules import (
+    RULES,
+    RUN_CODES,
+    DoctorResult,
+    FailOn,
+    Finding,
+    Rule,
+    Severity,
+    parse_codes,
+    selected_codes,
+)
+
+__all__ = ["RULES", "DoctorResult", "FailOn", "Finding", "Rule", "Severity", "diagnose",
+           "diagnose_case", "parse_codes"]
+
+_TRACE_CODES = {"TI008", "TI009"}
+
+
+def diagnose(model_or_spec: Any, inputs: Any = None, *, select: Sequence[str] | None = None,
+             ignore: Sequence[str] | None = None, options: Any = None,
+             device: str = "cpu") -> DoctorResult:
+    """Run the doctor's checks on a model (an ``nn.Module`` or any MODEL text).
+
+    ``select``/``ignore`` take codes (``"TI003"``) or rule names. Checks that need real
+    numbers run on ``device`` (CPU by default) with the example input; the others on meta.
+    """
+    from torchinspect.sources.case import make_case
+
+    case = make_case(model_or_spec, inputs, options=options)
+    return diagnose_case(case, select=select, ignore=ignore, device=device)
+
+
+def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
+                  ignore: Sequence[str] | None = None, device: str = "cpu") -> DoctorResult:
+    """The checks on a resolved :class:`~torchinspect.sources.case.ModelCase`."""
+    from torchinspect.analysis.doctor import runtime, shapes, structure
+    from torchinspect.errors import InspectError
+
+    start = time.perf_counter()
+    codes = selected_codes(select, ignore)
+    chosen = set(codes)
+    model = case.model
+    findings: list[Finding] = []
+    notes: list[str] = []
+    skipped: dict[str, str] = {}
+
+    if "TI001" in chosen:
+        findings += structure.unregistered(model)
+    if "TI002" in chosen:
+        findings += structure.tensor_attributes(model)
+    if "TI006" in chosen:
+        findings += structure.tensor_core_alignment(model)
+    if "TI007" in chosen:
+        findings += structure.oversized_layers(model)
+    if "TI008" in chosen:
+        findings += structure.frozen_parameters(model)
+    if chosen & _TRACE_CODES:
+        from torchinspect.trace import trace_model
+
+        trace = trace_model(model, case.require_example(), device="meta", rebuild=case.rebuild)
+        notes += [f"trace: {n}" for n in trace.notes if n]
+        if "TI008" in chosen:
+            findings += shapes.batchnorm_single_value(model, trace)
+        if "TI009" in chosen:
+            findings += shapes.rounded_down_outputs(model, trace)
+
+    run_device = None
+    if chosen & set(RUN_CODES):
+        try:
+            real = case.real_model(device)
+            args, kwargs = case.inputs_on(device)
+        except InspectError as exc:  # too big for this machine, or no way to get weights
+            real = None
+            for code in RUN_CODES:
+                if code in chosen:
+                    skipped[code] = f"no real model on {device}: {exc.message}"
+        if real is not None:
+            run_device = device
+            if "TI005" in chosen:
+                findings += runtime.nonfinite_weights(real)
+            for part in (runtime.check_eval(real, args, kwargs, chosen),
+                         runtime.check_gradients(real, args, kwargs, chosen)):
+                findings += part.findings
+                notes += part.notes
+                skipped.update({c: why for c, why in part.skipped.items() if c in chosen})
+
+    order = {code: i for i, code in enumerate(RULES)}
+    findings.sort(key=lambda f: (-f.severity.rank, order[f.code]))
+    return DoctorResult(
+        model=case.name, inputs=case.describe_inputs(), findings=findings,
+        checked=[c for c in codes if c not in skipped], skipped=skipped, notes=notes,
+        run_device=run_device, seconds=time.perf_counter() - start)
