@@ -376,7 +376,7 @@ def _no_gradient(unused: list[str], trainable: list[str], model: nn.Module) -> l
     unused_set = set(unused)
     sizes = dict(model.named_parameters())
     tops: list[str] = []
-    for name, module in model.named_modules():
+    for name, _module in model.named_modules():
         if name == "" or any(name.startswith(t + ".") for t in tops):
             continue
         own = [p for p in trainable if p.startswith(name + ".")]
