@@ -23,6 +23,8 @@ _LAZY = {
     "diff_state_dicts": "torchinspect.io.diff",
     "convert_checkpoint": "torchinspect.io.convert",
     "collect_env": "torchinspect.env",
+    "diagnose": "torchinspect.analysis.doctor",
+    "check_budgets": "torchinspect.analysis.check",
 }
 
 __all__ = ["__version__", *_LAZY]

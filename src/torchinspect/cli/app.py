@@ -74,6 +74,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("diff", "diff", "diff"),
     ("convert", "convert", "convert"),
     ("env", "env", "env"),
+    ("doctor", "doctor", "doctor"),
 ]
 
 

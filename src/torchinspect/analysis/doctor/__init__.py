@@ -35,21 +35,28 @@ _TRACE_CODES = {"TI008", "TI009"}
 
 def diagnose(model_or_spec: Any, inputs: Any = None, *, select: Sequence[str] | None = None,
              ignore: Sequence[str] | None = None, options: Any = None,
-             device: str = "cpu") -> DoctorResult:
+             device: str | None = None) -> DoctorResult:
     """Run the doctor's checks on a model (an ``nn.Module`` or any MODEL text).
 
     ``select``/``ignore`` take codes (``"TI003"``) or rule names. Checks that need real
-    numbers run on ``device`` (CPU by default) with the example input; the others on meta.
+    numbers (TI003-TI005) run on ``device`` (default: ``options.device``, else CPU) with the
+    example input; ``device="meta"`` skips them. The others read the module tree and the meta
+    trace. The model is never changed.
     """
-    from torchinspect.sources.case import make_case
+    from torchinspect.sources.case import ModelOptions, make_case
 
-    case = make_case(model_or_spec, inputs, options=options)
-    return diagnose_case(case, select=select, ignore=ignore, device=device)
+    opts = options or ModelOptions(device="cpu")
+    case = make_case(model_or_spec, inputs, options=opts, device=device)
+    return diagnose_case(case, select=select, ignore=ignore)
 
 
 def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
-                  ignore: Sequence[str] | None = None, device: str = "cpu") -> DoctorResult:
-    """The checks on a resolved :class:`~torchinspect.sources.case.ModelCase`."""
+                  ignore: Sequence[str] | None = None) -> DoctorResult:
+    """The checks on a resolved :class:`~torchinspect.sources.case.ModelCase`.
+
+    Real-number checks run on ``case.requested`` (auto -> cpu; meta -> skipped).
+    """
+    from torchinspect import device as devices
     from torchinspect.analysis.doctor import runtime, shapes, structure
     from torchinspect.errors import InspectError
 
@@ -75,22 +82,25 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
         from torchinspect.trace import trace_model
 
         trace = trace_model(model, case.require_example(), device="meta", rebuild=case.rebuild)
-        notes += [f"trace: {n}" for n in trace.notes if n]
+        if trace.fallback_reason:
+            notes.append(f"shapes traced on {trace.device}: {trace.fallback_reason}")
         if "TI008" in chosen:
             findings += shapes.batchnorm_single_value(model, trace)
         if "TI009" in chosen:
             findings += shapes.rounded_down_outputs(model, trace)
 
     run_device = None
-    if chosen & set(RUN_CODES):
+    wanted = [c for c in RUN_CODES if c in chosen]
+    if wanted and case.requested == "meta":
+        skipped.update({c: "--device meta: no real numbers" for c in wanted})
+    elif wanted:
+        device = devices.real_device(case.requested)
         try:
             real = case.real_model(device)
             args, kwargs = case.inputs_on(device)
         except InspectError as exc:  # too big for this machine, or no way to get weights
             real = None
-            for code in RUN_CODES:
-                if code in chosen:
-                    skipped[code] = f"no real model on {device}: {exc.message}"
+            skipped.update({c: f"no real model on {device}: {exc.message}" for c in wanted})
         if real is not None:
             run_device = device
             if "TI005" in chosen:

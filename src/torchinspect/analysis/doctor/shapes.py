@@ -10,7 +10,7 @@ from typing import Any
 from torch import nn
 
 from torchinspect.analysis.doctor.rules import Finding, Severity
-from torchinspect.trace.records import TensorMeta
+from torchinspect.shapes import TensorMeta
 
 # TI009 is a warning when the dropped rows are at least this share of the input extent,
 # info below it (e.g. one column of 224 in SqueezeNet's stem).
