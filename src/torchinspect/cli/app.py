@@ -75,6 +75,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("convert", "convert", "convert"),
     ("env", "env", "env"),
     ("doctor", "doctor", "doctor"),
+    ("check", "check", "check"),
 ]
 
 
