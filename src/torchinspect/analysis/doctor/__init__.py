@@ -57,8 +57,7 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     Real-number checks run on ``case.requested`` (auto -> cpu; meta -> skipped).
     """
     from torchinspect import device as devices
-    from torchinspect.analysis.doctor import runtime, shapes, structure
-    from torchinspect.errors import InspectError
+    from torchinspect.analysis.doctor import shapes, structure
 
     start = time.perf_counter()
     codes = selected_codes(select, ignore)
@@ -94,22 +93,11 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     if wanted and case.requested == "meta":
         skipped.update({c: "--device meta: no real numbers" for c in wanted})
     elif wanted:
+        import torch
+
         device = devices.real_device(case.requested)
-        try:
-            real = case.real_model(device)
-            args, kwargs = case.inputs_on(device)
-        except InspectError as exc:  # too big for this machine, or no way to get weights
-            real = None
-            skipped.update({c: f"no real model on {device}: {exc.message}" for c in wanted})
-        if real is not None:
-            run_device = device
-            if "TI005" in chosen:
-                findings += runtime.nonfinite_weights(real)
-            for part in (runtime.check_eval(real, args, kwargs, chosen),
-                         runtime.check_gradients(real, args, kwargs, chosen)):
-                findings += part.findings
-                notes += part.notes
-                skipped.update({c: why for c, why in part.skipped.items() if c in chosen})
+        with torch.random.fork_rng(devices=[]):  # random inputs must not move the user's RNG
+            run_device = _run_checks(case, device, chosen, wanted, findings, notes, skipped)
 
     order = {code: i for i, code in enumerate(RULES)}
     findings.sort(key=lambda f: (-f.severity.rank, order[f.code]))
@@ -117,3 +105,25 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
         model=case.name, inputs=case.describe_inputs(), findings=findings,
         checked=[c for c in codes if c not in skipped], skipped=skipped, notes=notes,
         run_device=run_device, seconds=time.perf_counter() - start)
+
+
+def _run_checks(case: Any, device: str, chosen: set[str], wanted: list[str], findings: list[Finding],
+                notes: list[str], skipped: dict[str, str]) -> str | None:
+    """TI003-TI005 on a real model; returns the device they ran on (None: skipped)."""
+    from torchinspect.analysis.doctor import runtime
+    from torchinspect.errors import InspectError
+
+    try:
+        real = case.real_model(device)
+        args, kwargs = case.inputs_on(device)
+    except InspectError as exc:  # too big for this machine, or no way to get weights
+        skipped.update({c: f"no real model on {device}: {exc.message}" for c in wanted})
+        return None
+    if "TI005" in chosen:
+        findings += runtime.nonfinite_weights(real)
+    for part in (runtime.check_eval(real, args, kwargs, chosen),
+                 runtime.check_gradients(real, args, kwargs, chosen)):
+        findings += part.findings
+        notes += part.notes
+        skipped.update({c: why for c, why in part.skipped.items() if c in chosen})
+    return device
