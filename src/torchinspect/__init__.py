@@ -25,6 +25,8 @@ _LAZY = {
     "collect_env": "torchinspect.env",
     "diagnose": "torchinspect.analysis.doctor",
     "check_budgets": "torchinspect.analysis.check",
+    "benchmark": "torchinspect.bench",
+    "extract_features": "torchinspect.features",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -76,6 +76,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("env", "env", "env"),
     ("doctor", "doctor", "doctor"),
     ("check", "check", "check"),
+    ("bench", "bench", "bench"),
+    ("features", "features", "features"),
 ]
 
 
