@@ -25,6 +25,8 @@ _LAZY = {
     "collect_env": "torchinspect.env",
     "build_graph": "torchinspect.export.graph",
     "export_onnx": "torchinspect.export.onnx",
+    "diagnose": "torchinspect.analysis.doctor",
+    "check_budgets": "torchinspect.analysis.check",
     "benchmark": "torchinspect.bench",
     "extract_features": "torchinspect.features",
     "collect_overview": "torchinspect.overview",

@@ -76,6 +76,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("env", "env", "env"),
     ("graph", "graph", "graph"),
     ("export", "export", "export"),
+    ("doctor", "doctor", "doctor"),
+    ("check", "check", "check"),
     ("bench", "bench", "bench"),
     ("features", "features", "features"),
     ("report", "report", "report"),

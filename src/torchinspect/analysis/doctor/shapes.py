@@ -1,0 +1,139 @@
+"""Checks that read the meta trace (shapes seen by each layer): TI008 (BatchNorm), TI009.
+
+No real numbers are needed: the meta forward records every layer's input shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from torch import nn
+
+from torchinspect.analysis.doctor.rules import Finding, Severity
+from torchinspect.shapes import TensorMeta
+
+# TI009 is a warning when the dropped rows are at least this share of the input extent,
+# info below it (e.g. one column of 224 in SqueezeNet's stem).
+DROPPED_WARN_SHARE = 0.02
+
+
+def _first_tensor(tree: Any) -> TensorMeta | None:
+    if isinstance(tree, TensorMeta):
+        return tree
+    if isinstance(tree, (tuple, list)):
+        for t in tree:
+            found = _first_tensor(t)
+            if found is not None:
+                return found
+    if isinstance(tree, dict):
+        for t in tree.values():
+            found = _first_tensor(t)
+            if found is not None:
+                return found
+    return None
+
+
+def batchnorm_single_value(model: nn.Module, trace: Any) -> list[Finding]:
+    """TI008 (b): BatchNorm layers that see one value per channel at the traced input."""
+    modules = dict(model.named_modules())
+    out: list[Finding] = []
+    done: set[str] = set()
+    for call in trace.calls:
+        module = modules.get(call.name)
+        if call.name in done or not isinstance(module, nn.modules.batchnorm._BatchNorm):
+            continue
+        x = _first_tensor(call.inputs)
+        if x is None or len(x.shape) < 2 or x.shape[1] == 0:
+            continue
+        per_channel = x.numel // x.shape[1]
+        if per_channel != 1:
+            continue
+        done.add(call.name)
+        out.append(Finding(
+            "TI008", Severity.warning, call.name,
+            f"{type(module).__name__} sees 1 value per channel (input {x}): in training mode "
+            "it raises 'Expected more than 1 value per channel'",
+            why="batch statistics over one value are undefined; a larger batch only makes them "
+            "noisy when there is no spatial extent",
+            fix="train with batch size > 1 (drop_last=True in the DataLoader), or use "
+            "LayerNorm/GroupNorm here",
+            data={"type": type(module).__name__, "input_shape": list(x.shape)}))
+    return out
+
+
+def _tuple(v: Any, n: int) -> tuple[Any, ...]:
+    return tuple(v) if isinstance(v, (tuple, list)) else (v,) * n
+
+
+def _spatial_dims(module: nn.Module) -> int | None:
+    for cls, n in ((nn.Conv1d, 1), (nn.Conv2d, 2), (nn.Conv3d, 3), (nn.MaxPool1d, 1),
+                   (nn.MaxPool2d, 2), (nn.MaxPool3d, 3), (nn.AvgPool1d, 1), (nn.AvgPool2d, 2),
+                   (nn.AvgPool3d, 3)):
+        if isinstance(module, cls):
+            return n
+    return None
+
+
+def dropped_edges(module: nn.Module, shape: tuple[int, ...]) -> list[tuple[int, int, int]]:
+    """``(axis, size, dropped)`` for each spatial axis where the last input rows are unused.
+
+    A window covers padded indices ``s*i .. s*i + d*(k-1)``; with ``out = floor((H + 2p -
+    d*(k-1) - 1)/s) + 1`` windows the last covered index is ``s*(out-1) + d*(k-1)`` and the
+    last input row is ``p + H - 1``. Layers whose window is smaller than the stride skip
+    rows everywhere by design (a strided 1x1 conv) and are left out, as are ceil_mode pools
+    and padding="same".
+    """
+    n = _spatial_dims(module)
+    if n is None or len(shape) < n + 1 or getattr(module, "ceil_mode", False):
+        return []
+    padding = getattr(module, "padding", 0)
+    if isinstance(padding, str):
+        if padding == "same":
+            return []
+        padding = 0
+    k = _tuple(module.kernel_size, n)
+    s = _tuple(module.stride if module.stride is not None else module.kernel_size, n)
+    p = _tuple(padding, n)
+    d = _tuple(getattr(module, "dilation", 1), n)
+    out = []
+    for axis in range(n):
+        size = shape[len(shape) - n + axis]
+        span = d[axis] * (k[axis] - 1)  # window extent - 1
+        if span + 1 < s[axis] or size + 2 * p[axis] < span + 1:
+            continue
+        windows = (size + 2 * p[axis] - span - 1) // s[axis] + 1
+        dropped = (p[axis] + size - 1) - (s[axis] * (windows - 1) + span)
+        if dropped > 0:
+            out.append((axis, size, dropped))
+    return out
+
+
+def rounded_down_outputs(model: nn.Module, trace: Any) -> list[Finding]:
+    """TI009: conv/pool calls whose floor in the output size drops input rows/columns."""
+    modules = dict(model.named_modules())
+    out: list[Finding] = []
+    done: set[str] = set()
+    for call in trace.calls:
+        module = modules.get(call.name)
+        if module is None or call.name in done:
+            continue
+        x = _first_tensor(call.inputs)
+        if x is None:
+            continue
+        drops = dropped_edges(module, x.shape)
+        if not drops:
+            continue
+        done.add(call.name)
+        n = _spatial_dims(module) or 1
+        axes = ["W"] if n == 1 else (["H", "W"] if n == 2 else ["D", "H", "W"])
+        text = ", ".join(f"{dropped} of {size} along {axes[axis]}" for axis, size, dropped in drops)
+        share = max(dropped / size for _, size, dropped in drops)
+        settings = (f"kernel {module.kernel_size}, stride {module.stride}, "
+                    f"padding {getattr(module, 'padding', 0)}")
+        out.append(Finding(
+            "TI009", Severity.warning if share >= DROPPED_WARN_SHARE else Severity.info, call.name,
+            f"{type(module).__name__} ({settings}) on input {x} never reads its last input "
+            f"rows/columns ({text})",
+            data={"type": type(module).__name__, "input_shape": list(x.shape),
+                  "dropped": [{"axis": axes[a], "size": sz, "dropped": dr} for a, sz, dr in drops]}))
+    return out

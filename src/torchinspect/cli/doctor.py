@@ -1,0 +1,49 @@
+"""`inspect doctor MODEL`: find the classic PyTorch pitfalls (checks TI001..TI009)."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from torchinspect.cli.common import ModelArg, OutputOptions, emit, model_command
+from torchinspect.errors import ExitStatus
+from torchinspect.sources.case import ModelOptions
+
+CODES = "TI001..TI009"
+SelectOpt = Annotated[list[str] | None, typer.Option(
+    "--select", metavar="CODES", help=f"run only these checks (comma-separated {CODES}).")]
+IgnoreOpt = Annotated[list[str] | None, typer.Option(
+    "--ignore", metavar="CODES", help="skip these checks (comma-separated codes).")]
+FailOnOpt = Annotated[str, typer.Option(
+    "--fail-on", metavar="never|info|warning|error",
+    help="exit 1 when a finding is at least this severe (for CI).")]
+
+
+@model_command(device_default="cpu", device_help="where the checks that need real numbers "
+               "(TI003-TI005) run: cpu (default), cuda[:N]; meta skips them. The rest use meta.")
+def doctor(
+    model: ModelArg,
+    select: SelectOpt = None,
+    ignore: IgnoreOpt = None,
+    fail_on: FailOnOpt = "never",
+    *,
+    opts: ModelOptions,
+    out: OutputOptions,
+) -> None:
+    """Find classic PyTorch pitfalls: unregistered layers, unused parameters, eval randomness, NaN."""
+    from torchinspect.analysis.doctor import FailOn, diagnose_case
+    from torchinspect.errors import InspectError
+    from torchinspect.report.doctor import doctor_report
+    from torchinspect.sources.case import make_case
+
+    try:
+        level = FailOn(fail_on.strip().lower())
+    except ValueError:
+        raise InspectError(f"--fail-on {fail_on!r} is not a severity",
+                           hint="use never, info, warning or error") from None
+    case = make_case(model, options=opts)
+    result = diagnose_case(case, select=select, ignore=ignore)
+    emit(doctor_report(result), out, inputs=[model, *opts.files()])
+    if result.failed(level):
+        raise typer.Exit(int(ExitStatus.CHECK_FAILED))

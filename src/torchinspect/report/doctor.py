@@ -1,0 +1,40 @@
+"""`inspect doctor` -> Report: one row per finding (code, severity, module, what, fix),
+then why each code matters, the counts, and what was skipped."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.report.base import KeyValues, Report, Table, Text
+
+if TYPE_CHECKING:
+    from torchinspect.analysis.doctor import DoctorResult
+
+
+def doctor_report(r: DoctorResult) -> Report:
+    from torchinspect.analysis.doctor.rules import RULES
+
+    counts = r.counts()
+    where = f"real-number checks on {r.run_device}" if r.run_device else "no real-number checks"
+    sections: list[Any] = [Text([f"{r.model} ({r.inputs}): {len(r.checked)} checks, {where}"])]
+    if r.findings:
+        sections.append(Table(
+            "Findings", ["Code", "Severity", "Module", "What", "Fix"],
+            [[f.code, str(f.severity), f.module or "(model)", f.what, f.fix] for f in r.findings],
+            align=["left"] * 5, primary=True))
+        codes = list(dict.fromkeys(f.code for f in r.findings))
+        sections.append(Text([f"{c} {RULES[c].name}: {RULES[c].why}" for c in codes],
+                             title="Why it matters"))
+    else:
+        sections.append(Table("Findings", ["Code", "Severity", "Module", "What", "Fix"], [],
+                              primary=True, footer=["no findings"]))
+    sections.append(KeyValues("Result", [
+        ("Errors", counts["error"]), ("Warnings", counts["warning"]), ("Info", counts["info"]),
+        ("Checks run", ", ".join(r.checked) or "-"),
+        ("Time", f"{r.seconds:.2f} s"),
+    ]))
+    lines = [f"{code} skipped: {why}" for code, why in r.skipped.items()]
+    lines += [f"note: {n}" for n in r.notes]
+    if lines:
+        sections.append(Text(lines, style="yellow"))
+    return Report("doctor", r.to_dict(), sections)

@@ -1,0 +1,246 @@
+"""`inspect doctor`: every check fires on its zoo trigger and stays silent on its clean twin,
+the model is left untouched, and the numbers behind TI007/TI009 match direct computations."""
+
+from __future__ import annotations
+
+import json
+
+import models_zoo
+import pytest
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from torchinspect.analysis.doctor import RULES, diagnose
+from torchinspect.analysis.doctor.runtime import check_eval, check_gradients
+from torchinspect.analysis.doctor.shapes import dropped_edges
+
+PAIRS = [  # code, trigger, clean twin
+    ("TI001", "pitfall-layer-list", "doctor-layer-modulelist"),
+    ("TI002", "pitfall-tensor-attr", "doctor-tensor-buffer"),
+    ("TI003", "pitfall-unused-branch", "doctor-used-branch"),
+    ("TI004", "pitfall-functional-dropout", "doctor-mode-dropout"),
+    ("TI005", "doctor-nan-grad", "doctor-safe-distance"),
+    ("TI006", "doctor-misaligned", "doctor-aligned"),
+    ("TI007", "doctor-oversized", "doctor-gap-head"),
+    ("TI008", "doctor-frozen-bn", "doctor-trainable-ln"),
+    ("TI009", "doctor-dropped-rows", "doctor-padded-pool"),
+]
+
+
+def test_every_rule_has_a_zoo_pair() -> None:
+    assert sorted(code for code, _, _ in PAIRS) == sorted(RULES)
+    for _, trigger, clean in PAIRS:
+        assert trigger in models_zoo.REGISTRY and clean in models_zoo.REGISTRY
+
+
+@pytest.mark.parametrize(("code", "trigger", "clean"), PAIRS, ids=[p[0] for p in PAIRS])
+def test_trigger_and_clean_twin(code: str, trigger: str, clean: str) -> None:
+    found = diagnose(f"zoo:{trigger}")
+    assert code in {f.code for f in found.findings}, found.findings
+    twin = diagnose(f"zoo:{clean}")
+    assert twin.findings == [], twin.findings  # the twin is clean for every check
+    assert twin.skipped == {} and twin.checked == list(RULES)
+
+
+def test_trigger_details() -> None:
+    by = {}
+    for code, trigger, _ in PAIRS:
+        by[code] = [f for f in diagnose(f"zoo:{trigger}", select=[code]).findings]
+    assert by["TI001"][0].module == "layers" and by["TI001"][0].data["modules"] == 3
+    lost = sum(p.numel() for layer in models_zoo.get("pitfall-layer-list").build().layers
+               for p in layer.parameters())
+    assert by["TI001"][0].data["parameters"] == lost
+    assert by["TI002"][0].module == "scale"
+    aux = models_zoo.get("pitfall-unused-branch").build().aux_head
+    assert by["TI003"][0].module == "aux_head"
+    assert by["TI003"][0].data["count"] == sum(p.numel() for p in aux.parameters())
+    assert by["TI004"][0].module == ""  # F.dropout is called in the root's own forward
+    assert by["TI005"][0].module == "distance"  # where the NaN gradient is born
+    assert by["TI005"][0].data["parameters"] == ["embed.weight", "embed.bias"]
+    assert {f.module for f in by["TI006"]} == {"fc1", "fc2", "head"}
+    assert by["TI006"][0].data["suggested"] == {"in_features": 104, "out_features": 256}
+    assert [f.module for f in by["TI007"]] == ["classifier.0"]
+    assert {(f.severity.value, f.module) for f in by["TI008"]} == {("info", "backbone"),
+                                                                   ("warning", "norm")}
+    assert [f.module for f in by["TI009"]] == ["pool2"]
+    assert by["TI009"][0].data["dropped"] == [{"axis": "H", "size": 13, "dropped": 1},
+                                              {"axis": "W", "size": 13, "dropped": 1}]
+
+
+class _Block(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.dropout(self.fc(x), 0.5)  # the bug, one level down
+
+
+class _Nested(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem = nn.Linear(16, 16)
+        self.block = _Block()
+        self.head = nn.Linear(16, 16)
+        self.bn = nn.BatchNorm1d(16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.block(self.bn(self.stem(x))))
+
+
+def test_eval_randomness_names_the_inner_module() -> None:
+    f = diagnose(_Nested(), torch.randn(4, 16), select=["TI004"]).findings
+    assert [(x.code, x.module) for x in f] == [("TI004", "block")]
+
+
+def test_model_is_left_untouched() -> None:
+    torch.manual_seed(1)
+    model = _Nested().train()
+    model.block.eval()  # mixed flags must come back exactly
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    flags = {n: m.training for n, m in model.named_modules()}
+    x = torch.randn(4, 16)
+    rng = torch.get_rng_state()
+    result = diagnose(model, x)
+    assert result.run_device == "cpu" and not result.skipped
+    after = model.state_dict()
+    assert all(torch.equal(before[k], after[k]) for k in before)  # BN stats, counters too
+    assert flags == {n: m.training for n, m in model.named_modules()}
+    assert all(p.grad is None for p in model.parameters())
+    assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
+    assert torch.equal(rng, torch.get_rng_state())
+
+
+def test_nan_in_parameters_and_forward() -> None:
+    model = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 8))
+    with torch.no_grad():
+        model[1].weight[0, 0] = float("nan")
+    f = diagnose(model, torch.randn(2, 8), select=["TI005"]).findings
+    texts = " | ".join(x.what for x in f)
+    assert "1 parameter/buffer tensor(s) hold NaN/Inf: 1.weight" in texts
+    fwd = [x for x in f if x.data.get("stage") == "forward"]
+    assert fwd and fwd[0].module == "1"  # the first module whose output is not finite
+
+
+class _Log(nn.Module):
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.log(x - 10)  # negative -> NaN
+
+
+def test_nan_forward_located() -> None:
+    model = nn.Sequential(nn.Linear(4, 4), _Log(), nn.Linear(4, 2))
+    res = check_eval(model, (torch.randn(1, 4),), {}, {"TI005"})
+    assert [(x.code, x.module) for x in res.findings] == [("TI005", "1")]
+
+
+def test_gradients_with_batch_one_batchnorm() -> None:
+    """Training-mode BatchNorm on (1, C) raises; the check retries with batch 2."""
+    model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2), nn.Linear(8, 2))
+    model.forward = lambda x: model[2](model[1](model[0](x)))  # type: ignore[method-assign]
+    res = check_gradients(model, (torch.randn(1, 4),), {}, {"TI003"})
+    assert [(x.code, x.module) for x in res.findings] == [("TI003", "3")]
+    assert res.notes == [] and res.skipped == {}
+
+
+@pytest.mark.parametrize("cls", [nn.Conv1d, nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d])
+def test_dropped_edges_match_input_gradient(cls: type) -> None:
+    """TI009's formula against the truth: input rows whose gradient is zero were never read."""
+    for size in (7, 8, 13, 28, 31):
+        for k, s, p, d in [(3, 2, 0, 1), (2, 2, 0, 1), (3, 2, 1, 1), (5, 3, 2, 1), (3, 1, 0, 2),
+                           (7, 2, 3, 1), (3, 3, 1, 1)]:
+            if cls in (nn.Conv1d, nn.Conv2d):
+                layer = cls(1, 1, k, stride=s, padding=p, dilation=d, bias=False)
+                nn.init.constant_(layer.weight, 1.0)
+            elif cls is nn.MaxPool2d:
+                if p > k // 2:
+                    continue
+                layer = cls(k, stride=s, padding=p, dilation=d)
+            else:
+                if p > k // 2 or d != 1:
+                    continue
+                layer = cls(k, stride=s, padding=p)
+            shape = (1, 1, size) if cls is nn.Conv1d else (1, 1, size, size)
+            # increasing along every axis: a max-pool window's max is its last element,
+            # so the last row read always gets a gradient (conv/avg: every row read does)
+            ramp = torch.arange(size, dtype=torch.float32) + 1
+            x = (ramp if cls is nn.Conv1d else ramp[:, None] + ramp[None, :]).reshape(shape)
+            x.requires_grad_(True)
+            if size + 2 * p < d * (k - 1) + 1:
+                continue
+            (g,) = torch.autograd.grad(layer(x).sum(), x)
+            line = g[0, 0] if cls is nn.Conv1d else g[0, 0].sum(0)  # per W column
+            used = torch.nonzero(line).flatten()
+            truth = size - 1 - int(used.max())  # columns after the last one read
+            got = {axis: dropped for axis, _, dropped in dropped_edges(layer, tuple(shape))}
+            if d * (k - 1) + 1 < s:  # strided skip by design: not reported
+                assert got == {}
+                continue
+            assert got.get(len(shape) - 3, 0) == truth, (cls.__name__, size, k, s, p, d)
+            assert got.get(0, 0) == truth  # H and W alike on a square input
+
+
+def test_vgg16_first_classifier_share() -> None:
+    import torchvision
+
+    with torch.device("meta"):
+        model = torchvision.models.vgg16()
+    total = sum(p.numel() for p in model.parameters())
+    layer = model.classifier[0]
+    result = diagnose(model, torch.empty(1, 3, 224, 224, device="meta"),
+                      select=["TI007"], device="meta")
+    (f,) = result.findings
+    assert f.module == "classifier.0"
+    assert f.data["share"] == pytest.approx(layer.weight.numel() / total + layer.bias.numel() / total)
+    assert f.data["bytes"] == (layer.weight.numel() + layer.bias.numel()) * 4
+    assert 0.74 < f.data["share"] < 0.75  # "about 74%"
+
+
+@pytest.mark.parametrize("name", [pytest.param("resnet18", marks=pytest.mark.slow),
+                                  "mobilenet_v3_small"])
+def test_no_false_positives_torchvision(name: str) -> None:
+    result = diagnose(name)
+    assert result.skipped == {}
+    assert [f for f in result.findings if f.code not in ("TI006", "TI007")] == []
+    assert all(f.severity.value == "info" for f in result.findings)
+
+
+@pytest.mark.slow
+def test_no_false_positives_vit() -> None:
+    result = diagnose("vit_b_16")
+    assert result.skipped == {}
+    assert [f for f in result.findings if f.code not in ("TI006", "TI007")] == []
+
+
+def test_select_ignore_and_meta() -> None:
+    r = diagnose("zoo:pitfall-layer-list", select=["ti1", "TI006"], ignore=["tensor-core-alignment"])
+    assert r.checked == ["TI001"] and [f.code for f in r.findings] == ["TI001"]
+    r = diagnose("zoo:pitfall-unused-branch", device="meta")
+    assert set(r.skipped) == {"TI003", "TI004", "TI005"} and r.run_device is None
+
+
+def test_cli_doctor_table_json_and_fail_on(invoke) -> None:
+    r = invoke("doctor", "zoo:pitfall-layer-list")
+    assert r.exit_code == 0, r.output
+    assert "TI001" in r.output and "nn.ModuleList" in r.output and "Why it matters" in r.output
+    r = invoke("doctor", "zoo:pitfall-layer-list", "--fail-on", "error", "--format", "json")
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert data["schema"] == "torchinspect/doctor/v1"
+    assert data["counts"]["error"] == 1 and data["findings"][0]["code"] == "TI001"
+    assert {"what", "why", "fix", "module", "severity"} <= set(data["findings"][0])
+    r = invoke("doctor", "zoo:doctor-aligned", "--fail-on", "info")
+    assert r.exit_code == 0 and "no findings" in r.output
+
+
+def test_cli_doctor_bad_options(invoke) -> None:
+    r = invoke("doctor", "zoo:convnet", "--select", "TI042")
+    assert r.exit_code == 2 and "error: --select 'TI042' is not a doctor check" in r.output
+    r = invoke("doctor", "zoo:convnet", "--fail-on", "sometimes")
+    assert r.exit_code == 2 and "hint: use never, info, warning or error" in r.output
+
+
+def test_api_twin() -> None:
+    import torchinspect
+
+    assert torchinspect.diagnose is diagnose
