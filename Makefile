@@ -8,7 +8,7 @@ TORCH_PINS  ?= torch==2.14.1 torchvision==0.29.1
 STAMP       := $(VENV)/.torchinspect-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test lint bench clean
+.PHONY: install demo test test-slow test-all lint bench clean
 
 install: $(STAMP)
 
@@ -26,11 +26,19 @@ $(STAMP): pyproject.toml Makefile
 demo: install
 	$(VENV)/bin/inspect summary resnet18 --input 3,224,224
 
+# `make test`: everything but the slow sweeps, in parallel (pytest-xdist); CI runs test-slow too.
+PYTEST_WORKERS ?= auto
 test: install
-	$(VENV)/bin/pytest $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
+
+test-slow: install
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m slow $(PYTEST_ARGS)
+
+test-all: test test-slow
 
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks models_zoo
+	$(VENV)/bin/lint-imports
 
 bench: install
 	$(PY) benchmarks/run_all.py

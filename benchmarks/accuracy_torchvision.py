@@ -27,7 +27,7 @@ def check(name: str) -> tuple[str, int, int, int, int, float, str, float]:
     import torch
     import torchvision.models as tvm
 
-    from torchinspect.sources.inputs import ExampleInputs, TensorSpec
+    from torchinspect.inputs import ExampleInputs, TensorSpec
     from torchinspect.sources.published import published_config
     from torchinspect.trace import trace_model
 

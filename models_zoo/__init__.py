@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from torch import nn
 
-    from torchinspect.sources.inputs import ExampleInputs
+    from torchinspect.inputs import ExampleInputs
 
 __all__ = ["REGISTRY", "ZooEntry", "get", "names"]
 

@@ -154,7 +154,7 @@ def llama(preset: str = "llama-tiny", **overrides: object) -> Llama:
 
 def example(preset: str = "llama-tiny", seq_len: int = 128):
     """Token ids (1, seq_len) in [0, vocab_size) of the preset."""
-    from torchinspect.sources.inputs import ExampleInputs, TensorSpec
+    from torchinspect.inputs import ExampleInputs, TensorSpec
 
     vocab = PRESETS[preset].vocab_size
     return ExampleInputs((TensorSpec((1, seq_len), "int64", None, vocab),))

@@ -52,7 +52,7 @@ class MultiInputNet(nn.Module):
 
 def example():
     """image (1,3,32,32), features {numeric (1,8), category long (1,)}, mask=(1,16) float."""
-    from torchinspect.sources.inputs import ExampleInputs, TensorSpec
+    from torchinspect.inputs import ExampleInputs, TensorSpec
 
     features = {
         "numeric": TensorSpec((1, NUMERIC_DIM)),

@@ -45,6 +45,6 @@ class LSTMClassifier(nn.Module):
 
 def example(vocab_size: int = VOCAB_SIZE, seq_len: int = 32):
     """Token ids (1, seq_len) in [0, vocab_size)."""
-    from torchinspect.sources.inputs import ExampleInputs, TensorSpec
+    from torchinspect.inputs import ExampleInputs, TensorSpec
 
     return ExampleInputs((TensorSpec((1, seq_len), "int64", None, vocab_size),))

@@ -14,7 +14,7 @@ import pytest
 import torch
 import torchvision.models as tvm
 
-from torchinspect.sources.inputs import ExampleInputs, TensorSpec
+from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.sources.published import published_config
 from torchinspect.trace import trace_model
 

@@ -15,10 +15,14 @@ def test_cli_flops_resnet18_json(invoke) -> None:
     result = invoke("flops", "resnet18", "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["schema"] == "torchinspect/flops/v1"
+    assert data["schema"] == "torchinspect/flops/v2"
     ops = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.meta["_ops"] * 1e9
-    assert abs(data["macs"] - ops) <= 1e-3 * ops
-    assert data["flops"] == 2 * data["macs"]
+    totals = data["totals"]
+    assert abs(totals["macs"] - ops) <= 1e-3 * ops
+    assert totals["flops"] == 2 * totals["macs"] and totals["params"] == 11_689_512
+    assert "macs" not in data  # v2: totals have the same place as in summary
+    summary = json.loads(invoke("summary", "resnet18", "--format", "json").output)
+    assert {k: summary["totals"][k] for k in totals} == totals
     by_op = {r["op"]: r for r in data["by_op"]}
     assert by_op["convolution"]["calls"] == 20 and by_op["addmm"]["macs"] == 512 * 1000
     assert {"op": "relu_", "calls": 17} in data["not_counted"]
@@ -85,10 +89,34 @@ def test_uncalled_container_rows_match_summary() -> None:
     assert rows["layers"].type == "ModuleList" and rows["layers"].called is False
     assert set(rows["layers"].by_op) == {"mm", "scaled_dot_product_attention"}
     assert sum(rows["layers"].by_op.values()) == rows["layers"].macs
-    assert sum(row.macs for row in r.rows) == r.macs
+    assert sum(row.self_macs for row in r.rows) == r.macs
+    assert rows[""].macs == r.macs  # the root includes everything
     s = summarize("zoo:llama-tiny", depth=1)
     assert {row.name: row.macs for row in s.rows if row.macs} == {
-        row.name: row.macs for row in r.rows if row.macs}
+        row.name: row.self_macs for row in r.rows if row.self_macs}
     deep = count_flops("zoo:llama-tiny", depth=2)
     names = [row.name for row in deep.rows]
     assert names.index("layers") + 1 == names.index("layers.0")  # the container keeps its rows
+
+
+def test_parent_rows_include_children_and_self_column() -> None:
+    """A container's MACs include its children (fvcore/DeepSpeed convention); Self is its own."""
+
+    class Stage(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.Sequential(nn.Linear(8, 8), nn.Linear(8, 4))
+            self.w = nn.Parameter(torch.zeros(4, 2))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.blocks(x) @ self.w  # 3 * 4 * 2 own MACs
+
+    model = nn.Sequential(Stage())
+    r = count_flops(model, torch.zeros(3, 8), depth=3)
+    rows = {row.name: row for row in r.rows}
+    linears = 3 * 8 * 8 + 3 * 8 * 4
+    assert rows["0.blocks"].macs == linears and rows["0.blocks"].self_macs == 0
+    assert rows["0"].macs == linears + 3 * 4 * 2 and rows["0"].self_macs == 3 * 4 * 2
+    assert rows[""].macs == r.macs == linears + 24
+    assert sum(row.self_macs for row in r.rows) == r.macs
+    assert rows["0"].pct == 100.0

@@ -7,7 +7,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from torchinspect.errors import InspectError
-from torchinspect.sources.inputs import (
+from torchinspect.inputs import (
     DTYPE_ALIASES,
     ExampleInputs,
     TensorSpec,

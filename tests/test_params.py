@@ -52,7 +52,7 @@ def test_frozen_tied_and_dtypes() -> None:
     assert r.stats.tied == [("head.weight", "emb.weight")]
     assert r.stats.by_dtype["float16"].bytes == 2 * 20
     assert r.stats.buffers == 3 and r.stats.buffer_bytes == 24
-    data = r.to_json()
+    data = r.to_dict()
     assert data["tied"] == [{"name": "head.weight", "tied_to": "emb.weight"}]
 
 

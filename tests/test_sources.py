@@ -334,7 +334,7 @@ def test_cuda_device_without_cuda_is_a_clean_error(invoke):
 
 
 def test_real_device_build_is_refused_when_weights_do_not_fit(tmp_path: Path):
-    from torchinspect.sources.base import available_bytes
+    from torchinspect.device import available_bytes
 
     free = available_bytes("cpu")
     if free is None:

@@ -11,6 +11,7 @@ from torch import nn
 
 from torchinspect import summarize
 from torchinspect.analysis.summary import Column
+from torchinspect.report.summary import summary_cell
 
 R18 = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.meta
 
@@ -97,8 +98,10 @@ def test_summarize_api_object_and_columns() -> None:
     assert s.columns == (Column.layer, Column.output, Column.params)
     assert s.totals.params == sum(p.numel() for p in model.parameters())
     assert s.totals.macs == 8 * 3 * 9 * 16 + 8 * 16 * 2
-    assert s.to_json()["layers"][1]["kernel"] == "3×3 p1"
-    assert s.to_report().schema == "torchinspect/summary/v1"
+    assert s.to_dict()["layers"][1]["kernel"] == "3×3 p1"
+    from torchinspect.report.summary import summary_report
+
+    assert summary_report(s).schema == "torchinspect/summary/v1"
 
 
 def test_depth_zero_is_one_row() -> None:
@@ -141,8 +144,8 @@ def test_uncalled_containers_are_rows_at_their_depth() -> None:
         row = rows[name]
         assert (row.type, row.depth, row.called) == (type(sub).__name__, 1, False)
         assert row.params == _n(sub) and row.macs == _linear_macs(sub, batch)
-        assert str(row.value(Column.input)) == "-" and str(row.value(Column.output)) == "-"
-    assert rows[""].params == 0 and str(rows[""].value(Column.params)) == "--"
+        assert str(summary_cell(row, Column.input)) == "-" and str(summary_cell(row, Column.output)) == "-"
+    assert rows[""].params == 0 and str(summary_cell(rows[""], Column.params)) == "--"
     assert sum(r.params or 0 for r in s.rows) == s.totals.params == _n(model)
     assert sum(r.macs for r in s.rows) == s.totals.macs == _linear_macs(model, batch)
 
@@ -151,7 +154,7 @@ def test_uncalled_containers_are_rows_at_their_depth() -> None:
     assert names == ["", "stem", "blocks", "blocks.0", "blocks.1", "blocks.2", "heads",
                      "heads.a", "heads.b"]
     blocks = deep.rows[2]
-    assert blocks.container and str(blocks.value(Column.params)) == "--" and blocks.macs == 0
+    assert blocks.container and str(summary_cell(blocks, Column.params)) == "--" and blocks.macs == 0
     assert [r.label for r in deep.rows[2:6]] == ["├─blocks", "│ ├─0", "│ ├─1", "│ └─2"]
     assert sum(r.params or 0 for r in deep.rows) == _n(model)
     assert sum(r.macs for r in deep.rows) == _linear_macs(model, batch)
@@ -186,7 +189,7 @@ def test_shared_block_with_an_uncalled_container() -> None:
         assert sum(r.macs for r in s.rows) == s.totals.macs == 2 * _linear_macs(model, 1)
     parts = [r for r in s.rows if r.name == "block.parts"]
     assert len(parts) == 2 and not any(r.called for r in parts)  # once under each call
-    assert str(parts[0].value(Column.params)) == "--" and parts[1].params is None
+    assert str(summary_cell(parts[0], Column.params)) == "--" and parts[1].params is None
     at2 = summarize(model, torch.zeros(1, 6), depth=2).rows
     parts = [r for r in at2 if r.name == "block.parts"]
     assert [r.params for r in parts] == [_n(model.block.parts), None]

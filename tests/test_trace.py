@@ -11,7 +11,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from torchinspect.errors import InspectError
-from torchinspect.sources.inputs import ExampleInputs, TensorSpec
+from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.trace import trace_model
 
 

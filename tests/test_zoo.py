@@ -14,7 +14,7 @@ from models_zoo import REGISTRY, ZooEntry
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from torchinspect.sources.inputs import ExampleInputs, example_from_strings
+from torchinspect.inputs import ExampleInputs, example_from_strings
 
 CPU_ENTRIES = [name for name in REGISTRY if name != "llama-70b"]  # 282 GB in float32: meta only
 

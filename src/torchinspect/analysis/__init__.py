@@ -2,8 +2,8 @@
 
 from torchinspect.analysis.flops import FlopsResult, count_flops
 from torchinspect.analysis.params import ParamsResult, count_params
-from torchinspect.analysis.prepare import LoadOptions
 from torchinspect.analysis.summary import Column, Summary, summarize
+from torchinspect.sources.case import ModelOptions
 
-__all__ = ["Column", "FlopsResult", "LoadOptions", "ParamsResult", "Summary", "count_flops",
+__all__ = ["Column", "FlopsResult", "ModelOptions", "ParamsResult", "Summary", "count_flops",
            "count_params", "summarize"]

@@ -1,5 +1,9 @@
 """`inspect flops`: MACs per module and per aten op, what was not counted, and how
-thop and torchinfo count the same model (``--compare``)."""
+thop and torchinfo count the same model (``--compare``).
+
+A module row's ``macs`` include everything inside it (what fvcore's and DeepSpeed's tables
+show); ``self_macs`` are the MACs of ops run directly in its own forward (plus modules
+folded into it below ``depth``)."""
 
 from __future__ import annotations
 
@@ -8,18 +12,12 @@ import warnings
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchinspect.analysis.prepare import (
-    COUNTED_CONVENTION,
-    MACS_CONVENTION,
-    LoadOptions,
-    Prepared,
-    describe_inputs,
-    prepare,
-    run_trace,
-)
-from torchinspect.analysis.tree import macs_by_op, shown_tree
-from torchinspect.errors import InspectError
-from torchinspect.report import Report, Table, Text, fmt_si, pct, si
+from torchinspect import device as devices
+from torchinspect.analysis.conventions import conventions
+from torchinspect.analysis.summary import check_depth
+from torchinspect.analysis.tree import ShownCall, macs_by_op, shown_tree
+from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
+from torchinspect.trace import trace_case
 from torchinspect.trace.records import Trace
 
 
@@ -28,9 +26,10 @@ class FlopsRow:
     name: str
     type: str
     depth: int
-    macs: int
-    pct: float
-    by_op: dict[str, int]
+    macs: int  # including every module inside it
+    self_macs: int  # its own ops (and modules folded into it below --depth)
+    pct: float  # of the model's total, by ``macs``
+    by_op: dict[str, int]  # ``macs`` by aten op
     called: bool = True  # False: a container (ModuleList, ...) whose forward never ran
 
 
@@ -65,12 +64,12 @@ class FlopsResult:
     def flops(self) -> int:
         return 2 * self.macs
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model, "input": self.input, "device": self.device,
             "fallback_reason": self.fallback_reason,
-            "convention": {"macs": MACS_CONVENTION, "counted": COUNTED_CONVENTION},
-            "macs": self.macs, "flops": self.flops, "params": self.params,
+            "convention": conventions(),
+            "totals": {"params": self.params, "macs": self.macs, "flops": self.flops},
             "by_op": [{"op": k, "macs": v, "calls": self.op_calls.get(k, 0)} for k, v in self.by_op.items()],
             "modules": [asdict(r) for r in self.rows],
             "not_counted": [{"op": k, "calls": v} for k, v in self.not_counted.items()],
@@ -78,60 +77,29 @@ class FlopsResult:
             "notes": list(self.notes),
         }
 
-    def to_report(self) -> Report:
-        from torchinspect.analysis.summary import header_lines
-
-        head = header_lines(self.model, self.input, self.device, self.fallback_reason, False)
-        head.append(f"Total: {fmt_si(self.macs)} MACs ({self.macs:,}) = {fmt_si(self.flops)} FLOPs")
-        sections: list[Any] = [Text(head)]
-        total = self.macs or 1
-        sections.append(Table(
-            "MACs by module", ["Module", "Type", "MACs", "% MACs", "Top op"],
-            [["  " * r.depth + (r.name or self.model), r.type, si(r.macs, empty="0"),
-              pct(100.0 * r.macs / total),
-              max(r.by_op, key=r.by_op.get) if r.by_op else "-"] for r in self.rows],
-            align=["left", "left", "right", "right", "left"], primary=True))
-        sections.append(Table(
-            "MACs by op", ["Op", "Calls", "MACs", "% MACs"],
-            [[op, self.op_calls.get(op, 0), si(m), pct(100.0 * m / total)]
-             for op, m in self.by_op.items()],
-            align=["left", "right", "right", "right"]))
-        if self.not_counted:
-            sections.append(Table("Not counted (work without a MAC formula)", ["Op", "Calls"],
-                                  [[k, v] for k, v in self.not_counted.items()]))
-        if self.compare:
-            rows = [["torchinspect", si(self.macs), self.macs, pct(0.0, signed=True), self.params,
-                     COMPARE_NOTE]]
-            for c in self.compare:
-                diff = None if c.macs is None or not self.macs else 100.0 * (c.macs - self.macs) / self.macs
-                rows.append([c.tool, si(c.macs), c.macs, pct(diff, signed=True), c.params, c.note])
-            sections.append(Table("Other tools, same model and input",
-                                  ["Tool", "MACs", "MACs (exact)", "vs ours", "Params", "What it counts"],
-                                  rows, align=["left", "right", "right", "right", "right", "left"]))
-        if self.notes:
-            sections.append(Text([f"note: {n}" for n in self.notes], style="yellow"))
-        return Report("flops", self.to_json(), sections)
-
 
 COMPARE_NOTE = "aten matmul/conv/SDPA at the dispatcher, functional ops included"
 
 
+def _inclusive(node: ShownCall) -> int:
+    return node.macs + sum(_inclusive(c) for c in node.children)
+
+
 def flops_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
                      notes: list[str] | None = None) -> FlopsResult:
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more", hint="e.g. --depth 2")
+    check_depth(depth)
     root = shown_tree(trace, depth)
     rows: list[FlopsRow] = []
+    total = trace.total_macs or 1
     if root is not None:
         stack = [root]
         while stack:
             node = stack.pop()
-            # a container with MACs below it stays, so its rows keep their parent
-            if node.macs or node is root or (node.children and node.call.total_macs):
-                rows.append(FlopsRow(node.call.name, node.call.type, node.call.depth, node.macs,
-                                     100.0 * node.macs / (trace.total_macs or 1),
-                                     macs_by_op(trace, node.call) if not node.children
-                                     else dict(node.call.macs), node.called))
+            macs = _inclusive(node)
+            if macs or node is root:
+                rows.append(FlopsRow(node.call.name, node.call.type, node.call.depth, macs,
+                                     node.macs, 100.0 * macs / total,
+                                     macs_by_op(trace, node.call), node.called))
             stack.extend(reversed(node.children))
     return FlopsResult(
         model=model, input=inputs, device=trace.device, fallback_reason=trace.fallback_reason,
@@ -141,7 +109,7 @@ def flops_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
     )
 
 
-def _fresh_copy(prep: Prepared) -> Any:
+def _fresh_copy(prep: ModelCase) -> Any:
     """A model the other tools may modify (thop adds buffers): rebuilt, or deep-copied."""
     if prep.rebuild is not None:
         try:
@@ -151,17 +119,11 @@ def _fresh_copy(prep: Prepared) -> Any:
     return copy.deepcopy(prep.model)
 
 
-def _materialize_like(prep: Prepared, model: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    from torchinspect.sources.inputs import ExampleInputs
-    from torchinspect.trace.engine import _inputs_for, _model_device
-
-    dev = _model_device(model)
-    if isinstance(prep.example, ExampleInputs):
-        return prep.example.materialize(dev)
-    return _inputs_for(prep.example, dev)
+def _materialize_like(prep: ModelCase, model: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    return materialize(prep.example, devices.model_device(model))
 
 
-def _thop_count(prep: Prepared) -> ToolCount:
+def _thop_count(prep: ModelCase) -> ToolCount:
     note = "module hooks on known layer types (BN, pooling, activations too); functional ops missed"
     try:
         import torch
@@ -184,7 +146,7 @@ def _thop_count(prep: Prepared) -> ToolCount:
         return ToolCount("thop", None, None, f"failed: {type(exc).__name__}: {str(exc)[:80]}")
 
 
-def _torchinfo_count(prep: Prepared) -> ToolCount:
+def _torchinfo_count(prep: ModelCase) -> ToolCount:
     note = "module-level formulas per layer type (Linear/Conv/RNN...); functional ops missed"
     try:
         import torch
@@ -205,15 +167,14 @@ def _torchinfo_count(prep: Prepared) -> ToolCount:
 
 
 def count_flops(model_or_spec: Any, inputs: Any = None, *, depth: int = 3, compare: bool = False,
-                device: str = "auto", train: bool = False,
-                options: LoadOptions | None = None) -> FlopsResult:
+                device: str | None = None, train: bool = False,
+                options: ModelOptions | None = None) -> FlopsResult:
     """Count MACs: ``count_flops("resnet18", "3,224,224").macs`` (FLOPs = 2 x MACs)."""
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more", hint="e.g. --depth 2")
-    prep = prepare(model_or_spec, inputs, device=device, options=options)
-    trace = run_trace(prep, device=device, train=train)
-    result = flops_from_trace(trace, model=prep.name, inputs=describe_inputs(prep.example),
-                              depth=depth, notes=prep.notes)
+    check_depth(depth)
+    case = make_case(model_or_spec, inputs, options=options, device=device)
+    trace = trace_case(case, train=train)
+    result = flops_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
+                              depth=depth, notes=case.notes)
     if compare:
-        result.compare = [_thop_count(prep), _torchinfo_count(prep)]
+        result.compare = [_thop_count(case), _torchinfo_count(case)]
     return result

@@ -8,9 +8,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchinspect.analysis.prepare import LoadOptions, prepare
-from torchinspect.errors import InspectError
-from torchinspect.report import KeyValues, Report, Table, Text, fmt_bytes, nbytes
+from torchinspect.analysis.summary import check_depth
+from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.trace.records import ModuleInfo, ParamStats
 
 
@@ -40,7 +39,7 @@ class ParamsResult:
     def total(self) -> int:
         return self.stats.total
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "depth": self.depth,
@@ -57,38 +56,6 @@ class ParamsResult:
             "modules": [asdict(r) for r in self.rows],
             "notes": list(self.notes),
         }
-
-    def to_report(self) -> Report:
-        s = self.stats
-        sections: list[Any] = [Text([f"{self.model}: parameters counted once per tensor "
-                                     "(tied weights once); bytes at each tensor's dtype"])]
-        sections.append(Table(
-            f"Parameters by module (depth {self.depth})",
-            ["Module", "Type", "Params", "Trainable", "Frozen", "Bytes", "Buffers"],
-            [[r.name or "(model)", r.type, r.params, r.trainable, r.frozen, nbytes(r.bytes),
-              r.buffers] for r in self.rows],
-            align=["left", "left", "right", "right", "right", "right", "right"], primary=True))
-        sections.append(Table("By dtype", ["Dtype", "Params", "Bytes"],
-                              [[k, v.count, nbytes(v.bytes)] for k, v in s.by_dtype.items()],
-                              align=["left", "right", "right"]))
-        items: list[tuple[str, Any]] = [
-            ("Total params", f"{s.total:,}"), ("Trainable params", f"{s.trainable:,}"),
-            ("Non-trainable params", f"{s.frozen:,}"), ("Param memory", fmt_bytes(s.param_bytes)),
-            ("Buffers (elements)", f"{s.buffers:,}"), ("Buffer memory", fmt_bytes(s.buffer_bytes)),
-        ]
-        if s.quantized:
-            items.append(("Quantized (packed) weights", f"{s.quantized:,}"))
-        sections.append(KeyValues("Totals", items))
-        if s.frozen_names:
-            shown = s.frozen_names[:20]
-            more = [f"… and {len(s.frozen_names) - 20} more"] if len(s.frozen_names) > 20 else []
-            sections.append(Text([*shown, *more], title=f"Frozen parameters ({len(s.frozen_names)})"))
-        if s.tied:
-            sections.append(Text([f"{a} is {b} (counted once)" for a, b in s.tied],
-                                 title="Tied parameters"))
-        if self.notes:
-            sections.append(Text([f"note: {n}" for n in self.notes], style="yellow"))
-        return Report("params", self.to_json(), sections)
 
 
 def rows_at_depth(modules: dict[str, ModuleInfo], depth: int) -> list[ParamRow]:
@@ -114,16 +81,14 @@ def params_from_model(model: Any, *, name: str, depth: int = 3,
                       notes: list[str] | None = None) -> ParamsResult:
     from torchinspect.trace.static import collect_static
 
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more", hint="e.g. --depth 2")
+    check_depth(depth)
     modules, stats = collect_static(model)
     return ParamsResult(name, depth, stats, rows_at_depth(modules, depth), list(notes or []))
 
 
-def count_params(model_or_spec: Any, *, depth: int = 3, device: str = "auto",
-                 options: LoadOptions | None = None) -> ParamsResult:
-    """Count parameters: ``count_params("resnet18").total == 11_689_512``."""
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more", hint="e.g. --depth 2")
-    prep = prepare(model_or_spec, None, device=device, options=options, need_inputs=False)
-    return params_from_model(prep.model, name=prep.name, depth=depth, notes=prep.notes)
+def count_params(model_or_spec: Any, *, depth: int = 3, device: str | None = None,
+                 options: ModelOptions | None = None) -> ParamsResult:
+    """Count parameters: ``count_params("resnet18").total == 11_689_512`` (no forward)."""
+    check_depth(depth)
+    case = make_case(model_or_spec, options=options, device=device, need_inputs=False)
+    return params_from_model(case.model, name=case.name, depth=depth, notes=case.notes)

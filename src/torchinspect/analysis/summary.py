@@ -1,4 +1,6 @@
-"""`inspect summary`: a Keras/torchinfo-like layer table with totals, from one Trace."""
+"""`inspect summary`: a Keras/torchinfo-like layer table with totals, from one Trace.
+
+Returns a :class:`Summary` dataclass; ``report/summary.py`` presents it."""
 
 from __future__ import annotations
 
@@ -6,18 +8,13 @@ from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from torchinspect.analysis.prepare import (
-    COUNTED_CONVENTION,
-    MACS_CONVENTION,
-    LoadOptions,
-    describe_inputs,
-    prepare,
-    run_trace,
-)
+from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.tree import ShownCall, fold_repeats, shown_tree
 from torchinspect.errors import InspectError
-from torchinspect.report import KeyValues, Report, Shown, Table, Text, fmt_bytes, fmt_si, pct, si
-from torchinspect.trace.records import ModuleInfo, Trace, format_shape_tree
+from torchinspect.shapes import format_shape_tree
+from torchinspect.sources.case import ModelOptions, make_case
+from torchinspect.trace import trace_case
+from torchinspect.trace.records import ModuleInfo, Trace
 
 
 class Column(StrEnum):
@@ -76,21 +73,6 @@ class SummaryRow:
     container: bool = False  # its children are shown as rows of their own
     called: bool = True  # False: a container (ModuleList, ...) whose forward never ran
 
-    def value(self, col: Column) -> Any:
-        if col is Column.layer:
-            return self.label
-        if col is Column.macs:
-            return si(self.macs, empty="--")
-        if col is Column.params_pct:
-            if self.params_pct is None or (self.container and not self.params):
-                return None
-            return pct(self.params_pct)
-        if col is Column.params:
-            if self.params is None or (self.container and not self.params):
-                return Shown("", "--")
-            return self.params
-        return getattr(self, col.value)
-
 
 @dataclass
 class Totals:
@@ -110,7 +92,7 @@ class Totals:
 
 @dataclass
 class Summary:
-    """The result of :func:`summarize` (``to_json()`` for data, ``to_report()`` to render)."""
+    """The result of :func:`summarize` (``to_dict()`` for data; report/summary.py renders it)."""
 
     model: str
     input: str
@@ -126,7 +108,7 @@ class Summary:
     folded: bool = False
     trace: Trace | None = field(default=None, repr=False)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_dict(self) -> dict[str, Any]:
         return {
             "model": self.model,
             "input": self.input,
@@ -134,70 +116,13 @@ class Summary:
             "fallback_reason": self.fallback_reason,
             "train": self.train,
             "depth": self.depth,
-            "convention": {"macs": MACS_CONVENTION, "counted": COUNTED_CONVENTION},
+            "convention": conventions(),
             "totals": asdict(self.totals),
             "macs_by_op": self.trace.macs_by_op if self.trace else {},
             "not_counted": dict(self.not_counted),
             "notes": list(self.notes),
             "layers": [asdict(r) for r in self.rows],
         }
-
-    def to_report(self, totals_only: bool = False) -> Report:
-        sections: list[Any] = [Text(header_lines(self.model, self.input, self.device,
-                                                 self.fallback_reason, self.train))]
-        if not totals_only:
-            cols = list(self.columns)
-            rows = [[r.value(c) for c in cols] for r in self.rows]
-            align = ["right" if c in (Column.params, Column.params_pct, Column.macs) else "left"
-                     for c in cols]
-            footer = []
-            if self.folded and any(r.repeat > 1 for r in self.rows):
-                footer.append("(×N): N identical consecutive blocks folded into one row; "
-                              "rows under it show one block.")
-            sections.append(Table(None, [HEADERS[c] for c in cols], rows, align=align,
-                                  footer=footer, primary=True))
-        sections.append(totals_section(self.totals))
-        sections.extend(trailer_sections(self.not_counted, self.notes))
-        return Report("summary", self.to_json(), sections)
-
-
-def header_lines(model: str, inputs: str, device: str, fallback: str | None, train: bool) -> list[str]:
-    lines = [f"{model}  input {inputs}  ({'train' if train else 'eval'} mode, traced on {device})",
-             MACS_CONVENTION, COUNTED_CONVENTION]
-    if fallback:
-        lines.append(f"note: traced on {device} instead of meta: {fallback}")
-    return lines
-
-
-def totals_section(t: Totals) -> KeyValues:
-    items: list[tuple[str, Any]] = [
-        ("Total params", f"{t.params:,}"),
-        ("Trainable params", f"{t.trainable:,}"),
-        ("Non-trainable params", f"{t.frozen:,}"),
-        ("Buffers (elements)", f"{t.buffers:,}"),
-        ("MACs", f"{fmt_si(t.macs)} ({t.macs:,})"),
-        ("FLOPs (2 x MACs)", f"{fmt_si(t.flops)} ({t.flops:,})"),
-    ]
-    for dt, b in t.param_bytes_by_dtype.items():
-        items.append((f"Param memory ({dt})", fmt_bytes(b)))
-    items += [
-        ("Buffer memory", fmt_bytes(t.buffer_bytes)),
-        ("Input size", fmt_bytes(t.input_bytes)),
-        ("Activation memory (forward, est.)", fmt_bytes(t.activation_bytes)),
-        ("Estimated total size", fmt_bytes(t.total_bytes)),
-    ]
-    return KeyValues("Totals", items)
-
-
-def trailer_sections(not_counted: dict[str, int], notes: list[str]) -> list[Any]:
-    out: list[Any] = []
-    if not_counted:
-        shown = ", ".join(f"{op} ×{n}" for op, n in list(not_counted.items())[:12])
-        more = f", … ({len(not_counted) - 12} more)" if len(not_counted) > 12 else ""
-        out.append(Text([f"not counted (no MAC formula): {shown}{more}"]))
-    if notes:
-        out.append(Text([f"note: {n}" for n in notes], style="yellow"))
-    return out
 
 
 def totals_of(trace: Trace) -> Totals:
@@ -286,9 +211,7 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
 def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
                        columns: tuple[Column, ...] = DEFAULT_COLUMNS, fold: bool = False,
                        notes: list[str] | None = None) -> Summary:
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more",
-                           hint="e.g. --depth 3 (0 shows the model as one row)")
+    check_depth(depth)
     root = shown_tree(trace, depth)
     if root is None:
         raise InspectError(f"{model}: the forward ran no module", hint="is the model callable?")
@@ -302,16 +225,21 @@ def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
     )
 
 
+def check_depth(depth: int) -> None:
+    """The one depth check of the Python API (the CLI's --depth has min=0)."""
+    if depth < 0:
+        raise InspectError(f"depth={depth}: the depth must be 0 or more",
+                           hint="e.g. depth=3 (0 shows the model as one row)")
+
+
 def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
               columns: str | list[str] | tuple[Column, ...] | None = None, fold: bool = False,
-              device: str = "auto", train: bool = False,
-              options: LoadOptions | None = None) -> Summary:
+              device: str | None = None, train: bool = False,
+              options: ModelOptions | None = None) -> Summary:
     """Summarize a model: ``summarize("resnet18", "3,224,224")`` or ``summarize(model, x)``."""
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more",
-                           hint="e.g. --depth 3 (0 shows the model as one row)")
+    check_depth(depth)
     cols = columns if isinstance(columns, tuple) else parse_columns(columns)
-    prep = prepare(model_or_spec, inputs, device=device, options=options)
-    trace = run_trace(prep, device=device, train=train)
-    return summary_from_trace(trace, model=prep.name, inputs=describe_inputs(prep.example),
-                              depth=depth, columns=cols, fold=fold, notes=prep.notes)
+    case = make_case(model_or_spec, inputs, options=options, device=device)
+    trace = trace_case(case, train=train)
+    return summary_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
+                              depth=depth, columns=cols, fold=fold, notes=case.notes)

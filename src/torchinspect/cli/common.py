@@ -1,22 +1,32 @@
 """Shared option types, the error boundary, and output helpers for every subcommand.
 
+The model options (``--input --arg --arch --weights --key --strict --trust-pickle --device
+--batch --no-batch --published --weights-config``) and the output options (``--format
+--output``) are declared once here. ``@model_command()`` adds them to a command's signature
+and hands the command one :class:`ModelOptions` (``opts``) and one :class:`OutputOptions`
+(``out``); ``@output_command`` adds only the output options. Both include the error boundary.
+
 No torch here: importing this module must stay instant (`inspect --help`).
 """
 
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 import sys
 import traceback
 from collections.abc import Callable, Sequence
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import typer
 
+from torchinspect.device import parse_device
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.report import OutputFormat, Report, render
+from torchinspect.sources.case import ModelOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -76,8 +86,14 @@ def command_errors(fn: F) -> F:
 
 ModelsArg = Annotated[
     list[str],
-    typer.Argument(metavar="MODEL...", help="one or more models (see `inspect summary --help`)",
+    typer.Argument(metavar="MODEL...", help="one or more models: a torchvision name (resnet18), "
+                   "zoo:NAME, file.py:Name, pkg.mod:factory, or a checkpoint with --arch.",
                    show_default=False),
+]
+ModelArg = Annotated[
+    str,
+    typer.Argument(metavar="MODEL", help="a torchvision name (resnet18), zoo:NAME, file.py:Name, "
+                   "pkg.mod:factory, or a checkpoint with --arch.", show_default=False),
 ]
 InputOpt = Annotated[
     list[str] | None,
@@ -114,38 +130,131 @@ TrustOpt = Annotated[
     typer.Option("--trust-pickle",
                  help="allow full pickles (runs code from the file!). Only for files you trust."),
 ]
-DeviceOpt = Annotated[
-    str,
-    typer.Option("--device", "-d", metavar="auto|cpu|cuda|cuda:N|meta",
-                 help="where to trace: auto = meta (no memory) with a CPU fallback."),
-]
 BatchOpt = Annotated[
     int | None, typer.Option("--batch", "-b", min=1, help="batch size (prepended to --input shapes).")
 ]
 NoBatchOpt = Annotated[
     bool, typer.Option("--no-batch", help="use --input shapes exactly as written (no batch added).")
 ]
+PublishedOpt = Annotated[bool, typer.Option(
+    "--published", help="torchvision: build with the first published weights' settings and input size.")]
+WeightsConfigOpt = Annotated[str | None, typer.Option(
+    "--weights-config", metavar="NAME",
+    help="torchvision: build with the settings and input size of weights NAME (e.g. IMAGENET1K_V1).")]
 TrainOpt = Annotated[bool, typer.Option("--train", help="trace in training mode (default: eval).")]
+DepthOpt = Annotated[int, typer.Option("--depth", min=0, help="deepest module level shown as rows "
+                                       "(deeper layers are folded into their parent).")]
 FormatOpt = Annotated[
     OutputFormat, typer.Option("--format", "-f", help="output format.", case_sensitive=False)
 ]
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", metavar="FILE", help="write the report to FILE (atomic).")
 ]
+ForceOpt = Annotated[bool, typer.Option("--force", help="replace the output if it exists (never an input).")]
+
+DEVICE_HELP = "where to trace: auto = meta (no memory) with a CPU fallback; meta; cpu; cuda[:N]."
 
 
-def parse_device(text: str) -> str:
-    """Validate --device; returns the canonical text (auto, cpu, cuda, cuda:N, meta)."""
-    t = text.strip().lower()
-    if t in ("auto", "cpu", "cuda", "meta"):
-        return t
-    if t.startswith("cuda:") and t[5:].isdigit():
-        return t
-    raise InspectError(f"--device {text!r} is not a device",
-                       hint="use auto, cpu, cuda, cuda:N (e.g. cuda:1) or meta")
+def _device_opt(help_text: str) -> Any:
+    return Annotated[str, typer.Option("--device", "-d", metavar="auto|cpu|cuda|cuda:N|meta",
+                                       help=help_text)]
 
 
-def _input_files(inputs: Sequence[str | None]) -> tuple[str, ...]:
+@dataclass
+class OutputOptions:
+    """``--format`` and ``--output`` of one command."""
+
+    format: OutputFormat = OutputFormat.table
+    output: str | None = None
+
+
+def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
+    return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
+                             annotation=annotation)
+
+
+_OUTPUT_PARAMS = (("format", FormatOpt, OutputFormat.table), ("output", OutputOpt, None))
+
+
+def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tuple[str, ...],
+            build: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
+    """Wrap ``fn``: Typer sees ``fn``'s own parameters (less ``hidden``) plus ``extra``; the
+    wrapper turns the ``extra`` values into the hidden objects (``build``) and calls ``fn``."""
+    sig = inspect.signature(fn, eval_str=True)
+    own = [p for p in sig.parameters.values() if p.name not in hidden]
+    names = [p.name for p in extra]
+    body = command_errors(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        picked = {n: kwargs.pop(n) for n in names if n in kwargs}
+        try:
+            injected = build(picked)
+        except InspectError as exc:  # bad shared option (e.g. --device gpu): same boundary
+            return command_errors(_raiser(exc))()
+        return body(*args, **injected, **kwargs)
+
+    new_sig = sig.replace(parameters=[*own, *extra])
+    wrapper.__signature__ = new_sig  # type: ignore[attr-defined]
+    wrapper.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()}
+    del wrapper.__wrapped__  # Typer must read __signature__, not fn's own
+    return wrapper
+
+
+def _raiser(exc: Exception) -> Callable[[], None]:
+    def _raise() -> None:
+        raise exc
+
+    return _raise
+
+
+def model_command(*, inputs: bool = True, device_default: str = "auto",
+                  device_help: str = DEVICE_HELP) -> Callable[[F], F]:
+    """Add the shared model and output options to a command; it receives ``opts`` and ``out``.
+
+    ``inputs=False`` leaves out ``--input/--batch/--no-batch`` (``inspect params``).
+    """
+    extra = [
+        *([_param("input", InputOpt, None)] if inputs else []),
+        _param("arg", ArgOpt, None), _param("arch", ArchOpt, None),
+        _param("weights", WeightsOpt, None), _param("key", KeyOpt, None),
+        _param("strict", StrictOpt, True), _param("trust_pickle", TrustOpt, False),
+        _param("device", _device_opt(device_help), device_default),
+        *([_param("batch", BatchOpt, None), _param("no_batch", NoBatchOpt, False)] if inputs else []),
+        _param("published", PublishedOpt, False), _param("weights_config", WeightsConfigOpt, None),
+        *(_param(n, a, d) for n, a, d in _OUTPUT_PARAMS),
+    ]
+
+    def build(v: dict[str, Any]) -> dict[str, Any]:
+        config = v["weights_config"] if v["weights_config"] is not None else (
+            "default" if v["published"] else None)
+        opts = ModelOptions(
+            inputs=v.get("input"), args=v["arg"], arch=v["arch"], weights=v["weights"],
+            key=v["key"], strict=v["strict"], trust_pickle=v["trust_pickle"],
+            device=parse_device(v["device"]), batch=v.get("batch"),
+            no_batch=v.get("no_batch", False), weights_config=config)
+        return {"opts": opts, "out": OutputOptions(OutputFormat(v["format"]), v["output"])}
+
+    def deco(fn: F) -> F:
+        return _inject(fn, extra, ("opts", "out"), build)  # type: ignore[return-value]
+
+    return deco
+
+
+def output_command(fn: F) -> F:
+    """Add ``--format/--output`` to a command that takes no model options; it receives ``out``."""
+
+    def build(v: dict[str, Any]) -> dict[str, Any]:
+        return {"out": OutputOptions(OutputFormat(v["format"]), v["output"])}
+
+    extra = [_param(n, a, d) for n, a, d in _OUTPUT_PARAMS]
+    return _inject(fn, extra, ("out",), build)  # type: ignore[return-value]
+
+
+# ---------------------------------------------------------------- output
+
+
+def input_files(inputs: Sequence[str | None]) -> tuple[str, ...]:
     """The files among MODEL-like arguments (``file.py:Name`` counts as file.py)."""
     found = []
     for spec in inputs:
@@ -157,37 +266,30 @@ def _input_files(inputs: Sequence[str | None]) -> tuple[str, ...]:
     return tuple(found)
 
 
-def emit(report: Report, fmt: OutputFormat, output: str | None = None,
-         inputs: Sequence[str | None] = ()) -> None:
+def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) -> None:
     """Render to stdout, or atomically to --output FILE (never one of the ``inputs``)."""
-    if output:
+    if out.output:
         import io as _io
 
         from torchinspect.io.atomic import atomic_write_text
 
         buf = _io.StringIO()
-        render(report, fmt, buf, width=_width())
-        atomic_write_text(output, buf.getvalue(), protect=_input_files(inputs))
-        typer.echo(f"wrote {output}", err=True)
+        render(report, out.format, buf, width=_width())
+        atomic_write_text(out.output, buf.getvalue(), protect=input_files(inputs))
+        typer.echo(f"wrote {out.output}", err=True)
         return
-    render(report, fmt, sys.stdout, width=_width())
+    render(report, out.format, sys.stdout, width=_width())
 
 
-def check_depth(depth: int) -> None:
-    if depth < 0:
-        raise InspectError(f"--depth {depth}: the depth must be 0 or more",
-                           hint="e.g. --depth 3 (0 shows the model as one row)")
-
-
-def emit_results(command: str, results: list[Any], fmt: OutputFormat, output: str | None,
-                 inputs: Sequence[str | None] = (), **report_kw: Any) -> None:
-    """One model: its full report; several: one comparison table (a row per model)."""
+def emit_results(command: str, results: list[Any], build: Callable[..., Report],
+                 out: OutputOptions, inputs: Sequence[str | None] = (), **report_kw: Any) -> None:
+    """One model: ``build(result)``; several: one comparison table (a row per model)."""
     if len(results) > 1:
-        from torchinspect.analysis.compare import comparison_report
+        from torchinspect.report.compare import comparison_report
 
-        emit(comparison_report(command, results), fmt, output, inputs)
+        emit(comparison_report(command, results), out, inputs)
     else:
-        emit(results[0].to_report(**report_kw), fmt, output, inputs)
+        emit(build(results[0], **report_kw), out, inputs)
 
 
 def _width() -> int | None:

@@ -2,99 +2,13 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
-
-from torchinspect.cli.common import FormatOpt, OutputOpt, command_errors, emit
-from torchinspect.report import KeyValues, OutputFormat, Report, Table, Text, fmt_bytes
-
-if TYPE_CHECKING:
-    from torchinspect.env import EnvInfo
+from torchinspect.cli.common import OutputOptions, emit, output_command
 
 
-def _flat(d: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
-    """One key/value row per scalar: gpus.0.name, components.onnx.version, ..."""
-    rows: list[tuple[str, Any]] = []
-    for k, v in d.items():
-        key = f"{prefix}{k}"
-        if isinstance(v, dict):
-            rows += _flat(v, f"{key}.")
-        elif isinstance(v, (list, tuple)):
-            if not v:
-                rows.append((key, ""))
-            for i, item in enumerate(v):
-                if isinstance(item, dict) and key == "components":
-                    rest = {k2: v2 for k2, v2 in item.items() if k2 != "name"}
-                    rows += _flat(rest, f"{key}.{item['name']}.")
-                elif isinstance(item, dict):
-                    rows += _flat(item, f"{key}.{i}.")
-                else:
-                    rows.append((f"{key}.{i}", item))
-        else:
-            rows.append((key, v))
-    return rows
-
-
-def env_report(info: EnvInfo, fmt: OutputFormat = OutputFormat.table) -> Report:
-    """The Report for `inspect env`; CSV gets one flat key,value table."""
-    data = info.to_dict()
-    if fmt is OutputFormat.csv:
-        rows = [[k, "" if v is None else v] for k, v in _flat(data)]
-        return Report("env", data, [Table(None, ["key", "value"], rows, primary=True)])
-
-    def opt(v: Any) -> Any:
-        return "-" if v is None else v
-
-    versions = KeyValues("Versions", [
-        ("torchinspect", info.torchinspect),
-        ("python", f"{info.python} ({info.python_executable})"),
-        ("torch", info.torch),
-        ("torchvision", opt(info.torchvision)),
-        ("platform", f"{info.platform} ({info.machine})"),
-    ])
-    accel = [
-        ("CUDA available", info.cuda_available),
-        ("CUDA version (torch build)", opt(info.cuda_version)),
-        ("cuDNN version (torch build)", opt(info.cudnn_version)),
-        ("NVIDIA driver", opt(info.driver_version)),
-        ("GPUs", len(info.gpus)),
-    ]
-    if info.hip_version:
-        accel.insert(2, ("ROCm/HIP version", info.hip_version))
-    if info.mps_available:
-        accel.append(("MPS available", True))
-    accel += [
-        ("cudnn.enabled", info.cudnn_enabled),
-        ("cudnn.benchmark", info.cudnn_benchmark),
-        ("cudnn.deterministic", info.cudnn_deterministic),
-        ("deterministic algorithms", info.deterministic_algorithms),
-    ]
-    cpu = [
-        ("torch threads", info.torch_num_threads),
-        ("torch interop threads", info.torch_num_interop_threads),
-        ("os.cpu_count()", opt(info.cpu_count)),
-    ]
-    cpu += [(f"${k}", v) for k, v in info.env_vars.items()]
-    sections: list[Any] = [versions, KeyValues("CUDA", accel), KeyValues("CPU", cpu)]
-    if info.gpus:
-        sections.append(Table(
-            "GPUs", ["index", "name", "capability", "memory", "SMs"],
-            [[g.index, g.name, g.capability, fmt_bytes(g.total_memory), g.multiprocessors]
-             for g in info.gpus],
-        ))
-    sections.append(Table(
-        "Optional components", ["component", "present", "version", "detail"],
-        [[c.name, c.present, c.version, c.detail] for c in info.components],
-        align=["left", "left", "left", "left"],
-    ))
-    if info.notes:
-        sections.append(Text(list(info.notes), title="Notes", style="yellow"))
-    return Report("env", data, sections)
-
-
-@command_errors
-def env(format: FormatOpt = OutputFormat.table, output: OutputOpt = None) -> None:
+@output_command
+def env(*, out: OutputOptions) -> None:
     """Show torch/torchvision/Python versions, CUDA, cuDNN, GPUs, CPU threads and optional parts."""
     from torchinspect.env import collect_env
+    from torchinspect.report.env import env_report
 
-    fmt = OutputFormat(format)
-    emit(env_report(collect_env(), fmt), fmt, output)
+    emit(env_report(collect_env(), out.format), out)

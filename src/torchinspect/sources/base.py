@@ -5,13 +5,13 @@ from __future__ import annotations
 import ast
 import difflib
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
 from torchinspect.errors import InspectError
-from torchinspect.sources.inputs import ExampleInputs
+from torchinspect.inputs import ExampleInputs
 
 
 class SourceKind(StrEnum):
@@ -110,64 +110,3 @@ def call_builder(builder: Callable[..., Any], kwargs: dict[str, Any], what: str,
         given_text = " ".join(f"{k}={v!r}" for k, v in given.items())
         raise BuilderError(f"{what} failed with --arg {given_text}: {text}",
                            hint="check the --arg names and values against the builder's signature") from None
-
-
-def has_meta_tensors(model: Any) -> bool:
-    return any(t.is_meta for t in _tensors(model))
-
-
-def _tensors(model: Any) -> Iterator[Any]:
-    yield from model.parameters()
-    yield from model.buffers()
-
-
-def model_device(model: Any) -> str:
-    for t in _tensors(model):
-        return str(t.device)
-    return "cpu"
-
-
-def check_device(device: str) -> None:
-    """A real device must exist here: cuda needs CUDA, cuda:N an N below the device count."""
-    if not device.startswith("cuda"):
-        return
-    import torch
-
-    if not torch.cuda.is_available():
-        raise InspectError(f"--device {device}: CUDA is not available on this machine",
-                           hint="use --device cpu, or the default (meta) for static analysis; "
-                           "`inspect env` shows what torch sees")
-    index = device.partition(":")[2]
-    count = torch.cuda.device_count()
-    if index and int(index) >= count:
-        raise InspectError(f"--device {device}: this machine has {count} CUDA device(s)",
-                           hint=f"use cuda:0 ... cuda:{count - 1}")
-
-
-def weight_bytes(model: Any) -> int:
-    """Bytes of the model's parameters and buffers, each tensor counted once."""
-    seen: set[int] = set()
-    total = 0
-    for t in _tensors(model):
-        if id(t) not in seen:
-            seen.add(id(t))
-            total += t.numel() * t.element_size()
-    return total
-
-
-def available_bytes(device: str) -> int | None:
-    """Free memory on ``device`` (CPU: MemAvailable; CUDA: free device memory); None if unknown."""
-    if device.startswith("cuda"):
-        import torch
-
-        index = int(device.partition(":")[2] or torch.cuda.current_device())
-        return int(torch.cuda.mem_get_info(index)[0])
-    if device == "cpu":
-        try:
-            with open("/proc/meminfo") as fh:
-                for line in fh:
-                    if line.startswith("MemAvailable:"):
-                        return int(line.split()[1]) * 1024
-        except OSError:
-            return None
-    return None

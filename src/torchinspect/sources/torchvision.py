@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.sources.base import call_builder, closest
-from torchinspect.sources.inputs import ExampleInputs, TensorSpec
 
 
 class Family:

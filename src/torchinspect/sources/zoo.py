@@ -5,8 +5,8 @@ from __future__ import annotations
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.inputs import ExampleInputs, example_from_strings
 from torchinspect.sources.base import closest
-from torchinspect.sources.inputs import ExampleInputs, example_from_strings
 
 PREFIX = "zoo:"
 

@@ -1,6 +1,7 @@
-"""The trace engine: one instrumented forward, meta by default (see engine.py)."""
+"""One instrumented forward -> Trace records (policy.py decides where; engine.py runs it)."""
 
-from torchinspect.trace.engine import trace_model
+from torchinspect.trace.policy import trace_case, trace_model
 from torchinspect.trace.records import CallRecord, ModuleInfo, ParamStats, TensorMeta, Trace
 
-__all__ = ["CallRecord", "ModuleInfo", "ParamStats", "TensorMeta", "Trace", "trace_model"]
+__all__ = ["CallRecord", "ModuleInfo", "ParamStats", "TensorMeta", "Trace", "trace_case",
+           "trace_model"]

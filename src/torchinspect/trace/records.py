@@ -11,62 +11,12 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-
-@dataclass(frozen=True)
-class TensorMeta:
-    """The shape and dtype of one tensor seen in a forward."""
-
-    shape: tuple[int, ...]
-    dtype: str
-
-    @property
-    def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"shape": list(self.shape), "dtype": self.dtype}
-
-    def __str__(self) -> str:
-        return "[" + ", ".join(str(d) for d in self.shape) + "]"
-
-
-# A shape tree: TensorMeta, or tuples/lists/dicts of shape trees, or a short repr of a value.
-ShapeTree = Any
-
-
-def shape_tree_to_json(tree: ShapeTree) -> Any:
-    if isinstance(tree, TensorMeta):
-        return tree.to_dict()
-    if isinstance(tree, (tuple, list)):
-        return [shape_tree_to_json(t) for t in tree]
-    if isinstance(tree, dict):
-        return {str(k): shape_tree_to_json(v) for k, v in tree.items()}
-    return tree
-
-
-def format_shape_tree(tree: ShapeTree, *, limit: int = 60) -> str:
-    """``[1, 64, 56, 56]``; tuples as ``([..], [..])``, dicts as ``{out: [..]}``."""
-
-    def show(t: ShapeTree) -> str:
-        if isinstance(t, TensorMeta):
-            return str(t)
-        if isinstance(t, list):
-            if len(t) > 3 and all(x == t[0] for x in t):
-                return f"{len(t)}×{show(t[0])}"
-            return "[" + ", ".join(show(x) for x in t) + "]"
-        if isinstance(t, tuple):
-            if len(t) == 1:
-                return show(t[0])
-            return "(" + ", ".join(show(x) for x in t) + ")"
-        if isinstance(t, dict):
-            return "{" + ", ".join(f"{k}: {show(v)}" for k, v in t.items()) + "}"
-        return "-" if t is None else str(t)
-
-    text = show(tree)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
+from torchinspect.shapes import (  # noqa: F401  (re-exported for the views)
+    ShapeTree,
+    TensorMeta,
+    format_shape_tree,
+    shape_tree_to_json,
+)
 
 
 @dataclass

@@ -13,13 +13,10 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchinspect.shapes import dtype_name
 from torchinspect.trace.records import DtypeStat, ModuleInfo, ParamStats
 
 LAYER_ATTRS = ("kernel_size", "stride", "padding", "dilation", "groups", "output_size")
-
-
-def dtype_name(dtype: Any) -> str:
-    return str(dtype).removeprefix("torch.")
 
 
 def _nbytes(t: torch.Tensor) -> int:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchinspect.analysis.prepare import COUNTED_CONVENTION, MACS_CONVENTION
-from torchinspect.report import Report, Table, Text, nbytes, si
+from torchinspect.analysis.conventions import COUNTED_CONVENTION, MACS_CONVENTION
+from torchinspect.report.base import Report, Table, Text, nbytes, si
 
 
 def comparison_report(command: str, results: list[Any]) -> Report:

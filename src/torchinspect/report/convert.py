@@ -1,0 +1,64 @@
+"""`inspect convert` -> Report: what was written, verified, renamed, cast and dropped."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes
+
+if TYPE_CHECKING:
+    from torchinspect.io.convert import ConvertResult
+
+
+def _examples(pairs: list[tuple[str, str]], limit: int = 8) -> list[str]:
+    """Renames grouped by layer pattern: 80 layers read as one line."""
+    from torchinspect.io.keys import group_keys, key_template
+
+    new_of = dict(pairs)
+    groups = group_keys([a for a, _ in pairs], {a: key_template(b) for a, b in pairs})
+    lines = []
+    for g in groups[:limit]:
+        news = group_keys([new_of[k] for k in g.keys])
+        target = news[0].pattern if len(news) == 1 else new_of[g.keys[0]]
+        lines.append(f"{g.pattern} -> {target}" + (f"  ({g.count} keys)" if g.count > 1 else ""))
+    if len(groups) > limit:
+        lines.append(f"... {len(groups) - limit} more; --format json lists all")
+    return lines
+
+
+def convert_report(r: ConvertResult) -> Report:
+    sections: list[Any] = []
+    facts: list[tuple[str, Any]] = [
+        ("input", f"{r.src} ({r.in_format}, {fmt_bytes(r.file_size_before)})"),
+        ("output", f"{r.dst} ({r.out_format}, {fmt_bytes(r.file_size_after)})"),
+        ("weights taken from", f"key {r.container_key!r}" if r.container_key else "top level"),
+        ("tensors", r.tensors),
+        ("saved on", f"{', '.join(r.devices_before) or '-'} -> cpu"),
+        ("tensor bytes", f"{fmt_bytes(r.tensor_bytes_before)} -> {fmt_bytes(r.tensor_bytes_after)}"),
+        ("keys renamed", len(r.renamed)),
+        ("verified", r.verified),
+    ]
+    if r.arch_check:
+        facts.append(("architecture", r.arch_check))
+    sections.append(KeyValues("Converted", facts))
+    if r.cast:
+        sections.append(Table("Dtype changes", ["change", "tensors"], [[k, v] for k, v in r.cast.items()]))
+    done: list[str] = [f"stripped prefix {s}" for s in r.stripped]
+    if r.applied_remap:
+        done.append(f"auto prefix: {r.applied_remap.describe()} "
+                    f"({r.applied_remap.matched} of {r.applied_remap.total} model keys match)")
+    if done:
+        sections.append(Text(done, title="Key changes"))
+    if r.renamed:
+        sections.append(Text(_examples(r.renamed), title="Renamed keys"))
+    if r.dropped:
+        sections.append(Text([f"{k}: {v}" for k, v in r.dropped.items()], title="Dropped"))
+    if r.metadata:
+        sections.append(Text([f"{k} = {v}" for k, v in r.metadata.items()],
+                             title="Kept as safetensors metadata"))
+    if r.tied:
+        sections.append(Text([" = ".join(g) for g in r.tied], title="Tied tensors"))
+    if r.notes:
+        sections.append(Text(r.notes, title="Notes"))
+    sections.append(Text([f"wrote {r.dst}"], style="green"))
+    return Report("convert", r.to_dict(), sections)

@@ -1,0 +1,179 @@
+"""Renderers: one Report, several formats, chosen through a registry.
+
+``render(report, fmt, stream)`` looks ``fmt`` up in ``RENDERERS``; a new format is one
+``@renderer("name")`` function plus its ``OutputFormat`` member. No torch here.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+from collections.abc import Callable
+from enum import StrEnum
+from typing import Any, TextIO
+
+from torchinspect.report.base import KeyValues, Report, Shown, Table
+
+
+class OutputFormat(StrEnum):
+    table = "table"
+    json = "json"
+    csv = "csv"
+    markdown = "markdown"
+
+
+Renderer = Callable[[Report, TextIO, "int | None"], None]
+RENDERERS: dict[str, Renderer] = {}
+
+
+def renderer(name: str) -> Callable[[Renderer], Renderer]:
+    """Register a renderer for ``--format name``."""
+
+    def register(fn: Renderer) -> Renderer:
+        RENDERERS[name] = fn
+        return fn
+
+    return register
+
+
+def render(report: Report, fmt: OutputFormat | str, stream: TextIO, width: int | None = None) -> None:
+    """Write ``report`` to ``stream`` in ``fmt`` (``width``: terminal columns for tables)."""
+    fn = RENDERERS.get(str(OutputFormat(fmt).value))
+    if fn is None:  # pragma: no cover - every OutputFormat member has a renderer
+        raise KeyError(f"no renderer for {fmt}")
+    fn(report, stream, width)
+
+
+def _cell(v: Any) -> str:
+    if isinstance(v, Shown):
+        return v.text
+    if v is None:
+        return "-"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, int):
+        return f"{v:,}"
+    if isinstance(v, float):
+        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
+    return str(v)
+
+
+def _is_num(v: Any) -> bool:
+    if isinstance(v, Shown):
+        v = v.value
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _aligns(t: Table) -> list[str]:
+    if t.align:
+        return t.align
+    out = []
+    for i in range(len(t.columns)):
+        col = [r[i] for r in t.rows if i < len(r) and r[i] is not None]
+        out.append("right" if col and all(_is_num(v) for v in col) else "left")
+    return out
+
+
+def render_csv(report: Report) -> str:
+    """The primary table (or the first) as CSV with raw (unformatted) values."""
+    tables = [s for s in report.sections if isinstance(s, Table)]
+    primary = next((t for t in tables if t.primary), tables[0] if tables else None)
+    buf = io.StringIO()
+    w = csv.writer(buf, lineterminator="\n")
+    if primary is None:
+        kv = [s for s in report.sections if isinstance(s, KeyValues)]
+        w.writerow(["key", "value"])
+        for s in kv:
+            for k, v in s.items:
+                w.writerow([k, v])
+        return buf.getvalue()
+    w.writerow(primary.columns)
+    for row in primary.rows:
+        w.writerow(["" if v is None else v.value if isinstance(v, Shown) else v for v in row])
+    return buf.getvalue()
+
+
+def _md_escape(s: str) -> str:
+    return s.replace("|", "\\|")
+
+
+def render_markdown(report: Report) -> str:
+    out: list[str] = []
+    for s in report.sections:
+        if s.title:
+            out.append(f"### {s.title}\n")
+        if isinstance(s, Table):
+            aligns = _aligns(s)
+            out.append("| " + " | ".join(_md_escape(c) for c in s.columns) + " |")
+            out.append("|" + "|".join("---:" if a == "right" else ":---" for a in aligns) + "|")
+            for row in s.rows:
+                out.append("| " + " | ".join(_md_escape(_cell(v)) for v in row) + " |")
+            out.append("")
+            out.extend(f"{line}  " for line in s.footer)
+        elif isinstance(s, KeyValues):
+            out.append("| | |")
+            out.append("|:---|---:|")
+            for k, v in s.items:
+                out.append(f"| {_md_escape(str(k))} | {_md_escape(_cell(v))} |")
+        else:
+            out.extend(s.lines)
+        out.append("")
+    return "\n".join(out).rstrip("\n") + "\n"
+
+
+def render_table(report: Report, stream: TextIO, width: int | None = None) -> None:
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table as RichTable
+
+    # Tables render at their natural width (like torchinfo): a layer table that wraps
+    # inside its cells is unreadable. An explicit width (COLUMNS) is honoured.
+    console = Console(file=stream, width=width or 1000, highlight=False, soft_wrap=False)
+    first = True
+    for s in report.sections:
+        if not first:
+            console.print()
+        first = False
+        if isinstance(s, Table):
+            t = RichTable(title=s.title, box=box.SIMPLE_HEAD, title_justify="left",
+                          title_style="bold", show_edge=False, pad_edge=False)
+            for c, a in zip(s.columns, _aligns(s), strict=True):
+                t.add_column(c, justify="right" if a == "right" else "left", overflow="fold",
+                             no_wrap=width is None)
+            for row in s.rows:
+                t.add_row(*[_cell(v) for v in row])
+            console.print(t)
+            for line in s.footer:
+                console.print(line, markup=False)
+        elif isinstance(s, KeyValues):
+            if s.title:
+                console.print(f"[bold]{s.title}[/bold]")
+            t = RichTable(box=None, show_header=False, pad_edge=False)
+            t.add_column(justify="left")
+            t.add_column(justify="right")
+            for k, v in s.items:
+                t.add_row(str(k), _cell(v))
+            console.print(t)
+        else:
+            if s.title:
+                console.print(f"[bold]{s.title}[/bold]")
+            for line in s.lines:
+                console.print(line, markup=False, style=s.style or None)
+
+
+@renderer("json")
+def _json(report: Report, stream: TextIO, width: int | None) -> None:
+    stream.write(report.to_json() + "\n")
+
+
+@renderer("csv")
+def _csv(report: Report, stream: TextIO, width: int | None) -> None:
+    stream.write(render_csv(report))
+
+
+@renderer("markdown")
+def _markdown(report: Report, stream: TextIO, width: int | None) -> None:
+    stream.write(render_markdown(report))
+
+
+renderer("table")(render_table)

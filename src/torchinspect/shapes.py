@@ -1,0 +1,123 @@
+"""Shape trees: the shapes and dtypes of (nested) tensors, JSON-ready, no torch at import.
+
+A shape tree is a :class:`TensorMeta`, or tuples/lists/dicts of shape trees, or a short
+repr of a non-tensor value. The trace records use them for module inputs/outputs, and the
+sources use them to describe inputs given as tensors. Leaf module: imports only errors.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass(frozen=True)
+class TensorMeta:
+    """The shape and dtype of one tensor seen in a forward."""
+
+    shape: tuple[int, ...]
+    dtype: str
+
+    @property
+    def numel(self) -> int:
+        n = 1
+        for d in self.shape:
+            n *= d
+        return n
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"shape": list(self.shape), "dtype": self.dtype}
+
+    def __str__(self) -> str:
+        return "[" + ", ".join(str(d) for d in self.shape) + "]"
+
+
+# A shape tree: TensorMeta, or tuples/lists/dicts of shape trees, or a short repr of a value.
+ShapeTree = Any
+
+
+def dtype_name(dtype: Any) -> str:
+    return str(dtype).removeprefix("torch.")
+
+
+def _is_tensor(value: Any) -> bool:
+    import torch
+
+    return isinstance(value, torch.Tensor)
+
+
+def shape_tree(value: Any, depth: int = 0) -> ShapeTree:
+    """Tensors -> TensorMeta, containers kept; other values shown by type."""
+    if _is_tensor(value):
+        return TensorMeta(tuple(int(d) for d in value.shape), dtype_name(value.dtype))
+    if depth > 6:
+        return "…"
+    if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
+        return {f: shape_tree(getattr(value, f), depth + 1) for f in value._fields}
+    if isinstance(value, (tuple, list)):
+        items = [shape_tree(v, depth + 1) for v in value]
+        return tuple(items) if isinstance(value, tuple) else items
+    if isinstance(value, dict):
+        return {str(k): shape_tree(v, depth + 1) for k, v in value.items()}
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if hasattr(value, "tensors") and _is_tensor(value.tensors):  # ImageList
+        return shape_tree(value.tensors, depth + 1)
+    return type(value).__name__
+
+
+def tensor_bytes(value: Any) -> int:
+    """Bytes of every tensor in a (nested) value."""
+    if _is_tensor(value):
+        return value.numel() * value.element_size()
+    if isinstance(value, (tuple, list)):
+        return sum(tensor_bytes(v) for v in value)
+    if isinstance(value, dict):
+        return sum(tensor_bytes(v) for v in value.values())
+    return 0
+
+
+def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
+    """Apply ``fn`` to every tensor in a nested value; container types (namedtuples too) kept."""
+    if _is_tensor(value):
+        return fn(value)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(map_tensors(v, fn) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(map_tensors(v, fn) for v in value)
+    if isinstance(value, dict):
+        return {k: map_tensors(v, fn) for k, v in value.items()}
+    return value
+
+
+def shape_tree_to_json(tree: ShapeTree) -> Any:
+    if isinstance(tree, TensorMeta):
+        return tree.to_dict()
+    if isinstance(tree, (tuple, list)):
+        return [shape_tree_to_json(t) for t in tree]
+    if isinstance(tree, dict):
+        return {str(k): shape_tree_to_json(v) for k, v in tree.items()}
+    return tree
+
+
+def format_shape_tree(tree: ShapeTree, *, limit: int = 60) -> str:
+    """``[1, 64, 56, 56]``; tuples as ``([..], [..])``, dicts as ``{out: [..]}``."""
+
+    def show(t: ShapeTree) -> str:
+        if isinstance(t, TensorMeta):
+            return str(t)
+        if isinstance(t, list):
+            if len(t) > 3 and all(x == t[0] for x in t):
+                return f"{len(t)}×{show(t[0])}"
+            return "[" + ", ".join(show(x) for x in t) + "]"
+        if isinstance(t, tuple):
+            if len(t) == 1:
+                return show(t[0])
+            return "(" + ", ".join(show(x) for x in t) + ")"
+        if isinstance(t, dict):
+            return "{" + ", ".join(f"{k}: {show(v)}" for k, v in t.items()) + "}"
+        return "-" if t is None else str(t)
+
+    text = show(tree)
+    return text if len(text) <= limit else text[: limit - 1] + "…"

@@ -1,0 +1,212 @@
+"""The model case: what every command that takes MODEL starts from.
+
+``make_case(model_or_spec, inputs, options=ModelOptions(...))`` resolves a MODEL text (or
+takes an ``nn.Module``), resolves the example inputs (``--input``/``--batch`` or the
+model's own example) and returns a :class:`ModelCase` — no trace, no forward.
+
+``model_or_spec`` is an ``nn.Module`` or any MODEL text the CLI accepts (``resnet18``,
+``zoo:gpt``, ``file.py:Name``, a checkpoint with ``arch=``). ``inputs`` is an
+:class:`ExampleInputs`, a list of ``--input`` strings, one string, a full shape
+(``(1, 3, 224, 224)``), a tensor, a tuple of tensors, or ``None`` for the model's declared
+example.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchinspect import device as devices
+from torchinspect.errors import InspectError
+from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
+
+
+@dataclass
+class ModelOptions:
+    """How to resolve MODEL and its inputs (the CLI's shared model options, one object)."""
+
+    inputs: Sequence[str] | None = None  # --input specs
+    args: Sequence[str] | dict[str, Any] | None = None  # --arg K=V
+    arch: str | None = None
+    weights: str | None = None
+    key: str | None = None
+    strict: bool = True
+    trust_pickle: bool = False
+    device: str = "auto"
+    batch: int | None = None
+    no_batch: bool = False
+    weights_config: str | None = None  # --weights-config NAME, "default" for --published
+
+    def files(self) -> tuple[str | None, ...]:
+        """Files named by these options (outputs must never overwrite them)."""
+        return (self.arch, self.weights)
+
+
+@dataclass
+class ModelCase:
+    """A resolved model and its example inputs, ready for a trace, export, bench or doctor.
+
+    ``model`` is on meta when it was built from a spec on the default device (no memory);
+    a module passed by the user is kept as is and never mutated. ``rebuild(device)`` returns
+    a fresh, equivalent model on a real device (same weights when weights were loaded),
+    or is None when the model cannot be rebuilt (a module passed in, a full pickle).
+    """
+
+    model: Any
+    name: str
+    example: ExampleInputs | Any | None
+    device: str = "meta"  # where model's tensors are
+    notes: list[str] = field(default_factory=list)
+    rebuild: Callable[[str], Any] | None = None
+    kind: str = "module"  # torchvision, zoo, python, pickle, torchscript, export, module
+    weights_key: str | None = None
+    requested: str = "auto"  # the --device word asked for (auto, meta, cpu, cuda[:N])
+
+    @property
+    def on_meta(self) -> bool:
+        return devices.has_meta_tensors(self.model)
+
+    def require_example(self) -> ExampleInputs | Any:
+        if self.example is None:
+            raise InspectError(f"{self.name}: no example input is known for this model",
+                               hint="pass --input, e.g. --input 3,224,224 or --input long:1,128")
+        return self.example
+
+    def describe_inputs(self) -> str:
+        return describe_inputs(self.example)
+
+    def real_model(self, device: str = "cpu") -> Any:
+        """The model with real weights on ``device`` (sized first; refused if it won't fit).
+
+        Returns ``self.model`` when it already lives there (the caller must not mutate it),
+        else a rebuild. A model on another real device is never moved: that would mutate it.
+        """
+        device = devices.parse_device(device)
+        target = devices.real_device(device)
+        devices.check_available(target)
+        here = devices.model_device(self.model, default=target)
+        if not self.on_meta and _same_device(here, target):
+            return self.model
+        if self.rebuild is None:
+            if self.on_meta:
+                raise InspectError(
+                    f"{self.name}: the model's weights are on meta and it cannot be rebuilt on "
+                    f"{target}", hint="pass a model with real weights, or load it by name/spec")
+            raise InspectError(f"{self.name}: the model's weights are on {here}, not {target}",
+                               hint=f"use --device {here.split(':')[0]}, or move the model first")
+        return self.rebuild(target)
+
+    def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
+        """The example materialized on ``device`` as ``(args, kwargs)``."""
+        return materialize(self.require_example(), device)
+
+
+def _same_device(a: str, b: str) -> bool:
+    if a == b:
+        return True
+    return a.split(":")[0] == b.split(":")[0] == "cuda" and (a in ("cuda", "cuda:0") and b in ("cuda", "cuda:0"))
+
+
+def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions | None = None,
+              device: str | None = None, need_inputs: bool = True) -> ModelCase:
+    """Resolve the model and its example inputs (no forward).
+
+    ``device`` overrides ``options.device``. ``inputs`` overrides ``options.inputs``.
+    ``need_inputs=False`` keeps the model's own example (maybe None) without requiring one.
+    """
+    opts = options or ModelOptions()
+    dev = devices.parse_device(device if device is not None else opts.device)
+    if isinstance(model_or_spec, str):
+        from torchinspect.sources.resolve import load_model
+
+        kw: dict[str, Any] = {}
+        if opts.weights_config is not None:
+            kw["weights_config"] = opts.weights_config
+        loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
+                            key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
+                            device=devices.build_device(dev), **kw)
+        case = ModelCase(loaded.model, loaded.name, loaded.example, loaded.device,
+                         list(loaded.notes), loaded.rebuild, str(loaded.kind), loaded.weights_key,
+                         requested=dev)
+    else:
+        if not _is_module(model_or_spec):
+            raise InspectError(f"expected a model name, spec or torch.nn.Module, got "
+                               f"{type(model_or_spec).__name__}",
+                               hint="pass e.g. 'resnet18', 'zoo:gpt', 'file.py:Net' or a module")
+        case = ModelCase(model_or_spec, type(model_or_spec).__name__, None,
+                         devices.model_device(model_or_spec, default="cpu"), requested=dev)
+    given = inputs if inputs is not None else (list(opts.inputs) if opts.inputs else None)
+    if need_inputs or given is not None or opts.batch is not None:
+        case.example = resolve_inputs(given, case.example, batch=opts.batch, no_batch=opts.no_batch)
+        if need_inputs:
+            case.require_example()
+    return case
+
+
+def _is_module(obj: Any) -> bool:
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return False
+    return isinstance(obj, torch.nn.Module)
+
+
+def resolve_inputs(inputs: Any, default: ExampleInputs | None, *, batch: int | None = None,
+                   no_batch: bool = False) -> Any:
+    """Any accepted form of inputs -> ExampleInputs (specs) or the tensors as given."""
+    if inputs is None:
+        return parse_inputs(None, batch=batch, no_batch=no_batch, default=default)
+    if isinstance(inputs, ExampleInputs):
+        return inputs
+    if isinstance(inputs, str):
+        inputs = [inputs]
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(s, str) for s in inputs):
+        return parse_inputs(list(inputs), batch=batch, no_batch=no_batch, default=default)
+    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(d, int) for d in inputs):
+        return ExampleInputs((TensorSpec(tuple(inputs)),))  # a full shape, e.g. (1, 3, 224, 224)
+    return inputs  # tensors: used as given
+
+
+def materialize(example: Any, device: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    """``(args, kwargs)`` on ``device`` for an ExampleInputs, a tensor or a tuple of them."""
+    if isinstance(example, ExampleInputs):
+        return example.materialize(device)
+    import torch
+
+    if isinstance(example, torch.Tensor):
+        example = (example,)
+    if isinstance(example, list):
+        example = tuple(example)
+    if isinstance(example, dict):
+        return (), {k: _to(v, device) for k, v in example.items()}
+    if not isinstance(example, tuple):
+        raise InspectError(f"inputs of type {type(example).__name__} are not supported",
+                           hint="pass ExampleInputs, a tensor, a tuple of positional inputs, "
+                           "a dict of keyword inputs, or --input strings")
+    return _to(example, device), {}
+
+
+def _to(value: Any, device: Any) -> Any:
+    import torch
+
+    if isinstance(value, torch.Tensor):
+        return value.to(device)
+    if isinstance(value, tuple) and hasattr(value, "_fields"):
+        return type(value)(*(_to(v, device) for v in value))
+    if isinstance(value, (tuple, list)):
+        return type(value)(_to(v, device) for v in value)
+    if isinstance(value, dict):
+        return {k: _to(v, device) for k, v in value.items()}
+    return value
+
+
+def describe_inputs(example: Any) -> str:
+    """``(1, 3, 224, 224) float32``-style text for any accepted input form."""
+    if example is None:
+        return "-"
+    if isinstance(example, ExampleInputs):
+        return example.describe()
+    from torchinspect.shapes import format_shape_tree, shape_tree
+
+    return format_shape_tree(shape_tree(example), limit=200)
