@@ -92,15 +92,31 @@ def entry_meta(key: str, v: Any, device: str = "model") -> TensorMeta | None:
     return TensorMeta((), kind, device, 0, None, kind)
 
 
-def model_side(label: str, state_dict: dict[str, Any], notes: list[str] | None = None) -> DiffSide:
+def model_side(label: str, state_dict: dict[str, Any], notes: list[str] | None = None,
+               tied: list[list[str]] | None = None) -> DiffSide:
     """A model's ``state_dict()`` (meta tensors are fine) as a diff side. Tensors, modules'
-    extra state and quantized packed params all count: ``load_state_dict`` expects them."""
+    extra state and quantized packed params all count: ``load_state_dict`` expects them.
+    ``tied``: groups of keys that are one parameter in the model (see :func:`tied_groups`)."""
+    from dataclasses import replace
+
+    group_of = {k: f"tied:{i}" for i, g in enumerate(tied or []) for k in g}
     tensors = {}
     for k, v in state_dict.items():
         m = entry_meta(k, v)
         if m is not None:
-            tensors[k] = m
+            tensors[k] = replace(m, storage=group_of[k]) if k in group_of else m
     return DiffSide(label, "model", tensors, None, None, {}, list(notes or []))
+
+
+def tied_groups(model: Any) -> list[list[str]]:
+    """Keys of ``model.state_dict()`` that are the same parameter/buffer object (tied
+    embedding and LM head): loading one of them sets all."""
+    by_id: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(name)
+    for name, b in model.named_buffers(remove_duplicate=False):
+        by_id.setdefault(id(b), []).append(name)
+    return [g for g in by_id.values() if len(g) > 1]
 
 
 @dataclass(frozen=True)
@@ -144,6 +160,7 @@ class DiffResult:
     atol: float = 1e-8
 
     notes: list[str] = field(default_factory=list)
+    tied_fill: list[str] = field(default_factory=list)  # missing in B, set through a tie in A
 
     @property
     def verdict(self) -> Verdict:
@@ -151,21 +168,27 @@ class DiffResult:
             return Verdict.incompatible
         if self.missing:
             return Verdict.partial
-        if self.unexpected:
+        if self.unexpected or self.tied_fill:
             return Verdict.complete
         return Verdict.strict
 
     @property
     def target_total(self) -> int:
-        return len(self.matched) + len(self.missing) + len(self.shape_mismatches)
+        return len(self.matched) + len(self.missing) + len(self.shape_mismatches) + len(self.tied_fill)
 
     def verdict_text(self) -> str:
         v = self.verdict
         if v is Verdict.strict:
             return f"loads with strict=True ({len(self.matched)} tensors)"
         if v is Verdict.complete:
-            return (f"loads with strict=False: every one of the {len(self.matched)} target tensors "
-                    f"gets a value; {len(self.unexpected)} unexpected key(s) in B are ignored")
+            why = []
+            if self.unexpected:
+                why.append(f"{len(self.unexpected)} unexpected key(s) in B are ignored")
+            if self.tied_fill:
+                why.append(f"{len(self.tied_fill)} tied key(s) absent from B get their value "
+                           "through the tie")
+            return (f"loads with strict=False: every one of the {self.target_total} target tensors "
+                    f"gets a value; {'; '.join(why)}")
         if v is Verdict.partial:
             return (f"partial load: only {len(self.matched)} of {self.target_total} target tensors "
                     f"get a value with strict=False ({len(self.missing)} missing)")
@@ -194,7 +217,7 @@ class DiffResult:
             "applied_remap": self.applied_remap.to_dict() if self.applied_remap else None,
             "renamed": self.renamed,
             "values": None if self.values is None else [v.to_dict() for v in self.values],
-            "notes": self.notes, "extra_state": {"a": self.a.extra_state, "b": self.b.extra_state},
+            "notes": self.notes, "tied_fill": self.tied_fill, "extra_state": {"a": self.a.extra_state, "b": self.b.extra_state},
             "tied": {"a": self.a.tied, "b": self.b.tied},
             "groups": {w: [g.to_dict() for g in self.grouped(w)]
                        for w in ("missing", "unexpected", "shape_mismatches", "dtype_mismatches")},
@@ -227,6 +250,7 @@ def diff_state_dicts(a: DiffSide, b: DiffSide, *, auto_prefix: bool = False,
             b_tensors[new] = v
     matched, missing, shape_mm, dtype_mm, folded = [], [], [], [], []
     notes: list[str] = []
+    tied_fill: list[str] = []
     for k, ta in a.tensors.items():
         tb = b_tensors.get(k)
         if tb is None:
@@ -249,12 +273,27 @@ def diff_state_dicts(a: DiffSide, b: DiffSide, *, auto_prefix: bool = False,
             dtype_mm.append(Mismatch(k, ta, tb))
         if tb.nbytes == 0 and ta.nbytes and tb.kind == "tensor":
             notes.append(f"{k}: B holds an empty placeholder")
+    if missing:  # a missing key tied to a matched one gets its value through the tie
+        by_storage: dict[str, list[str]] = {}
+        for k in matched:
+            st = a.tensors[k].storage
+            if st and st.startswith("tied:"):
+                by_storage.setdefault(st, []).append(k)
+        still = []
+        for k in missing:
+            st = a.tensors[k].storage
+            if st and st in by_storage:
+                tied_fill.append(k)
+                notes.append(f"{k}: not in B, but tied to {by_storage[st][0]} in A (gets its value)")
+            else:
+                still.append(k)
+        missing = still
     unexpected = []
     for k in b_tensors:
         if k not in a.tensors:
             (folded if fold_batch_counters and _is_folded(k) else unexpected).append(k)
     return DiffResult(a, b, matched, missing, unexpected, shape_mm, dtype_mm, folded, remaps,
-                      applied, renamed, notes=notes)
+                      applied, renamed, notes=notes, tied_fill=tied_fill)
 
 
 def _shapes_load(target: tuple[int, ...], source: tuple[int, ...]) -> bool:

@@ -29,6 +29,8 @@ class CheckpointFormat(StrEnum):
     safetensors = "safetensors"
     torchscript = "torchscript"  # torch.jit.save archive: a model, not weights
     export_pt2 = "export_pt2"  # torch.export.save archive: a model, not weights
+    hf_sharded = "hf_sharded"  # Hugging Face *.index.json + shards (io/layouts.py)
+    dcp = "dcp"  # torch.distributed.checkpoint folder (io/layouts.py)
 
     @property
     def is_model_archive(self) -> bool:

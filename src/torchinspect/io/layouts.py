@@ -132,7 +132,7 @@ def open_hf_sharded(layout: Layout, *, key: str | None, trust_pickle: bool,
         size += inp.file_size
     streamed = all(t.path is not None for t in tensors)
     notes = [f"sharded checkpoint: {len(by_shard)} shard(s) listed in {index.name}"]
-    return LoadedInput(index, "hf_sharded", tensors, None, {}, metadata, streamed,
+    return LoadedInput(index, CheckpointFormat.hf_sharded, tensors, None, {}, metadata, streamed,
                        [t.name for t in tensors], size, notes, files)
 
 
@@ -231,7 +231,7 @@ def open_dcp(layout: Layout, *, key: str | None, trust_pickle: bool = False) -> 
                      "only the model that saved it can unflatten them (save with "
                      "get_model_state_dict / SHARDED_STATE_DICT instead)")
     size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
-    return LoadedInput(folder, "dcp", tensors, used, container_extras(nested, used, sd), {}, False,
+    return LoadedInput(folder, CheckpointFormat.dcp, tensors, used, container_extras(nested, used, sd), {}, False,
                        list(nested), size, notes, sorted(folder.glob("*.distcp")))
 
 

@@ -80,7 +80,7 @@ class CheckpointMeta(TensorSet):
     """What :func:`read_checkpoint_meta` found. ``tensors`` is the state_dict's metadata."""
 
     path: Path
-    format: CheckpointFormat | str
+    format: CheckpointFormat
     tensors: dict[str, TensorMeta]
     container_key: str | None = None  # e.g. "state_dict", "model_ema", "model/state_dict"
     top_level_keys: list[str] = field(default_factory=list)

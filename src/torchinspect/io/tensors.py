@@ -123,7 +123,7 @@ class TensorSource:
 @dataclass
 class LoadedInput:
     path: Path
-    format: str  # a CheckpointFormat value, or "hf_sharded" / "dcp"
+    format: CheckpointFormat
     tensors: list[TensorSource]
     container_key: str | None
     extras: dict[str, Any]  # other container entries (TensorRefs for the zip reader)
@@ -189,7 +189,7 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
         tensors = [TensorSource(e.name, e.shape, e.dtype, e.nbytes, "cpu",
                                 _tie(f"st:{e.begin}:{e.end}", e.nbytes, e.name), e.begin, path=path)
                    for e in header.entries.values()]
-        return LoadedInput(path, str(fmt), tensors, None, {}, header.metadata, True,
+        return LoadedInput(path, fmt, tensors, None, {}, header.metadata, True,
                            list(header.entries), size, notes, [path])
     if fmt is CheckpointFormat.torch_zip and not need_objects:
         try:
@@ -209,7 +209,7 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
             is_ref = lambda x: isinstance(x, TensorRef)  # noqa: E731
             tensors = [_entry_from_ref(n, r, kind_of(n, r, is_ref) or "tensor", path, archive)
                        for n, r in sd.items()]
-            inp = LoadedInput(path, str(fmt), tensors, used, container_extras(obj, used, sd), {},
+            inp = LoadedInput(path, fmt, tensors, used, container_extras(obj, used, sd), {},
                               True, _top(obj), size, notes, [path])
             _check_deepspeed(inp, obj)
             return inp
@@ -268,5 +268,5 @@ def _open_via_torch(path: Path, fmt: CheckpointFormat, key: str | None,
         dev = locations.get(where.untyped_storage().data_ptr(), str(where.device)) \
             if where is not None and not where.is_quantized else "cpu"
         tensors.append(torch_entry(name, v, dev, kind))
-    return LoadedInput(path, str(fmt), tensors, used, container_extras(obj, used, sd), {}, False,
+    return LoadedInput(path, fmt, tensors, used, container_extras(obj, used, sd), {}, False,
                        _top(obj), path.stat().st_size, [], [path]), obj

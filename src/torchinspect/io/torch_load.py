@@ -141,9 +141,16 @@ def _harmless_objects() -> list[Any]:
 
 
 def plain_pickle_error(path: Path) -> InspectError:
-    """A ``pickle.dump`` file (not ``torch.save``): torch.load cannot read it whatever flag."""
+    """A ``pickle.dump`` file (not ``torch.save``): torch.load cannot read it whatever flag.
+    The globals it would import are named (read statically; nothing is unpickled)."""
+    try:
+        with open(path, "rb") as fh:
+            names = scan_pickle_globals(fh.read(64 * 1024 * 1024))
+    except OSError:
+        names = []
+    shown = f" (it imports {', '.join(names[:8])}{' ...' if len(names) > 8 else ''})" if names else ""
     return InspectError(
-        f"{path} is a plain Python pickle (pickle.dump), not a torch.save checkpoint: "
+        f"{path} is a plain Python pickle (pickle.dump), not a torch.save checkpoint{shown}: "
         "torch.load cannot read it, with or without --trust-pickle",
         hint="such files (e.g. Detectron2 .pkl weights, numpy arrays in a pickle) need the "
         "tool that wrote them; convert them to a torch.save state_dict or .safetensors there",
