@@ -222,7 +222,7 @@ def convert_checkpoint(
     result.tied = [[e.name for e in g] for g in ties.values() if len(g) > 1]
     result.tensor_bytes_before = sum(g[0].src.nbytes for g in ties.values())
     result.tensor_bytes_after = sum(g[0].nbytes for g in ties.values())
-    result.extra_state = [e.name for e in entries if e.src.kind == "extra_state"]
+    result.extra_state = [e.name for e in entries if e.name.endswith("_extra_state")]
     result.empty = [e.name for e in entries if e.src.is_tensor and e.src.nbytes == 0]
     if result.empty:
         result.notes.append(f"{len(result.empty)} tensor(s) hold 0 elements (e.g. "
@@ -273,6 +273,9 @@ def _check_conflicts(dst: Path, inp: LoadedInput, protect: Sequence[str | os.Pat
                 raise InspectError(f"{out}: refusing to overwrite the input file {other}",
                                    hint="write to a new file name")
     for p in protect:
+        if Path(p).resolve() in (o.resolve() for o in outs):
+            raise InspectError(f"{p}: the report (-o) and OUT are the same file",
+                               hint="write the report to another file name")
         if Path(p).resolve() in (inp.path.resolve(), *(f.resolve() for f in inp.files)):
             raise InspectError(f"{p}: refusing to overwrite the input file",
                                hint="write the report (-o) to a new file name")
@@ -736,7 +739,7 @@ def _verify(tmp: Path, kind: OutputKind, entries: list[_Entry], files: FilePool,
 
         try:
             with warnings_off():
-                torch.load(tmp, weights_only=True, map_location="meta")
+                torch.load(tmp, weights_only=True, map_location="cpu", mmap=True)
         except Exception as exc:  # noqa: BLE001 - any failure means the output is unusable
             raise _fail(f"the written file does not load with weights_only=True "
                         f"({str(exc).splitlines()[0][:200]})") from None

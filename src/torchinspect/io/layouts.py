@@ -43,15 +43,20 @@ def resolve_layout(path: Path) -> Layout:
         return _folder_layout(path)
     if path.name.endswith(".index.json") and path.is_file():
         return Layout("hf_sharded", path)
-    fmt = detect_format(path)
-    layout = Layout("file", path, fmt)
+    return Layout("file", path, detect_format(path), shard_notes(path))
+
+
+def shard_notes(path: Path) -> list[str]:
+    """A warning when ``path`` is one shard of a Hugging Face sharded checkpoint."""
     m = _SHARD.match(path.name)
-    if m and int(m["n"]) > 1:
-        index = path.with_name(f"{m['stem']}.{m['ext']}.index.json")
-        where = index.name if index.exists() else "the *.index.json"
-        layout.notes.append(f"shard {int(m['i'])} of {int(m['n'])}: this file holds part of the "
-                            f"weights; pass {where} or the folder to read the whole checkpoint")
-    return layout
+    if not m or int(m["n"]) < 2:
+        return []
+    index = path.with_name(f"{m['stem']}.{m['ext']}.index.json")
+    if m["ext"] == "bin" and not index.exists():
+        index = path.with_name("pytorch_model.bin.index.json")
+    where = index.name if index.exists() else "the *.index.json"
+    return [f"shard {int(m['i'])} of {int(m['n'])}: this file holds part of the weights; pass "
+            f"{where} or the folder to read the whole checkpoint"]
 
 
 def _folder_layout(path: Path) -> Layout:

@@ -174,7 +174,9 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
     if layout is not None:
         path, fmt, notes = layout.path, layout.format, layout.notes
     else:
-        notes = []
+        from torchinspect.io.layouts import shard_notes
+
+        notes = shard_notes(path)
         layout = Layout("file", path, fmt)
     assert fmt is not None
     if fmt.is_model_archive:

@@ -127,6 +127,8 @@ HARMLESS_GLOBALS: tuple[str, ...] = (
     "argparse.Namespace", "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePosixPath",
     "pathlib.PureWindowsPath", "pathlib.Path", "collections.defaultdict", "collections.Counter",
     "collections.deque", "collections.OrderedDict",
+    # defaultdict factories; protocol-2 pickles (torch.save's default) spell builtins __builtin__
+    *(f"{m}.{n}" for m in ("builtins", "__builtin__") for n in ("list", "dict", "set", "int", "float")),
 )
 
 
@@ -135,9 +137,10 @@ def _harmless_objects() -> list[Any]:
     import collections
     import pathlib
 
+    factories: list[Any] = [(t, f"__builtin__.{t.__name__}") for t in (list, dict, set, int, float)]
     return [argparse.Namespace, pathlib.PosixPath, pathlib.WindowsPath, pathlib.PurePosixPath,
             pathlib.PureWindowsPath, pathlib.Path, collections.defaultdict, collections.Counter,
-            collections.deque, collections.OrderedDict]
+            collections.deque, collections.OrderedDict, list, dict, set, int, float, *factories]
 
 
 def plain_pickle_error(path: Path) -> InspectError:

@@ -148,8 +148,8 @@ _ALLOWED: dict[tuple[str, str], Any] = {
     ("collections", "defaultdict"): _defaultdict,
     ("collections", "Counter"): dict,
     ("collections", "deque"): _deque,
-    **{("builtins", n): getattr(builtins, n) for n in ("list", "dict", "int", "float", "str",
-                                                        "tuple")},
+    **{(m, n): getattr(builtins, n) for m in ("builtins", "__builtin__")
+       for n in ("list", "dict", "int", "float", "str", "tuple", "set")},
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
     ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
@@ -171,6 +171,8 @@ class _MetaUnpickler(pickle.Unpickler):
             return fn
         if module == "torch" and name in STORAGE_DTYPES:
             return _StorageType(name)
+        if (module, name) == ("torch.storage", "UntypedStorage"):  # float8, uint16/32/64
+            return _StorageType("UntypedStorage")
         if module == "torch" and name in DTYPE_SIZES:
             return _DType(name)
         raise NeedsTorch(f"{module}.{name}")
