@@ -182,6 +182,10 @@ def test_fp16_overflow_is_counted_and_refused(tmp_path: Path, invoke) -> None:
     assert torch.isinf(torch.load(out)["bn.running_var"][0])
     res = convert_checkpoint(tmp_path / "a.pt", tmp_path / "b.pt", dtype="bf16")
     assert res.overflow == {} and res.verified == "exact after cast"
+    # underflow alone (tiny weights) is counted and reported, not refused
+    torch.save({"tiny": torch.tensor([1e-9, 1.0])}, tmp_path / "t.pt")
+    res = convert_checkpoint(tmp_path / "t.pt", tmp_path / "t16.pt", dtype="fp16")
+    assert res.overflow == {"tiny": (0, 1)} and "1 underflow to 0" in res.notes[-1]
 
 
 # ------------------------------------------------------------------ 6. 0-dim from (1,)

@@ -443,14 +443,15 @@ def _check_overflow(result: ConvertResult, cast_to: str | None, allow: bool) -> 
     inf = sum(a for a, _ in result.overflow.values())
     zero = sum(b for _, b in result.overflow.values())
     worst = max(result.overflow, key=lambda k: result.overflow[k])
-    text = (f"--dtype {cast_to}: {inf:,} value(s) overflow to inf and {zero:,} underflow to 0 "
+    flag = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(cast_to or "", cast_to)
+    text = (f"--dtype {flag}: {inf:,} value(s) overflow to inf and {zero:,} underflow to 0 "
             f"in {len(result.overflow)} tensor(s) (e.g. {worst!r}: {result.overflow[worst][0]:,} "
             f"to inf, {result.overflow[worst][1]:,} to 0)")
-    if not allow:
+    if inf and not allow:  # underflow of tiny values is reported, not refused
         better = "bf16 keeps float32's range" if cast_to == "float16" else "keep fp32"
         raise InspectError(text, hint=f"{better}: try --dtype bf16, or pass --allow-overflow to "
                            "write it anyway; OUT was not written", status=ExitStatus.CHECK_FAILED)
-    result.notes.append(text + " (--allow-overflow)")
+    result.notes.append(text + (" (--allow-overflow)" if inf else ""))
 
 
 def _pwrite_all(fd: int, chunks: Iterator[bytes | memoryview], pos: int) -> int:

@@ -175,6 +175,16 @@ def _is_torch_dtype(name: str) -> bool:
 
 
 @dataclass(frozen=True)
+class DcpBytes:
+    """A non-tensor DCP entry (torch.save'd bytes); never unpickled here."""
+
+    fqn: str
+
+    def describe_entry(self) -> str:
+        return "DCP bytes entry (not read)"
+
+
+@dataclass(frozen=True)
 class DcpRef:
     fqn: str
     shape: tuple[int, ...]
@@ -201,7 +211,7 @@ def open_dcp(layout: Layout, *, key: str | None, trust_pickle: bool = False) -> 
             value: Any = DcpRef(fqn, tuple(item.size), dtype, len(item.chunks))
             refs[fqn] = value
         else:
-            value = "(bytes entry, not read)"
+            value = DcpBytes(fqn)
         path = planner.get(fqn, (fqn,))
         cur = nested
         for part in path[:-1]:

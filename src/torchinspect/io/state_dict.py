@@ -200,6 +200,8 @@ def describe_value(v: Any) -> str:
     """A short, data-free description of a container entry (``dict (3 entries)``, ``5``)."""
     if isinstance(v, (bool, int, float)) or v is None:
         return repr(v)
+    if hasattr(v, "describe_entry"):
+        return str(v.describe_entry())
     if isinstance(v, str):
         return repr(v[:60])
     if isinstance(v, dict):

@@ -210,7 +210,9 @@ def torch_load(path: str | os.PathLike[str], fmt: CheckpointFormat, *,
                                "PYTHONPATH=DIR to it") from None
         raise _explain(path, fmt, exc) from None
     except (EOFError, RuntimeError, OSError, ValueError, zipfile.BadZipFile, struct.error,
-            KeyError, IndexError, TypeError, MemoryError) as exc:
+            KeyError, IndexError, TypeError, MemoryError, AssertionError) as exc:
+        raise _explain(path, fmt, exc) from None
+    except Exception as exc:  # noqa: BLE001 - torch's loader on corrupt bytes (found by fuzzing)
         raise _explain(path, fmt, exc) from None
 
 
