@@ -64,7 +64,7 @@ def diff(
     B are a note); 1 when some are missing (unless --allow-partial), on a shape mismatch, or
     with --strict unless it loads with strict=True.
     """
-    from torchinspect.analysis.diff import diff_specs
+    from torchinspect.sources.checkpoint_sides import diff_specs
     from torchinspect.io.diff import Verdict
     from torchinspect.report.diff import diff_report
     from torchinspect.sources.case import ModelOptions

@@ -1,7 +1,8 @@
-"""`inspect diff` and `inspect convert --arch`: turn MODEL/CHECKPOINT specs into diff sides.
+"""Diff sides for `inspect diff` and the target of `inspect convert --arch`: MODEL or CHECKPOINT specs.
 
 io/ compares and converts state_dicts but imports nothing above it; resolving a *model* spec
-needs ``sources``, so it lives here. Each file's format is detected once and passed down.
+needs ``sources``, so it lives here (torch-free until a model is built: a checkpoint-only diff
+never imports torch). Each file's format is detected once and passed down.
 """
 
 from __future__ import annotations
