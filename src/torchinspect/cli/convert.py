@@ -84,8 +84,8 @@ def convert(
         raise InspectError(f"--dtype {dtype!r} is not supported", hint="use fp16, bf16 or fp32")
     target = None
     if arch is not None:
-        from torchinspect.sources.checkpoint_sides import arch_state_dict
         from torchinspect.sources.case import ModelOptions
+        from torchinspect.sources.checkpoint_sides import arch_state_dict
 
         target, _ = arch_state_dict(arch, ModelOptions(args=arg))
     result = convert_checkpoint(

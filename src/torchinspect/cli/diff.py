@@ -64,10 +64,10 @@ def diff(
     B are a note); 1 when some are missing (unless --allow-partial), on a shape mismatch, or
     with --strict unless it loads with strict=True.
     """
-    from torchinspect.sources.checkpoint_sides import diff_specs
     from torchinspect.io.diff import Verdict
     from torchinspect.report.diff import diff_report
     from torchinspect.sources.case import ModelOptions
+    from torchinspect.sources.checkpoint_sides import diff_specs
 
     result = diff_specs(a, b, arch=arch, options=ModelOptions(args=arg, trust_pickle=trust_pickle),
                         key=key, trust_pickle=trust_pickle, auto_prefix=auto_prefix,
