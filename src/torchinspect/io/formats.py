@@ -62,7 +62,7 @@ def classify_zip(path: Path) -> CheckpointFormat:
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError) as exc:
         raise InspectError(
             f"{path}: truncated or corrupt zip checkpoint ({exc})",
             hint="the download or copy was probably cut short; fetch the file again",

@@ -110,7 +110,8 @@ def unsafe_globals(path: Path, fmt: CheckpointFormat) -> list[str]:
         try:
             with zipfile.ZipFile(path) as zf:
                 data = zf.read((zip_prefix(zf.namelist()) or "") + "data.pkl")
-        except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError):
+        except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError, NotImplementedError,
+                RuntimeError):
             return []
     else:
         data = path.read_bytes()[: 64 * 1024 * 1024]

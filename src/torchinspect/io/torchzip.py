@@ -228,7 +228,7 @@ def open_torch_zip(path: str | os.PathLike[str]) -> tuple[TorchZip, bytes]:
                                            hint="the file is corrupt; fetch it again")
                     name_len, extra_len = struct.unpack("<HH", local[26:30])
                     offsets[info.filename[len(prefix) + 5:]] = info.header_offset + 30 + name_len + extra_len
-    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+    except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, RuntimeError, OSError) as exc:
         raise InspectError(f"{path}: truncated or corrupt zip checkpoint ({exc})",
                            hint="the download or copy was probably cut short; fetch the file again") from None
     return TorchZip(path, prefix, offsets), pkl
