@@ -495,15 +495,12 @@ def _write_sharded(dst: Path, entries: list[_Entry], files: FilePool, result: Co
     written and verified under a temporary name; the index is written last."""
     import json
 
+    from torchinspect.io.writers import plan_shards
+
     tensors = [e for e in entries if e.src.is_tensor]
-    groups: list[list[_Entry]] = [[]]
-    size = 0
-    for e in tensors:  # the greedy split transformers' save_pretrained uses
-        if groups[-1] and size + e.nbytes > shard_size:
-            groups.append([])
-            size = 0
-        groups[-1].append(e)
-        size += e.nbytes
+    by_name = {e.name: e for e in tensors}
+    plan = plan_shards({e.name: e.nbytes for e in tensors}, shard_size)  # the shared greedy split
+    groups = [[by_name[k] for k in shard] for shard in plan.shards] or [[]]
     n = len(groups)
     names = [_shard_name(dst, i + 1, n) for i in range(n)]
     index = _index_path(dst)
