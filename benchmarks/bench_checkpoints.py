@@ -50,6 +50,36 @@ def make_checkpoints(folder: Path, gb: float) -> tuple[Path, Path, Path]:
     from safetensors.torch import save_file
 
     save_file(sd, st)
+    # Hugging Face sharded layout (save_pretrained's greedy split, ~500 MB shards + index)
+    hf = folder / "hf"
+    hf.mkdir(exist_ok=True)
+    groups: list[list[str]] = [[]]
+    size = 0
+    for k, v in sd.items():
+        n = v.numel() * v.element_size()
+        if groups[-1] and size + n > 500_000_000:
+            groups.append([])
+            size = 0
+        groups[-1].append(k)
+        size += n
+    weight_map = {}
+    for i, keys in enumerate(groups):
+        name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
+        save_file({k: sd[k] for k in keys}, hf / name, metadata={"format": "pt"})
+        weight_map.update(dict.fromkeys(keys, name))
+    import json
+
+    (hf / "model.safetensors.index.json").write_text(json.dumps(
+        {"metadata": {"total_size": sum(v.numel() * v.element_size() for v in sd.values())},
+         "weight_map": weight_map}))
+    # torch.distributed.checkpoint folder, one process (what torchtitan/FSDP save, unsharded)
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        dcp.save({"model": sd}, checkpoint_id=str(folder / "dcp"), no_dist=True)
     return a, b, st
 
 
@@ -82,7 +112,8 @@ def main() -> None:
     folder.mkdir(parents=True, exist_ok=True)
     try:
         a, b, st = folder / "a.pt", folder / "b.pt", folder / "a.safetensors"
-        if not (a.exists() and b.exists() and st.exists()):
+        hf, dcp_dir = folder / "hf", folder / "dcp"
+        if not (a.exists() and b.exists() and st.exists() and hf.exists() and dcp_dir.exists()):
             t0 = time.perf_counter()
             subprocess.run([sys.executable, __file__, "--gb", str(ns.gb), "--generate", str(folder)],
                            check=True)
@@ -104,12 +135,20 @@ def main() -> None:
             ("convert a.pt -> .safetensors --dtype bf16", ["convert", a, folder / "o3.safetensors",
                                                           "--dtype", "bf16"]),
             ("convert a.safetensors -> .pt", ["convert", st, folder / "o4.pt"]),
+            ("diff hf/ (4 shards) b.pt", ["diff", hf, b]),
+            ("diff hf/model.safetensors.index.json a.pt", ["diff", hf / "model.safetensors.index.json", a]),
+            ("diff dcp/ a.pt", ["diff", dcp_dir, a]),
+            ("convert dcp/ -> .safetensors", ["convert", dcp_dir, folder / "o5.safetensors"]),
+            ("convert hf/ -> .pt", ["convert", hf, folder / "o6.pt"]),
+            ("convert a.pt -> shards --shard-size 500MB", ["convert", a, folder / "o7.safetensors",
+                                                          "--shard-size", "500MB"]),
+            ("convert a.pt -> o8.dcp", ["convert", a, folder / "o8.dcp"]),
         ]
         if ns.only:
             cases = [c for c in cases if any(text in c[0] for text in ns.only)]
         for label, args in cases:
-            for out in folder.glob("o*.*"):
-                out.unlink()
+            for out in folder.glob("o*"):
+                shutil.rmtree(out) if out.is_dir() else out.unlink()
             wall, rss, rc = run([str(x) for x in args])
             rows.append((label, wall, rss, rc))
             print(f"{label:45s} {wall:7.2f} s  {rss:8.0f} MB peak RSS  "

@@ -141,3 +141,55 @@ def write_payload(path: Path, obj: object, how: str) -> None:
         torch.save(wrapped, path, _use_new_zipfile_serialization=False)
     else:
         path.write_bytes(pickle.dumps(wrapped, protocol=4))
+
+
+# ------------------------------------------------------------------ checkpoints in the wild
+
+
+class FP8Linear(nn.Linear):
+    """A TransformerEngine-style layer: FP8 scaling state through get/set_extra_state."""
+
+    def __init__(self, i: int, o: int, as_tensor: bool = False) -> None:
+        super().__init__(i, o)
+        self.as_tensor = as_tensor
+        self.fp8_meta = {"scale": 1.5, "amax_history": [0.25, 0.5], "recipe": "delayed"}
+
+    def get_extra_state(self):
+        if self.as_tensor:  # TE >= 1.x serializes its state into a uint8 tensor
+            return torch.tensor(list(b"scale=1.5"), dtype=torch.uint8)
+        return dict(self.fp8_meta)
+
+    def set_extra_state(self, state) -> None:
+        if isinstance(state, dict):
+            self.fp8_meta = dict(state)
+
+
+class ExtraStateNet(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = FP8Linear(8, 8)
+        self.b = FP8Linear(8, 4, as_tensor=True)
+
+
+class QNet(nn.Module):
+    """torch.ao quantized Linear head (what torchvision's quantization.* models hold)."""
+
+    def __init__(self, num_classes: int = 10) -> None:
+        super().__init__()
+        self.fc = torch.ao.nn.quantized.Linear(16, num_classes)
+
+
+class ClipLike(nn.Module):
+    """CLIP's 0-dim ``logit_scale`` parameter."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.proj = nn.Linear(4, 4)
+        self.logit_scale = nn.Parameter(torch.tensor(2.6592))
+
+
+class Stage(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.layer1 = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
+        self.head = nn.Linear(4, 2)

@@ -82,9 +82,18 @@ def test_partial_load_and_strict_flag(tmp_path: Path, invoke) -> None:
     torch.save(full, tmp_path / "full.pt")
     torch.save(part, tmp_path / "part.pt")
     result = invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt")
+    # a partial load is not success (issue 12 item 14): exit 1 unless --allow-partial
+    assert result.exit_code == 1, result.output
+    assert (f"partial load: only {len(part)} of {len(full)} target tensors get a value"
+            in result.output)
+    assert invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt", "--allow-partial").exit_code == 0
+    assert invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt", "--strict",
+                  "--allow-partial").exit_code == 1
+    # B with extra keys: every target tensor gets a value -> exit 0, the extras are a note
+    result = invoke("diff", tmp_path / "part.pt", tmp_path / "full.pt")
     assert result.exit_code == 0, result.output
-    assert f"loads with strict=False: {len(part)} of {len(full)} tensors" in result.output
-    assert invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt", "--strict").exit_code == 1
+    assert f"every one of the {len(part)} target tensors gets a value" in result.output
+    assert invoke("diff", tmp_path / "part.pt", tmp_path / "full.pt", "--strict").exit_code == 1
     data = _json(invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt", "-f", "json"))
     assert set(data["missing"]) == set(full) - set(part) and data["unexpected"] == []
 
@@ -163,7 +172,18 @@ def test_tied_model_against_safetensors(tmp_path: Path, invoke) -> None:
     result = invoke("diff", f"{HELPERS}:TiedLM", tmp_path / "t.safetensors")
     assert result.exit_code == 0, result.output
     n = len(m.state_dict())
-    assert f"loads with strict=False: {n - 1} of {n} tensors" in result.output
+    # the dropped duplicate is tied to a loaded key in the model: it gets its value, but
+    # strict=True would still report it missing (PyTorch's rule)
+    assert (f"loads with strict=False: every one of the {n} target tensors gets a value; "
+            "1 tied key(s) absent from B") in result.output
+    assert invoke("diff", f"{HELPERS}:TiedLM", tmp_path / "t.safetensors", "--strict").exit_code == 1
+    # a real load_state_dict agrees: strict=False leaves nothing unset, strict=True raises
+    from safetensors.torch import load_file
+
+    fresh = TiedLM()
+    res = fresh.load_state_dict(load_file(tmp_path / "t.safetensors"), strict=False)
+    tied_key = res.missing_keys[0]
+    assert fresh.get_parameter(tied_key) is not None and res.unexpected_keys == []
 
 
 def test_values_library_identical(tmp_path: Path) -> None:

@@ -43,6 +43,13 @@ def test_malicious_pickles_are_refused_and_never_run(tmp_path: Path, invoke, pay
         _assert_clean_failure(result, "--trust-pickle", EXPECTED_GLOBAL[payload])
         assert not marker.exists(), f"payload ran via {args[0]}"
     assert not (tmp_path / "out.pt").exists()
+    if how == "pickle":  # pickle.dump: torch.load can never read it; said up front, globals named
+        for read in (read_checkpoint, read_checkpoint_meta):
+            with pytest.raises(InspectError, match="plain Python pickle") as perr:
+                read(evil)
+            assert EXPECTED_GLOBAL[payload] in perr.value.message
+        assert not marker.exists()
+        return
     with pytest.raises(UnsafeCheckpointError) as err:
         read_checkpoint(evil)
     assert any(EXPECTED_GLOBAL[payload] in g for g in err.value.globals)

@@ -19,7 +19,7 @@ from torchinspect.cli.common import (
 
 InArg = Annotated[str, typer.Argument(metavar="IN", help="checkpoint to convert (never modified).",
                                       show_default=False)]
-OutArg = Annotated[str, typer.Argument(metavar="OUT", help="output file: *.pt/*.pth or *.safetensors.",
+OutArg = Annotated[str, typer.Argument(metavar="OUT", help="output: *.pt/*.pth, *.safetensors, or NAME.dcp (a DCP folder).",
                                        show_default=False)]
 StripOpt = Annotated[list[str] | None, typer.Option(
     "--strip-prefix", metavar="PREFIX", help="remove PREFIX from keys that start with it (repeatable).")]
@@ -32,6 +32,27 @@ KeepExtraOpt = Annotated[bool, typer.Option(
     "--keep-extra", help="keep optimizer/scheduler and other container entries (.pt output).")]
 DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", metavar="fp16|bf16|fp32", help="cast floating tensors (integer tensors untouched).")]
+AllowOverflowOpt = Annotated[bool, typer.Option(
+    "--allow-overflow", help="write even when --dtype turns values into inf or 0 (counted and reported).")]
+AllowPartialOpt = Annotated[bool, typer.Option(
+    "--allow-partial", help="with --arch: write even when some of the model's tensors get no value.")]
+ShardSizeOpt = Annotated[str | None, typer.Option(
+    "--shard-size", metavar="SIZE", help="write Hugging Face style safetensors shards of at most SIZE "
+    "(e.g. 5GB, 500MB) plus OUT.index.json.")]
+
+
+def parse_size(text: str) -> int:
+    """``5GB``/``500MB``/``2GiB``/``1000`` -> bytes."""
+    import re
+
+    from torchinspect.errors import InspectError
+
+    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*", text, flags=re.IGNORECASE)
+    if not m:
+        raise InspectError(f"--shard-size {text!r}: expected a size like 5GB or 500MB",
+                           hint="units: KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB")
+    base = 1024 if m[3] else 1000
+    return int(float(m[1]) * base ** " KMGT".index(m[2].upper() or " "))
 
 
 @output_command
@@ -48,6 +69,9 @@ def convert(
     dtype: DtypeOpt = None,
     force: ForceOpt = False,
     trust_pickle: TrustOpt = False,
+    allow_overflow: AllowOverflowOpt = False,
+    allow_partial: AllowPartialOpt = False,
+    shard_size: ShardSizeOpt = None,
     *,
     out: OutputOptions,
 ) -> None:
@@ -58,9 +82,17 @@ def convert(
 
     if dtype is not None and dtype not in CastDtype.__members__:
         raise InspectError(f"--dtype {dtype!r} is not supported", hint="use fp16, bf16 or fp32")
+    target = None
+    if arch is not None:
+        from torchinspect.sources.case import ModelOptions
+        from torchinspect.sources.checkpoint_sides import arch_state_dict
+
+        target, _ = arch_state_dict(arch, ModelOptions(args=arg))
     result = convert_checkpoint(
         src, dst, key=key, strip_prefix=strip_prefix or (), rename=rename or (),
-        auto_prefix=auto_prefix, arch=arch, arch_args=arg, keep_extra=keep_extra,
-        dtype=dtype, force=force, trust_pickle=trust_pickle,
+        auto_prefix=auto_prefix, target=target, target_name=arch, allow_partial=allow_partial,
+        keep_extra=keep_extra, dtype=dtype, allow_overflow=allow_overflow,
+        shard_size=parse_size(shard_size) if shard_size is not None else None,
+        force=force, trust_pickle=trust_pickle, protect=[out.output] if out.output else [],
     )
     emit(convert_report(result), out, [src, dst, arch])

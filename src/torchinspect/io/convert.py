@@ -2,16 +2,19 @@
 
 The output is written tensor by tensor (one chunk in memory at a time) to a temporary file
 next to OUT, reloaded and compared with the input (bit-exact, or exact after the requested
-cast), optionally strict-loaded into ``--arch``, and only then moved into place. IN is never
-overwritten; an existing OUT only with ``force``.
+cast), optionally checked against a target state_dict (the caller builds it, e.g. from
+``--arch``: io imports nothing above it), and only then moved into place. IN is never
+overwritten; an existing OUT only with ``force``; every conflict is checked before anything
+is written. ``shard_size`` writes Hugging Face style shards plus ``*.index.json``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 from collections import Counter
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -19,15 +22,18 @@ from typing import Any
 
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.io.atomic import atomic_path
+from torchinspect.io.formats import detect_format
 from torchinspect.io.safetensors import encode_header, scalar_metadata
-from torchinspect.io.sources import LoadedInput, TensorSource, open_input
 from torchinspect.io.state_dict import (
     DEFAULT_PREFIXES,
     TRAINING_KEYS,
     PrefixRemap,
+    describe_value,
     find_prefix_remaps,
     strip_prefixes,
 )
+from torchinspect.io.tensors import FilePool, LoadedInput, TensorSource, open_input
+from torchinspect.io.torchzip import DTYPE_SIZES
 
 
 class CastDtype(StrEnum):
@@ -45,6 +51,7 @@ class CastDtype(StrEnum):
 class OutputKind(StrEnum):
     pt = "pt"
     safetensors = "safetensors"
+    dcp = "dcp"  # a torch.distributed.checkpoint folder
 
 
 CASTABLE = frozenset({"float16", "bfloat16", "float32", "float64"})
@@ -56,8 +63,11 @@ def output_kind(path: Path) -> OutputKind:
         return OutputKind.safetensors
     if path.suffix in _PT_SUFFIXES:
         return OutputKind.pt
+    if path.suffix == ".dcp" or str(path).endswith(("/", os.sep)):
+        return OutputKind.dcp
     raise InspectError(f"{path}: unknown output format {path.suffix or '(no extension)'!r}",
-                       hint="name OUT *.safetensors, or *.pt / *.pth for a torch.save state_dict")
+                       hint="name OUT *.safetensors, *.pt / *.pth for a torch.save state_dict, "
+                       "or NAME.dcp / NAME/ for a torch.distributed.checkpoint folder")
 
 
 def parse_rename(text: str) -> tuple[re.Pattern[str], str]:
@@ -81,10 +91,9 @@ class _Entry:
 
     @property
     def nbytes(self) -> int:
-        from torchinspect.io.torchzip import DTYPE_SIZES
-
-        return self.src.nbytes // DTYPE_SIZES[self.src.dtype] * DTYPE_SIZES[self.dtype] \
-            if self.src.nbytes else 0
+        if not self.src.is_tensor or self.dtype == self.src.dtype:
+            return self.src.nbytes
+        return self.src.nbytes // DTYPE_SIZES[self.src.dtype] * DTYPE_SIZES[self.dtype]
 
 
 @dataclass
@@ -112,6 +121,10 @@ class ConvertResult:
     verified: str = ""
     arch_check: str | None = None
     notes: list[str] = field(default_factory=list)
+    overflow: dict[str, tuple[int, int]] = field(default_factory=dict)  # key: (to inf, to 0)
+    extra_state: list[str] = field(default_factory=list)
+    empty: list[str] = field(default_factory=list)  # 0-element tensors
+    shards: list[str] = field(default_factory=list)  # shard files (with shard_size)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -126,6 +139,8 @@ class ConvertResult:
             "tensor_bytes_after": self.tensor_bytes_after,
             "file_size_before": self.file_size_before, "file_size_after": self.file_size_after,
             "verified": self.verified, "arch_check": self.arch_check, "notes": self.notes,
+            "overflow": {k: {"to_inf": a, "to_zero": b} for k, (a, b) in self.overflow.items()},
+            "extra_state": self.extra_state, "empty": self.empty, "shards": self.shards,
         }
 
 
@@ -137,50 +152,58 @@ def convert_checkpoint(
     strip_prefix: Sequence[str] = (),
     rename: Sequence[str] = (),
     auto_prefix: bool = False,
-    arch: str | None = None,
-    arch_args: list[str] | None = None,
+    target: Mapping[str, Any] | None = None,
+    target_name: str | None = None,
+    allow_partial: bool = False,
     keep_extra: bool = False,
     dtype: CastDtype | str | None = None,
+    allow_overflow: bool = False,
+    shard_size: int | None = None,
     force: bool = False,
     trust_pickle: bool = False,
+    protect: Sequence[str | os.PathLike[str]] = (),
 ) -> ConvertResult:
-    """Convert ``src`` into a CPU state_dict file ``dst`` (.pt/.pth or .safetensors).
+    """Convert ``src`` into a CPU state_dict file ``dst`` (.pt/.pth, .safetensors, or a DCP
+    folder ``NAME.dcp``/``NAME/``).
 
-    Key changes apply in order: container unwrap (``key``; EMA with ``key="model_ema"``),
-    ``strip_prefix`` (each prefix removed from the keys that start with it), ``rename``
-    (``REGEX=REPL`` applied with ``re.sub``), ``auto_prefix`` (the best remap onto ``arch``'s
-    keys, or without ``arch`` the ``module.``/``_orig_mod.`` prefixes every key carries).
-    ``dtype`` casts floating tensors (float16/bfloat16/float32/float64) only. Training state
-    (optimizer, scheduler, ...) is dropped unless ``keep_extra`` (``.pt`` output then keeps
-    the container); scalar entries (epoch, ...) go to a safetensors ``__metadata__``.
-    Tied tensors stay shared in ``.pt`` and are written as copies in safetensors.
+    ``src`` is a checkpoint file, a Hugging Face sharded checkpoint (index or folder) or a
+    DCP folder. Key changes apply in order: container unwrap (``key``; EMA with
+    ``key="model_ema"``), ``strip_prefix``, ``rename`` (``REGEX=REPL`` with ``re.sub``),
+    ``auto_prefix`` (the best remap onto ``target``'s keys, or without a target the
+    ``module.``/``_orig_mod.`` prefixes every key carries). ``dtype`` casts floating tensors
+    only; a value that overflows to inf or underflows to 0 is refused unless
+    ``allow_overflow``. Training state is dropped unless ``keep_extra``; scalar entries go to
+    a safetensors ``__metadata__``. Modules' ``_extra_state`` entries are kept. Tied tensors
+    stay shared in ``.pt`` and are copies in safetensors. ``shard_size`` (bytes, safetensors
+    only) writes ``NAME-0000i-of-0000N.safetensors`` plus ``NAME.safetensors.index.json``.
 
-    The result is verified before it replaces ``dst``: reloaded (weights_only for .pt) and
-    compared tensor by tensor, and with ``arch``, strict-loaded into that architecture.
+    ``target`` (key -> tensor or TensorMeta, e.g. an architecture's ``state_dict()`` on meta,
+    built by the caller) checks that the result loads with strict=True by PyTorch's rules
+    (``allow_partial``: every present key loads, some target keys stay unset). ``protect``
+    names other files that must not be overwritten (e.g. a report's ``-o``).
+
+    The result is verified before it replaces ``dst``: reloaded and compared tensor by tensor.
     """
     src, dst = Path(src), Path(dst)
     kind = output_kind(dst)
+    if shard_size is not None and kind is not OutputKind.safetensors:
+        raise InspectError("--shard-size writes sharded safetensors", hint="name OUT *.safetensors")
+    if shard_size is not None and shard_size <= 0:
+        raise InspectError(f"--shard-size {shard_size}: must be positive", hint="e.g. --shard-size 5GB")
     cast_to = CastDtype(dtype).torch_name if dtype else None
     renames = [parse_rename(r) for r in rename]
-    if dst.exists() and src.exists() and os.path.samefile(src, dst):
-        raise InspectError(f"{dst}: refusing to overwrite the input file", hint="write to a new file name")
-    if dst.exists() and not force:
-        raise InspectError(f"{dst} already exists", hint="pass --force to replace it")
     keep_container = keep_extra and kind is OutputKind.pt
     inp = open_input(src, key=key, trust_pickle=trust_pickle, need_objects=keep_container)
+    _check_conflicts(dst, inp, protect, force, shard_size)
     result = ConvertResult(src, dst, str(inp.format), str(kind), inp.container_key, len(inp.tensors))
-    result.file_size_before = src.stat().st_size
+    result.file_size_before = inp.file_size
     result.devices_before = sorted({t.device for t in inp.tensors})
-    result.tensor_bytes_before = sum(t.nbytes for t in inp.tensors)
+    result.notes.extend(inp.notes)
 
     names = _rename_keys([t.name for t in inp.tensors], strip_prefix, renames, result)
-    model = None
-    if arch is not None:
-        from torchinspect.sources import load_model
-
-        model = load_model(arch, args=arch_args, device="meta").model
+    tmeta = _target_meta(target) if target is not None else None
     if auto_prefix:
-        names = _auto_prefix(names, model, result)
+        names = _auto_prefix(names, tmeta, result)
     dupes = [n for n, c in Counter(names).items() if c > 1]
     if dupes:
         raise InspectError(f"key changes map several tensors to the same key {dupes[0]!r}",
@@ -188,39 +211,93 @@ def convert_checkpoint(
     result.renamed = [(t.name, n) for t, n in zip(inp.tensors, names, strict=True) if t.name != n]
     entries = []
     for t, n in zip(inp.tensors, names, strict=True):
-        out_dtype = cast_to if cast_to and t.dtype in CASTABLE else t.dtype
+        out_dtype = cast_to if cast_to and t.is_tensor and t.dtype in CASTABLE else t.dtype
         if out_dtype != t.dtype:
             label = f"{t.dtype}->{out_dtype}"
             result.cast[label] = result.cast.get(label, 0) + 1
         entries.append(_Entry(n, t, out_dtype))
-    result.tensor_bytes_after = sum(e.nbytes for e in entries)
-    ties: dict[str, list[str]] = {}
+    ties: dict[str, list[_Entry]] = {}
     for e in entries:
-        ties.setdefault(e.src.tie, []).append(e.name)
-    result.tied = [g for g in ties.values() if len(g) > 1]
+        ties.setdefault(e.src.tie, []).append(e)
+    result.tied = [[e.name for e in g] for g in ties.values() if len(g) > 1]
+    result.tensor_bytes_before = sum(g[0].src.nbytes for g in ties.values())
+    result.tensor_bytes_after = sum(g[0].nbytes for g in ties.values())
+    result.extra_state = [e.name for e in entries if e.name.endswith("_extra_state")]
+    result.empty = [e.name for e in entries if e.src.is_tensor and e.src.nbytes == 0]
+    if result.empty:
+        result.notes.append(f"{len(result.empty)} tensor(s) hold 0 elements (e.g. "
+                            f"{result.empty[0]!r}): written as they are; they carry no weights")
     _plan_extras(inp, kind, keep_container, result)
+    _plan_objects(entries, kind, result)
 
-    fd = os.open(src, os.O_RDONLY) if inp.streamed else None
-    try:
-        with atomic_path(dst, force=force, protect=(src,)) as tmp:
+    with FilePool() as files:
+        if kind is OutputKind.safetensors and shard_size is not None:
+            _write_sharded(dst, entries, files, result, shard_size, force, cast_to, allow_overflow,
+                           tmeta, target_name, allow_partial)
+            return result
+        if kind is OutputKind.dcp:
+            _write_dcp_folder(dst, entries, files, result, force, cast_to, allow_overflow,
+                              tmeta, target_name, allow_partial)
+            return result
+        with atomic_path(dst, force=force, protect=(src, *inp.files, *protect)) as tmp:
             if kind is OutputKind.safetensors:
-                _write_safetensors(tmp, entries, fd, result.metadata)
-            elif keep_container:
-                _write_pt_container(tmp, entries, inp)
+                _write_safetensors(tmp, entries, files, result.metadata, result)
+            elif keep_container or _needs_materialized(entries):
+                _write_pt_materialized(tmp, entries, files, inp, keep_container, result)
             else:
-                _write_pt_streaming(tmp, entries, fd)
-            result.verified = _verify(tmp, kind, entries, fd, inp, keep_container)
-            if model is not None:
-                result.arch_check = _strict_load(tmp, kind, model, arch or "",
-                                                 inp.container_key if keep_container else None)
+                _write_pt_streaming(tmp, entries, files, result)
+            _check_overflow(result, cast_to, allow_overflow)
+            result.verified = _verify(tmp, kind, entries, files, inp, keep_container)
+            if tmeta is not None:
+                result.arch_check = _check_target(tmp, kind, tmeta, target_name or "the target",
+                                                  inp.container_key if keep_container else None,
+                                                  allow_partial)
             result.file_size_after = tmp.stat().st_size
-    finally:
-        if fd is not None:
-            os.close(fd)
     if result.tied and kind is OutputKind.safetensors:
         result.notes.append(f"{len(result.tied)} group(s) of tied tensors written as separate copies "
                             "(safetensors cannot alias); load_state_dict re-ties them via the model")
     return result
+
+
+def _check_conflicts(dst: Path, inp: LoadedInput, protect: Sequence[str | os.PathLike[str]],
+                     force: bool, shard_size: int | None) -> None:
+    """Every output path against every input and protected file, before anything is written."""
+    outs = [dst]
+    if shard_size is not None:
+        outs.append(_index_path(dst))
+    inputs = [inp.path, *inp.files, *(Path(p) for p in protect)]
+    for out in outs:
+        for other in inputs:
+            if out.exists() and other.exists() and os.path.samefile(out, other) or \
+                    out.resolve() == other.resolve():
+                raise InspectError(f"{out}: refusing to overwrite the input file {other}",
+                                   hint="write to a new file name")
+    for p in protect:
+        if Path(p).resolve() in (o.resolve() for o in outs):
+            raise InspectError(f"{p}: the report (-o) and OUT are the same file",
+                               hint="write the report to another file name")
+        if Path(p).resolve() in (inp.path.resolve(), *(f.resolve() for f in inp.files)):
+            raise InspectError(f"{p}: refusing to overwrite the input file",
+                               hint="write the report (-o) to a new file name")
+    if not force:
+        for out in outs:
+            if out.exists():
+                raise InspectError(f"{out} already exists", hint="pass --force to replace it")
+
+
+def _target_meta(target: Mapping[str, Any]) -> dict[str, Any]:
+    from torchinspect.io.diff import entry_meta
+    from torchinspect.io.meta import TensorMeta
+
+    out = {}
+    for k, v in target.items():
+        if isinstance(v, TensorMeta):
+            out[k] = v
+        else:
+            m = entry_meta(k, v)
+            if m is not None:
+                out[k] = m
+    return out
 
 
 # ------------------------------------------------------------------ keys
@@ -244,8 +321,9 @@ def _rename_keys(names: list[str], strip_prefix: Sequence[str],
     return names
 
 
-def _auto_prefix(names: list[str], model: Any, result: ConvertResult) -> list[str]:
-    if model is None:
+def _auto_prefix(names: list[str], target: dict[str, Any] | None,
+                 result: ConvertResult) -> list[str]:
+    if target is None:
         stripped, prefixes = strip_prefixes(dict.fromkeys(names), DEFAULT_PREFIXES)
         if prefixes:
             result.stripped.extend(f"{p} (all {len(names)} keys, --auto-prefix)" for p in prefixes)
@@ -253,7 +331,7 @@ def _auto_prefix(names: list[str], model: Any, result: ConvertResult) -> list[st
         result.notes.append("--auto-prefix: no module./_orig_mod. prefix on every key "
                             "(pass --arch to match prefixes against a model)")
         return names
-    remaps = find_prefix_remaps(model.state_dict().keys(), names)
+    remaps = find_prefix_remaps(target.keys(), names)
     if not remaps:
         result.notes.append("--auto-prefix: the keys already match the architecture as well as "
                             "any prefix remap would")
@@ -264,23 +342,68 @@ def _auto_prefix(names: list[str], model: Any, result: ConvertResult) -> list[st
 
 def _plan_extras(inp: LoadedInput, kind: OutputKind, keep_container: bool,
                  result: ConvertResult) -> None:
-    from torchinspect.io.meta import _describe
-
+    if len(inp.extras) > 0 and inp.container_key:
+        result.notes.append(f"container entries beside the weights ({len(inp.extras)}): "
+                            + ", ".join(sorted(inp.extras)))
     scalars = scalar_metadata(inp.extras)
     if kind is OutputKind.safetensors:
         result.metadata = {**inp.metadata, **scalars}
         for k, v in inp.extras.items():
             if k not in scalars:
-                result.dropped[k] = f"{_describe(v)} (safetensors holds tensors and string metadata)"
+                result.dropped[k] = f"{describe_value(v)} (safetensors holds tensors and string metadata)"
         return
     if inp.metadata:
-        result.notes.append(f"safetensors __metadata__ not carried into .pt: {sorted(inp.metadata)}")
+        result.notes.append(f"safetensors __metadata__ not carried into {kind}: {sorted(inp.metadata)}")
     for k, v in inp.extras.items():
         if keep_container:
             continue
         why = "training state; --keep-extra keeps it" if k in TRAINING_KEYS else \
             "not weights; --keep-extra keeps it"
-        result.dropped[k] = f"{_describe(v)} ({why})"
+        result.dropped[k] = f"{describe_value(v)} ({why})"
+
+
+_EXTRA_META_PREFIX = "torchinspect.extra_state."
+
+
+def _plan_objects(entries: list[_Entry], kind: OutputKind, result: ConvertResult) -> None:
+    """Non-tensor state_dict entries (extra state, quantized packing) in each output format."""
+    objects = [e for e in entries if not e.src.is_tensor]
+    quantized = [e for e in entries if e.src.dtype.startswith(("qint", "quint")) or e.src.kind == "packed"]
+    if quantized and kind is not OutputKind.pt:
+        raise InspectError(
+            f"{len(quantized)} quantized entr(ies) (torch.ao, e.g. {quantized[0].name!r}, "
+            f"{quantized[0].src.dtype}) cannot be stored in {kind}",
+            hint="write a .pt file (quantized tensors keep their scale/zero_point there)")
+    if kind is not OutputKind.safetensors:
+        return
+    import json
+
+    for e in objects:
+        if e.src.kind == "extra_state":
+            try:
+                text = json.dumps(_plain(e.src.value))
+            except (TypeError, ValueError):
+                raise InspectError(
+                    f"{e.name}: module extra state of type {type(e.src.value).__name__} is not a "
+                    "tensor or plain data; safetensors cannot hold it",
+                    hint="write a .pt file to keep it (load_state_dict(strict=True) needs it)") from None
+            result.metadata[_EXTRA_META_PREFIX + e.name] = text
+    if result.extra_state:
+        stored = [e.name for e in objects if e.src.kind == "extra_state"]
+        if stored:
+            result.notes.append(f"{len(stored)} module extra state(s) are plain data, kept as JSON in "
+                                f"__metadata__ under '{_EXTRA_META_PREFIX}<key>' (restore them with "
+                                "set_extra_state; a .pt output keeps them as state_dict entries)")
+
+
+def _plain(v: Any) -> Any:
+    from torchinspect.io.torchzip import PlainNamespace
+
+    if isinstance(v, PlainNamespace):
+        return dict(v)
+    if isinstance(v, bytes):
+        raise TypeError("bytes")
+    return v
 
 
 # ------------------------------------------------------------------ writing
@@ -292,17 +415,43 @@ def _torch_dtype(name: str) -> Any:
     return getattr(torch, name)
 
 
-def _data(entry: _Entry, fd: int | None) -> Iterator[bytes | memoryview]:
-    """The output bytes of one tensor, chunk by chunk (cast on the fly)."""
+def _data(entry: _Entry, files: FilePool,
+          overflow: dict[str, tuple[int, int]] | None = None) -> Iterator[bytes | memoryview]:
+    """The output bytes of one tensor, chunk by chunk (cast on the fly; values that become
+    inf or 0 in the cast are counted into ``overflow[name]``)."""
     if entry.dtype == entry.src.dtype:
-        yield from entry.src.chunks(fd)
+        yield from entry.src.chunks(files)
         return
     import torch
 
     src, dst = _torch_dtype(entry.src.dtype), _torch_dtype(entry.dtype)
-    for chunk in entry.src.chunks(fd):
-        t = torch.frombuffer(bytearray(chunk), dtype=src).to(dst)
+    to_inf = to_zero = 0
+    for chunk in entry.src.chunks(files):
+        a = torch.frombuffer(bytearray(chunk), dtype=src)
+        t = a.to(dst)
+        if overflow is not None:
+            to_inf += int((torch.isinf(t) & torch.isfinite(a)).sum())
+            to_zero += int(((t == 0) & (a != 0)).sum())
         yield memoryview(t.view(torch.uint8).numpy())
+    if overflow is not None and (to_inf or to_zero):
+        overflow[entry.name] = (to_inf, to_zero)
+
+
+def _check_overflow(result: ConvertResult, cast_to: str | None, allow: bool) -> None:
+    if not result.overflow:
+        return
+    inf = sum(a for a, _ in result.overflow.values())
+    zero = sum(b for _, b in result.overflow.values())
+    worst = max(result.overflow, key=lambda k: result.overflow[k])
+    flag = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(cast_to or "", cast_to)
+    text = (f"--dtype {flag}: {inf:,} value(s) overflow to inf and {zero:,} underflow to 0 "
+            f"in {len(result.overflow)} tensor(s) (e.g. {worst!r}: {result.overflow[worst][0]:,} "
+            f"to inf, {result.overflow[worst][1]:,} to 0)")
+    if inf and not allow:  # underflow of tiny values is reported, not refused
+        better = "bf16 keeps float32's range" if cast_to == "float16" else "keep fp32"
+        raise InspectError(text, hint=f"{better}: try --dtype bf16, or pass --allow-overflow to "
+                           "write it anyway; OUT was not written", status=ExitStatus.CHECK_FAILED)
+    result.notes.append(text + (" (--allow-overflow)" if inf else ""))
 
 
 def _pwrite_all(fd: int, chunks: Iterator[bytes | memoryview], pos: int) -> int:
@@ -314,27 +463,168 @@ def _pwrite_all(fd: int, chunks: Iterator[bytes | memoryview], pos: int) -> int:
     return pos
 
 
-def _write_safetensors(tmp: Path, entries: list[_Entry], fd_in: int | None,
-                       metadata: dict[str, str]) -> None:
-    header, offsets = encode_header([(e.name, e.dtype, e.src.shape, e.nbytes) for e in entries],
+def _write_safetensors(tmp: Path, entries: list[_Entry], files: FilePool,
+                       metadata: dict[str, str], result: ConvertResult) -> None:
+    tensors = [e for e in entries if e.src.is_tensor]
+    header, offsets = encode_header([(e.name, e.dtype, e.src.shape, e.nbytes) for e in tensors],
                                     metadata)
     out = os.open(tmp, os.O_WRONLY | os.O_TRUNC)
     try:
         os.write(out, header)
         base = len(header)
-        for e, (begin, end) in zip(entries, offsets, strict=True):
-            if _pwrite_all(out, _data(e, fd_in), base + begin) != base + end:
+        for e, (begin, end) in zip(tensors, offsets, strict=True):
+            if _pwrite_all(out, _data(e, files, result.overflow), base + begin) != base + end:
                 raise RuntimeError(f"wrote the wrong number of bytes for {e.name!r}")
     finally:
         os.close(out)
 
 
-def _write_pt_streaming(tmp: Path, entries: list[_Entry], fd_in: int | None) -> None:
+def _index_path(dst: Path) -> Path:
+    return dst.with_name(dst.name + ".index.json")
+
+
+def _shard_name(dst: Path, i: int, n: int) -> str:
+    return f"{dst.stem}-{i:05d}-of-{n:05d}{dst.suffix}"
+
+
+def _write_sharded(dst: Path, entries: list[_Entry], files: FilePool, result: ConvertResult,
+                   shard_size: int, force: bool, cast_to: str | None, allow_overflow: bool,
+                   tmeta: dict[str, Any] | None, target_name: str | None, allow_partial: bool) -> None:
+    """Hugging Face layout: ``NAME-0000i-of-0000N.safetensors`` (``"format": "pt"``) and
+    ``NAME.safetensors.index.json`` (``metadata.total_size``, ``weight_map``). Each shard is
+    written and verified under a temporary name; the index is written last."""
+    import json
+
+    from torchinspect.io.writers import plan_shards
+
+    tensors = [e for e in entries if e.src.is_tensor]
+    by_name = {e.name: e for e in tensors}
+    plan = plan_shards({e.name: e.nbytes for e in tensors}, shard_size)  # the shared greedy split
+    groups = [[by_name[k] for k in shard] for shard in plan.shards] or [[]]
+    n = len(groups)
+    names = [_shard_name(dst, i + 1, n) for i in range(n)]
+    index = _index_path(dst)
+    for name in names:
+        out = dst.with_name(name)
+        if out.exists() and not force:
+            raise InspectError(f"{out} already exists", hint="pass --force to replace it")
+    meta = {**result.metadata, "format": "pt"}
+    weight_map: dict[str, str] = {}
+    with contextlib.ExitStack() as stack:
+        tmps = []
+        for name, group in zip(names, groups, strict=True):
+            tmp = stack.enter_context(atomic_path(dst.with_name(name), force=True,
+                                                  protect=tuple(f for f in files_of(entries))))
+            _write_safetensors(tmp, group, files, meta, result)
+            _check_overflow(result, cast_to, allow_overflow)
+            _verify(tmp, OutputKind.safetensors, group, files, None, False)
+            weight_map.update({e.name: name for e in group})
+            tmps.append(tmp)
+        total = sum(e.nbytes for e in tensors)
+        index_text = json.dumps({"metadata": {"total_size": total, **{
+            k: v for k, v in result.metadata.items()}}, "weight_map": dict(sorted(weight_map.items()))},
+            indent=2) + "\n"
+        itmp = stack.enter_context(atomic_path(index, force=True))
+        itmp.write_text(index_text, encoding="utf-8")
+        if tmeta is not None:
+            result.arch_check = _check_target(itmp, OutputKind.safetensors, tmeta,
+                                              target_name or "the target", None, allow_partial,
+                                              shard_dir=itmp.parent, shard_tmps=dict(zip(names, tmps, strict=True)))
+        result.file_size_after = sum(t.stat().st_size for t in tmps) + len(index_text)
+    result.verified = "exact after cast" if any(e.dtype != e.src.dtype for e in tensors) else "bit-exact"
+    result.shards = names
+    result.notes.append(f"{n} shard(s) of at most {shard_size:,} bytes; index {index.name}")
+
+
+def files_of(entries: list[_Entry]) -> set[Path]:
+    return {e.src.path for e in entries if e.src.path is not None}
+
+
+def _write_dcp_folder(dst: Path, entries: list[_Entry], files: FilePool, result: ConvertResult,
+                      force: bool, cast_to: str | None, allow_overflow: bool,
+                      tmeta: dict[str, Any] | None, target_name: str | None,
+                      allow_partial: bool) -> None:
+    """A torch.distributed.checkpoint folder (``torch_save_to_dcp``'s layout), written into a
+    temporary folder with ``dcp.save(no_dist=True)`` and renamed into place."""
+    import shutil
+    import tempfile
+    import warnings
+
+    import torch.distributed.checkpoint as dcp
+
+    dst = Path(str(dst).rstrip("/" + os.sep))
+    if dst.exists() and not dst.is_dir():
+        raise InspectError(f"{dst} exists and is not a folder", hint="choose another OUT")
+    if dst.exists() and any(dst.iterdir()) and not force:
+        raise InspectError(f"{dst} already exists", hint="pass --force to replace it")
+    sd: dict[str, Any] = {}
+    for e in entries:
+        if not e.src.is_tensor:
+            sd[e.name] = e.src.value
+            continue
+        from torchinspect.io.diff import _value
+
+        t = _value(e.src, files)
+        sd[e.name] = t.to(_torch_dtype(e.dtype)) if e.dtype != e.src.dtype else t
+    tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp)), no_dist=True)
+        from torchinspect.io.layouts import Layout, open_dcp
+
+        back = open_dcp(Layout("dcp", tmp), key=None)
+        got = {t.name: t for t in back.tensors}
+        for e in entries:
+            if e.src.is_tensor and (e.name not in got or got[e.name].shape != e.src.shape):
+                raise InspectError(f"verification failed for {e.name!r} in the DCP folder",
+                                   hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
+        if tmeta is not None:
+            result.arch_check = _compare_target({t.name: t for t in back.tensors}, tmeta,
+                                                target_name or "the target", allow_partial)
+        if dst.exists():
+            old = dst.with_name(f".{dst.name}.old")
+            os.replace(dst, old)
+            shutil.rmtree(old, ignore_errors=True)
+        os.replace(tmp, dst)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    result.file_size_after = sum(p.stat().st_size for p in dst.iterdir())
+    result.verified = "keys and shapes (DCP metadata)"
+
+
+def _needs_materialized(entries: list[_Entry]) -> bool:
+    """Quantized tensors, packed params or extra state holding tensors: torch.save them whole."""
+    for e in entries:
+        if e.src.kind == "packed" or e.src.dtype.startswith(("qint", "quint")):
+            return True
+        if e.src.kind == "extra_state" and not _is_plain(e.src.value):
+            return True
+    return False
+
+
+def _is_plain(v: Any) -> bool:
+    from torchinspect.io.torchzip import PlainNamespace
+
+    if isinstance(v, (str, int, float, bool, bytes, type(None))):
+        return True
+    if isinstance(v, PlainNamespace):
+        return False
+    if isinstance(v, dict):
+        return all(_is_plain(k) and _is_plain(x) for k, x in v.items())
+    if isinstance(v, (list, tuple)):
+        return all(_is_plain(x) for x in v)
+    return False
+
+
+def _write_pt_streaming(tmp: Path, entries: list[_Entry], files: FilePool,
+                        result: ConvertResult) -> None:
     """torch.save a data-less skeleton (skip_data), then fill each storage from the input.
 
     The skeleton's ``data/<key>`` records have the right sizes but CRC-32 0; each record's
     CRC is computed while its bytes stream through and then written into the zip headers
     (central directory and data descriptor), so zipfile/``unzip -t`` accept the file.
+    Plain-data extra state goes into the skeleton as it is.
     """
     import torch
     from torch.serialization import skip_data
@@ -345,6 +635,9 @@ def _write_pt_streaming(tmp: Path, entries: list[_Entry], fd_in: int | None) -> 
     skeleton: dict[str, Any] = {}
     by_tie: dict[str, Any] = {}
     for e in entries:
+        if not e.src.is_tensor:
+            skeleton[e.name] = e.src.value
+            continue
         t = by_tie.get(e.src.tie)
         if t is None or t.dtype != _torch_dtype(e.dtype):
             t = torch.empty(e.src.shape, dtype=_torch_dtype(e.dtype))  # untouched: no RAM used
@@ -358,11 +651,13 @@ def _write_pt_streaming(tmp: Path, entries: list[_Entry], fd_in: int | None) -> 
     out = os.open(tmp, os.O_RDWR)
     try:
         for e in entries:
+            if not e.src.is_tensor:
+                continue
             key = obj[e.name].storage.key
             member = f"{archive.prefix}data/{key}"
             if member in records:
                 continue
-            stream = CrcStream(_data(e, fd_in))
+            stream = CrcStream(_data(e, files, result.overflow))
             _pwrite_all(out, stream, archive.storage_offset(key))
             records[member] = (stream.crc, stream.nbytes)
         set_stored_crcs(out, records)
@@ -390,93 +685,186 @@ def _check_zip_crcs(tmp: Path, records: dict[str, tuple[int, int]]) -> None:
                            hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
 
 
-def _write_pt_container(tmp: Path, entries: list[_Entry], inp: LoadedInput) -> None:
-    """--keep-extra: the container as loaded, with the converted state_dict at its key."""
+def _write_pt_materialized(tmp: Path, entries: list[_Entry], files: FilePool, inp: LoadedInput,
+                           keep_container: bool, result: ConvertResult) -> None:
+    """torch.save of the loaded values: --keep-extra (the container as loaded, with the
+    converted state_dict at its key), or quantized / tensor-holding extra-state entries."""
     import torch
 
-    if inp.container_key and "/" in inp.container_key:
+    from torchinspect.io.diff import _value
+
+    if keep_container and inp.container_key and "/" in inp.container_key:
         raise InspectError(f"--keep-extra with a nested container key {inp.container_key!r}",
                            hint="drop --keep-extra, or choose the inner dict with --key")
-    sd = {}
+    sd: dict[str, Any] = {}
     for e in entries:
-        t = e.src.tensor
-        sd[e.name] = t.to(_torch_dtype(e.dtype)) if e.dtype != e.src.dtype else t
-    torch.save({inp.container_key or "state_dict": sd, **inp.extras}, tmp)
+        v = _value(e.src, files)
+        if e.src.is_tensor and e.dtype != e.src.dtype:
+            chunks = list(_data(e, files, result.overflow))
+            v = torch.frombuffer(bytearray(b"".join(bytes(c) for c in chunks)),
+                                 dtype=_torch_dtype(e.dtype)).reshape(e.src.shape) \
+                if e.nbytes else v.to(_torch_dtype(e.dtype))
+        sd[e.name] = v
+    obj = {inp.container_key or "state_dict": sd, **inp.extras} if keep_container else sd
+    with warnings_off():
+        torch.save(obj, tmp)
+
+
+@contextlib.contextmanager
+def warnings_off() -> Iterator[None]:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        yield
 
 
 # ------------------------------------------------------------------ verification
 
 
-def _verify(tmp: Path, kind: OutputKind, entries: list[_Entry], fd_in: int | None,
-            inp: LoadedInput, keep_container: bool) -> str:
-    """Reload OUT and compare every tensor's bytes with the (cast) input."""
-    out_key = (inp.container_key or "state_dict").split("/")[0] if keep_container else None
+def _fail(what: str) -> InspectError:
+    return InspectError(f"verification failed: {what}", hint="report this; OUT was not written",
+                        status=ExitStatus.INTERNAL)
+
+
+def _verify(tmp: Path, kind: OutputKind, entries: list[_Entry], files: FilePool,
+            inp: LoadedInput | None, keep_container: bool) -> str:
+    """Reload OUT and compare every entry with the (cast) input: tensor bytes, and the
+    values of extra state / quantized entries."""
+    out_key = (inp.container_key or "state_dict").split("/")[0] if keep_container and inp else None
     if kind is OutputKind.pt:
         import torch
 
         try:
-            torch.load(tmp, weights_only=True, map_location="meta")
+            with warnings_off():
+                torch.load(tmp, weights_only=True, map_location="cpu", mmap=True)
         except Exception as exc:  # noqa: BLE001 - any failure means the output is unusable
-            raise InspectError(f"verification failed: the written file does not load with "
-                               f"weights_only=True ({str(exc).splitlines()[0][:200]})",
-                               hint="report this; OUT was not written", status=ExitStatus.INTERNAL) from None
+            raise _fail(f"the written file does not load with weights_only=True "
+                        f"({str(exc).splitlines()[0][:200]})") from None
     else:
         from safetensors import safe_open
 
         with safe_open(str(tmp), framework="pt") as f:
-            if set(f.keys()) != {e.name for e in entries}:
-                raise InspectError("verification failed: safetensors keys differ",
-                                   hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
-    reread = open_input(tmp, key=out_key)
+            if set(f.keys()) != {e.name for e in entries if e.src.is_tensor}:
+                raise _fail("safetensors keys differ")
+    reread = open_input(tmp, key=out_key, fmt=detect_format(tmp))
     got = {t.name: t for t in reread.tensors}
-    fd_out = os.open(tmp, os.O_RDONLY) if reread.streamed else None
-    try:
+    with FilePool() as out_files:
         for e in entries:
+            if kind is OutputKind.safetensors and not e.src.is_tensor:
+                continue
             t = got.get(e.name)
-            if t is None or t.shape != e.src.shape or t.dtype != e.dtype:
-                raise InspectError(f"verification failed for {e.name!r}: missing or wrong shape/dtype",
-                                   hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
-            if not _same_bytes(_data(e, fd_in), t, fd_out):
-                raise InspectError(f"verification failed: {e.name!r} differs after reload",
-                                   hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
-    finally:
-        if fd_out is not None:
-            os.close(fd_out)
+            if t is None or t.shape != e.src.shape or t.dtype != e.dtype or t.kind != e.src.kind:
+                raise _fail(f"{e.name!r}: missing or wrong shape/dtype")
+            if not e.src.is_tensor or e.dtype.startswith(("qint", "quint")):
+                if not _same_object(_value_of(e, files), _value_of_src(t, out_files)):
+                    raise _fail(f"{e.name!r} differs after reload")
+                continue
+            if not _same_bytes(_data(e, files), t, out_files):
+                raise _fail(f"{e.name!r} differs after reload")
     return "exact after cast" if any(e.dtype != e.src.dtype for e in entries) else "bit-exact"
 
 
-def _same_bytes(expected: Iterator[bytes | memoryview], actual: TensorSource, fd: int | None) -> bool:
+def _value_of(e: _Entry, files: FilePool) -> Any:
+    from torchinspect.io.diff import _value
+
+    return _value(e.src, files)
+
+
+def _value_of_src(t: TensorSource, files: FilePool) -> Any:
+    from torchinspect.io.diff import _value
+
+    return _value(t, files)
+
+
+def _same_object(a: Any, b: Any) -> bool:
+    """Equality for extra state / quantized values (tensors compared exactly, bits and params)."""
+    import sys
+
+    torch = sys.modules.get("torch")
+    if torch is not None and isinstance(a, torch.Tensor):
+        if not isinstance(b, torch.Tensor) or a.dtype != b.dtype or a.shape != b.shape:
+            return False
+        if a.is_quantized:
+            same_q = a.qscheme() == b.qscheme() and (
+                (a.q_scale() == b.q_scale() and a.q_zero_point() == b.q_zero_point())
+                if a.qscheme() in (torch.per_tensor_affine, torch.per_tensor_symmetric)
+                else torch.equal(a.q_per_channel_scales(), b.q_per_channel_scales()))
+            return same_q and torch.equal(a.int_repr(), b.int_repr())
+        return torch.equal(a, b)
+    if isinstance(a, (tuple, list)):
+        return isinstance(b, (tuple, list)) and len(a) == len(b) and \
+            all(_same_object(x, y) for x, y in zip(a, b, strict=True))
+    if isinstance(a, dict):
+        return isinstance(b, dict) and a.keys() == b.keys() and all(_same_object(a[k], b[k]) for k in a)
+    return bool(a == b)
+
+
+def _same_bytes(expected: Iterator[bytes | memoryview], actual: TensorSource, files: FilePool) -> bool:
     pos = 0
     for chunk in expected:
         view = memoryview(chunk).cast("B")
-        if actual.read(fd, pos, view.nbytes) != view:
+        if actual.read(files, pos, view.nbytes) != view:
             return False
         pos += view.nbytes
     return pos == actual.nbytes
 
 
-def _strict_load(tmp: Path, kind: OutputKind, model: Any, arch: str, key: str | None) -> str:
-    import torch
+def _check_target(tmp: Path, kind: OutputKind, target: dict[str, Any], name: str,
+                  key: str | None, allow_partial: bool, shard_dir: Path | None = None,
+                  shard_tmps: dict[str, Path] | None = None) -> str:
+    """Does the written file load into the target by PyTorch's rules (io/diff.py)?"""
+    from torchinspect.io.meta import read_checkpoint_meta
 
-    from torchinspect.io.state_dict import extract_state_dict
-
-    if kind is OutputKind.pt:
-        obj = torch.load(tmp, weights_only=True, map_location="meta")
-        sd, _ = extract_state_dict(obj, key)
-    else:
+    if shard_tmps:
+        from torchinspect.io.meta import TensorMeta
         from torchinspect.io.safetensors import read_safetensors_header
 
-        header = read_safetensors_header(tmp)
-        sd = {n: torch.empty(e.shape, dtype=_torch_dtype(e.dtype), device="meta")
-              for n, e in header.entries.items()}
-    try:
-        model.load_state_dict(sd, strict=True, assign=True)
-    except RuntimeError as exc:
-        lines = [ln.strip() for ln in str(exc).splitlines() if ln.strip()]
-        raise InspectError(
-            f"the converted weights do not load into {arch} with strict=True: "
-            f"{' '.join(lines[1:3])[:300] if len(lines) > 1 else lines[0][:300]}",
-            hint=f"run `inspect diff {arch} OUT` to see every mismatch; OUT was not written",
-            status=ExitStatus.CHECK_FAILED,
-        ) from None
-    return f"loads into {arch} with strict=True"
+        got: dict[str, Any] = {}
+        for p in shard_tmps.values():
+            for n, e in read_safetensors_header(p).entries.items():
+                got[n] = TensorMeta(e.shape, e.dtype, "cpu", e.nbytes, f"{p}:{e.begin}")
+    else:
+        got = read_checkpoint_meta(tmp, key=key, fmt=detect_format(tmp)).tensors
+    if kind is OutputKind.safetensors:  # plain extra state went to __metadata__
+        from torchinspect.io.meta import TensorMeta
+
+        for k, t in target.items():
+            if t.kind == "extra_state" and k not in got:
+                got[k] = TensorMeta((), "extra_state", "cpu", 0, None, "extra_state")
+    return _compare_target(got, target, name, allow_partial)
+
+
+def _compare_target(got: Mapping[str, Any], target: dict[str, Any], name: str,
+                    allow_partial: bool) -> str:
+    from torchinspect.io.diff import DiffSide, Verdict, diff_state_dicts
+    from torchinspect.io.meta import TensorMeta
+
+    metas = {k: v if isinstance(v, TensorMeta) else TensorMeta(v.shape, v.dtype, v.device, v.nbytes,
+                                                               None, v.kind) for k, v in got.items()}
+    res = diff_state_dicts(DiffSide(name, "model", dict(target)), DiffSide("OUT", "checkpoint", metas))
+    v = res.verdict
+    if v is Verdict.strict:
+        return f"loads into {name} with strict=True"
+    if v is not Verdict.incompatible and allow_partial:
+        return (f"partial: {len(res.matched)} of {res.target_total} tensors of {name} get a value "
+                f"(strict=False; {len(res.missing)} missing, {len(res.unexpected)} unexpected; "
+                "--allow-partial)")
+    detail = []
+    if res.shape_mismatches:
+        m = res.shape_mismatches[0]
+        detail.append(f"{len(res.shape_mismatches)} shape mismatch(es), e.g. {m.key}: "
+                      f"{tuple(m.b.shape)} into {tuple(m.a.shape)}")
+    if res.missing:
+        detail.append(f"{len(res.missing)} missing (e.g. {res.missing[0]})")
+    if res.unexpected:
+        detail.append(f"{len(res.unexpected)} unexpected (e.g. {res.unexpected[0]})")
+    if not res.matched:
+        detail.append("no key matches")
+    partial_ok = not res.shape_mismatches and res.matched
+    raise InspectError(
+        f"the converted weights do not load into {name} with strict=True: {'; '.join(detail)}",
+        hint=("pass --allow-partial to write the partial state_dict anyway; " if partial_ok else "")
+        + f"`inspect diff IN --arch {name}` shows every mismatch (OUT was not written)",
+        status=ExitStatus.CHECK_FAILED,
+    )

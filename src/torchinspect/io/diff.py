@@ -14,6 +14,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from torchinspect.io.formats import CheckpointFormat
 from torchinspect.io.keys import KeyGroup, group_keys
 from torchinspect.io.meta import TensorMeta, TensorSet, read_checkpoint_meta
 from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps
@@ -22,9 +23,21 @@ FOLDED_SUFFIXES = (".num_batches_tracked",)
 
 
 class Verdict(StrEnum):
+    """What ``A.load_state_dict(B)`` does, by PyTorch's own rules.
+
+    Exit codes of ``inspect diff``: strict and complete 0; partial 1 (0 with --allow-partial);
+    incompatible 1.
+    """
+
     strict = "strict"  # loads with strict=True
-    partial = "partial"  # loads with strict=False (some keys missing/unexpected)
+    complete = "complete"  # every target entry gets a value; B has extra keys (strict=False)
+    partial = "partial"  # strict=False leaves some target entries without a value
     incompatible = "incompatible"  # nothing matches, or a shape mismatch (load_state_dict raises)
+
+    @property
+    def loads(self) -> bool:
+        """Every entry of the target gets a value."""
+        return self in (Verdict.strict, Verdict.complete)
 
 
 @dataclass
@@ -52,19 +65,58 @@ class DiffSide(TensorSet):
 
 
 def checkpoint_side(path: str | os.PathLike[str], *, key: str | None = None,
-                    trust_pickle: bool = False) -> DiffSide:
-    """A checkpoint file as a diff side (metadata only)."""
-    meta = read_checkpoint_meta(path, key=key, trust_pickle=trust_pickle)
+                    trust_pickle: bool = False, fmt: CheckpointFormat | None = None) -> DiffSide:
+    """A checkpoint (file, sharded index/folder, DCP folder) as a diff side (metadata only).
+    ``fmt``: the already detected format of a single file (detection runs once per file)."""
+    meta = read_checkpoint_meta(path, key=key, trust_pickle=trust_pickle, fmt=fmt)
     return DiffSide(str(path), "checkpoint", meta.tensors, str(meta.format), meta.container_key,
-                    meta.extras, [], meta.file_size, Path(path), key)
+                    meta.extras, list(meta.notes), meta.file_size, Path(path), key)
 
 
-def model_side(label: str, state_dict: dict[str, Any], notes: list[str] | None = None) -> DiffSide:
-    """A model's ``state_dict()`` (meta tensors are fine) as a diff side."""
-    tensors = {k: TensorMeta(tuple(v.shape), str(v.dtype).removeprefix("torch."), "model",
-                             v.numel() * v.element_size()) for k, v in state_dict.items()
-               if hasattr(v, "shape")}
+def entry_meta(key: str, v: Any, device: str = "model") -> TensorMeta | None:
+    """TensorMeta of one ``state_dict()`` value (tensor, extra state, packed params)."""
+    from torchinspect.io.state_dict import state_entry_kind
+
+    kind = state_entry_kind(key, v)
+    if kind is None:
+        return None
+    if kind == "tensor":
+        storage = None if v.is_meta or v.is_quantized else \
+            f"{v.untyped_storage().data_ptr()}@{v.storage_offset()}"
+        return TensorMeta(tuple(v.shape), str(v.dtype).removeprefix("torch."), device,
+                          v.numel() * v.element_size(), storage)
+    if kind == "packed":
+        w = v[0]
+        return TensorMeta(tuple(w.shape), str(w.dtype).removeprefix("torch."), device,
+                          w.numel() * w.element_size(), None, kind)
+    return TensorMeta((), kind, device, 0, None, kind)
+
+
+def model_side(label: str, state_dict: dict[str, Any], notes: list[str] | None = None,
+               tied: list[list[str]] | None = None) -> DiffSide:
+    """A model's ``state_dict()`` (meta tensors are fine) as a diff side. Tensors, modules'
+    extra state and quantized packed params all count: ``load_state_dict`` expects them.
+    ``tied``: groups of keys that are one parameter in the model (see :func:`tied_groups`)."""
+    from dataclasses import replace
+
+    group_of = {k: f"tied:{i}" for i, g in enumerate(tied or []) for k in g}
+    tensors = {}
+    for k, v in state_dict.items():
+        m = entry_meta(k, v)
+        if m is not None:
+            tensors[k] = replace(m, storage=group_of[k]) if k in group_of else m
     return DiffSide(label, "model", tensors, None, None, {}, list(notes or []))
+
+
+def tied_groups(model: Any) -> list[list[str]]:
+    """Keys of ``model.state_dict()`` that are the same parameter/buffer object (tied
+    embedding and LM head): loading one of them sets all."""
+    by_id: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(name)
+    for name, b in model.named_buffers(remove_duplicate=False):
+        by_id.setdefault(id(b), []).append(name)
+    return [g for g in by_id.values() if len(g) > 1]
 
 
 @dataclass(frozen=True)
@@ -107,24 +159,39 @@ class DiffResult:
     rtol: float = 1e-5
     atol: float = 1e-8
 
+    notes: list[str] = field(default_factory=list)
+    tied_fill: list[str] = field(default_factory=list)  # missing in B, set through a tie in A
+
     @property
     def verdict(self) -> Verdict:
         if self.shape_mismatches or not self.matched:
             return Verdict.incompatible
-        if self.missing or self.unexpected:
+        if self.missing:
             return Verdict.partial
+        if self.unexpected or self.tied_fill:
+            return Verdict.complete
         return Verdict.strict
 
     @property
     def target_total(self) -> int:
-        return len(self.matched) + len(self.missing) + len(self.shape_mismatches)
+        return len(self.matched) + len(self.missing) + len(self.shape_mismatches) + len(self.tied_fill)
 
     def verdict_text(self) -> str:
         v = self.verdict
         if v is Verdict.strict:
             return f"loads with strict=True ({len(self.matched)} tensors)"
+        if v is Verdict.complete:
+            why = []
+            if self.unexpected:
+                why.append(f"{len(self.unexpected)} unexpected key(s) in B are ignored")
+            if self.tied_fill:
+                why.append(f"{len(self.tied_fill)} tied key(s) absent from B get their value "
+                           "through the tie")
+            return (f"loads with strict=False: every one of the {self.target_total} target tensors "
+                    f"gets a value; {'; '.join(why)}")
         if v is Verdict.partial:
-            return f"loads with strict=False: {len(self.matched)} of {self.target_total} tensors"
+            return (f"partial load: only {len(self.matched)} of {self.target_total} target tensors "
+                    f"get a value with strict=False ({len(self.missing)} missing)")
         if self.shape_mismatches:
             return (f"incompatible: {len(self.shape_mismatches)} shape mismatch(es); "
                     f"load_state_dict raises even with strict=False")
@@ -150,6 +217,8 @@ class DiffResult:
             "applied_remap": self.applied_remap.to_dict() if self.applied_remap else None,
             "renamed": self.renamed,
             "values": None if self.values is None else [v.to_dict() for v in self.values],
+            "notes": self.notes, "tied_fill": self.tied_fill, "extra_state": {"a": self.a.extra_state, "b": self.b.extra_state},
+            "tied": {"a": self.a.tied, "b": self.b.tied},
             "groups": {w: [g.to_dict() for g in self.grouped(w)]
                        for w in ("missing", "unexpected", "shape_mismatches", "dtype_mismatches")},
         }
@@ -180,53 +249,128 @@ def diff_state_dicts(a: DiffSide, b: DiffSide, *, auto_prefix: bool = False,
                 renamed[k] = new
             b_tensors[new] = v
     matched, missing, shape_mm, dtype_mm, folded = [], [], [], [], []
+    notes: list[str] = []
+    tied_fill: list[str] = []
     for k, ta in a.tensors.items():
         tb = b_tensors.get(k)
         if tb is None:
             (folded if fold_batch_counters and _is_folded(k) else missing).append(k)
             continue
-        if ta.shape != tb.shape:
-            shape_mm.append(Mismatch(k, ta, tb))
+        if ta.kind in ("extra_state", "packed_dtype"):
+            matched.append(k)  # set_extra_state / the packing dtype: no shape to check
             continue
+        if not _shapes_load(ta.shape, tb.shape):
+            shape_mm.append(Mismatch(k, ta, tb))
+            if ta.kind == "packed" or tb.kind == "packed":
+                notes.append(f"{k}: torch.ao quantized packed params load without a shape check; "
+                             "load_state_dict would silently change this layer's shape")
+            continue
+        if ta.shape != tb.shape:
+            notes.append(f"{k}: a {_fmt(tb.shape)} tensor loads into a 0-dim parameter "
+                         "(PyTorch takes its single element)")
         matched.append(k)
         if ta.dtype != tb.dtype:
             dtype_mm.append(Mismatch(k, ta, tb))
+        if tb.nbytes == 0 and ta.nbytes and tb.kind == "tensor":
+            notes.append(f"{k}: B holds an empty placeholder")
+    if missing:  # a missing key tied to a matched one gets its value through the tie
+        by_storage: dict[str, list[str]] = {}
+        for k in matched:
+            st = a.tensors[k].storage
+            if st and st.startswith("tied:"):
+                by_storage.setdefault(st, []).append(k)
+        still = []
+        for k in missing:
+            st = a.tensors[k].storage
+            if st and st in by_storage:
+                tied_fill.append(k)
+                notes.append(f"{k}: not in B, but tied to {by_storage[st][0]} in A (gets its value)")
+            else:
+                still.append(k)
+        missing = still
     unexpected = []
     for k in b_tensors:
         if k not in a.tensors:
             (folded if fold_batch_counters and _is_folded(k) else unexpected).append(k)
     return DiffResult(a, b, matched, missing, unexpected, shape_mm, dtype_mm, folded, remaps,
-                      applied, renamed)
+                      applied, renamed, notes=notes, tied_fill=tied_fill)
+
+
+def _shapes_load(target: tuple[int, ...], source: tuple[int, ...]) -> bool:
+    """PyTorch's rule (Module._load_from_state_dict): equal shapes, or a (1,) tensor into a
+    0-dim parameter (backward compatibility with 0.3 checkpoints)."""
+    return target == source or (target == () and source == (1,))
+
+
+def _fmt(shape: tuple[int, ...]) -> str:
+    return "(" + ", ".join(str(d) for d in shape) + (",)" if len(shape) == 1 else ")")
 
 
 def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: float = 1e-5,
                    atol: float = 1e-8) -> list[ValueDiff]:
-    """Per-tensor max abs diff / allclose for the matched keys (both sides need data)."""
+    """Per-tensor max abs diff / allclose for the matched keys (both sides need data).
+
+    Tensors are read one pair at a time through the checkpoint reader (any layout);
+    quantized tensors are compared dequantized."""
     import torch
 
     from torchinspect.errors import InspectError
-    from torchinspect.io.checkpoint import read_state_dict
+    from torchinspect.io.tensors import FilePool, open_input
 
     if result.a.path is None or result.b.path is None:
         raise InspectError("--values needs data on both sides: pass two checkpoint files",
                            hint="a model side is built without weights (on the meta device)")
-    sa, _, _ = read_state_dict(result.a.path, key=result.a.key, trust_pickle=trust_pickle)
-    sb_raw, _, _ = read_state_dict(result.b.path, key=result.b.key, trust_pickle=trust_pickle)
-    sb = {result.renamed.get(k, k): v for k, v in sb_raw.items()}
+    ia = open_input(result.a.path, key=result.a.key, trust_pickle=trust_pickle)
+    ib = open_input(result.b.path, key=result.b.key, trust_pickle=trust_pickle)
+    sa = {t.name: t for t in ia.tensors}
+    sb = {result.renamed.get(t.name, t.name): t for t in ib.tensors}
     out = []
-    for k in result.matched:
-        x, y = sa[k], sb[k]
-        equal = x.dtype == y.dtype and torch.equal(x, y)
-        if equal:
-            out.append(ValueDiff(k, 0.0, True, True))
-            continue
-        wide = torch.float64 if torch.float64 in (x.dtype, y.dtype) else torch.float32
-        xf, yf = x.to(wide), y.to(wide)
-        if xf.numel() == 0:
-            out.append(ValueDiff(k, 0.0, True, False))
-            continue
-        diff = float((xf - yf).abs().max())
-        out.append(ValueDiff(k, diff, bool(torch.allclose(xf, yf, rtol=rtol, atol=atol, equal_nan=True)),
-                             False))
+    with FilePool() as files:
+        for k in result.matched:
+            x, y = _comparable(_value(sa[k], files)), _comparable(_value(sb[k], files))
+            if x is None or y is None:
+                continue  # extra state / packing dtype: not numbers
+            if x.shape != y.shape:
+                y = y.reshape(x.shape)  # (1,) into a 0-dim parameter
+            equal = x.dtype == y.dtype and torch.equal(x, y)
+            if equal:
+                out.append(ValueDiff(k, 0.0, True, True))
+                continue
+            wide = torch.float64 if torch.float64 in (x.dtype, y.dtype) else torch.float32
+            xf, yf = x.to(wide), y.to(wide)
+            if xf.numel() == 0:
+                out.append(ValueDiff(k, 0.0, True, False))
+                continue
+            diff = float((xf - yf).abs().max())
+            out.append(ValueDiff(k, diff, bool(torch.allclose(xf, yf, rtol=rtol, atol=atol,
+                                                              equal_nan=True)), False))
     result.values, result.rtol, result.atol = out, rtol, atol
     return out
+
+
+def _value(src: Any, files: Any) -> Any:
+    """The torch value of one TensorSource (read from the file when streamed)."""
+    import torch
+
+    if not src.is_tensor:
+        return src.value
+    if src.tensor is not None:
+        return src.tensor
+    if src.loader is not None:
+        return src.loader()
+    data = bytearray(src.read(files, 0, src.nbytes)) if src.nbytes else bytearray()
+    dtype = getattr(torch, src.dtype)
+    if not data:
+        return torch.empty(src.shape, dtype=dtype)
+    return torch.frombuffer(data, dtype=dtype).reshape(src.shape)
+
+
+def _comparable(v: Any) -> Any:
+    """A plain tensor to compare: quantized tensors (and packed weights) dequantized."""
+    import torch
+
+    if isinstance(v, tuple) and v and isinstance(v[0], torch.Tensor):
+        v = v[0]
+    if not isinstance(v, torch.Tensor):
+        return None
+    return v.dequantize() if v.is_quantized else v

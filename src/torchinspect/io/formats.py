@@ -29,6 +29,8 @@ class CheckpointFormat(StrEnum):
     safetensors = "safetensors"
     torchscript = "torchscript"  # torch.jit.save archive: a model, not weights
     export_pt2 = "export_pt2"  # torch.export.save archive: a model, not weights
+    hf_sharded = "hf_sharded"  # Hugging Face *.index.json + shards (io/layouts.py)
+    dcp = "dcp"  # torch.distributed.checkpoint folder (io/layouts.py)
 
     @property
     def is_model_archive(self) -> bool:
@@ -60,7 +62,7 @@ def classify_zip(path: Path) -> CheckpointFormat:
     try:
         with zipfile.ZipFile(path) as zf:
             names = zf.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError) as exc:
+    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError) as exc:
         raise InspectError(
             f"{path}: truncated or corrupt zip checkpoint ({exc})",
             hint="the download or copy was probably cut short; fetch the file again",

@@ -1,9 +1,8 @@
 """Checkpoint metadata without tensor data: keys, shapes, dtypes, saved devices, container.
 
-safetensors: the header. torch.save zip files: the pickle read by a restricted pure-Python
-unpickler (io/torchzip.py), no torch import at all. Anything that reader does not know
-(and legacy non-zip files) falls back to ``torch.load(weights_only=True, mmap=True)``
-with a ``map_location`` that records each storage's saved device.
+A thin view of the one reader, :func:`torchinspect.io.tensors.open_input` (safetensors
+header, the restricted zip reader, torch's weights-only loader as the fallback, sharded and
+DCP layouts), with ``need_bytes=False``.
 """
 
 from __future__ import annotations
@@ -13,32 +12,37 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.io.formats import (
-    CheckpointFormat,
-    weights_file,
-)
-from torchinspect.io.safetensors import read_safetensors_header
-from torchinspect.io.state_dict import container_extras, find_state_dict
-from torchinspect.io.torchzip import NeedsTorch, TensorRef, read_torch_zip_structure
+from torchinspect.io.formats import CheckpointFormat
+from torchinspect.io.state_dict import describe_value
 
 
 @dataclass(frozen=True)
 class TensorMeta:
-    """Shape, dtype (torch name, e.g. ``"float16"``), saved device and size of one tensor."""
+    """Shape, dtype (torch name, e.g. ``"float16"``), saved device and size of one entry.
+
+    ``kind`` is ``"tensor"`` or one of the non-tensor state_dict entries ``load_state_dict``
+    consumes: ``"extra_state"`` (a module's ``get_extra_state()``), ``"packed"`` (torch.ao
+    quantized Linear's ``(qweight, bias)``: shape and dtype of the weight), ``"packed_dtype"``.
+    """
 
     shape: tuple[int, ...]
     dtype: str
     device: str = "cpu"
     nbytes: int = 0
     storage: str | None = None  # storage identity inside the file (tied tensors share it)
+    kind: str = "tensor"
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "dtype": self.dtype, "device": self.device,
-                "nbytes": self.nbytes}
+                "nbytes": self.nbytes, "kind": self.kind}
 
 
 class TensorSet:
-    """Totals over a ``tensors`` mapping of TensorMeta (checkpoint metadata, diff sides)."""
+    """Totals over a ``tensors`` mapping of TensorMeta (checkpoint metadata, diff sides).
+
+    Bytes count each storage view once (tied tensors are one tensor on disk); ``tied`` lists
+    the groups of keys that share one.
+    """
 
     tensors: dict[str, TensorMeta]
 
@@ -48,7 +52,27 @@ class TensorSet:
 
     @property
     def total_bytes(self) -> int:
-        return sum(t.nbytes for t in self.tensors.values())
+        seen: set[str] = set()
+        total = 0
+        for t in self.tensors.values():
+            if t.storage is not None and t.nbytes:
+                if t.storage in seen:
+                    continue
+                seen.add(t.storage)
+            total += t.nbytes
+        return total
+
+    @property
+    def tied(self) -> list[list[str]]:
+        groups: dict[str, list[str]] = {}
+        for k, t in self.tensors.items():
+            if t.storage is not None and t.nbytes and t.kind == "tensor":
+                groups.setdefault(t.storage, []).append(k)
+        return [g for g in groups.values() if len(g) > 1]
+
+    @property
+    def extra_state(self) -> list[str]:
+        return [k for k, t in self.tensors.items() if k.endswith("_extra_state")]
 
 
 @dataclass
@@ -63,66 +87,25 @@ class CheckpointMeta(TensorSet):
     extras: dict[str, str] = field(default_factory=dict)  # other container entries, described
     metadata: dict[str, str] = field(default_factory=dict)  # safetensors __metadata__
     file_size: int = 0
-
-
-def _describe(v: Any) -> str:
-    if isinstance(v, (bool, int, float)) or v is None:
-        return repr(v)
-    if isinstance(v, str):
-        return repr(v[:60])
-    if isinstance(v, dict):
-        return f"dict ({len(v)} entries)"
-    if isinstance(v, (list, tuple)):
-        return f"{type(v).__name__} ({len(v)} items)"
-    return type(v).__name__
+    notes: list[str] = field(default_factory=list)
 
 
 def read_checkpoint_meta(path: str | os.PathLike[str], *, key: str | None = None,
-                         trust_pickle: bool = False) -> CheckpointMeta:
+                         trust_pickle: bool = False,
+                         fmt: CheckpointFormat | None = None) -> CheckpointMeta:
     """Read keys, shapes, dtypes and saved devices without materializing tensor data.
 
-    ``key`` chooses the container entry as in :func:`extract_state_dict`. A torch zip
-    checkpoint or a safetensors file costs a few MB whatever its size, and does not import
-    torch. Raises :class:`InspectError` / :class:`UnsafeCheckpointError` exactly like
-    :func:`read_checkpoint` (TorchScript/.pt2 archives included).
+    ``key`` chooses the container entry as in :func:`extract_state_dict`; ``fmt`` skips
+    format detection when the caller already ran :func:`detect_format`. A torch zip
+    checkpoint, a safetensors file or a sharded index costs a few MB whatever its size and
+    does not import torch. Raises :class:`InspectError` / :class:`UnsafeCheckpointError`
+    exactly like :func:`read_checkpoint` (TorchScript/.pt2 archives included).
     """
-    path, fmt, size = weights_file(path)
-    if fmt is CheckpointFormat.safetensors:
-        header = read_safetensors_header(path)
-        tensors = {n: TensorMeta(e.shape, e.dtype, "cpu", e.nbytes, f"{e.begin}")
-                   for n, e in header.entries.items()}
-        return CheckpointMeta(path, fmt, tensors, metadata=header.metadata, file_size=size)
-    obj: Any = None
-    if fmt is CheckpointFormat.torch_zip:
-        try:
-            obj, _archive = read_torch_zip_structure(path)
-        except NeedsTorch:
-            obj = None
-    if obj is not None:
-        sd, used = find_state_dict(obj, key, is_tensor=lambda x: isinstance(x, TensorRef),
-                                   source=str(path))
-        tensors = {k: _ref_meta(v) for k, v in sd.items()}
-    else:
-        obj, tensors, used = _meta_via_torch(path, fmt, key, trust_pickle)
-    top = [str(k) for k in obj] if isinstance(obj, dict) else []
-    extras = {k: _describe(v) for k, v in container_extras(obj, used).items()}
-    return CheckpointMeta(path, fmt, tensors, used, top, extras, {}, size)
+    from torchinspect.io.tensors import open_input
 
-
-def _ref_meta(ref: TensorRef) -> TensorMeta:
-    return TensorMeta(ref.shape, ref.dtype, ref.storage.location, ref.nbytes,
-                      f"{ref.storage.key}@{ref.offset}")
-
-
-def _meta_via_torch(path: Path, fmt: CheckpointFormat, key: str | None,
-                    trust_pickle: bool) -> tuple[Any, dict[str, TensorMeta], str | None]:
-    from torchinspect.io.torch_load import load_state_dict_with_devices
-
-    obj, sd, used, locations = load_state_dict_with_devices(path, fmt, key, trust_pickle)
-    tensors = {}
-    for k, t in sd.items():
-        ptr = t.untyped_storage().data_ptr()
-        dtype = str(t.dtype).removeprefix("torch.")
-        tensors[k] = TensorMeta(tuple(t.shape), dtype, locations.get(ptr, str(t.device)),
-                                t.numel() * t.element_size(), f"{ptr}@{t.storage_offset()}")
-    return obj, tensors, used
+    inp = open_input(path, key=key, trust_pickle=trust_pickle, need_bytes=False, fmt=fmt)
+    tensors = {t.name: TensorMeta(t.shape, t.dtype, t.device, t.nbytes, t.tie, t.kind)
+               for t in inp.tensors}
+    extras = {k: describe_value(v) for k, v in inp.extras.items()}
+    return CheckpointMeta(inp.path, inp.format, tensors, inp.container_key, inp.top_level_keys,
+                          extras, inp.metadata, inp.file_size, inp.notes)

@@ -86,7 +86,7 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
         if not isinstance(info, dict):
             raise _bad(path, f"entry {name!r} is not an object")
         code, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if code not in ST_DTYPES:
+        if not isinstance(code, str) or code not in ST_DTYPES:
             raise _bad(path, f"tensor {name!r} has unknown dtype {code!r}")
         if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)):
             raise _bad(path, f"tensor {name!r} has an invalid shape {shape!r}")

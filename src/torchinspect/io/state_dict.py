@@ -41,23 +41,46 @@ def _is_module(x: Any) -> bool:
     return torch is not None and isinstance(x, torch.nn.Module)
 
 
+#: Suffixes of state_dict entries that are not plain tensors but belong to the state_dict:
+#: ``get_extra_state`` of a module (TransformerEngine/FP8 layers, anything), and torch.ao's
+#: quantized Linear packing (``_packed_params._packed_params`` = (qweight, bias), and its dtype).
+EXTRA_STATE_SUFFIX = "_extra_state"
+PACKED_SUFFIX = "_packed_params._packed_params"
+PACKED_DTYPE_SUFFIX = "_packed_params.dtype"
+
+
+def state_entry_kind(key: str, value: Any, is_tensor: TensorTest = _is_torch_tensor) -> str | None:
+    """``"tensor"``, ``"extra_state"``, ``"packed"``, ``"packed_dtype"``, or None (not a
+    state_dict entry). What ``nn.Module.load_state_dict`` consumes for this key."""
+    if is_tensor(value):
+        return "tensor"
+    if key.endswith(EXTRA_STATE_SUFFIX):
+        return "extra_state"
+    if key.endswith(PACKED_SUFFIX) and isinstance(value, tuple) and value and is_tensor(value[0]):
+        return "packed"
+    if key.endswith(PACKED_DTYPE_SUFFIX):
+        return "packed_dtype"
+    return None
+
+
 def is_tensor_dict(obj: Any, is_tensor: TensorTest = _is_torch_tensor) -> bool:
-    """True for a mapping of str -> tensor (``*_extra_state`` entries may be anything)."""
+    """True for a mapping of str -> tensor (``*_extra_state`` and quantized packed-params
+    entries may be other objects)."""
     if not isinstance(obj, Mapping) or not obj:
         return False
     has_tensor = False
     for k, v in obj.items():
         if not isinstance(k, str):
             return False
-        if is_tensor(v):
-            has_tensor = True
-        elif not k.endswith("_extra_state"):
+        kind = state_entry_kind(k, v, is_tensor)
+        if kind is None:
             return False
+        has_tensor = has_tensor or kind in ("tensor", "packed")
     return has_tensor
 
 
 def _tensors_only(d: Mapping[str, Any], is_tensor: TensorTest) -> dict[str, Any]:
-    return {k: v for k, v in d.items() if is_tensor(v)}
+    return {k: v for k, v in d.items() if isinstance(k, str) and state_entry_kind(k, v, is_tensor)}
 
 
 def _describe_keys(obj: Mapping[Any, Any], is_tensor: TensorTest) -> str:
@@ -135,8 +158,8 @@ def _search(obj: Any, is_tensor: TensorTest, depth: int) -> tuple[dict[str, Any]
     if len(candidates) == 1:
         return _tensors_only(obj[candidates[0]], is_tensor), candidates[0]
     if not candidates and depth == 0:
-        tensors = _tensors_only({k: v for k, v in obj.items() if isinstance(k, str)}, is_tensor)
-        if tensors:  # a flat state_dict with a few scalars (epoch, step) beside it
+        tensors = _tensors_only(obj, is_tensor)
+        if any(state_entry_kind(k, v, is_tensor) in ("tensor", "packed") for k, v in tensors.items()):  # a flat state_dict with a few scalars (epoch, step) beside it
             return tensors, None
     return None
 
@@ -159,12 +182,33 @@ def extract_state_dict(obj: Any, key: str | None = None, *,
     return find_state_dict(obj, key, is_tensor=_is_torch_tensor, source=source)
 
 
-def container_extras(obj: Any, key_used: str | None) -> dict[str, Any]:
-    """Top-level container entries other than the one holding the weights."""
-    if not isinstance(obj, Mapping) or key_used is None:
+def container_extras(obj: Any, key_used: str | None,
+                     state_dict: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Top-level container entries other than the one holding the weights (for a flat
+    state_dict with scalars beside it, the non-state entries)."""
+    if not isinstance(obj, Mapping):
         return {}
+    if key_used is None:
+        if state_dict is None or len(state_dict) == len(obj):
+            return {}
+        return {str(k): v for k, v in obj.items() if k not in state_dict}
     top = key_used.split("/")[0]
     return {str(k): v for k, v in obj.items() if k != top}
+
+
+def describe_value(v: Any) -> str:
+    """A short, data-free description of a container entry (``dict (3 entries)``, ``5``)."""
+    if isinstance(v, (bool, int, float)) or v is None:
+        return repr(v)
+    if hasattr(v, "describe_entry"):
+        return str(v.describe_entry())
+    if isinstance(v, str):
+        return repr(v[:60])
+    if isinstance(v, dict):
+        return f"dict ({len(v)} entries)"
+    if isinstance(v, (list, tuple)):
+        return f"{type(v).__name__} ({len(v)} items)"
+    return type(v).__name__
 
 
 def strip_prefixes(state_dict: Mapping[str, Any],
@@ -192,19 +236,27 @@ def strip_prefixes(state_dict: Mapping[str, Any],
 
 @dataclass(frozen=True)
 class PrefixRemap:
-    """Rename keys starting with ``strip`` to ``add`` + the rest; others unchanged."""
+    """Rename keys starting with ``strip`` to ``add`` + the rest; others unchanged. With
+    ``infix`` (e.g. ``"_orig_mod."``), that path component is removed wherever it occurs
+    (per-block ``torch.compile``: ``layer1._orig_mod.0.conv1.weight``)."""
 
     strip: str
     add: str
     matched: int  # keys of the target matched after the remap
     total: int  # keys of the target
+    infix: str = ""
 
     def apply(self, key: str) -> str:
+        if self.infix:
+            parts = [p for p in key.split(".") if p != self.infix.rstrip(".")]
+            key = ".".join(parts)
         if key.startswith(self.strip):
             return self.add + key[len(self.strip):]
         return key
 
     def describe(self) -> str:
+        if self.infix:
+            return f"remove '{self.infix}' wherever it occurs in a key"
         if self.strip and self.add:
             return f"replace prefix '{self.strip}' with '{self.add}'"
         if self.strip:
@@ -214,8 +266,8 @@ class PrefixRemap:
         return "keys as they are"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"strip": self.strip, "add": self.add, "matched": self.matched,
-                "total": self.total, "description": self.describe()}
+        return {"strip": self.strip, "add": self.add, "infix": self.infix,
+                "matched": self.matched, "total": self.total, "description": self.describe()}
 
 
 def _common_prefixes(keys: list[str], limit: int = 8, depth: int = 3) -> list[str]:
@@ -255,10 +307,18 @@ def find_prefix_remaps(target_keys: Iterable[str], source_keys: Iterable[str],
             n = len(mapped & target)
             if n > base:
                 out.append(PrefixRemap(s, a, n, len(target)))
+    for infix in DEFAULT_PREFIXES:  # wrappers inside the path, not only at its front
+        comp = infix.rstrip(".")
+        if not any(comp in k.split(".")[1:-1] for k in source):
+            continue
+        remap = PrefixRemap("", "", 0, len(target), infix)
+        n = len({remap.apply(k) for k in source} & target)
+        if n > base:
+            out.append(PrefixRemap("", "", n, len(target), infix))
     out.sort(key=lambda r: (-r.matched, len(r.strip) + len(r.add)))
     kept: list[PrefixRemap] = []
     for r in out:  # drop refinements of a better remap ("module.x." -> "x." after "module." -> "")
-        if not any(r.strip.startswith(k.strip) and r.add.startswith(k.add)
+        if not any(not r.infix and not k.infix and r.strip.startswith(k.strip) and r.add.startswith(k.add)
                    and r.strip[len(k.strip):] == r.add[len(k.add):] for k in kept):
             kept.append(r)
     return kept[:limit]

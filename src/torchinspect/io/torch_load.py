@@ -27,24 +27,74 @@ def _first_line(exc: BaseException) -> str:
     return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
-def scan_pickle_globals(data: bytes, max_pickles: int = 4) -> list[str]:
-    """Statically list ``module.name`` globals a pickle stream would import (nothing runs).
+UNRESOLVED = "<unresolvable global>"
+_STRING_OPS = frozenset({"STRING", "BINSTRING", "SHORT_BINSTRING", "UNICODE", "BINUNICODE",
+                         "SHORT_BINUNICODE", "BINUNICODE8"})
+_MARK = object()
 
-    Handles GLOBAL, INST and STACK_GLOBAL (protocol 4+); reads up to ``max_pickles``
+
+class _Unknown:
+    """A stack value the scan does not track (anything but a string)."""
+
+
+def _pop_to_mark(stack: list[Any]) -> None:
+    while stack:
+        if stack.pop() is _MARK:
+            return
+
+
+def scan_pickle_globals(data: bytes, max_pickles: int = 4) -> list[str]:
+    """List exactly the ``module.name`` globals a pickle stream imports (nothing runs).
+
+    Walks the opcodes with the stack and the memo tracked (GLOBAL, INST, STACK_GLOBAL with
+    its strings from PUT/BINPUT/MEMOIZE and GET/BINGET), so a memoized module name is paired
+    with the right attribute. A STACK_GLOBAL whose operands are not plain strings (built at
+    load time) is reported as :data:`UNRESOLVED`, never guessed. Reads up to ``max_pickles``
     consecutive pickles (a legacy torch file is several).
     """
     found: list[str] = []
     stream = io.BytesIO(data)
     for _ in range(max_pickles):
-        strings: list[str] = []
+        stack: list[Any] = []
+        memo: dict[int, Any] = {}
         try:
             for op, arg, _pos in pickletools.genops(stream):
-                if op.name in ("GLOBAL", "INST") and isinstance(arg, str):
-                    found.append(arg.replace(" ", "."))
-                elif op.name == "STACK_GLOBAL" and len(strings) >= 2:
-                    found.append(f"{strings[-2]}.{strings[-1]}")
-                elif isinstance(arg, str):
-                    strings.append(arg)
+                name = op.name
+                if name in _STRING_OPS:
+                    stack.append(arg.decode("latin1") if isinstance(arg, bytes) else str(arg))
+                elif name in ("GLOBAL", "INST"):
+                    if name == "INST":
+                        _pop_to_mark(stack)
+                    found.append(str(arg).replace(" ", "."))
+                    stack.append(_Unknown())
+                elif name == "STACK_GLOBAL":
+                    attr = stack.pop() if stack else None
+                    mod = stack.pop() if stack else None
+                    ok = isinstance(mod, str) and isinstance(attr, str)
+                    found.append(f"{mod}.{attr}" if ok else UNRESOLVED)
+                    stack.append(_Unknown())
+                elif name == "MARK":
+                    stack.append(_MARK)
+                elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+                    memo[int(arg)] = stack[-1] if stack else _Unknown()
+                elif name == "MEMOIZE":
+                    memo[len(memo)] = stack[-1] if stack else _Unknown()
+                elif name in ("GET", "BINGET", "LONG_BINGET"):
+                    stack.append(memo.get(int(arg), _Unknown()))
+                elif name == "DUP":
+                    stack.append(stack[-1] if stack else _Unknown())
+                elif name == "STOP":
+                    break
+                else:
+                    before = op.stack_before
+                    if pickletools.markobject in before:
+                        _pop_to_mark(stack)
+                        extra = before.index(pickletools.markobject)
+                    else:
+                        extra = len(before)
+                    for _i in range(min(extra, len(stack))):
+                        stack.pop()
+                    stack.extend(_Unknown() for _ in op.stack_after)
         except Exception:  # noqa: BLE001 - a broken stream just ends the scan
             break
         if stream.tell() >= len(data):
@@ -54,31 +104,87 @@ def scan_pickle_globals(data: bytes, max_pickles: int = 4) -> list[str]:
 
 def unsafe_globals(path: Path, fmt: CheckpointFormat) -> list[str]:
     """Globals in the checkpoint that a weights-only load does not allow."""
-    import torch
     from torch import _weights_only_unpickler as wou
 
     if fmt is CheckpointFormat.torch_zip:
         try:
-            return sorted(torch.serialization.get_unsafe_globals_in_checkpoint(str(path)))
-        except Exception:  # noqa: BLE001 - fall back to our own scanner (STACK_GLOBAL etc.)
             with zipfile.ZipFile(path) as zf:
                 data = zf.read((zip_prefix(zf.namelist()) or "") + "data.pkl")
+        except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError, NotImplementedError,
+                RuntimeError):
+            return []
     else:
         data = path.read_bytes()[: 64 * 1024 * 1024]
     allowed = set(wou._get_allowed_globals()) | set(wou._get_user_allowed_globals())
+    allowed |= set(HARMLESS_GLOBALS)
     return sorted(g for g in scan_pickle_globals(data) if g not in allowed)
+
+
+#: Harmless globals training scripts put beside the weights (timm's ``args`` Namespace,
+#: Lightning's ``pathlib`` paths in ``hyper_parameters``, ``collections`` containers). They are
+#: plain data: a weights-only load reads them under ``torch.serialization.safe_globals``.
+#: Everything else is still refused.
+HARMLESS_GLOBALS: tuple[str, ...] = (
+    "argparse.Namespace", "pathlib.PosixPath", "pathlib.WindowsPath", "pathlib.PurePosixPath",
+    "pathlib.PureWindowsPath", "pathlib.Path", "collections.defaultdict", "collections.Counter",
+    "collections.deque", "collections.OrderedDict",
+    # defaultdict factories; protocol-2 pickles (torch.save's default) spell builtins __builtin__
+    *(f"{m}.{n}" for m in ("builtins", "__builtin__") for n in ("list", "dict", "set", "int", "float")),
+)
+
+
+def _harmless_objects() -> list[Any]:
+    import argparse
+    import collections
+    import pathlib
+
+    factories: list[Any] = [(t, f"__builtin__.{t.__name__}") for t in (list, dict, set, int, float)]
+    return [argparse.Namespace, pathlib.PosixPath, pathlib.WindowsPath, pathlib.PurePosixPath,
+            pathlib.PureWindowsPath, pathlib.Path, collections.defaultdict, collections.Counter,
+            collections.deque, collections.OrderedDict, list, dict, set, int, float, *factories]
+
+
+def plain_pickle_error(path: Path) -> InspectError:
+    """A ``pickle.dump`` file (not ``torch.save``): torch.load cannot read it whatever flag.
+    The globals it would import are named (read statically; nothing is unpickled)."""
+    try:
+        with open(path, "rb") as fh:
+            names = scan_pickle_globals(fh.read(64 * 1024 * 1024))
+    except OSError:
+        names = []
+    shown = f" (it imports {', '.join(names[:8])}{' ...' if len(names) > 8 else ''})" if names else ""
+    return InspectError(
+        f"{path} is a plain Python pickle (pickle.dump), not a torch.save checkpoint{shown}: "
+        "torch.load cannot read it, with or without --trust-pickle",
+        hint="such files (e.g. Detectron2 .pkl weights, numpy arrays in a pickle) need the "
+        "tool that wrote them; convert them to a torch.save state_dict or .safetensors there",
+    )
 
 
 def torch_load(path: str | os.PathLike[str], fmt: CheckpointFormat, *,
                trust_pickle: bool = False, mmap: bool = True, map_location: Any = "cpu") -> Any:
-    """``torch.load`` with weights_only (unless trusted), CPU storages, mmap for zip files."""
+    """``torch.load`` with weights_only (unless trusted), CPU storages, mmap for zip files.
+
+    Torch's own warnings (TypedStorage, pickle protocol) are silenced: the tool reports what
+    matters itself.
+    """
+    import warnings
+
     import torch
 
     path = Path(path)
+    if fmt is CheckpointFormat.pickle:
+        raise plain_pickle_error(path)
     use_mmap = mmap and fmt is CheckpointFormat.torch_zip
     try:
-        return torch.load(str(path), map_location=map_location, weights_only=not trust_pickle,
-                          mmap=use_mmap)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if trust_pickle:
+                return torch.load(str(path), map_location=map_location, weights_only=False,
+                                  mmap=use_mmap)
+            with torch.serialization.safe_globals(_harmless_objects()):
+                return torch.load(str(path), map_location=map_location, weights_only=True,
+                                  mmap=use_mmap)
     except pickle.UnpicklingError as exc:
         if trust_pickle:
             raise InspectError(f"{path}: cannot unpickle: {_first_line(exc)}",
@@ -91,8 +197,23 @@ def torch_load(path: str | os.PathLike[str], fmt: CheckpointFormat, *,
             hint="only if you trust this file and where it came from, pass --trust-pickle "
             "(it runs code from the file)",
         ) from None
+    except ModuleNotFoundError as exc:
+        raise InspectError(
+            f"{path}: the pickled model needs the Python module {exc.name!r}, which is not importable",
+            hint=f"run from the folder that holds {exc.name}.py (or its package), or set "
+            "PYTHONPATH=DIR to that folder",
+        ) from None
+    except AttributeError as exc:
+        if trust_pickle and "Can't get attribute" in str(exc):
+            raise InspectError(f"{path}: the pickled model needs a class that is not importable "
+                               f"({_first_line(exc)})",
+                               hint="run from the folder that holds the model's code, or set "
+                               "PYTHONPATH=DIR to it") from None
+        raise _explain(path, fmt, exc) from None
     except (EOFError, RuntimeError, OSError, ValueError, zipfile.BadZipFile, struct.error,
-            KeyError, IndexError, TypeError, AttributeError, MemoryError) as exc:
+            KeyError, IndexError, TypeError, MemoryError, AssertionError) as exc:
+        raise _explain(path, fmt, exc) from None
+    except Exception as exc:  # noqa: BLE001 - torch's loader on corrupt bytes (found by fuzzing)
         raise _explain(path, fmt, exc) from None
 
 

@@ -11,6 +11,7 @@ becomes a :class:`TensorRef` with its shape, dtype, saved device and byte locati
 
 from __future__ import annotations
 
+import builtins
 import collections
 import math
 import os
@@ -37,6 +38,7 @@ DTYPE_SIZES: dict[str, int] = {
     "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex128": 16, "complex64": 8,
     "uint16": 2, "uint32": 4, "uint64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1,
     "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
+    "qint8": 1, "quint8": 1, "qint32": 4, "quint4x2": 1, "quint2x4": 1, "complex32": 4,
 }
 
 class NeedsTorch(Exception):
@@ -118,7 +120,36 @@ def _codecs_encode(obj: str, encoding: str = "utf-8") -> bytes:
     return obj.encode("latin1" if encoding == "latin1" else encoding)
 
 
+class PlainNamespace(dict):  # type: ignore[type-arg]
+    """``argparse.Namespace`` read as plain data (its fields)."""
+
+    def __setstate__(self, state: Any) -> None:
+        if isinstance(state, dict):
+            self.update(state)
+
+
+def _path(*parts: Any) -> str:
+    return "/".join(str(p) for p in parts)
+
+
+def _defaultdict(factory: Any = None, *args: Any) -> dict[Any, Any]:
+    return dict(*args)
+
+
+def _deque(items: Any = (), maxlen: Any = None) -> list[Any]:
+    return list(items)
+
+
 _ALLOWED: dict[tuple[str, str], Any] = {
+    # harmless globals of training scripts (io/torch_load.HARMLESS_GLOBALS), as plain data
+    ("argparse", "Namespace"): PlainNamespace,
+    **{("pathlib", n): _path for n in ("PosixPath", "WindowsPath", "PurePosixPath",
+                                       "PureWindowsPath", "Path")},
+    ("collections", "defaultdict"): _defaultdict,
+    ("collections", "Counter"): dict,
+    ("collections", "deque"): _deque,
+    **{(m, n): getattr(builtins, n) for m in ("builtins", "__builtin__")
+       for n in ("list", "dict", "int", "float", "str", "tuple", "set")},
     ("torch._utils", "_rebuild_tensor_v2"): _rebuild_tensor_v2,
     ("torch._utils", "_rebuild_tensor_v3"): _rebuild_tensor_v3,
     ("torch._utils", "_rebuild_parameter"): _rebuild_parameter,
@@ -140,6 +171,8 @@ class _MetaUnpickler(pickle.Unpickler):
             return fn
         if module == "torch" and name in STORAGE_DTYPES:
             return _StorageType(name)
+        if (module, name) == ("torch.storage", "UntypedStorage"):  # float8, uint16/32/64
+            return _StorageType("UntypedStorage")
         if module == "torch" and name in DTYPE_SIZES:
             return _DType(name)
         raise NeedsTorch(f"{module}.{name}")
@@ -195,7 +228,7 @@ def open_torch_zip(path: str | os.PathLike[str]) -> tuple[TorchZip, bytes]:
                                            hint="the file is corrupt; fetch it again")
                     name_len, extra_len = struct.unpack("<HH", local[26:30])
                     offsets[info.filename[len(prefix) + 5:]] = info.header_offset + 30 + name_len + extra_len
-    except (zipfile.BadZipFile, EOFError, ValueError) as exc:
+    except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, RuntimeError, OSError) as exc:
         raise InspectError(f"{path}: truncated or corrupt zip checkpoint ({exc})",
                            hint="the download or copy was probably cut short; fetch the file again") from None
     return TorchZip(path, prefix, offsets), pkl

@@ -30,7 +30,8 @@ def convert_report(r: ConvertResult) -> Report:
     sections: list[Any] = []
     facts: list[tuple[str, Any]] = [
         ("input", f"{r.src} ({r.in_format}, {fmt_bytes(r.file_size_before)})"),
-        ("output", f"{r.dst} ({r.out_format}, {fmt_bytes(r.file_size_after)})"),
+        ("output", f"{r.dst.with_name(r.dst.name + '.index.json') if r.shards else r.dst} "
+                   f"({r.out_format}{', sharded' if r.shards else ''}, {fmt_bytes(r.file_size_after)})"),
         ("weights taken from", f"key {r.container_key!r}" if r.container_key else "top level"),
         ("tensors", r.tensors),
         ("saved on", f"{', '.join(r.devices_before) or '-'} -> cpu"),
@@ -60,5 +61,10 @@ def convert_report(r: ConvertResult) -> Report:
         sections.append(Text([" = ".join(g) for g in r.tied], title="Tied tensors"))
     if r.notes:
         sections.append(Text(r.notes, title="Notes"))
-    sections.append(Text([f"wrote {r.dst}"], style="green"))
+    if r.shards:
+        index = r.dst.with_name(r.dst.name + ".index.json")
+        done_line = f"wrote {len(r.shards)} shard(s) ({r.shards[0]} ...) and {index}"
+    else:
+        done_line = f"wrote {r.dst}"
+    sections.append(Text([done_line], style="green"))
     return Report("convert", r.to_dict(), sections)

@@ -66,6 +66,10 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
         if s.kind == "checkpoint":
             facts.append(f"saved on {', '.join(s.devices) or '-'}")
         facts.append(f"{len(s.tensors)} tensors, {_size(s.total_bytes)}")
+        if s.tied:
+            facts.append(f"{sum(len(g) - 1 for g in s.tied)} tied")
+        if s.extra_state:
+            facts.append(f"{len(s.extra_state)} extra state")
         lines.append(f"{name} {s.label}  [{'; '.join(facts)}]")
     sections.append(Text(lines))
     counts = KeyValues("Keys", [
@@ -74,6 +78,8 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
         ("unexpected (in B, not in A)", len(result.unexpected)),
         ("shape mismatches", len(result.shape_mismatches)),
         ("dtype mismatches", len(result.dtype_mismatches)),
+        *([("set through a tie in A", len(result.tied_fill))] if result.tied_fill else []),
+        *([("folded num_batches_tracked", len(result.folded))] if result.folded else []),
     ])
     sections.append(counts)
     if result.shape_mismatches:
@@ -101,8 +107,13 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
     for s in (result.a, result.b):
         notes.extend(f"{s.label}: {n}" for n in s.notes)
         if s.extras:
-            shown = ", ".join(f"{k}={v}" for k, v in list(s.extras.items())[:6])
-            notes.append(f"{s.label}: other container entries: {shown}")
+            items = list(s.extras.items())
+            shown = ", ".join(f"{k}={v}" for k, v in items[:12])
+            more = f" ... and {len(items) - 12} more (--format json lists all)" if len(items) > 12 else ""
+            notes.append(f"{s.label}: other container entries ({len(items)}): {shown}{more}")
+    notes.extend(result.notes[:limit])
+    if len(result.notes) > limit:
+        notes.append(f"... {len(result.notes) - limit} more notes (--format json lists all)")
     if result.folded:
         notes.append(f"{len(result.folded)} num_batches_tracked entries present on one side only "
                      "were folded (BatchNorm counters, not weights)")
@@ -115,7 +126,8 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
                      "keys; pass --auto-prefix to apply it")
     if notes:
         sections.append(Text(notes, title="Notes"))
-    style = {"strict": "green", "partial": "yellow", "incompatible": "red"}[str(result.verdict)]
+    style = {"strict": "green", "complete": "green", "partial": "yellow",
+             "incompatible": "red"}[str(result.verdict)]
     sections.append(Text([f"verdict: {result.verdict_text()}"], style=style))
     return Report("diff", data, sections)
 

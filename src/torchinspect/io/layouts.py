@@ -1,0 +1,307 @@
+"""Checkpoints that are more than one file: Hugging Face shards, DCP folders, DeepSpeed ZeRO.
+
+:func:`resolve_layout` turns what the user passed (a file, an ``*.index.json``, a folder)
+into a :class:`Layout`; :func:`open_hf_sharded` and :func:`open_dcp` read them through the
+same :class:`TensorSource` model as a single file. DeepSpeed ZeRO-3 files (0-size
+placeholders) are detected and explained rather than reported as shape mismatches.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.errors import InspectError
+from torchinspect.io.formats import CheckpointFormat, detect_format
+
+if TYPE_CHECKING:
+    from torchinspect.io.tensors import LoadedInput
+
+_SHARD = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.(?P<ext>safetensors|bin)$")
+_INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
+_SINGLE_NAMES = ("model.safetensors", "pytorch_model.bin", "consolidated.safetensors")
+DCP_METADATA = ".metadata"
+#: Globals a DCP ``.metadata`` pickle may import; anything else needs --trust-pickle.
+_DCP_ALLOWED_PREFIXES = ("torch.distributed.checkpoint.", "torch.Size", "torch.serialization._get_layout",
+                         "pathlib.", "collections.OrderedDict", "builtins.")
+
+
+@dataclass
+class Layout:
+    kind: str  # "file", "hf_sharded", "dcp"
+    path: Path  # the file, the index, or the DCP folder
+    format: CheckpointFormat | None = None
+    notes: list[str] = field(default_factory=list)
+
+
+def resolve_layout(path: Path) -> Layout:
+    """What ``path`` is: one weights file, a sharded Hugging Face checkpoint, or a DCP folder."""
+    if path.is_dir():
+        return _folder_layout(path)
+    if path.name.endswith(".index.json") and path.is_file():
+        return Layout("hf_sharded", path)
+    return Layout("file", path, detect_format(path), shard_notes(path))
+
+
+def shard_notes(path: Path) -> list[str]:
+    """A warning when ``path`` is one shard of a Hugging Face sharded checkpoint."""
+    m = _SHARD.match(path.name)
+    if not m or int(m["n"]) < 2:
+        return []
+    index = path.with_name(f"{m['stem']}.{m['ext']}.index.json")
+    if m["ext"] == "bin" and not index.exists():
+        index = path.with_name("pytorch_model.bin.index.json")
+    where = index.name if index.exists() else "the *.index.json"
+    return [f"shard {int(m['i'])} of {int(m['n'])}: this file holds part of the weights; pass "
+            f"{where} or the folder to read the whole checkpoint"]
+
+
+def _folder_layout(path: Path) -> Layout:
+    if (path / DCP_METADATA).is_file():
+        return Layout("dcp", path)
+    for name in _INDEX_NAMES:
+        if (path / name).is_file():
+            return Layout("hf_sharded", path / name)
+    indexes = sorted(path.glob("*.index.json"))
+    if len(indexes) == 1:
+        return Layout("hf_sharded", indexes[0])
+    ds = deepspeed_folder_hint(path)
+    if ds:
+        raise InspectError(f"{path} is a DeepSpeed checkpoint folder", hint=ds)
+    for name in _SINGLE_NAMES:
+        if (path / name).is_file():
+            return Layout("file", path / name, detect_format(path / name))
+    raise InspectError(f"{path} is a folder, not a checkpoint",
+                       hint="pass the weights file inside it (.pt, .pth, .bin, .safetensors), a "
+                       "*.index.json of a sharded checkpoint, or a torch.distributed.checkpoint "
+                       "folder (with .metadata)")
+
+
+# ------------------------------------------------------------------ Hugging Face shards
+
+
+def read_hf_index(index: Path) -> dict[str, str]:
+    """``weight_map`` of a Hugging Face index: tensor name -> shard file name."""
+    try:
+        data = json.loads(index.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise InspectError(f"{index}: not a readable JSON index ({type(exc).__name__})",
+                           hint="pass the model.safetensors.index.json written with the shards") from None
+    wm = data.get("weight_map") if isinstance(data, dict) else None
+    if not isinstance(wm, dict) or not all(isinstance(k, str) and isinstance(v, str)
+                                           for k, v in wm.items()):
+        raise InspectError(f"{index}: no \"weight_map\" of tensor name -> shard file",
+                           hint="pass the *.index.json of a Hugging Face sharded checkpoint")
+    for shard in set(wm.values()):
+        if "/" in shard or "\\" in shard or shard.startswith("."):
+            raise InspectError(f"{index}: shard name {shard!r} points outside the folder",
+                               hint="the index is corrupt; fetch it again")
+    return wm
+
+
+def open_hf_sharded(layout: Layout, *, key: str | None, trust_pickle: bool,
+                    need_bytes: bool) -> LoadedInput:
+    from torchinspect.io.tensors import LoadedInput, open_input
+
+    index = layout.path
+    wm = read_hf_index(index)
+    by_shard: dict[str, list[str]] = {}
+    for name, shard in wm.items():
+        by_shard.setdefault(shard, []).append(name)
+    tensors = []
+    metadata: dict[str, str] = {}
+    files = []
+    size = index.stat().st_size
+    for shard in sorted(by_shard):
+        spath = index.parent / shard
+        if not spath.is_file():
+            raise InspectError(f"{index}: shard {shard} is missing ({len(by_shard[shard])} tensors)",
+                               hint="download every shard listed in the index")
+        inp = open_input(spath, key=key, trust_pickle=trust_pickle, need_bytes=need_bytes,
+                         fmt=detect_format(spath))
+        got = {t.name: t for t in inp.tensors}
+        absent = [n for n in by_shard[shard] if n not in got]
+        if absent:
+            raise InspectError(f"{index}: {len(absent)} tensor(s) listed for {shard} are not in it "
+                               f"(e.g. {absent[0]!r})", hint="the shards and the index do not match; "
+                               "fetch them again")
+        for n in by_shard[shard]:
+            t = got[n]
+            t.tie = f"{shard}|{t.tie}"
+            tensors.append(t)
+        metadata.update(inp.metadata)
+        files.append(spath)
+        size += inp.file_size
+    streamed = all(t.path is not None for t in tensors)
+    notes = [f"sharded checkpoint: {len(by_shard)} shard(s) listed in {index.name}"]
+    return LoadedInput(index, CheckpointFormat.hf_sharded, tensors, None, {}, metadata, streamed,
+                       [t.name for t in tensors], size, notes, files)
+
+
+# ------------------------------------------------------------------ torch.distributed.checkpoint
+
+
+def _dcp_metadata(folder: Path, trust_pickle: bool) -> Any:
+    """DCP's own reader, after checking that the ``.metadata`` pickle imports only DCP's
+    metadata classes (``FileSystemReader.read_metadata`` is a plain ``pickle.load``)."""
+    from torchinspect.errors import UnsafeCheckpointError
+    from torchinspect.io.torch_load import scan_pickle_globals
+
+    raw = (folder / DCP_METADATA).read_bytes()
+    bad = [g for g in scan_pickle_globals(raw, max_pickles=1)
+           if not g.startswith(_DCP_ALLOWED_PREFIXES) and not _is_torch_dtype(g)]
+    if bad and not trust_pickle:
+        raise UnsafeCheckpointError(str(folder / DCP_METADATA), bad)
+    import warnings
+
+    from torch.distributed.checkpoint import FileSystemReader
+
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return FileSystemReader(str(folder)).read_metadata()
+    except Exception as exc:  # noqa: BLE001 - any failure: a corrupt metadata file
+        raise InspectError(f"{folder}: cannot read the DCP .metadata ({type(exc).__name__})",
+                           hint="the checkpoint folder is incomplete or corrupt") from None
+
+
+def _is_torch_dtype(name: str) -> bool:
+    from torchinspect.io.torchzip import DTYPE_SIZES
+
+    return name.startswith("torch.") and name[6:] in DTYPE_SIZES
+
+
+@dataclass(frozen=True)
+class DcpBytes:
+    """A non-tensor DCP entry (torch.save'd bytes); never unpickled here."""
+
+    fqn: str
+
+    def describe_entry(self) -> str:
+        return "DCP bytes entry (not read)"
+
+
+@dataclass(frozen=True)
+class DcpRef:
+    fqn: str
+    shape: tuple[int, ...]
+    dtype: str
+    chunks: int
+
+
+def open_dcp(layout: Layout, *, key: str | None, trust_pickle: bool = False) -> LoadedInput:
+    """A DCP folder: keys/shapes/dtypes from ``.metadata``; each tensor loaded on demand."""
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from torchinspect.io.state_dict import container_extras, find_state_dict
+    from torchinspect.io.tensors import LoadedInput, TensorSource
+    from torchinspect.io.torchzip import DTYPE_SIZES
+
+    folder = layout.path
+    md = _dcp_metadata(folder, trust_pickle)
+    planner = md.planner_data if isinstance(md.planner_data, dict) else {}
+    nested: dict[str, Any] = {}
+    refs: dict[str, DcpRef] = {}
+    for fqn, item in md.state_dict_metadata.items():
+        if isinstance(item, TensorStorageMetadata):
+            dtype = str(item.properties.dtype).removeprefix("torch.")
+            value: Any = DcpRef(fqn, tuple(item.size), dtype, len(item.chunks))
+            refs[fqn] = value
+        else:
+            value = DcpBytes(fqn)
+        path = planner.get(fqn, (fqn,))
+        cur = nested
+        for part in path[:-1]:
+            nxt = cur.setdefault(str(part), {})
+            if not isinstance(nxt, dict):
+                break
+            cur = nxt
+        else:
+            cur[str(path[-1])] = value
+    sd, used = find_state_dict(nested, key, is_tensor=lambda x: isinstance(x, DcpRef),
+                               source=str(folder))
+    full_fqn = {id(r): r.fqn for r in refs.values()}
+    tensors = []
+    sharded = 0
+    for name, ref in sd.items():
+        if not isinstance(ref, DcpRef):
+            continue
+        nbytes = DTYPE_SIZES.get(ref.dtype, 1)
+        for d in ref.shape:
+            nbytes *= d
+        sharded += ref.chunks > 1
+        fqn = full_fqn[id(ref)]
+        tensors.append(TensorSource(name, ref.shape, ref.dtype, nbytes, "cpu", f"dcp:{fqn}",
+                                    loader=_dcp_loader(folder, fqn, ref)))
+    notes = [f"torch.distributed.checkpoint folder ({len(md.state_dict_metadata)} entries)"]
+    if sharded:
+        notes.append(f"{sharded} tensor(s) saved in several chunks (sharded across ranks); "
+                     "they are reassembled on read")
+    flat = [t.name for t in tensors if "_flat_param" in t.name or "flat_param" in t.name.split(".")[-1]]
+    if flat:
+        notes.append(f"{len(flat)} FSDP flat parameter(s) (e.g. {flat[0]!r}): a flattened layout; "
+                     "only the model that saved it can unflatten them (save with "
+                     "get_model_state_dict / SHARDED_STATE_DICT instead)")
+    size = sum(p.stat().st_size for p in folder.iterdir() if p.is_file())
+    return LoadedInput(folder, CheckpointFormat.dcp, tensors, used, container_extras(nested, used, sd), {}, False,
+                       list(nested), size, notes, sorted(folder.glob("*.distcp")))
+
+
+def _dcp_loader(folder: Path, fqn: str, ref: DcpRef) -> Any:
+    def load() -> Any:
+        import warnings
+
+        import torch
+        import torch.distributed.checkpoint as dcp
+        from torch.distributed.checkpoint.default_planner import DefaultLoadPlanner
+
+        t = torch.empty(ref.shape, dtype=getattr(torch, ref.dtype))
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            dcp.load({fqn: t}, storage_reader=dcp.FileSystemReader(str(folder)),
+                     planner=DefaultLoadPlanner(allow_partial_load=True), no_dist=True)
+        return t
+
+    return load
+
+
+# ------------------------------------------------------------------ DeepSpeed
+
+
+def deepspeed_folder_hint(path: Path) -> str | None:
+    """The consolidation hint when ``path`` is a DeepSpeed checkpoint folder, else None."""
+    states = list(path.glob("mp_rank_*_model_states.pt")) + list(path.glob("*/mp_rank_*_model_states.pt"))
+    zero = list(path.glob("*zero_pp_rank_*")) + list(path.glob("*/*zero_pp_rank_*"))
+    if not states and not zero:
+        return None
+    return _consolidate_hint(path if not (path / "latest").is_file() else path)
+
+
+def _consolidate_hint(folder: Path) -> str:
+    return (f"consolidate it with DeepSpeed's zero_to_fp32.py: `python {folder}/zero_to_fp32.py "
+            f"{folder} OUT_DIR --safe_serialization` (or deepspeed.utils.zero_to_fp32."
+            "get_fp32_state_dict_from_zero_checkpoint), then inspect OUT_DIR")
+
+
+def deepspeed_error(inp: LoadedInput, obj: Any) -> InspectError | None:
+    """A DeepSpeed ZeRO-3 ``mp_rank_*_model_states.pt``: the module holds 0-size placeholders,
+    the weights live in the ``zero_pp_rank_*`` optimizer shards."""
+    is_ds = isinstance(obj, dict) and ("ds_version" in obj or "param_shapes" in obj) \
+        or bool(re.match(r"mp_rank_\d+_model_states\.pt$", inp.path.name))
+    if not is_ds or not inp.tensors:
+        if is_ds:
+            inp.notes.append("DeepSpeed model states file")
+        return None
+    empty = [t for t in inp.tensors if t.is_tensor and t.nbytes == 0 and t.shape and 0 in t.shape]
+    if len(empty) * 2 < len([t for t in inp.tensors if t.is_tensor]):
+        inp.notes.append("DeepSpeed model states file (ZeRO stage 0-2: full weights inside)")
+        return None
+    return InspectError(
+        f"{inp.path} is a DeepSpeed ZeRO-3 checkpoint: {len(empty)} of {len(inp.tensors)} "
+        "parameters are 0-size placeholders; the weights are partitioned across the "
+        "zero_pp_rank_* optimizer shards",
+        hint=_consolidate_hint(inp.path.parent),
+    )

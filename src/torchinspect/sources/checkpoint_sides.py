@@ -1,0 +1,104 @@
+"""Diff sides for `inspect diff` and the target of `inspect convert --arch`: MODEL or CHECKPOINT specs.
+
+io/ compares and converts state_dicts but imports nothing above it; resolving a *model* spec
+needs ``sources``, so it lives here (torch-free until a model is built: a checkpoint-only diff
+never imports torch). Each file's format is detected once and passed down.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.errors import InspectError
+
+if TYPE_CHECKING:
+    from torchinspect.io.diff import DiffResult, DiffSide
+    from torchinspect.io.formats import CheckpointFormat
+    from torchinspect.sources.case import ModelOptions
+
+_WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar", ".json")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """What a spec is: ``weights`` (a checkpoint: file, sharded index/folder, DCP folder)
+    with its detected format (None for multi-file layouts), or a model spec."""
+
+    spec: str
+    weights: bool
+    format: CheckpointFormat | None = None
+
+
+def probe(spec: str) -> Probe:
+    """Detect once whether ``spec`` names weights (and their format) or a model."""
+    from torchinspect.io.formats import detect_format
+
+    path = Path(spec)
+    if path.is_dir() or (path.is_file() and path.name.endswith(".index.json")):
+        return Probe(spec, True)
+    if path.is_file():
+        fmt = detect_format(path)
+        return Probe(spec, not fmt.is_model_archive, fmt)
+    if path.suffix in _WEIGHT_SUFFIXES and ":" not in spec:
+        raise InspectError(f"{spec}: no such file", hint="check the path")
+    return Probe(spec, False)
+
+
+def arch_state_dict(spec: str, options: ModelOptions | None = None) -> tuple[dict[str, Any], list[str]]:
+    """The state_dict of a model spec, built on meta (no memory), and the source's notes."""
+    sd, notes, _ = _arch(spec, options)
+    return sd, notes
+
+
+def _arch(spec: str, options: ModelOptions | None) -> tuple[dict[str, Any], list[str], list[list[str]]]:
+    from dataclasses import replace
+
+    from torchinspect.io.diff import tied_groups
+    from torchinspect.sources.case import ModelOptions, make_case
+
+    opts = replace(options or ModelOptions(), weights=None, arch=None, device="meta")
+    case = make_case(spec, options=opts, need_inputs=False)
+    return case.model.state_dict(), list(case.notes), tied_groups(case.model)
+
+
+def resolve_side(spec: str | Probe, *, options: ModelOptions | None = None, key: str | None = None,
+                 trust_pickle: bool = False) -> DiffSide:
+    """A diff side for a checkpoint (metadata only) or a model spec (its meta state_dict)."""
+    from torchinspect.io.diff import checkpoint_side, model_side
+
+    p = spec if isinstance(spec, Probe) else probe(spec)
+    if p.weights:
+        return checkpoint_side(p.spec, key=key, trust_pickle=trust_pickle, fmt=p.format)
+    sd, notes, tied = _arch(p.spec, options)
+    return model_side(p.spec, sd, notes, tied)
+
+
+def diff_specs(a: str, b: str | None = None, *, arch: str | None = None,
+               options: ModelOptions | None = None, key: str | None = None,
+               trust_pickle: bool = False, auto_prefix: bool = False, values: bool = False,
+               rtol: float = 1e-5, atol: float = 1e-8) -> DiffResult:
+    """``inspect diff A B`` / ``inspect diff CKPT --arch MODEL`` as a library call.
+
+    The model side is the target whatever the order (`diff CKPT MODEL` asks whether CKPT
+    loads into MODEL). When most keys fail to match and a remap (prefix, or a wrapper name
+    inside the path) would fix them, it is applied only with ``auto_prefix``.
+    """
+    from torchinspect.io.diff import compare_values, diff_state_dicts
+
+    if b is None and arch is None:
+        raise InspectError("diff needs two sides: A B, or CHECKPOINT --arch MODEL",
+                           hint="e.g. inspect diff resnet18 ckpt.pth, or inspect diff ckpt.pth --arch resnet18")
+    if b is not None and arch is not None:
+        raise InspectError("pass either B or --arch, not both",
+                           hint="inspect diff MODEL CKPT is the same as inspect diff CKPT --arch MODEL")
+    target, weights = (probe(arch), probe(a)) if b is None else (probe(a), probe(b))  # type: ignore[arg-type]
+    if b is not None and target.weights and not weights.weights:
+        target, weights = weights, target
+    side_a = resolve_side(target, options=options, key=key, trust_pickle=trust_pickle)
+    side_b = resolve_side(weights, options=options, key=key, trust_pickle=trust_pickle)
+    result = diff_state_dicts(side_a, side_b, auto_prefix=auto_prefix)
+    if values:
+        compare_values(result, trust_pickle=trust_pickle, rtol=rtol, atol=atol)
+    return result
