@@ -164,6 +164,12 @@ DATA_DEPENDENT_OPS: frozenset[str] = frozenset(
     "torchvision.nms torchvision.batched_nms".split())
 
 
+def _bool_index(args: tuple[Any, ...]) -> bool:
+    """``x[mask]``: boolean indexing keeps as many rows as the mask has True values."""
+    indices = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
+
+
 class MacCounter:
     """Counts MACs per op into ``sink()`` (the innermost running module's dict)."""
 
@@ -195,7 +201,7 @@ class MacCounter:
             self.add(_op_name(packet), own(args, out))
             return
         name = _op_name(packet)
-        if name in DATA_DEPENDENT_OPS:
+        if name in DATA_DEPENDENT_OPS or (name == "index" and _bool_index(args)):
             self.data_dependent[name] = self.data_dependent.get(name, 0) + 1
         if name.rstrip("_") in IGNORED_OPS or name in IGNORED_OPS:
             return
