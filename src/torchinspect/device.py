@@ -70,6 +70,14 @@ def check_available(device: str) -> None:
                            hint=f"use cuda:0 ... cuda:{count - 1}")
 
 
+def same_device(a: str, b: str) -> bool:
+    """``cuda`` and ``cuda:0`` name the same device (the current one is 0 here)."""
+    def norm(d: str) -> str:
+        return "cuda:0" if d == "cuda" else d
+
+    return norm(a) == norm(b)
+
+
 def torch_device(device: str) -> Any:
     """``torch.device`` for a canonical device word (auto -> meta)."""
     import torch

@@ -65,7 +65,8 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# (subcommand, module under torchinspect.cli, function) — a module only imports typer.
+# (subcommand, module under torchinspect.cli, function) — one line per subcommand; a cli module
+# imports only typer and the torch-free cli/common at start-up.
 COMMANDS: list[tuple[str, str, str]] = [
     ("summary", "summary", "summary"),
     ("params", "params", "params"),
@@ -93,13 +94,9 @@ def _root(
 
 
 def _register() -> None:
+    """Register every command; a module that fails to import is an error, never skipped."""
     for name, module, func in COMMANDS:
-        try:
-            mod = importlib.import_module(f"torchinspect.cli.{module}")
-        except ModuleNotFoundError as exc:
-            if exc.name == f"torchinspect.cli.{module}":
-                continue  # subcommand not built yet
-            raise
+        mod = importlib.import_module(f"torchinspect.cli.{module}")
         app.command(name)(getattr(mod, func))
 
 

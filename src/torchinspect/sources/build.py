@@ -16,7 +16,7 @@ from torchinspect.sources.weights import load_weights
 
 def _build_on(build: Callable[[str], Any], device: str, name: str, notes: list[str]) -> tuple[Any, str]:
     """Build on ``device``; a meta build that fails falls back to a real CPU build."""
-    if device in ("meta", "auto"):
+    if not devices.is_real(device):
         try:
             return build("meta"), "meta"
         except InspectError as exc:

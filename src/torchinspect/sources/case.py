@@ -20,6 +20,7 @@ from typing import Any
 from torchinspect import device as devices
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
+from torchinspect.shapes import format_shape_tree, map_tensors, shape_tree
 
 
 @dataclass
@@ -86,7 +87,7 @@ class ModelCase:
         target = devices.real_device(device)
         devices.check_available(target)
         here = devices.model_device(self.model, default=target)
-        if not self.on_meta and _same_device(here, target):
+        if not self.on_meta and devices.same_device(here, target):
             return self.model
         if self.rebuild is None:
             if self.on_meta:
@@ -100,12 +101,6 @@ class ModelCase:
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example materialized on ``device`` as ``(args, kwargs)``."""
         return materialize(self.require_example(), device)
-
-
-def _same_device(a: str, b: str) -> bool:
-    if a == b:
-        return True
-    return a.split(":")[0] == b.split(":")[0] == "cuda" and (a in ("cuda", "cuda:0") and b in ("cuda", "cuda:0"))
 
 
 def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions | None = None,
@@ -212,17 +207,7 @@ def materialize(example: Any, device: Any) -> tuple[tuple[Any, ...], dict[str, A
 
 
 def _to(value: Any, device: Any) -> Any:
-    import torch
-
-    if isinstance(value, torch.Tensor):
-        return value.to(device)
-    if isinstance(value, tuple) and hasattr(value, "_fields"):
-        return type(value)(*(_to(v, device) for v in value))
-    if isinstance(value, (tuple, list)):
-        return type(value)(_to(v, device) for v in value)
-    if isinstance(value, dict):
-        return {k: _to(v, device) for k, v in value.items()}
-    return value
+    return map_tensors(value, lambda t: t.to(device))
 
 
 def describe_inputs(example: Any) -> str:
@@ -231,6 +216,4 @@ def describe_inputs(example: Any) -> str:
         return "-"
     if isinstance(example, ExampleInputs):
         return example.describe()
-    from torchinspect.shapes import format_shape_tree, shape_tree
-
     return format_shape_tree(shape_tree(example), limit=200)
