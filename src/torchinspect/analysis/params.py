@@ -79,6 +79,7 @@ def rows_at_depth(modules: dict[str, ModuleInfo], depth: int) -> list[ParamRow]:
 
 def params_from_model(model: Any, *, name: str, depth: int = 3,
                       notes: list[str] | None = None) -> ParamsResult:
+    from torchinspect.trace.moe import moe_notes
     from torchinspect.trace.static import collect_static
 
     check_depth(depth)
@@ -89,6 +90,7 @@ def params_from_model(model: Any, *, name: str, depth: int = 3,
         notes.append(f"{len(stats.lazy)} lazy parameter(s)/buffer(s) not materialized yet "
                      f"({shown}): not counted; summarize(model, inputs) or `inspect summary "
                      "--input` sizes them from a forward")
+    notes.extend(moe_notes(model, modules)[:1])  # total vs active per token (no forward here)
     return ParamsResult(name, depth, stats, rows_at_depth(modules, depth), notes)
 
 

@@ -170,6 +170,17 @@ def _vocab(config: Any) -> int | None:
     return None
 
 
+def _text_length(config: Any) -> int:
+    """128 tokens, or fewer when the model has fewer positions (CLIP's text tower: 77)."""
+    limits = []
+    for cfg in (config, getattr(config, "text_config", None)):
+        for attr in ("max_position_embeddings", "n_positions"):
+            v = getattr(cfg, attr, None) if cfg is not None else None
+            if isinstance(v, int) and v > 0:
+                limits.append(v)
+    return min([TEXT_LENGTH, *limits])
+
+
 def default_example(model: Any, config: Any) -> ExampleInputs:
     """The keyword inputs a user of this model would pass (see the module docstring)."""
     import inspect as pyinspect
@@ -180,7 +191,7 @@ def default_example(model: Any, config: Any) -> ExampleInputs:
     except (TypeError, ValueError):
         params = {}
     vocab = _vocab(config)
-    ids = TensorSpec((1, TEXT_LENGTH), "int64", None, vocab)
+    ids = TensorSpec((1, _text_length(config)), "int64", None, vocab)
     kwargs: dict[str, Any] = {}
     if main == "pixel_values":
         h, w = _image_size(config)

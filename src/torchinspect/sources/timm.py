@@ -36,7 +36,7 @@ def check_name(name: str) -> str:
     if timm.is_model(arch):
         return name
     names = timm.list_models()
-    near = closest(arch, names)
+    near = [n for n in names if n.startswith(arch)][:3] or closest(arch, names)
     if len(near) < 3:
         near += [n for n in timm.list_models(f"*{arch}*") if n not in near][: 3 - len(near)]
     hint = (f"did you mean {', '.join(PREFIX + n for n in near)}? " if near else "") + \
