@@ -139,3 +139,17 @@ def test_help_does_not_import_torch() -> None:
             "print(any(m == 'torch' or m.startswith('torch.') for m in sys.modules))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@pytest.mark.cuda
+def test_case_real_model_on_cuda_is_a_rebuild_and_traces_there() -> None:
+    from torchinspect.trace import trace_case
+
+    case = make_case("zoo:convnet", options=ModelOptions(device="cuda"))
+    real = case.real_model("cuda")
+    assert next(real.parameters()).is_cuda and not devices.has_meta_tensors(real)
+    trace = trace_case(case)
+    meta = trace_case(make_case("zoo:convnet"))
+    assert trace.device.startswith("cuda") and trace.total_macs == meta.total_macs
+    args, _ = case.inputs_on("cuda")
+    assert args[0].is_cuda

@@ -23,6 +23,8 @@ _LAZY = {
     "diff_state_dicts": "torchinspect.io.diff",
     "convert_checkpoint": "torchinspect.io.convert",
     "collect_env": "torchinspect.env",
+    "benchmark": "torchinspect.bench",
+    "extract_features": "torchinspect.features",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -74,6 +74,8 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("diff", "diff", "diff"),
     ("convert", "convert", "convert"),
     ("env", "env", "env"),
+    ("bench", "bench", "bench"),
+    ("features", "features", "features"),
 ]
 
 

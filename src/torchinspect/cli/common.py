@@ -209,10 +209,15 @@ def _raiser(exc: Exception) -> Callable[[], None]:
 
 
 def model_command(*, inputs: bool = True, device_default: str = "auto",
-                  device_help: str = DEVICE_HELP) -> Callable[[F], F]:
+                  device_help: str = DEVICE_HELP, batch: bool = True,
+                  outputs: bool = True) -> Callable[[F], F]:
     """Add the shared model and output options to a command; it receives ``opts`` and ``out``.
 
     ``inputs=False`` leaves out ``--input/--batch/--no-batch`` (``inspect params``).
+    ``batch=False`` leaves out only ``--batch``, for a command that declares its own
+    (``inspect bench --batch 1,8,32``); ``opts.batch`` is then None.
+    ``outputs=False`` leaves out ``--format/--output`` (``inspect features`` uses them for
+    its data files); ``out`` is then the default (a table on stdout).
     """
     extra = [
         *([_param("input", InputOpt, None)] if inputs else []),
@@ -220,9 +225,10 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
         _param("weights", WeightsOpt, None), _param("key", KeyOpt, None),
         _param("strict", StrictOpt, True), _param("trust_pickle", TrustOpt, False),
         _param("device", _device_opt(device_help), device_default),
-        *([_param("batch", BatchOpt, None), _param("no_batch", NoBatchOpt, False)] if inputs else []),
+        *([_param("batch", BatchOpt, None)] if inputs and batch else []),
+        *([_param("no_batch", NoBatchOpt, False)] if inputs else []),
         _param("published", PublishedOpt, False), _param("weights_config", WeightsConfigOpt, None),
-        *(_param(n, a, d) for n, a, d in _OUTPUT_PARAMS),
+        *(_param(n, a, d) for n, a, d in (_OUTPUT_PARAMS if outputs else ())),
     ]
 
     def build(v: dict[str, Any]) -> dict[str, Any]:
@@ -233,7 +239,8 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
             key=v["key"], strict=v["strict"], trust_pickle=v["trust_pickle"],
             device=parse_device(v["device"]), batch=v.get("batch"),
             no_batch=v.get("no_batch", False), weights_config=config)
-        return {"opts": opts, "out": OutputOptions(OutputFormat(v["format"]), v["output"])}
+        out = OutputOptions(OutputFormat(v["format"]), v["output"]) if outputs else OutputOptions()
+        return {"opts": opts, "out": out}
 
     def deco(fn: F) -> F:
         return _inject(fn, extra, ("opts", "out"), build)  # type: ignore[return-value]

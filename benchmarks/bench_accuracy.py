@@ -1,0 +1,148 @@
+"""How close `inspect bench`'s median is to reference timers, measured in the same process.
+
+* CPU (always): resnet18 batch 1 fp32 and zoo:mnist-net batch 32, same thread count:
+  our median vs ``torch.utils.benchmark.Timer(...).blocked_autorange()``. Target: within 10%.
+* CUDA (when available): resnet50 batch 32 fp16 eager: our median vs ``blocked_autorange``
+  and vs ``triton.testing.do_bench(return_mode="median")``. Target: within 2%.
+* CUDA: ``--cuda-graphs`` resnet18 batch 1 fp32 vs the sum of the GPU kernel durations that
+  torch.profiler records for one forward (mean of 20 profiled forwards, kernels summed from
+  its Chrome trace). Target: within 5%.
+
+Prints a markdown table; exits 1 if a comparison misses its target.
+
+    PYTHONPATH=src:. python benchmarks/bench_accuracy.py [--cpu-only] [--json FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+
+def ours(spec: str, inp: str, device: str, batch: int, dtype: str, **kw) -> float:
+    from torchinspect.bench import BenchOptions, run_bench
+    from torchinspect.sources.case import make_case
+
+    case = make_case(spec, inp, device="meta")
+    r = run_bench(case, BenchOptions(device=device, batches=(batch,), dtypes=(dtype,), **kw))
+    row = r.configs[0]
+    if row.status != "ok":
+        raise RuntimeError(f"{spec}: {row.status} {row.error}")
+    return row.timing.stats.median
+
+
+def model_and_input(spec: str, inp: str, device: str, batch: int, dtype: str):
+    import dataclasses
+
+    import torch
+
+    from torchinspect.inputs import rebatch
+    from torchinspect.sources.case import make_case
+
+    case = make_case(spec, inp, device="meta")
+    model = case.real_model(device).eval().to(getattr(torch, dtype))
+    case = dataclasses.replace(case, example=rebatch(case.example, batch))
+    args, _ = case.inputs_on(device)
+    x = args[0].to(getattr(torch, dtype)) if args[0].is_floating_point() else args[0]
+    return model, x
+
+
+def timer_median(model, x, threads: int) -> float:
+    import torch
+    from torch.utils.benchmark import Timer
+
+    with torch.inference_mode():
+        t = Timer("model(x)", globals={"model": model, "x": x}, num_threads=threads)
+        t.blocked_autorange(min_run_time=0.5)  # warm-up
+        return t.blocked_autorange(min_run_time=3.0).median
+
+
+def do_bench_median(model, x) -> float:
+    import torch
+    from triton.testing import do_bench
+
+    with torch.inference_mode():
+        return do_bench(lambda: model(x), warmup=500, rep=3000, return_mode="median") / 1000.0
+
+
+def kernel_sum(model, x, n: int = 20) -> float:
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+
+    with torch.inference_mode():
+        for _ in range(10):
+            model(x)
+        torch.cuda.synchronize()
+        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+            for _ in range(n):
+                model(x)
+            torch.cuda.synchronize()
+    with tempfile.TemporaryDirectory() as d:
+        path = os.path.join(d, "t.json")
+        prof.export_chrome_trace(path)
+        with open(path) as fh:
+            events = json.load(fh)["traceEvents"]
+    total_us = sum(e.get("dur", 0) for e in events if e.get("cat") == "kernel")
+    return total_us / 1e6 / n
+
+
+def main() -> int:
+    import torch
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--cpu-only", action="store_true")
+    ap.add_argument("--json", help="also write the rows as JSON to this file")
+    a = ap.parse_args()
+    rows = []
+
+    def add(what: str, ref_name: str, mine: float, ref: float, target: float) -> None:
+        diff = (mine - ref) / ref
+        rows.append({"case": what, "reference": ref_name, "ours_ms": mine * 1e3,
+                     "reference_ms": ref * 1e3, "diff_pct": diff * 100,
+                     "target_pct": target * 100, "ok": abs(diff) <= target})
+
+    threads = torch.get_num_threads()
+    torch.set_num_threads(threads)
+    for spec, inp, batch in (("resnet18", "3,224,224", 1), ("zoo:mnist-net", "1,28,28", 32)):
+        if a.cpu_only or not torch.cuda.is_available():
+            m = ours(spec, inp, "cpu", batch, "fp32", threads=threads)
+            model, x = model_and_input(spec, inp, "cpu", batch, "float32")
+            add(f"{spec} b{batch} fp32 cpu ({threads} threads)", "Timer.blocked_autorange",
+                m, timer_median(model, x, threads), 0.10)
+    if torch.cuda.is_available() and not a.cpu_only:
+        torch.backends.cudnn.benchmark = True
+        m = ours("resnet50", "3,224,224", "cuda", 32, "fp16")
+        model, x = model_and_input("resnet50", "3,224,224", "cuda", 32, "float16")
+        add("resnet50 b32 fp16 cuda eager", "Timer.blocked_autorange", m,
+            timer_median(model, x, threads), 0.02)
+        try:
+            add("resnet50 b32 fp16 cuda eager", "triton do_bench (median)", m,
+                do_bench_median(model, x), 0.02)
+        except ImportError as exc:
+            print(f"triton missing: {exc}", file=sys.stderr)
+        del model, x
+        torch.cuda.empty_cache()
+        m = ours("resnet18", "3,224,224", "cuda", 1, "fp32", cuda_graphs=True)
+        model, x = model_and_input("resnet18", "3,224,224", "cuda", 1, "float32")
+        add("resnet18 b1 fp32 cuda --cuda-graphs", "profiler kernel sum (eager forward)", m,
+            kernel_sum(model, x), 0.05)
+        m_eager = ours("resnet18", "3,224,224", "cuda", 1, "fp32")
+        add("resnet18 b1 fp32 cuda eager (info)", "profiler kernel sum (eager forward)", m_eager,
+            kernel_sum(model, x), float("inf"))
+        print(f"device: {torch.cuda.get_device_name()} torch {torch.__version__}")
+    print("| case | reference | ours (ms) | reference (ms) | diff | target | ok |")
+    print("|---|---|---:|---:|---:|---:|---|")
+    for r in rows:
+        print(f"| {r['case']} | {r['reference']} | {r['ours_ms']:.4f} | {r['reference_ms']:.4f} "
+              f"| {r['diff_pct']:+.2f}% | {r['target_pct']:.0f}% | {'yes' if r['ok'] else 'NO'} |")
+    if a.json:
+        with open(a.json, "w") as fh:
+            json.dump(rows, fh, indent=1)
+    return 0 if all(r["ok"] for r in rows) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,91 @@
+"""``--compare OLD.json``: the change of each configuration's median against an earlier run.
+
+Configurations are matched by (dtype, batch). A change is called *significant* when it is
+larger than ``NOISE_SIGMAS`` combined standard errors of the two medians,
+``sqrt(se_old**2 + se_new**2)`` with ``se = median * median_cov`` (see
+:mod:`torchinspect.bench.stats`), and larger than ``MIN_CHANGE`` (run-to-run drift that
+no within-run statistic sees: clocks, placement, other programs).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from torchinspect.errors import InspectError
+
+SCHEMA_PREFIX = "torchinspect/bench/"
+NOISE_SIGMAS = 3.0
+MIN_CHANGE = 0.01
+
+
+@dataclass(frozen=True)
+class Change:
+    dtype: str
+    batch: int | None
+    old_median: float | None
+    new_median: float | None
+    change: float | None  # (new - old) / old
+    noise: float | None  # relative band a change must exceed
+    verdict: str  # faster | slower | same (within noise) | new | gone | not measured
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+def load_bench_json(path: str) -> dict[str, Any]:
+    p = Path(path)
+    if not p.is_file():
+        raise InspectError(f"--compare {path}: no such file", hint="pass a JSON file written by "
+                           "`inspect bench ... --format json --output FILE`")
+    try:
+        data = json.loads(p.read_text())
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise InspectError(f"--compare {path}: not JSON ({exc})",
+                           hint="pass a file written by `inspect bench --format json`") from None
+    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(SCHEMA_PREFIX):
+        raise InspectError(f"--compare {path}: not an `inspect bench` JSON result "
+                           f"(schema {data.get('schema') if isinstance(data, dict) else None!r})",
+                           hint="pass a file written by `inspect bench --format json`")
+    return data
+
+
+def _median_and_se(cfg: dict[str, Any] | None) -> tuple[float | None, float | None]:
+    if not cfg or cfg.get("status") != "ok" or not cfg.get("timing"):
+        return None, None
+    stats = cfg["timing"]["stats"]
+    median = float(stats["median"])
+    mc = stats.get("median_cov")
+    se = median * float(mc) if mc is not None and math.isfinite(float(mc)) else None
+    return median, se
+
+
+def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
+    """One Change per configuration in either result (new order first)."""
+    def key(c: dict[str, Any]) -> tuple[str, int | None]:
+        return (str(c.get("dtype")), c.get("batch"))
+
+    old_by = {key(c): c for c in old.get("configs", [])}
+    new_by = {key(c): c for c in new.get("configs", [])}
+    out = []
+    for k in [*new_by, *(k for k in old_by if k not in new_by)]:
+        om, ose = _median_and_se(old_by.get(k))
+        nm, nse = _median_and_se(new_by.get(k))
+        if k not in old_by:
+            out.append(Change(k[0], k[1], None, nm, None, None, "new"))
+            continue
+        if k not in new_by:
+            out.append(Change(k[0], k[1], om, None, None, None, "gone"))
+            continue
+        if om is None or nm is None:
+            out.append(Change(k[0], k[1], om, nm, None, None, "not measured"))
+            continue
+        change = (nm - om) / om
+        se = math.sqrt((ose or 0.0) ** 2 + (nse or 0.0) ** 2)
+        noise = max(NOISE_SIGMAS * se / om, MIN_CHANGE)
+        verdict = "same" if abs(change) <= noise else ("slower" if change > 0 else "faster")
+        out.append(Change(k[0], k[1], om, nm, change, noise, verdict))
+    return out

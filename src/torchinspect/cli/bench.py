@@ -1,0 +1,190 @@
+"""``inspect bench MODEL``: synchronized latency and throughput over batch sizes and dtypes."""
+
+from __future__ import annotations
+
+import os
+import re
+import sys
+import time
+from enum import StrEnum
+from typing import Annotated, Any
+
+import typer
+
+from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
+from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.sources.case import ModelOptions
+
+
+class CompileMode(StrEnum):
+    default = "default"
+    reduce_overhead = "reduce-overhead"
+    max_autotune = "max-autotune"
+    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
+
+
+class OnOom(StrEnum):
+    skip = "skip"
+    try_ = "try"
+
+
+BatchesOpt = Annotated[str | None, typer.Option(
+    "--batch", "-b", metavar="N[,N...]",
+    help="batch sizes to sweep, e.g. 1,8,32 (default: the input's own batch).")]
+DtypeOpt = Annotated[str, typer.Option(
+    "--dtype", metavar="fp32|fp16|bf16[,...]",
+    help="weights and float inputs cast to this dtype; a comma list benchmarks each. With "
+    "--amp: the autocast dtype.")]
+AmpOpt = Annotated[bool, typer.Option("--amp", help="fp32 weights, forward under torch.autocast "
+                                      "(--dtype fp16/bf16; fp32 means fp16 on CUDA, bf16 on CPU).")]
+ChannelsLastOpt = Annotated[bool, typer.Option("--channels-last",
+                                               help="model and 4-D inputs in channels-last layout.")]
+CompileOpt = Annotated[bool, typer.Option("--compile", help="run torch.compile(model); the first "
+                                          "call (compilation) is reported on its own.")]
+CompileModeOpt = Annotated[CompileMode, typer.Option("--compile-mode", case_sensitive=False,
+                                                     help="torch.compile mode (implies --compile).")]
+GraphsOpt = Annotated[bool, typer.Option("--cuda-graphs", help="capture the forward in a CUDA "
+                                         "graph after warm-up (side stream) and time its replay.")]
+ThreadsOpt = Annotated[int | None, typer.Option("--threads", min=1,
+                                                help="torch CPU threads (default: torch's own).")]
+MinTimeOpt = Annotated[float, typer.Option("--min-time", min=0.0, help="seconds to time at least.")]
+MaxTimeOpt = Annotated[float, typer.Option("--max-time", min=0.0,
+                                           help="seconds after which timing stops.")]
+MinItersOpt = Annotated[int, typer.Option("--min-iters", min=1, help="iterations to time at least.")]
+WarmupOpt = Annotated[float, typer.Option("--warmup", min=0.0,
+                                          help="warm-up seconds (at least 5 calls).")]
+TargetOpt = Annotated[float, typer.Option(
+    "--target", min=0.0, metavar="PCT",
+    help="stop once the median's relative standard error is below PCT percent.")]
+CudnnOpt = Annotated[bool, typer.Option("--cudnn-benchmark/--no-cudnn-benchmark",
+                                        help="cuDNN autotuning (CUDA).")]
+OnOomOpt = Annotated[OnOom, typer.Option("--on-oom", case_sensitive=False,
+                                         help="after an out-of-memory batch: skip the larger "
+                                         "ones, or try them anyway.")]
+MaxBatchOpt = Annotated[bool, typer.Option("--max-batch", help="search (doubling, then bisection) "
+                                           "the largest batch that fits in GPU memory, and time it.")]
+ProfileOpt = Annotated[bool, typer.Option("--profile", help="after timing, profile the last "
+                                          "configuration: top operators and a Chrome trace.")]
+TraceOpt = Annotated[str | None, typer.Option(
+    "--trace", metavar="FILE", help="Chrome trace file for --profile (default: next to --output, "
+    "or MODEL-bench-trace.json).")]
+SamplesOpt = Annotated[bool, typer.Option("--save-samples",
+                                          help="keep raw per-iteration times in the JSON.")]
+CompareOpt = Annotated[str | None, typer.Option(
+    "--compare", metavar="OLD.json", help="compare with an earlier `--format json` result; "
+    "exit 1 if a configuration got slower beyond the noise.")]
+
+
+class _Progress:
+    """Progress on stderr: a live rich status on a terminal, plain lines otherwise."""
+
+    PLAIN_EVERY_S = 2.0
+
+    def __init__(self) -> None:
+        from rich.console import Console
+
+        self.console = Console(stderr=True, highlight=False)
+        self.live = self.console.is_terminal
+        self.status: Any = None
+        self.last = 0.0
+
+    def __enter__(self) -> _Progress:
+        if self.live:
+            self.status = self.console.status("starting")
+            self.status.__enter__()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.status is not None:
+            self.status.__exit__(None, None, None)
+
+    def __call__(self, text: str, final: bool = False) -> None:
+        if final:
+            self.console.print(text, markup=False, soft_wrap=True)
+            return
+        if self.status is not None:
+            self.status.update(text)
+            return
+        now = time.monotonic()
+        if now - self.last >= self.PLAIN_EVERY_S:
+            self.last = now
+            self.console.print(text, markup=False, soft_wrap=True)
+
+
+def _trace_path(trace: str | None, output: str | None, model: str) -> str:
+    if trace:
+        return trace
+    if output:
+        return f"{os.path.splitext(output)[0]}.trace.json"
+    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(model.split(":")[-1]))
+    return f"{safe or 'model'}-bench-trace.json"
+
+
+@model_command(device_default="cpu", batch=False,
+               device_help="where to run: cpu (the default) or cuda[:N].")
+def bench(
+    model: ModelArg,
+    batch: BatchesOpt = None,
+    dtype: DtypeOpt = "fp32",
+    amp: AmpOpt = False,
+    channels_last: ChannelsLastOpt = False,
+    compile: CompileOpt = False,
+    compile_mode: CompileModeOpt = CompileMode.default,
+    cuda_graphs: GraphsOpt = False,
+    threads: ThreadsOpt = None,
+    warmup: WarmupOpt = 1.0,
+    min_time: MinTimeOpt = 2.0,
+    max_time: MaxTimeOpt = 6.0,
+    min_iters: MinItersOpt = 10,
+    target: TargetOpt = 0.5,
+    cudnn_benchmark: CudnnOpt = True,
+    on_oom: OnOomOpt = OnOom.skip,
+    max_batch: MaxBatchOpt = False,
+    profile: ProfileOpt = False,
+    trace: TraceOpt = None,
+    save_samples: SamplesOpt = False,
+    compare: CompareOpt = None,
+    *,
+    opts: ModelOptions,
+    out: OutputOptions,
+) -> None:
+    """Latency and throughput: warm-up, synchronized timing until the median is stable."""
+    from torchinspect.bench.compare import compare_configs, load_bench_json
+    from torchinspect.bench.run import BenchOptions, parse_batches, parse_dtype, run_bench
+    from torchinspect.bench.timing import TimingConfig
+    from torchinspect.report.bench import bench_report
+    from torchinspect.sources.case import make_case
+
+    if opts.device == "meta":
+        raise InspectError("--device meta: a benchmark needs a real device",
+                           hint="use --device cpu or --device cuda[:N]")
+    batches = parse_batches(batch)
+    if batches and max_batch:
+        raise InspectError("--batch and --max-batch exclude each other",
+                           hint="--max-batch searches the batch size itself")
+    dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in dtype.split(",") if d.strip()))
+    old = load_bench_json(compare) if compare else None
+    protect = input_files([model, *opts.files(), compare])
+    options = BenchOptions(
+        device=opts.device, batches=batches, dtypes=dtypes or ("fp32",), amp=amp,
+        channels_last=channels_last,
+        compile=compile_mode.value if (compile or compile_mode != CompileMode.default) else None,
+        cuda_graphs=cuda_graphs, threads=threads, cudnn_benchmark=cudnn_benchmark,
+        timing=TimingConfig(warmup_s=warmup, min_time=min_time, max_time=max_time,
+                            min_iters=min_iters, target_cov=target / 100),
+        on_oom=on_oom.value, max_batch=max_batch, profile=profile,
+        profile_trace=_trace_path(trace, out.output, model) if profile else None,
+        save_samples=save_samples, protect=protect)
+    case = make_case(model, options=opts, device="meta")  # sized on meta; real_model builds it
+    with _Progress() as progress:
+        result = run_bench(case, options, progress=progress)
+    changes = compare_configs(old, result.to_dict()) if old is not None else None
+    emit(bench_report(result, changes), out, inputs=[model, *opts.files(), compare])
+    if not result.ok:
+        typer.echo("error: no configuration could be measured (see the status column)", err=True)
+        raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+    if changes and any(c.verdict == "slower" for c in changes):
+        typer.echo("slower than the earlier run beyond the noise (see the comparison)",
+                   err=True)
+        raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+    sys.stderr.flush()

@@ -1,0 +1,647 @@
+"""``extract_features``: run a model over inputs and store chosen layers' outputs.
+
+One process or many: under ``torchrun`` (``WORLD_SIZE`` > 1) each rank takes a contiguous
+slice of the sorted list of pending inputs, writes its own shards, and after a barrier
+rank 0 writes one manifest whose row order is the one a single process would give. NCCL
+on CUDA, gloo on CPU. See store.py for how interrupted runs resume.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import queue
+import threading
+import time
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchinspect import device as devices
+from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.features import store
+from torchinspect.features.inputs import (
+    InputItem,
+    Preprocess,
+    RowDataset,
+    collate_rows,
+    collect_inputs,
+    decode_cpu,
+    make_preprocess,
+)
+from torchinspect.features.layers import LayerCapture, check_layer_names
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
+          "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+
+
+@dataclass
+class Progress:
+    rows: int  # rows done by this process in this run
+    total: int  # rows this process has to do
+    failed: int
+    elapsed: float
+
+
+@dataclass
+class FeatureResult:
+    """What one run wrote (rank 0: the whole folder; other ranks: their own part)."""
+
+    output: str
+    manifest: str
+    model: str
+    layers: dict[str, dict[str, Any]]  # tensor name -> {"shape": per-row shape, "dtype"}
+    method: str  # hooks or fx
+    device: str
+    world_size: int
+    rows: int  # rows in the folder
+    new_rows: int  # rows this run added
+    skipped: int  # inputs already in the folder
+    failed: list[dict[str, str]]  # {"id", "error"} of unreadable inputs (all runs)
+    new_failed: int
+    shards: list[str]
+    bytes: int
+    seconds: float
+    forward_seconds: float | None  # time inside the model's forward (CPU runs)
+    preprocess: dict[str, Any]
+    file_format: str
+    save_dtype: str
+    ignored_files: int = 0
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def rows_per_s(self) -> float:
+        return self.new_rows / self.seconds if self.seconds > 0 else 0.0
+
+    @property
+    def status(self) -> ExitStatus:
+        return ExitStatus.CHECK_FAILED if self.failed else ExitStatus.OK
+
+    def to_dict(self) -> dict[str, Any]:
+        from dataclasses import asdict
+
+        d = asdict(self)
+        d["rows_per_s"] = round(self.rows_per_s, 2)
+        return d
+
+
+# ------------------------------------------------------------------ distributed
+
+
+@dataclass
+class _Dist:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+    owned: bool = False  # we initialized the process group
+    device: str = "cpu"
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            import torch.distributed as dist
+
+            if self.device.startswith("cuda"):
+                dist.barrier(device_ids=[torch.device(self.device).index or 0])
+            else:
+                dist.barrier()
+
+    def close(self) -> None:
+        if self.owned:
+            import torch.distributed as dist
+
+            dist.destroy_process_group()
+
+
+def _init_dist(device: str) -> _Dist:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return _Dist(device=device)
+    import torch.distributed as dist
+
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    if device == "cuda":  # one GPU per local rank
+        device = f"cuda:{local}"
+    owned = False
+    if not dist.is_initialized():
+        if device.startswith("cuda"):
+            torch.cuda.set_device(torch.device(device))
+            dist.init_process_group("nccl", device_id=torch.device(device))
+        else:
+            dist.init_process_group("gloo")
+        owned = True
+    return _Dist(dist.get_rank(), dist.get_world_size(), local, owned, device)
+
+
+# ------------------------------------------------------------------ the model
+
+
+def _resolve_model(model: Any, device: str, options: Any) -> tuple[Any, str, Any, list[str]]:
+    """(real model on device, name, example, notes) for a spec, a ModelCase or a module."""
+    if isinstance(model, torch.nn.Module):
+        here = devices.model_device(model, default=device)
+        if devices.has_meta_tensors(model):
+            raise InspectError("the model's weights are on meta", hint="pass a model with real weights")
+        if torch.device(here) != torch.device(device):
+            import copy
+
+            return copy.deepcopy(model).to(device), type(model).__name__, None, \
+                [f"the model was copied from {here} to {device}"]
+        return model, type(model).__name__, None, []
+    if isinstance(model, str):
+        from torchinspect.sources.case import make_case
+
+        case = make_case(model, options=options, device=device, need_inputs=False)
+    else:
+        case = model  # a ModelCase
+    return case.real_model(device), case.name, case.example, list(case.notes)
+
+
+def _example_info(example: Any) -> tuple[int | None, tuple[int, int] | None, Any]:
+    """(sample rank, (H, W) of an image-like input, first positional spec/tensor)."""
+    first = None
+    if example is None:
+        return None, None, None
+    args = getattr(example, "args", None)
+    if args is not None:
+        first = args[0] if args else None
+    elif isinstance(example, torch.Tensor):
+        first = example
+    elif isinstance(example, (tuple, list)) and example:
+        first = example[0]
+    shape = getattr(first, "shape", None)
+    if shape is None:
+        return None, None, first
+    shape = tuple(shape)
+    hw = (int(shape[-2]), int(shape[-1])) if len(shape) == 4 and shape[1] in (1, 3) else None
+    return len(shape) - 1, hw, first
+
+
+# ------------------------------------------------------------------ batches
+
+
+def _segments(positions: list[int], batch_size: int) -> list[tuple[list[int], bool]]:
+    """Batches of dataset indices that never straddle a gap in input positions; the flag
+    marks the last batch of a contiguous run (a shard ends there)."""
+    out: list[tuple[list[int], bool]] = []
+    start = 0
+    n = len(positions)
+    while start < n:
+        end = start + 1
+        while end < n and positions[end] == positions[end - 1] + 1:
+            end += 1
+        for b in range(start, end, batch_size):
+            out.append((list(range(b, min(b + batch_size, end))), b + batch_size >= end))
+        start = end
+    return out
+
+
+@dataclass
+class _Ready:
+    x: torch.Tensor | None
+    ids: list[str]
+    errors: list[tuple[str, str]]
+    last_of_segment: bool
+    event: Any = None
+
+
+def _assemble(batch: dict[str, Any], items: list[InputItem], prep: Preprocess, device: str,
+              last: bool) -> _Ready:
+    """A loaded batch -> normalized model input on ``device`` (GPU-decoding JPEG bytes)."""
+    dev = torch.device(device)
+    entries: list[tuple[str, torch.Tensor]] = []  # (id, tensor) in input order
+    errors: list[tuple[str, str]] = []
+    jpegs = [(pos, v) for pos, (k, v) in enumerate(zip(batch["kind"], batch["values"], strict=True))
+             if k == "jpeg"]
+    decoded: dict[int, torch.Tensor] = {}
+    if jpegs:
+        decoded = _gpu_decode(jpegs, items, batch["index"], prep, dev, errors)
+    stacked = batch["images"]
+    img_pos = 0
+    images_float: torch.Tensor | None = None
+    if stacked is not None:
+        images_float = prep.normalize(stacked.to(dev, non_blocking=True))
+    for pos, (i, kind, value) in enumerate(zip(batch["index"], batch["kind"], batch["values"], strict=True)):
+        rid = items[i].id
+        if kind == "error":
+            errors.append((rid, value))
+        elif kind == "image":
+            if images_float is not None:
+                entries.append((rid, images_float[img_pos]))
+                img_pos += 1
+            else:
+                entries.append((rid, prep.normalize(value.to(dev).unsqueeze(0))[0]))
+        elif kind == "jpeg":
+            if pos in decoded:
+                entries.append((rid, decoded[pos]))
+        else:
+            entries.append((rid, value.to(dev, non_blocking=True)))
+    if not entries:
+        return _Ready(None, [], errors, last)
+    shapes = {tuple(t.shape) for _, t in entries}
+    if len(shapes) > 1:
+        raise InspectError(f"inputs of one batch have different shapes ({', '.join(str(list(s)) for s in sorted(shapes))})",
+                           hint="images are batched after preprocessing: pass --resize/--crop "
+                           "(or use the default preprocessing), and tensors of one shape")
+    x = torch.stack([t.float() for _, t in entries])
+    return _Ready(x, [rid for rid, _ in entries], errors, last)
+
+
+def _gpu_decode(jpegs: list[tuple[int, torch.Tensor]], items: list[InputItem], index: list[int],
+                prep: Preprocess, dev: torch.device, errors: list[tuple[str, str]]) -> dict[int, torch.Tensor]:
+    """nvjpeg batch decode; per-file fallback to nvjpeg alone, then to the CPU decoder."""
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    out: dict[int, torch.Tensor] = {}
+    datas = [v for _, v in jpegs]
+    try:
+        imgs = decode_jpeg(datas, mode=ImageReadMode.RGB, device=dev)
+    except RuntimeError:
+        imgs = []
+        for data in datas:
+            try:
+                imgs.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=dev))
+            except RuntimeError:
+                imgs.append(None)
+    prepared = []
+    for (pos, data), img in zip(jpegs, imgs, strict=True):
+        if img is None:
+            try:
+                img = decode_cpu(data.numpy().tobytes(), items[index[pos]].path or "").to(dev)
+            except Exception as exc:
+                errors.append((items[index[pos]].id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
+                continue
+        prepared.append((pos, prep.geometry(img)))
+    if prepared:
+        shapes = {tuple(t.shape) for _, t in prepared}
+        if len(shapes) == 1:
+            batch = prep.normalize(torch.stack([t for _, t in prepared]))
+            out = {pos: batch[k] for k, (pos, _) in enumerate(prepared)}
+        else:
+            out = {pos: prep.normalize(t.unsqueeze(0))[0] for pos, t in prepared}
+    return out
+
+
+def _threaded(source: Iterator[_Ready], device: str, depth: int = 3) -> Iterator[_Ready]:
+    """Prepare batches in a thread on a side CUDA stream, so decoding the next batch
+    overlaps the forward of this one."""
+    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+    stop = threading.Event()
+    dev = torch.device(device)
+    stream = torch.cuda.Stream(dev)
+    end = object()
+
+    def put(obj: Any) -> bool:
+        while not stop.is_set():
+            try:
+                q.put(obj, timeout=0.1)
+                return True
+            except queue.Full:
+                continue
+        return False
+
+    def work() -> None:
+        try:
+            with torch.cuda.device(dev), torch.cuda.stream(stream):
+                for ready in source:
+                    ev = torch.cuda.Event()
+                    ev.record(stream)
+                    ready.event = ev
+                    if not put(ready):
+                        return
+            put(end)
+        except BaseException as exc:  # re-raised in the consumer
+            put(exc)
+
+    t = threading.Thread(target=work, name="torchinspect-decode", daemon=True)
+    t.start()
+    try:
+        while True:
+            got = q.get()
+            if got is end:
+                return
+            if isinstance(got, BaseException):
+                raise got
+            if got.event is not None:
+                torch.cuda.current_stream(dev).wait_event(got.event)
+            if got.x is not None:
+                got.x.record_stream(torch.cuda.current_stream(dev))
+            yield got
+    finally:
+        stop.set()
+        t.join(timeout=5)
+
+
+def _flatten(name: str, out: Any) -> dict[str, torch.Tensor]:
+    if isinstance(out, torch.Tensor):
+        return {name: out}
+    if isinstance(out, (tuple, list)):
+        got: dict[str, torch.Tensor] = {}
+        for i, v in enumerate(out):
+            got.update(_flatten(f"{name}.{i}", v))
+        return got
+    if isinstance(out, dict):
+        got = {}
+        for k, v in out.items():
+            got.update(_flatten(f"{name}.{k}", v))
+        return got
+    return {}
+
+
+def _postprocess(outs: dict[str, Any], pool: str | None, save: torch.dtype) -> dict[str, torch.Tensor]:
+    feats: dict[str, torch.Tensor] = {}
+    for name, out in outs.items():
+        for key, t in _flatten(name, out).items():
+            if pool == "gap" and t.ndim > 2:
+                t = t.float().mean(dim=tuple(range(2, t.ndim)))
+            feats[key] = t.to(dtype=save).to("cpu")
+    if not feats:
+        raise InspectError(f"layer {', '.join(outs)} gave no tensor output",
+                           hint="pick layers whose output is a tensor")
+    return feats
+
+
+# ------------------------------------------------------------------ main entry
+
+
+def _parse_size(text: str | int) -> int:
+    if isinstance(text, int):
+        return text
+    t = str(text).strip().upper().replace(" ", "")
+    units = {"KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4, "KIB": 1024,
+             "MIB": 1024**2, "GIB": 1024**3, "B": 1, "K": 1000, "M": 1000**2, "G": 1000**3}
+    for u in sorted(units, key=len, reverse=True):
+        if t.endswith(u):
+            num = t[: -len(u)]
+            break
+    else:
+        u, num = "B", t
+    try:
+        value = float(num)
+    except ValueError:
+        raise InspectError(f"--shard-size {text!r} is not a size", hint="e.g. 1GB, 500MB, 2GiB") from None
+    if value <= 0:
+        raise InspectError(f"--shard-size {text!r} must be positive", hint="e.g. 1GB")
+    return int(value * units[u])
+
+
+def _dtype(text: str, option: str) -> torch.dtype:
+    key = str(text).lower()
+    if key not in DTYPES:
+        raise InspectError(f"{option} {text!r}: unknown dtype", hint="use fp32, fp16 or bf16")
+    return DTYPES[key]
+
+
+def default_workers(device: str, local_world: int = 1) -> int:
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    per_rank = max(1, cpus // max(1, local_world))
+    if device.startswith("cuda"):
+        return min(8, max(1, per_rank - 1))
+    return max(1, min(8, per_rank - 1))
+
+
+def extract_features(
+    model: Any,
+    inputs: Sequence[str] = (),
+    *,
+    layers: Sequence[str],
+    output: str | os.PathLike[str],
+    options: Any = None,
+    example: Any = None,
+    device: str = "cpu",
+    batch_size: int = 64,
+    workers: int | None = None,
+    dtype: str = "fp32",
+    save_dtype: str | None = None,
+    pool: str | None = None,
+    file_format: str = "safetensors",
+    shard_size: str | int = "1GB",
+    preprocess: str = "image",
+    resize: int | None = None,
+    crop: int | None = None,
+    mean: Sequence[float] | None = None,
+    std: Sequence[float] | None = None,
+    force: bool = False,
+    gpu_decode: bool = True,
+    progress: Callable[[Progress], None] | None = None,
+) -> FeatureResult:
+    """Save the outputs of ``layers`` for every input into the folder ``output``.
+
+    ``model``: a MODEL text (``resnet18``, ``zoo:NAME``, ``file.py:Name``), a ModelCase or
+    an ``nn.Module``. ``inputs``: image files, folders, ``.pt``/``.npy``/``.safetensors``
+    files; none: one random batch from the model's example (or ``example``). Rerunning
+    with the same ``output`` skips inputs already there (``force=True`` starts over).
+    Raises KeyboardInterrupt after flushing what was done when interrupted.
+    """
+    t0 = time.perf_counter()
+    dev = devices.parse_device(device)
+    if not devices.is_real(dev):
+        dev = "cpu"
+    if batch_size <= 0:
+        raise InspectError(f"--batch-size {batch_size} must be positive", hint="e.g. --batch-size 64")
+    if pool not in (None, "none", "gap"):
+        raise InspectError(f"--pool {pool!r}: unknown pooling", hint="use gap (global average pool) or none")
+    pool = None if pool == "none" else pool
+    if file_format not in ("safetensors", "npy", "pt"):
+        raise InspectError(f"--format {file_format!r}: unknown file format", hint="use safetensors, npy or pt")
+    compute = _dtype(dtype, "--dtype")
+    save = _dtype(save_dtype, "--save-dtype") if save_dtype else compute
+    if file_format == "npy" and save == torch.bfloat16:
+        raise InspectError("--format npy cannot hold bfloat16", hint="use --format safetensors or pt, or --save-dtype fp32")
+    shard_bytes = _parse_size(shard_size)
+    layers = [n.strip() for n in layers if n.strip()]
+    if not layers:
+        raise InspectError("no layers given", hint="pass --layers NAME[,NAME...]; --list shows them")
+    out_dir = Path(output)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise InspectError(f"-o {out_dir}: exists and is not a folder", hint="features are written to a folder")
+    devices.check_available(dev)
+
+    dist = _init_dist(dev)
+    dev = dist.device
+    try:
+        net, name, case_example, notes = _resolve_model(model, dev, options)
+        if dist.world > 1 and not isinstance(model, torch.nn.Module):
+            _broadcast_weights(net)  # a random init differs per process: use rank 0's
+        example = example if example is not None else case_example
+        check_layer_names(net, layers)
+        sample_rank, hw, first = _example_info(example)
+        prep = make_preprocess(name if isinstance(model, str) else None, hw, mode=preprocess,
+                               resize=resize, crop=crop,
+                               mean=tuple(mean) if mean else None, std=tuple(std) if std else None)
+        if inputs:
+            items, ignored = collect_inputs(list(inputs), sample_rank=sample_rank, exclude=out_dir)
+            if not items:
+                raise InspectError(f"no images or tensor files found in {', '.join(map(str, inputs))}",
+                                   hint="folders are searched recursively for .jpg/.png/... and .pt/.npy/.safetensors")
+        else:
+            items, ignored = _random_items(example, first), 0
+        settings = {"model": name, "layers": layers, "pool": pool,
+                    "save_dtype": DTYPE_NAMES[save], "file_format": file_format,
+                    "preprocess": prep.to_dict() if inputs else {"mode": "random"}}
+        settings = json.loads(json.dumps(settings))  # as the manifest holds them (lists)
+        if dist.rank == 0:
+            manifest = store.recover(out_dir, settings, force=force, fmt=file_format,
+                                     shard_bytes=shard_bytes)
+        dist.barrier()
+        if dist.rank != 0:
+            manifest = store.read_json(out_dir / store.MANIFEST) or {}
+        run = store.next_run(manifest)
+        done = store.done_ids(manifest)
+        order = {it.id: pos for pos, it in enumerate(items)}
+        pending = [(pos, it) for pos, it in enumerate(items) if it.id not in done]
+        lo, hi = dist.rank * len(pending) // dist.world, (dist.rank + 1) * len(pending) // dist.world
+        mine = pending[lo:hi]
+        writer = store.RankWriter(out_dir, run=run, rank=dist.rank, fmt=file_format,
+                                  shard_bytes=shard_bytes, metadata={"model": name})
+        counters = {"rows": 0, "failed": 0, "forward": 0.0}
+        tensors_meta: dict[str, dict[str, Any]] = dict(manifest.get("tensors") or {})
+        interrupted = False
+        with LayerCapture(net, layers) as cap:
+            method = cap.method
+            try:
+                _run(cap, mine, items, prep, dev, batch_size, workers, compute, pool, save,
+                     gpu_decode, writer, counters, tensors_meta, progress, first, t0,
+                     dist.world)
+            except KeyboardInterrupt:
+                interrupted = True
+            finally:
+                writer.flush()
+        if interrupted:
+            if dist.world == 1:
+                store.finish(out_dir, order, _run_info(dist, dev, counters, t0, method, compute,
+                                                       tensors_meta), complete=False, extra=_versions())
+            raise KeyboardInterrupt
+        dist.barrier()
+        if dist.rank == 0:
+            info = _run_info(dist, dev, counters, t0, method, compute, tensors_meta)
+            manifest = store.finish(out_dir, order, info, complete=True, extra=_versions())
+        dist.barrier()
+        manifest = store.read_json(out_dir / store.MANIFEST) or {}
+        skipped = len(done & set(order))
+        new_failed = counters["failed"]
+        return FeatureResult(
+            output=str(out_dir), manifest=str(out_dir / store.MANIFEST), model=name,
+            layers=manifest.get("tensors") or tensors_meta, method=method, device=dev,
+            world_size=dist.world, rows=int(manifest.get("rows", 0)),
+            new_rows=_sum_rows(manifest),
+            skipped=skipped, failed=list(manifest.get("failed", [])), new_failed=new_failed,
+            shards=sorted({f for s in manifest.get("shards", []) for f in s["files"].values()}),
+            bytes=sum(int(s.get("bytes", 0)) for s in manifest.get("shards", [])),
+            seconds=time.perf_counter() - t0,
+            forward_seconds=counters["forward"] if dev == "cpu" else None,
+            preprocess=settings["preprocess"], file_format=file_format,
+            save_dtype=DTYPE_NAMES[save], ignored_files=ignored, notes=notes)
+    finally:
+        dist.close()
+
+
+def _broadcast_weights(net: torch.nn.Module) -> None:
+    import torch.distributed as dist
+
+    with torch.no_grad():
+        for t in [*net.parameters(), *net.buffers()]:
+            dist.broadcast(t.data, src=0)
+
+
+def _sum_rows(manifest: dict[str, Any]) -> int:
+    runs = manifest.get("runs", [])
+    return int(runs[-1].get("rows", 0)) if runs else 0
+
+
+def _versions() -> dict[str, Any]:
+    import torchvision
+
+    from torchinspect import __version__
+
+    return {"versions": {"torch": torch.__version__, "torchvision": torchvision.__version__,
+                         "torchinspect": __version__}}
+
+
+def _run_info(dist: _Dist, dev: str, counters: dict[str, Any], t0: float, method: str,
+              compute: torch.dtype, tensors_meta: dict[str, Any]) -> dict[str, Any]:
+    return {"world_size": dist.world, "device": dev.split(":")[0], "method": method,
+            "dtype": DTYPE_NAMES[compute], "seconds": round(time.perf_counter() - t0, 3)}
+
+
+def _random_items(example: Any, first: Any) -> list[InputItem]:
+    if first is None:
+        raise InspectError("no INPUTS and no example input to draw random rows from",
+                           hint="pass images/tensor files, or --input 3,224,224 for a random batch")
+    n = int(first.shape[0]) if len(tuple(first.shape)) > 0 else 1
+    return [InputItem(f"random#{i}", None, "random", None, i) for i in range(n)]
+
+
+def _run(cap: LayerCapture, mine: list[tuple[int, InputItem]], items: list[InputItem],
+         prep: Preprocess, dev: str, batch_size: int, workers: int | None, compute: torch.dtype,
+         pool: str | None, save: torch.dtype, gpu_decode: bool, writer: store.RankWriter,
+         counters: dict[str, Any], tensors_meta: dict[str, Any],
+         progress: Callable[[Progress], None] | None, first: Any, t0: float, world: int) -> None:
+    cuda = dev.startswith("cuda")
+    autocast = (torch.autocast(device_type="cuda" if cuda else "cpu", dtype=compute)
+                if compute != torch.float32 else contextlib.nullcontext())
+    total = len(mine)
+    source: Iterator[_Ready]
+    if mine and mine[0][1].kind == "random":
+        x = _random_batch(first, dev)
+        idx = [it.index or 0 for _, it in mine]
+        source = iter([_Ready(x[idx], [it.id for _, it in mine], [], True)])
+    else:
+        sub = [it for _, it in mine]
+        batches = _segments([pos for pos, _ in mine], batch_size)
+        lasts = [last for _, last in batches]
+        n_workers = default_workers(dev, world) if workers is None else workers
+        loader = torch.utils.data.DataLoader(
+            RowDataset(sub, prep, raw_jpeg=cuda and gpu_decode),
+            batch_sampler=[b for b, _ in batches], num_workers=n_workers,
+            collate_fn=collate_rows, pin_memory=cuda,
+            prefetch_factor=4 if n_workers > 0 else None,
+            persistent_workers=False)
+
+        def prepared() -> Iterator[_Ready]:
+            for k, batch in enumerate(loader):
+                yield _assemble(batch, sub, prep, dev, lasts[k])
+
+        source = _threaded(prepared(), dev) if cuda else prepared()
+    with torch.inference_mode(), autocast:
+        for ready in source:
+            for rid, err in ready.errors:
+                writer.fail(rid, err)
+                counters["failed"] += 1
+            if ready.x is not None:
+                f0 = time.perf_counter()
+                try:
+                    outs = cap(ready.x)
+                except InspectError:
+                    raise
+                except Exception as exc:
+                    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                    raise InspectError(f"the model's forward failed on a batch of shape "
+                                       f"{list(ready.x.shape)}: {type(exc).__name__}: {msg[:200]}",
+                                       hint="check the preprocessing (--resize/--crop, --preprocess) "
+                                       "against the input the model expects") from None
+                if not cuda:
+                    counters["forward"] += time.perf_counter() - f0
+                feats = _postprocess(outs, pool, save)
+                if not tensors_meta:
+                    tensors_meta.update({k: {"shape": list(t.shape[1:]),
+                                             "dtype": str(t.dtype).removeprefix("torch.")}
+                                         for k, t in feats.items()})
+                writer.add(ready.ids, feats)
+                counters["rows"] += len(ready.ids)
+            if ready.last_of_segment:
+                writer.flush()
+            if progress is not None:
+                progress(Progress(counters["rows"] + counters["failed"], total,
+                                  counters["failed"], time.perf_counter() - t0))
+
+
+def _random_batch(first: Any, dev: str) -> torch.Tensor:
+    if isinstance(first, torch.Tensor):
+        return first.to(dev)
+    gen = torch.Generator().manual_seed(0)
+    return first.make(dev, gen)

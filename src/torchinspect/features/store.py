@@ -1,0 +1,363 @@
+"""The output folder of ``inspect features``: parts, shards, progress and the manifest.
+
+Durability, in the order things happen for one rank:
+
+1. every batch is written at once as an atomic *part* (``.parts/part-RUN-RANK-SEQ.safetensors``,
+   its row ids in the header): a killed run loses at most the batch in flight;
+2. when the rows held in memory reach ``--shard-size`` (or the run ends, or is interrupted,
+   or the next rows are not contiguous in the input order) they are written as one atomic
+   *shard*, the shard is recorded in ``.progress-rRANK.json`` (atomic), then its parts are
+   deleted;
+3. rank 0 merges the previous ``manifest.json`` and every progress file into one manifest:
+   shards sorted by the input position of their first row, so reading the shards in
+   manifest order gives the rows in input order, as one process would have written them.
+
+On start (rank 0, before the others look): leftover parts of a killed run become shards,
+shard files that nothing records are removed, progress files are merged. Inputs already in
+the manifest (rows or failures) are skipped.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchinspect.errors import InspectError
+from torchinspect.io.atomic import atomic_write_text
+from torchinspect.io.writers import SUFFIX, write_tensors
+
+MANIFEST = "manifest.json"
+PARTS = ".parts"
+FORMAT_ID = "torchinspect-features"
+# Settings that must match for a rerun to add rows to an existing folder.
+SAME_SETTINGS = ("model", "layers", "pool", "save_dtype", "file_format", "preprocess")
+_SHARD_RE = re.compile(r"^features-\d{3}-r\d{3}-\d{5}\.")
+
+
+@dataclass
+class ShardRecord:
+    file: str  # safetensors/pt: the file; npy: the stem (one file per layer)
+    files: dict[str, str]  # layer -> file
+    ids: list[str]
+    bytes: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"file": self.file, "files": self.files, "ids": self.ids, "bytes": self.bytes}
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def read_json(path: Path) -> dict[str, Any] | None:
+    if not path.exists():
+        return None
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError) as exc:
+        raise InspectError(f"{path}: unreadable ({type(exc).__name__})",
+                           hint="remove it, or pass --force to start the folder over") from None
+    return data if isinstance(data, dict) else None
+
+
+def write_json(path: Path, data: Mapping[str, Any]) -> None:
+    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+
+
+class RankWriter:
+    """Rows of one rank: parts per batch, shards per ``shard_bytes``."""
+
+    def __init__(self, folder: Path, *, run: int, rank: int, fmt: str, shard_bytes: int,
+                 metadata: Mapping[str, str]) -> None:
+        self.folder = folder
+        self.run, self.rank = run, rank
+        self.fmt = fmt
+        self.shard_bytes = shard_bytes
+        self.metadata = dict(metadata)
+        self.parts_dir = folder / PARTS
+        self.parts_dir.mkdir(exist_ok=True)
+        self.progress_path = folder / f".progress-r{rank:03d}-run{run:03d}.json"
+        self.shards: list[ShardRecord] = []
+        self.failed: list[dict[str, str]] = []
+        self._rows: list[dict[str, torch.Tensor]] = []
+        self._ids: list[str] = []
+        self._parts: list[Path] = []
+        self._bytes = 0
+        self._part_seq = 0
+        self.rows_written = 0
+        self.tensors: dict[str, dict[str, Any]] = {}
+
+    def add(self, ids: list[str], feats: dict[str, torch.Tensor]) -> None:
+        """One batch of rows (CPU tensors, dim 0 = rows): a part now, a shard when full."""
+        if ids and not self.tensors:
+            self.tensors = {k: {"shape": list(t.shape[1:]), "dtype": str(t.dtype).removeprefix("torch.")}
+                            for k, t in feats.items()}
+        if ids:
+            part = self.parts_dir / f"part-{self.run:03d}-r{self.rank:03d}-{self._part_seq:06d}.safetensors"
+            self._part_seq += 1
+            write_tensors(part, feats, metadata={"ids": json.dumps(ids)})
+            self._parts.append(part)
+            self._rows.append(feats)
+            self._ids.extend(ids)
+            self._bytes += sum(t.numel() * t.element_size() for t in feats.values())
+        if self._bytes >= self.shard_bytes:
+            self.flush()
+
+    def fail(self, item_id: str, error: str) -> None:
+        self.failed.append({"id": item_id, "error": error})
+
+    def flush(self) -> None:
+        """Write the rows held in memory as one shard, record it, drop its parts."""
+        if self._ids:
+            tensors = {k: torch.cat([r[k] for r in self._rows]) for k in self._rows[0]}
+            self.shards.append(write_shard(self.folder, tensors, self._ids, fmt=self.fmt,
+                                           name=f"features-{self.run:03d}-r{self.rank:03d}-{len(self.shards):05d}",
+                                           metadata=self.metadata))
+            self.rows_written += len(self._ids)
+        self._save_progress()
+        for p in self._parts:
+            p.unlink(missing_ok=True)
+        self._rows, self._ids, self._parts, self._bytes = [], [], [], 0
+
+    def _save_progress(self) -> None:
+        write_json(self.progress_path, {"run": self.run, "rank": self.rank,
+                                        "shards": [s.to_dict() for s in self.shards],
+                                        "failed": self.failed, "tensors": self.tensors})
+
+
+def write_shard(folder: Path, tensors: dict[str, torch.Tensor], ids: list[str], *, fmt: str,
+                name: str, metadata: Mapping[str, str]) -> ShardRecord:
+    path = folder / f"{name}{SUFFIX[fmt]}"
+    written = write_tensors(path, tensors, fmt=fmt, metadata={**metadata, "rows": str(len(ids))})
+    if fmt == "npy":
+        files = {k: p.name for k, p in zip(tensors, written, strict=True)}
+    else:
+        files = dict.fromkeys(tensors, path.name)
+    nbytes = sum(t.numel() * t.element_size() for t in tensors.values())
+    return ShardRecord(path.name if fmt != "npy" else name, files, list(ids), nbytes)
+
+
+# ------------------------------------------------------------------ recovery and merge
+
+
+def recover(folder: Path, settings: dict[str, Any], *, force: bool, fmt: str,
+            shard_bytes: int) -> dict[str, Any]:
+    """Rank 0, before any rank reads: make the folder consistent; return the manifest."""
+    folder.mkdir(parents=True, exist_ok=True)
+    manifest = read_json(folder / MANIFEST)
+    if manifest is not None and manifest.get("format") != FORMAT_ID:
+        raise InspectError(f"{folder / MANIFEST} is not a torchinspect features manifest",
+                           hint="write to another folder")
+    if force:
+        _clear(folder, manifest)
+        manifest = None
+    if manifest is not None:
+        differs = [k for k in SAME_SETTINGS if manifest.get(k) != settings.get(k)]
+        if differs:
+            raise InspectError(
+                f"{folder} holds features written with other settings ({', '.join(differs)})",
+                hint="use another output folder, or pass --force to start it over")
+    if manifest is None:
+        manifest = {"format": FORMAT_ID, "version": 1, **settings, "status": "incomplete",
+                    "rows": 0, "shards": [], "inputs": [], "failed": [], "runs": []}
+    progress = _read_progress(folder)
+    # leftover parts (a killed run): make them shards of their own run/rank
+    parts: dict[tuple[int, int], list[Path]] = {}
+    pdir = folder / PARTS
+    if pdir.is_dir():
+        for p in sorted(pdir.glob("part-*.safetensors")):
+            m = re.match(r"part-(\d+)-r(\d+)-(\d+)\.safetensors$", p.name)
+            if m:
+                parts.setdefault((int(m[1]), int(m[2])), []).append(p)
+    recorded = {s["file"] for s in manifest["shards"]} | {
+        s["file"] for pr in progress for s in pr["shards"]}
+    for (run, rank), plist in sorted(parts.items()):
+        pr = next((x for x in progress if x["run"] == run and x["rank"] == rank), None)
+        if pr is None:
+            pr = {"run": run, "rank": rank, "shards": [], "failed": []}
+            progress.append(pr)
+        done = {i for s in pr["shards"] for i in s["ids"]} | {e["id"] for e in manifest["inputs"]}
+        _parts_to_shards(folder, plist, pr, done, fmt=fmt, shard_bytes=shard_bytes,
+                         metadata={"model": str(settings.get("model"))})
+        recorded |= {s["file"] for s in pr["shards"]}
+    for f in folder.iterdir():  # shards written but never recorded: a kill in between
+        if _SHARD_RE.match(f.name) and f.name not in recorded and \
+                not any(f.name in s.get("files", {}).values() for pr in progress for s in pr["shards"]):
+            f.unlink()
+    manifest = merge(manifest, progress)
+    write_json(folder / MANIFEST, manifest)
+    for pr in progress:
+        (folder / f".progress-r{pr['rank']:03d}-run{pr['run']:03d}.json").unlink(missing_ok=True)
+    if pdir.is_dir() and not any(pdir.iterdir()):
+        pdir.rmdir()
+    return manifest
+
+
+def _parts_to_shards(folder: Path, plist: list[Path], pr: dict[str, Any], done: set[str], *,
+                     fmt: str, shard_bytes: int, metadata: Mapping[str, str]) -> None:
+    from safetensors import safe_open
+
+    rows: list[dict[str, torch.Tensor]] = []
+    ids: list[str] = []
+    nbytes = 0
+    used: list[Path] = []
+    seq = len(pr["shards"])
+
+    def flush() -> None:
+        nonlocal rows, ids, nbytes, seq
+        if ids:
+            tensors = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
+            rec = write_shard(folder, tensors, ids, fmt=fmt, metadata=metadata,
+                              name=f"features-{pr['run']:03d}-r{pr['rank']:03d}-{seq:05d}")
+            pr["shards"].append(rec.to_dict())
+            seq += 1
+        rows, ids, nbytes = [], [], 0
+
+    for p in sorted(plist):
+        try:
+            with safe_open(str(p), framework="pt") as fh:
+                part_ids = json.loads((fh.metadata() or {}).get("ids", "[]"))
+                tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
+        except Exception:  # an unreadable part cannot exist (atomic), but never crash on one
+            part_ids, tensors = [], {}
+        if part_ids and not set(part_ids) & done:
+            rows.append(tensors)
+            ids.extend(part_ids)
+            nbytes += sum(t.numel() * t.element_size() for t in tensors.values())
+        used.append(p)
+        if nbytes >= shard_bytes:
+            flush()
+    flush()
+    for p in used:
+        p.unlink(missing_ok=True)
+
+
+def _read_progress(folder: Path) -> list[dict[str, Any]]:
+    out = []
+    for p in sorted(folder.glob(".progress-r*-run*.json")):
+        data = read_json(p)
+        if data is not None:
+            out.append(data)
+    return out
+
+
+def _clear(folder: Path, manifest: dict[str, Any] | None) -> None:
+    """--force: remove what an earlier run of this command wrote (nothing else)."""
+    for f in list(folder.iterdir()):
+        if _SHARD_RE.match(f.name) or f.name == MANIFEST or f.name.startswith(".progress-r"):
+            f.unlink()
+    pdir = folder / PARTS
+    if pdir.is_dir():
+        for p in pdir.iterdir():
+            p.unlink()
+        pdir.rmdir()
+
+
+def merge(manifest: dict[str, Any], progress: list[dict[str, Any]],
+          order: Mapping[str, int] | None = None) -> dict[str, Any]:
+    """Add the progress files' shards and failures; sort shards by first-row input position.
+
+    ``order`` maps an input id to its position in the sorted input list; without it, the
+    order already recorded in the manifest and the run/rank/sequence order are used.
+    """
+    manifest = dict(manifest)
+    shards = list(manifest["shards"])
+    failed = list(manifest["failed"])
+    for pr in sorted(progress, key=lambda x: (x["run"], x["rank"])):
+        shards.extend(pr["shards"])
+        failed.extend(pr["failed"])
+    if order is None:
+        known = {e["id"]: i for i, e in enumerate(manifest.get("inputs", []))}
+        order = {}
+        for s in shards:
+            for i in s["ids"]:
+                order.setdefault(i, known.get(i, len(known) + len(order)))
+    big = 1 << 62
+    shards.sort(key=lambda s: (order.get(s["ids"][0], big) if s["ids"] else big))
+    inputs = []
+    row = 0
+    for s in shards:
+        s["rows"] = [row, row + len(s["ids"])]
+        for i in s["ids"]:
+            inputs.append({"id": i, "row": row, "shard": s["file"]})
+            row += 1
+    fails = {f["id"]: f for f in failed}
+    manifest.update(shards=shards, inputs=inputs, rows=row,
+                    failed=sorted(fails.values(), key=lambda f: order.get(f["id"], big)))
+    return manifest
+
+
+def next_run(manifest: dict[str, Any]) -> int:
+    """A run number no shard of this folder uses yet (killed runs left shards, no run entry)."""
+    used = [int(m[1]) for s in manifest.get("shards", [])
+            if (m := re.match(r"features-(\d+)-", s["file"]))]
+    return max([len(manifest.get("runs", [])), *(u + 1 for u in used)])
+
+
+def done_ids(manifest: dict[str, Any]) -> set[str]:
+    return {e["id"] for e in manifest["inputs"]} | {f["id"] for f in manifest["failed"]}
+
+
+def finish(folder: Path, order: Mapping[str, int], run_info: dict[str, Any], *,
+           complete: bool, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
+    """Rank 0 after the barrier: merge every rank's progress into the one manifest."""
+    manifest = read_json(folder / MANIFEST)
+    assert manifest is not None
+    progress = _read_progress(folder)
+    run_info = {**run_info, "rows": sum(len(s["ids"]) for pr in progress for s in pr["shards"]),
+                "failed": sum(len(pr["failed"]) for pr in progress)}
+    for pr in progress:
+        if pr.get("tensors") and not manifest.get("tensors"):
+            manifest["tensors"] = pr["tensors"]
+    manifest = merge(manifest, progress, order)
+    manifest["runs"] = [*manifest.get("runs", []), {**run_info, "finished": _now()}]
+    manifest["status"] = "complete" if complete else "incomplete"
+    manifest.update(extra or {})
+    write_json(folder / MANIFEST, manifest)
+    for pr in progress:
+        (folder / f".progress-r{pr['rank']:03d}-run{pr['run']:03d}.json").unlink(missing_ok=True)
+    pdir = folder / PARTS
+    if pdir.is_dir() and not any(pdir.iterdir()):
+        pdir.rmdir()
+    return manifest
+
+
+@dataclass
+class FeatureFolder:
+    """Read back a features folder: ``rows(layer)`` in manifest (= input) order."""
+
+    path: Path
+    manifest: dict[str, Any] = field(default_factory=dict)
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str]) -> FeatureFolder:
+        folder = Path(path)
+        manifest = read_json(folder / MANIFEST)
+        if manifest is None:
+            raise InspectError(f"{folder}: no {MANIFEST}", hint="pass the -o folder of inspect features")
+        return cls(folder, manifest)
+
+    def rows(self, layer: str) -> torch.Tensor:
+        parts = []
+        for s in self.manifest["shards"]:
+            f = self.path / s["files"][layer]
+            fmt = self.manifest["file_format"]
+            if fmt == "safetensors":
+                from safetensors.torch import load_file
+
+                parts.append(load_file(str(f))[layer])
+            elif fmt == "pt":
+                parts.append(torch.load(f, map_location="cpu", weights_only=True)[layer])
+            else:
+                import numpy as np
+
+                parts.append(torch.from_numpy(np.load(f, allow_pickle=False)))
+        return torch.cat(parts) if parts else torch.empty(0)

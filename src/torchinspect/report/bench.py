@@ -1,0 +1,142 @@
+"""``inspect bench`` result -> Report: one row per (dtype, batch), environment, warnings,
+the profile's top operators, the --max-batch search and the --compare verdicts.
+
+Time cells are ``Shown(seconds, "3.21 ms")``: CSV and JSON carry seconds.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.bench.timing import fmt_time
+from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
+
+if TYPE_CHECKING:
+    from torchinspect.bench.compare import Change
+    from torchinspect.bench.run import BenchResult
+
+
+def _t(seconds: float | None) -> Shown:
+    if seconds is None:
+        return Shown("", "-")
+    return Shown(seconds, fmt_time(seconds))
+
+
+def _pct(x: float | None) -> Shown:
+    return Shown("" if x is None else round(x * 100, 4), "-" if x is None else f"{x * 100:.1f}%")
+
+
+def _rate(x: float | None) -> Shown:
+    return Shown("" if x is None else x, "-" if x is None else f"{x:,.1f}")
+
+
+def _short(name: str, limit: int = 90) -> Shown:
+    """CUDA kernel names run to hundreds of characters: the table shows the start, CSV all."""
+    return Shown(name, name if len(name) <= limit else name[: limit - 3] + "...")
+
+
+def _rows(result: BenchResult, cuda: bool) -> tuple[list[str], list[list[Any]]]:
+    cols = ["dtype", "batch", "status", "median", "mean", "min", "p90", "p99", "std", "CoV",
+            "IQR", "samples/s", "iters", "first call"]
+    if any(c.compile_s is not None for c in result.configs):
+        cols.append("compile")
+    if cuda:
+        cols += ["peak alloc", "peak reserved"]
+    rows = []
+    for c in result.configs:
+        t = c.timing
+        s = t.stats if t else None
+        row: list[Any] = [c.dtype, c.batch if c.batch is not None else "-",
+                          c.status.upper() if c.status != "ok" else "ok"]
+        if s is None:
+            row += [Shown("", "-")] * 10 + [Shown("", "-")]
+        else:
+            row += [_t(s.median), _t(s.mean), _t(s.min), _t(s.p90), _t(s.p99), _t(s.std),
+                    _pct(s.cov), _t(s.iqr), _rate(c.throughput), t.iters, _t(t.first_call_s)]
+        if "compile" in cols:
+            row.append(_t(c.compile_s))
+        if cuda:
+            row += [nbytes(c.peak_allocated), nbytes(c.peak_reserved)]
+        rows.append(row)
+    return cols, rows
+
+
+def _environment(result: BenchResult) -> KeyValues:
+    e = result.environment
+    o = result.options
+    items: list[tuple[str, Any]] = [("model", result.model), ("inputs", result.inputs),
+                                    ("device", result.device)]
+    if "gpu" in e:
+        items += [("gpu", f"{e['gpu']} (sm {e['capability']}, {fmt_bytes(e['gpu_memory'])})"),
+                  ("driver", e.get("driver") or "unknown"),
+                  ("torch / CUDA / cuDNN", f"{e['torch']} / {e.get('cuda')} / {e.get('cudnn')}"),
+                  ("TF32 matmul / cuDNN", f"{e['tf32_matmul']} / {e['tf32_cudnn']}")]
+    else:
+        items += [("cpu", f"{e.get('cpu')} ({e.get('cpu_count')} cores)"), ("torch", e["torch"])]
+    flags = [f for f, on in (("amp", o.amp), ("channels-last", o.channels_last),
+                             ("cuda-graphs", o.cuda_graphs)) if on]
+    if o.compile:
+        flags.append(f"compile={o.compile}")
+    if result.device.startswith("cuda"):
+        flags.append(f"cudnn.benchmark={'on' if o.cudnn_benchmark else 'off'}")
+    items += [("threads", o.threads or e.get("torch_threads")),
+              ("flags", ", ".join(flags) or "-")]
+    t = o.timing
+    items.append(("method", f"warm-up >= {t.warmup_s:g} s and {t.warmup_iters} calls; timed "
+                  f"{t.min_time:g}-{t.max_time:g} s, >= {t.min_iters} iters, until the median's "
+                  f"error <= {t.target_cov * 100:g}%; "
+                  + ("CUDA events per call" if result.device.startswith("cuda")
+                     else "perf_counter per call")))
+    items.append(("percentiles", "linear interpolation (numpy default)"))
+    return KeyValues("environment", items)
+
+
+def bench_report(result: BenchResult, compare: list[Change] | None = None) -> Report:
+    cuda = result.device.startswith("cuda")
+    cols, rows = _rows(result, cuda)
+    sections: list[Any] = [_environment(result),
+                           Table(f"{result.model} on {result.device}", cols, rows, primary=True,
+                                 footer=["samples/s = batch x iterations / wall time of the "
+                                         "synchronized timed blocks"])]
+    warn = [f"{c.label}: {w}" for c in result.configs for w in c.warnings]
+    warn += [f"{c.label}: {c.status.upper()}: {c.error}" for c in result.configs
+             if c.status != "ok" and c.error]
+    if warn:
+        sections.append(Text(warn, title="warnings", style="yellow"))
+    if result.max_batch is not None:
+        mb = result.max_batch
+        probes = ", ".join(f"{b}{'' if ok else ' OOM'}" for b, ok, _ in mb.probes)
+        sections.append(KeyValues("max batch", [
+            ("largest batch that fits", mb.batch if mb.batch else "none (batch 1 is OOM)"),
+            ("search", f"doubling then bisection: {probes}"
+             + (" (stopped at the cap)" if mb.capped else ""))]))
+    if result.profile is not None:
+        p = result.profile
+        prow = [[_short(o.name), o.calls, _t(o.self_cpu_s), _t(o.self_device_s) if cuda else None]
+                for o in p.ops]
+        pcols = ["operator", "calls", "self CPU"] + (["self CUDA"] if cuda else [])
+        prow = [r[: len(pcols)] for r in prow]
+        footer = [f"per forward, mean of {p.forwards} profiled calls ({p.config}); "
+                  f"total self CPU {fmt_time(p.total_self_cpu_s)}"
+                  + (f", self CUDA {fmt_time(p.total_self_device_s)}" if cuda else "")]
+        if p.trace_file:
+            footer.append(f"Chrome trace: {p.trace_file} (open in chrome://tracing or Perfetto)")
+        sections.append(Table(f"top operators by {p.sort_by.replace('_', ' ')} time", pcols, prow,
+                              footer=footer))
+    if compare is not None:
+        crow = [[c.dtype, c.batch if c.batch is not None else "-", _t(c.old_median),
+                 _t(c.new_median),
+                 Shown("" if c.change is None else round(c.change * 100, 4),
+                       "-" if c.change is None else f"{c.change * 100:+.2f}%"),
+                 _pct(c.noise), c.verdict] for c in compare]
+        sections.append(Table("compared with the earlier run",
+                              ["dtype", "batch", "old median", "new median", "change", "noise",
+                               "verdict"], crow,
+                              footer=["noise: 3 standard errors of the two medians combined, "
+                                      "at least 1%"]))
+    if result.notes:
+        sections.append(Text(result.notes, title="notes"))
+    data = result.to_dict()
+    if compare is not None:
+        data["compare"] = [c.to_dict() for c in compare]
+    return Report("bench", data, sections)

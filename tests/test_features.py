@@ -1,0 +1,349 @@
+"""inspect features: layer capture, inputs and preprocessing, shards/manifest, resume, ranks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+import torchvision
+from PIL import Image
+from safetensors.torch import load_file
+from torch import nn
+
+from torchinspect.errors import InspectError
+from torchinspect.features import FeatureFolder, LayerCapture, extract_features
+from torchinspect.features.inputs import make_preprocess
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+class Tiny(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.conv = nn.Conv2d(3, 8, 3, padding=1)
+        self.relu = nn.ReLU()
+        self.pool = nn.AdaptiveAvgPool2d(2)
+        self.fc = nn.Linear(32, 5)
+
+    def forward(self, x):
+        x = self.pool(self.relu(self.conv(x)))
+        return self.fc(torch.flatten(x, 1))
+
+
+class Untraceable(Tiny):
+    def forward(self, x):
+        x = self.relu(self.conv(x))
+        if x.sum() > 0:  # data-dependent control flow: FX symbolic tracing fails
+            x = x * 2
+        return self.fc(torch.flatten(self.pool(x), 1))
+
+
+def _tiny(seed: int = 0) -> nn.Module:
+    torch.manual_seed(seed)
+    return Tiny()
+
+
+def _images(folder: Path, n: int = 6, size=(40, 30)) -> list[Path]:
+    rng = np.random.default_rng(0)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = []
+    for i in range(n):
+        p = folder / f"img{i:02d}.png"
+        Image.fromarray(rng.integers(0, 255, (size[1], size[0], 3), dtype=np.uint8)).save(p)
+        out.append(p)
+    return out
+
+
+def _expected(net: nn.Module, img: Image.Image, resize: int, crop: int) -> torch.Tensor:
+    """The reference: PIL's RGB conversion + torchvision's published-weights transform class."""
+    from torchvision.transforms._presets import ImageClassification
+
+    t = ImageClassification(crop_size=crop, resize_size=resize)
+    x = torch.from_numpy(np.asarray(img.convert("RGB")).copy()).permute(2, 0, 1)
+    with torch.no_grad():
+        return net.relu(net.conv(t(x).unsqueeze(0)))[0]
+
+
+# ------------------------------------------------------------------ recipes
+
+
+@pytest.mark.slow
+def test_vgg16_recipes_match_direct_slicing(tmp_path):
+    torch.manual_seed(0)
+    vgg = torchvision.models.vgg16().eval()
+    x = torch.randn(2, 3, 64, 64)
+    torch.save(x, tmp_path / "x.pt")  # a batch of 2 samples -> 2 rows
+    r = extract_features(vgg, [str(tmp_path / "x.pt")], layers=["features.29", "features.30", "classifier.4"],
+                         output=tmp_path / "out", example=torch.zeros(1, 3, 64, 64), workers=0)
+    f = FeatureFolder.open(r.output)
+    with torch.no_grad():
+        relu5_3 = vgg.features[:30](x)
+        pool5 = vgg.features(x)
+        fc7 = vgg.classifier[:5](torch.flatten(vgg.avgpool(pool5), 1))
+    assert [e["id"] for e in f.manifest["inputs"]] == [f"{tmp_path / 'x.pt'}#0", f"{tmp_path / 'x.pt'}#1"]
+    torch.testing.assert_close(f.rows("features.29"), relu5_3)
+    torch.testing.assert_close(f.rows("features.30"), pool5)
+    torch.testing.assert_close(f.rows("classifier.4"), fc7)
+    assert r.layers["classifier.4"]["shape"] == [4096] and r.method == "hooks"
+
+
+def test_resnet_stages_and_gap_cli(invoke, tmp_path):
+    torch.manual_seed(0)
+    torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "w.pt")
+    r = invoke("features", "resnet18", "--weights", tmp_path / "w.pt", "--input", "2,3,64,64",
+               "-l", "layer1,layer2,layer3,layer4", "-l", "avgpool", "--pool", "gap",
+               "-o", tmp_path / "out", "--report", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    shapes = {k: v["shape"] for k, v in data["layers"].items()}
+    assert shapes == {"layer1": [64], "layer2": [128], "layer3": [256], "layer4": [512], "avgpool": [512]}
+    assert data["rows"] == 2 and data["schema"] == "torchinspect/features/v1"
+    m = torchvision.models.resnet18()
+    m.load_state_dict(torch.load(tmp_path / "w.pt", weights_only=True))
+    from torchinspect.inputs import TensorSpec  # the random rows are seeded: rebuild them
+
+    x = TensorSpec((2, 3, 64, 64)).make("cpu", torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        feat = torch.flatten(m.eval().avgpool(m.layer4(m.layer3(m.layer2(m.layer1(
+            m.maxpool(m.relu(m.bn1(m.conv1(x))))))))), 1)
+    torch.testing.assert_close(FeatureFolder.open(tmp_path / "out").rows("avgpool"), feat)
+
+
+def test_list_shows_modules_and_fx_nodes(invoke):
+    r = invoke("features", "resnet18", "--list", "--report", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    mods = {m["name"]: m for m in data["modules"]}
+    nodes = {n["name"]: n for n in data["nodes"]}
+    assert mods["avgpool"]["shape"] == [1, 512, 1, 1] and mods["layer1.0.relu"]["calls"] == 2
+    assert nodes["layer1.0.relu_1"]["shape"] == [1, 64, 56, 56] and "layer4.1.add" in nodes
+
+
+# ------------------------------------------------------------------ FX and module capture
+
+
+def test_fx_node_name_extracts_the_later_call():
+    torch.manual_seed(0)
+    m = torchvision.models.resnet18().eval()
+    x = torch.randn(1, 3, 64, 64)
+    with LayerCapture(m, ["layer1.0.relu_1"]) as cap, torch.no_grad():
+        got = cap(x)["layer1.0.relu_1"]
+    assert cap.method == "fx"
+    with torch.no_grad():
+        want = m.layer1[0](m.maxpool(m.relu(m.bn1(m.conv1(x)))))  # relu_1 is the block's output
+    torch.testing.assert_close(got, want)
+
+
+def test_untraceable_model_extracts_by_module_name_and_stops_early(tmp_path):
+    torch.manual_seed(0)
+    m = Untraceable().train()
+    fc_calls = []
+    m.fc.register_forward_hook(lambda *a: fc_calls.append(1))
+    x = torch.randn(3, 3, 16, 16)
+    np.save(tmp_path / "x.npy", x.numpy())
+    r = extract_features(m, [str(tmp_path / "x.npy")], layers=["relu"], output=tmp_path / "o",
+                         example=torch.zeros(1, 3, 16, 16), workers=0)
+    torch.testing.assert_close(FeatureFolder.open(r.output).rows("relu"), m.relu(m.conv(x)).detach())
+    assert fc_calls == []  # the forward stopped after the last requested layer
+    assert m.training and m.conv.training  # flags restored
+    assert len(m.fc._forward_hooks) == 1 and not m.relu._forward_hooks  # only the test's hook
+    with pytest.raises(InspectError, match="FX node names are not available"):
+        with LayerCapture(m, ["relu_1"]):
+            pass
+
+
+def test_unknown_layer_is_a_usage_error(invoke, tmp_path):
+    r = invoke("features", "resnet18", "-l", "layer5", "-o", tmp_path / "o")
+    assert r.exit_code == 2
+    assert "error: unknown layer layer5" in r.stderr and "did you mean" in r.stderr
+    r = invoke("features", "resnet18", "-l", "layer4", "-o", tmp_path / "o", tmp_path / "missing")
+    assert r.exit_code == 2 and "no such file" in r.stderr
+
+
+# ------------------------------------------------------------------ images
+
+
+def test_folder_with_corrupt_grayscale_and_rgba(invoke, tmp_path):
+    folder = tmp_path / "imgs"
+    rng = np.random.default_rng(1)
+    _images(folder / "a", n=2)
+    gray = Image.fromarray(rng.integers(0, 255, (30, 40), dtype=np.uint8), mode="L")
+    gray.save(folder / "gray.png")
+    rgba = Image.fromarray(rng.integers(0, 255, (30, 40, 4), dtype=np.uint8), mode="RGBA")
+    rgba.save(folder / "rgba.png")
+    pal = gray.convert("P")
+    pal.save(folder / "z_palette.png")
+    (folder / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"not a jpeg" * 20)
+    (folder / "notes.txt").write_text("ignored")
+    net = _tiny()
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    spec = ROOT / "tests" / "features_tiny.py"
+    r = invoke("features", f"{spec}:Tiny", "--weights", tmp_path / "w.pt", folder, "-l", "relu",
+               "--resize", "24", "--crop", "20", "-o", tmp_path / "out", "--workers", "1")
+    assert r.exit_code == 1, r.output
+    assert "broken.jpg: not a readable image" in r.stdout and "could not be read" in r.stderr
+    f = FeatureFolder.open(tmp_path / "out")
+    ids = [Path(e["id"]).name for e in f.manifest["inputs"]]
+    assert ids == ["img00.png", "img01.png", "gray.png", "rgba.png", "z_palette.png"]
+    assert [Path(e["id"]).name for e in f.manifest["failed"]] == ["broken.jpg"]
+    rows = f.rows("relu")
+    for k, img in enumerate([Image.open(folder / "a" / "img00.png"), gray, rgba, pal]):
+        torch.testing.assert_close(rows[[0, 2, 3, 4][k]], _expected(net, img, 24, 20), atol=1e-5, rtol=1e-5)
+
+
+def test_published_transforms_match_torchvision(tmp_path):
+    img = Image.fromarray(np.random.default_rng(2).integers(0, 255, (375, 500, 3), dtype=np.uint8))
+    prep = make_preprocess("resnet18", None)
+    assert (prep.resize, prep.crop) == (256, (224, 224)) and "published" in prep.source
+    x = torch.from_numpy(np.asarray(img).copy()).permute(2, 0, 1)
+    ours = prep.normalize(prep.geometry(x).unsqueeze(0))[0]
+    ref = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.transforms()(x)
+    torch.testing.assert_close(ours, ref, atol=1e-5, rtol=0)
+
+
+# ------------------------------------------------------------------ storage, manifest, resume
+
+
+def test_safetensors_round_trip_and_manifest(tmp_path):
+    net = _tiny()
+    x = torch.randn(5, 3, 8, 8)
+    torch.save(x, tmp_path / "x.pt")
+    r = extract_features(net, [str(tmp_path / "x.pt")], layers=["conv", "fc"], output=tmp_path / "o",
+                         example=torch.zeros(1, 3, 8, 8), batch_size=2, save_dtype="bf16",
+                         shard_size=600, workers=0)
+    man = json.loads((tmp_path / "o" / "manifest.json").read_text())
+    assert man["status"] == "complete" and man["rows"] == 5 and man["save_dtype"] == "bf16"
+    assert man["layers"] == ["conv", "fc"] and man["tensors"]["conv"] == {"shape": [8, 8, 8], "dtype": "bfloat16"}
+    assert [e["row"] for e in man["inputs"]] == list(range(5))
+    assert man["versions"]["torch"] == torch.__version__ and man["runs"][0]["rows"] == 5
+    assert len(man["shards"]) == 3  # 2 rows of conv in bf16 = 2 KB > 600 B: one shard per batch
+    with torch.no_grad():
+        want = {"conv": net.conv(x), "fc": net(x)}
+    got = {k: torch.cat([load_file(str(tmp_path / "o" / s["file"]))[k] for s in man["shards"]])
+           for k in want}
+    for k in want:
+        assert got[k].dtype == torch.bfloat16
+        assert torch.equal(got[k], want[k].to(torch.bfloat16))  # bf16 kept exact
+    assert r.rows == 5 and r.new_rows == 5 and not (tmp_path / "o" / ".parts").exists()
+
+
+def test_resume_after_interrupt_gives_identical_rows(tmp_path):
+    folder = tmp_path / "imgs"
+    _images(folder, n=9)
+    net = _tiny()
+    kw = dict(layers=["relu", "fc"], resize=24, crop=20, batch_size=2, workers=0)
+    full = extract_features(net, [str(folder)], output=tmp_path / "full", **kw)
+
+    calls = []
+
+    def stop_after_two(p):
+        calls.append(p.rows)
+        if len(calls) == 2:
+            raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        extract_features(net, [str(folder)], output=tmp_path / "part", progress=stop_after_two, **kw)
+    man = json.loads((tmp_path / "part" / "manifest.json").read_text())
+    assert man["status"] == "incomplete" and man["rows"] == 4
+    again = extract_features(net, [str(folder)], output=tmp_path / "part", **kw)
+    assert (again.skipped, again.new_rows, again.rows) == (4, 5, 9)
+    a, b = FeatureFolder.open(full.output), FeatureFolder.open(again.output)
+    assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
+    for k in ("relu", "fc"):
+        torch.testing.assert_close(a.rows(k), b.rows(k), atol=1e-6, rtol=1e-6)
+    with pytest.raises(InspectError, match="other settings"):
+        extract_features(net, [str(folder)], output=tmp_path / "part", **{**kw, "layers": ["conv"]})
+
+
+KILL_SCRIPT = """
+import os, sys, torch
+sys.path[:0] = [{src!r}, {root!r}]
+from tests.features_tiny import Tiny
+from torchinspect.features import extract_features
+torch.manual_seed(0)
+net = Tiny()
+n = []
+def die(p):
+    n.append(1)
+    if len(n) == 3:
+        os._exit(9)   # killed: no flush, no cleanup
+extract_features(net, [{folder!r}], output={out!r}, layers=["relu"], resize=24, crop=20,
+                 batch_size=2, workers=0, progress=die)
+"""
+
+
+@pytest.mark.slow
+def test_killed_run_loses_at_most_the_batch_in_flight(tmp_path):
+    folder = tmp_path / "imgs"
+    _images(folder, n=9)
+    script = KILL_SCRIPT.format(src=str(ROOT / "src"), root=str(ROOT), folder=str(folder),
+                                out=str(tmp_path / "o"))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    parts = sorted(p.name for p in (tmp_path / "o" / ".parts").iterdir())
+    assert len(parts) == 3  # every finished batch is on disk
+    from tests.features_tiny import Tiny
+
+    torch.manual_seed(0)
+    net = Tiny()
+    again = extract_features(net, [str(folder)], output=tmp_path / "o", layers=["relu"], resize=24,
+                             crop=20, batch_size=2, workers=0)
+    assert (again.skipped, again.new_rows, again.rows) == (6, 3, 9)
+    full = extract_features(net, [str(folder)], output=tmp_path / "full", layers=["relu"], resize=24,
+                            crop=20, batch_size=2, workers=0)
+    torch.testing.assert_close(FeatureFolder.open(tmp_path / "o").rows("relu"),
+                               FeatureFolder.open(full.output).rows("relu"), atol=1e-6, rtol=1e-6)
+
+
+# ------------------------------------------------------------------ torchrun
+
+
+@pytest.mark.slow
+def test_two_gloo_ranks_match_one_process(tmp_path):
+    folder = tmp_path / "imgs"
+    _images(folder / "x", n=5)
+    _images(folder / "y", n=4)
+    torch.manual_seed(0)
+    torch.save(Tiny().state_dict(), tmp_path / "w.pt")
+    spec = f"{ROOT / 'tests' / 'features_tiny.py'}:Tiny"
+    args = ["-m", "torchinspect", "features", spec, "--weights", str(tmp_path / "w.pt"), str(folder),
+            "-l", "relu,fc", "--resize", "24", "--crop", "20", "--batch-size", "2", "--workers", "0"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
+    one = subprocess.run([sys.executable, *args, "-o", str(tmp_path / "one")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node", "2", *args, "-o", str(tmp_path / "two")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr
+    a, b = FeatureFolder.open(tmp_path / "one"), FeatureFolder.open(tmp_path / "two")
+    assert b.manifest["runs"][0]["world_size"] == 2 and b.manifest["runs"][0]["rows"] == 9
+    assert {s["file"].split("-")[2] for s in b.manifest["shards"]} == {"r000", "r001"}
+    assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
+    for k in ("relu", "fc"):
+        torch.testing.assert_close(a.rows(k), b.rows(k), atol=1e-6, rtol=1e-6)
+
+
+@pytest.mark.cuda
+def test_cuda_gpu_decode_matches_cpu_decode_with_png_fallback(tmp_path):
+    folder = tmp_path / "imgs"
+    folder.mkdir()
+    rng = np.random.default_rng(3)
+    for i in range(5):
+        Image.fromarray(rng.integers(0, 255, (60, 80, 3), dtype=np.uint8)).save(folder / f"{i}.jpg")
+    _images(folder, n=2)  # PNGs: decoded on the CPU even when JPEGs go to nvjpeg
+    (folder / "z_broken.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"x" * 64)
+    net = _tiny()
+    kw = dict(layers=["relu", "fc"], resize=40, crop=32, batch_size=4, device="cuda", workers=2)
+    gpu = extract_features(net, [str(folder)], output=tmp_path / "gpu", **kw)
+    cpu = extract_features(net, [str(folder)], output=tmp_path / "cpu", gpu_decode=False, **kw)
+    a, b = FeatureFolder.open(gpu.output), FeatureFolder.open(cpu.output)
+    assert gpu.rows == cpu.rows == 7 and [f["id"] for f in gpu.failed] == [str(folder / "z_broken.jpg")]
+    assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
+    torch.testing.assert_close(a.rows("fc"), b.rows("fc"), atol=0.05, rtol=0.05)  # nvjpeg vs libjpeg
