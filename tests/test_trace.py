@@ -225,10 +225,22 @@ def test_meta_failure_falls_back_to_cpu_rebuild() -> None:
     assert [c.call_number for c in trace.calls if c.name == "fc"] == [0, 1]
 
 
-def test_meta_model_without_rebuild_is_a_user_error() -> None:
+def test_meta_model_without_rebuild_runs_on_an_initialized_cpu_copy() -> None:
     with torch.device("meta"):
         model = DataDependent()
-    with pytest.raises(InspectError, match="weights are on meta"):
+    trace = trace_model(model, spec(1, 4))
+    assert trace.device == "cpu" and "meta forward failed" in trace.fallback_reason
+    assert any("copy with initialized weights" in n for n in trace.notes)
+    assert all(p.is_meta for p in model.parameters())  # the caller's module is untouched
+
+
+def test_meta_model_too_big_for_a_cpu_copy_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchinspect import device as devices
+
+    with torch.device("meta"):
+        model = DataDependent()
+    monkeypatch.setattr(devices, "available_bytes", lambda device: 8)
+    with pytest.raises(InspectError, match="only 8 B is available"):
         trace_model(model, spec(1, 4))
 
 

@@ -114,6 +114,8 @@ class TensorSpec:
 def _map_tree(tree: Any, fn: Any) -> Any:
     if isinstance(tree, TensorSpec):
         return fn(tree)
+    if isinstance(tree, tuple) and hasattr(tree, "_fields"):  # namedtuple: keep its type
+        return type(tree)(*(_map_tree(t, fn) for t in tree))
     if isinstance(tree, tuple):
         return tuple(_map_tree(t, fn) for t in tree)
     if isinstance(tree, list):

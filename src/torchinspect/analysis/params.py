@@ -79,11 +79,19 @@ def rows_at_depth(modules: dict[str, ModuleInfo], depth: int) -> list[ParamRow]:
 
 def params_from_model(model: Any, *, name: str, depth: int = 3,
                       notes: list[str] | None = None) -> ParamsResult:
+    from torchinspect.trace.moe import moe_notes
     from torchinspect.trace.static import collect_static
 
     check_depth(depth)
     modules, stats = collect_static(model)
-    return ParamsResult(name, depth, stats, rows_at_depth(modules, depth), list(notes or []))
+    notes = list(notes or [])
+    if stats.lazy:
+        shown = ", ".join(stats.lazy[:4]) + (f" and {len(stats.lazy) - 4} more" if len(stats.lazy) > 4 else "")
+        notes.append(f"{len(stats.lazy)} lazy parameter(s)/buffer(s) not materialized yet "
+                     f"({shown}): not counted; summarize(model, inputs) or `inspect summary "
+                     "--input` sizes them from a forward")
+    notes.extend(moe_notes(model, modules)[:1])  # total vs active per token (no forward here)
+    return ParamsResult(name, depth, stats, rows_at_depth(modules, depth), notes)
 
 
 def count_params(model_or_spec: Any, *, depth: int = 3, device: str | None = None,

@@ -21,6 +21,8 @@ class SourceKind(StrEnum):
     pickle = "pickle"  # a full pickled nn.Module (only with --trust-pickle)
     torchscript = "torchscript"
     export = "export"  # torch.export .pt2 program
+    timm = "timm"
+    hf = "hf"  # a Hugging Face transformers config (folder or hf:ARCH)
 
 
 @dataclass

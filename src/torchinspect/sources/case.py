@@ -131,6 +131,11 @@ def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions |
                                hint="pass e.g. 'resnet18', 'zoo:gpt', 'file.py:Net' or a module")
         case = ModelCase(model_or_spec, type(model_or_spec).__name__, None,
                          devices.model_device(model_or_spec, default="cpu"), requested=dev)
+        if devices.has_meta_tensors(model_or_spec):  # real runs use an initialized copy
+            from torchinspect.sources.materialize import real_copy
+
+            module = model_or_spec
+            case.rebuild = lambda target: real_copy(module, target)
     given = inputs if inputs is not None else (list(opts.inputs) if opts.inputs else None)
     if need_inputs or given is not None or opts.batch is not None:
         case.example = resolve_inputs(given, case.example, batch=opts.batch, no_batch=opts.no_batch)
@@ -158,27 +163,46 @@ def resolve_inputs(inputs: Any, default: ExampleInputs | None, *, batch: int | N
         inputs = [inputs]
     if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(s, str) for s in inputs):
         return parse_inputs(list(inputs), batch=batch, no_batch=no_batch, default=default)
-    if isinstance(inputs, (list, tuple)) and inputs and all(isinstance(d, int) for d in inputs):
+    if _is_shape(inputs):
         return ExampleInputs((TensorSpec(tuple(inputs)),))  # a full shape, e.g. (1, 3, 224, 224)
+    if (isinstance(inputs, (list, tuple)) and not _is_namedtuple(inputs) and inputs
+            and all(_is_shape(s) for s in inputs)):  # several full shapes, torchinfo's input_size
+        return ExampleInputs(tuple(TensorSpec(tuple(s)) for s in inputs))
+    if isinstance(inputs, dict) and not all(isinstance(k, str) for k in inputs):
+        raise InspectError("a dict of inputs is passed as keyword arguments: its keys must be "
+                           f"strings, got {', '.join(sorted({type(k).__name__ for k in inputs}))}",
+                           hint="e.g. inputs={'input_ids': ids, 'attention_mask': mask}")
     return inputs  # tensors: used as given
 
 
+def _is_shape(value: Any) -> bool:
+    return (isinstance(value, (list, tuple)) and not _is_namedtuple(value) and bool(value)
+            and all(isinstance(d, int) and not isinstance(d, bool) for d in value))
+
+
+def _is_namedtuple(value: Any) -> bool:
+    return isinstance(value, tuple) and hasattr(value, "_fields")
+
+
 def materialize(example: Any, device: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    """``(args, kwargs)`` on ``device`` for an ExampleInputs, a tensor or a tuple of them."""
+    """``(args, kwargs)`` on ``device`` for any accepted input form (as torchinfo's input_data).
+
+    A tensor (or a namedtuple, or any other single object) is the one positional input; a
+    tuple or list holds the positional inputs; a dict holds keyword inputs. Nested
+    containers keep their types (namedtuples included).
+    """
     if isinstance(example, ExampleInputs):
         return example.materialize(device)
     import torch
 
-    if isinstance(example, torch.Tensor):
+    if isinstance(example, torch.Tensor) or _is_namedtuple(example):
         example = (example,)
     if isinstance(example, list):
         example = tuple(example)
     if isinstance(example, dict):
         return (), {k: _to(v, device) for k, v in example.items()}
     if not isinstance(example, tuple):
-        raise InspectError(f"inputs of type {type(example).__name__} are not supported",
-                           hint="pass ExampleInputs, a tensor, a tuple of positional inputs, "
-                           "a dict of keyword inputs, or --input strings")
+        example = (example,)  # any other object (a dataclass batch, an ImageList): one input
     return _to(example, device), {}
 
 

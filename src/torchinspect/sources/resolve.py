@@ -3,7 +3,8 @@
 Building (meta first, real on demand, size checks) is in build.py, loading weights into a
 model in weights.py, model archives (TorchScript, .pt2, full pickles) in archives.py.
 
-Order: ``zoo:NAME`` -> python spec (``file.py:Name``, ``pkg.mod:Name``) -> an existing
+Order: ``zoo:NAME`` -> ``timm:NAME`` -> ``hf:ARCH`` -> a Hugging Face model folder
+(config.json) -> python spec (``file.py:Name``, ``pkg.mod:Name``) -> an existing
 file (checkpoint, TorchScript, .pt2) -> a torchvision name -> an error naming the three
 closest names.
 """
@@ -17,7 +18,9 @@ from typing import Any
 from torchinspect import device as devices
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, TensorSpec
+from torchinspect.sources import hf as hfsrc
 from torchinspect.sources import pyspec, zoo
+from torchinspect.sources import timm as timmsrc
 from torchinspect.sources import torchvision as tvsrc
 from torchinspect.sources.archives import load_file
 from torchinspect.sources.base import LoadedModel, SourceKind, call_builder, parse_kwargs
@@ -103,6 +106,16 @@ def load_model(
         return finish(lambda dev: _build_with(ent.build, kwargs, dev, spec), spec, SourceKind.zoo,
                        zoo.example_of(ent.example), device, weights, key, strict, trust_pickle, [])
 
+    if spec.startswith(timmsrc.PREFIX):
+        name = timmsrc.check_name(spec[len(timmsrc.PREFIX):])
+        loaded = finish(lambda dev: timmsrc.build(name, kwargs, dev), spec, SourceKind.timm, None,
+                        device, weights, key, strict, trust_pickle, [])
+        loaded.example = timmsrc.default_example(name, kwargs, loaded.model)
+        return loaded
+
+    if spec.startswith(hfsrc.PREFIX) or hfsrc.is_model_dir(path):
+        return _from_hf(spec, path, kwargs, device, weights, key, strict, trust_pickle)
+
     ps = pyspec.parse(spec)
     if ps is not None and not (path.exists() and path.is_file()):
         module = pyspec.import_target(ps)
@@ -125,6 +138,22 @@ def load_model(
     loaded = finish(build, spec, SourceKind.torchvision, None, device, weights, key, strict,
                      trust_pickle, notes)
     loaded.example = example_override or tvsrc.default_example(tv, loaded.model)
+    return loaded
+
+
+def _from_hf(spec: str, path: Path, kwargs: dict[str, Any], device: str, weights: str | None,
+             key: str | None, strict: bool, trust_pickle: bool) -> LoadedModel:
+    notes: list[str] = []
+    if spec.startswith(hfsrc.PREFIX):
+        config, cls = hfsrc.config_for(spec[len(hfsrc.PREFIX):], kwargs)
+        notes.append("built from the default config of transformers (random init)")
+    else:
+        config = hfsrc.config_from_dir(path, kwargs)
+        cls = hfsrc.model_class(config)
+        notes.extend(hfsrc.folder_notes(path))
+    loaded = finish(hfsrc.builder(config, cls, spec), spec, SourceKind.hf, None, device, weights,
+                    key, strict, trust_pickle, notes)
+    loaded.example = hfsrc.default_example(loaded.model, config)
     return loaded
 
 

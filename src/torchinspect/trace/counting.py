@@ -78,11 +78,74 @@ def _cpu_flash_macs(args: tuple[Any, ...], out: Any) -> int:
     return _sdpa_macs(args[0], args[1], args[2])
 
 
+def _tokens(x: Any) -> int:
+    """Time steps x batch of an RNN input (packed or padded): every element but the features."""
+    return int(x.numel()) // max(int(x.shape[-1]), 1) if x.dim() else 0
+
+
+def _mkldnn_rnn_macs(args: tuple[Any, ...], out: Any) -> int:
+    """CPU oneDNN kernel, one call per layer and direction: tokens x (W_ih + W_hh)."""
+    return _tokens(args[0]) * (int(args[1].numel()) + int(args[2].numel()))
+
+
+def _fused_rnn_macs(args: tuple[Any, ...], out: Any) -> int:
+    """cuDNN / MIOpen / MPS kernels, one call for all layers: tokens x every weight matrix.
+
+    Every layer (and direction) multiplies each token by its W_ih, W_hh (and W_hr with
+    proj_size), so the sum over the 2-D weights times the tokens is the MAC count, exactly
+    what the meta path's matmuls add up to. Biases (1-D) are not MACs.
+    """
+    x = args[0]
+    weights = args[2] if _is_lstm_mps(args) else args[1]
+    return _tokens(x) * sum(int(w.numel()) for w in weights if w.dim() == 2)
+
+
+def _is_lstm_mps(args: tuple[Any, ...]) -> bool:
+    return len(args) > 2 and isinstance(args[2], (list, tuple))
+
+
+def _grouped_mm_macs(args: tuple[Any, ...], out: Any) -> int:
+    """``_grouped_mm`` (MoE experts): every output element contracts over K once.
+
+    2-D x 3-D (tokens routed to experts), 3-D x 3-D (batched) and 3-D x 2-D: out.numel() x K.
+    2-D x 2-D (ragged K, one (M, N) block per group): M x N x K_total.
+    """
+    a, b = args[0], args[1]
+    k = int(a.shape[-1])
+    if a.dim() == 2 and b.dim() == 2:
+        return (int(out.numel()) // max(int(out.shape[0]), 1)) * k
+    return int(out.numel()) * k
+
+
+def grouped_mm_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The output of ``_grouped_mm`` on meta without the CUDA-only dtype checks (shape only)."""
+    a, b = args[0], args[1]
+    offs = kwargs.get("offs", args[2] if len(args) > 2 else None)
+    out_dtype = kwargs.get("out_dtype", args[4] if len(args) > 4 else None) or a.dtype
+    groups = int(offs.shape[0]) if offs is not None else int(b.shape[0])
+    if a.dim() == 2 and b.dim() == 3:
+        shape = (a.shape[0], b.shape[-1])
+    elif a.dim() == 3 and b.dim() == 3:
+        shape = (a.shape[0], a.shape[1], b.shape[-1])
+    elif a.dim() == 3 and b.dim() == 2:
+        shape = (a.shape[1], b.shape[-1])
+    else:
+        shape = (groups, a.shape[0], b.shape[-1])
+    return torch.empty(shape, dtype=out_dtype, device="meta")
+
+
 def _own_formulas() -> dict[Any, Callable[[tuple[Any, ...], Any], int]]:
     """MAC formulas taking (args, out) with real tensors (not shapes)."""
+    aten = torch.ops.aten
     table: dict[Any, Callable[[tuple[Any, ...], Any], int]] = {
-        torch.ops.aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_macs,
+        aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_macs,
     }
+    for name, formula in (("mkldnn_rnn_layer", _mkldnn_rnn_macs), ("_cudnn_rnn", _fused_rnn_macs),
+                          ("miopen_rnn", _fused_rnn_macs), ("_lstm_mps", _fused_rnn_macs),
+                          ("_grouped_mm", _grouped_mm_macs),
+                          ("_scaled_grouped_mm", _grouped_mm_macs)):
+        if hasattr(aten, name):
+            table[getattr(aten, name)] = formula
     q = getattr(torch.ops, "quantized", None)
     if q is not None:
         for name in ("conv1d", "conv2d", "conv3d", "conv1d_relu", "conv2d_relu", "conv3d_relu",
@@ -95,6 +158,18 @@ def _own_formulas() -> dict[Any, Callable[[tuple[Any, ...], Any], int]]:
     return table
 
 
+# Ops whose output size depends on tensor values: work after them depends on the input data.
+DATA_DEPENDENT_OPS: frozenset[str] = frozenset(
+    "nonzero nonzero_static masked_select _unique _unique2 unique_dim unique_consecutive "
+    "torchvision.nms torchvision.batched_nms".split())
+
+
+def _bool_index(args: tuple[Any, ...]) -> bool:
+    """``x[mask]``: boolean indexing keeps as many rows as the mask has True values."""
+    indices = args[1] if len(args) > 1 and isinstance(args[1], (list, tuple)) else ()
+    return any(isinstance(i, torch.Tensor) and i.dtype == torch.bool for i in indices)
+
+
 class MacCounter:
     """Counts MACs per op into ``sink()`` (the innermost running module's dict)."""
 
@@ -103,6 +178,7 @@ class MacCounter:
         self.op_calls: dict[str, int] = {}  # calls of each counted op
         self.uncounted: dict[str, int] = {}
         self.notes: dict[str, int] = {}  # note text -> occurrences
+        self.data_dependent: dict[str, int] = {}  # value-dependent ops seen -> calls
         self.suppress = 0
         self._own = _own_formulas()
 
@@ -125,9 +201,14 @@ class MacCounter:
             self.add(_op_name(packet), own(args, out))
             return
         name = _op_name(packet)
+        if name in DATA_DEPENDENT_OPS or (name == "index" and _bool_index(args)):
+            self.data_dependent[name] = self.data_dependent.get(name, 0) + 1
         if name.rstrip("_") in IGNORED_OPS or name in IGNORED_OPS:
             return
         self.uncounted[name] = self.uncounted.get(name, 0) + 1
+
+
+_GROUPED = (torch.ops.aten._grouped_mm,) if hasattr(torch.ops.aten, "_grouped_mm") else ()
 
 
 class _DispatchCounter(TorchDispatchMode):
@@ -145,7 +226,13 @@ class _DispatchCounter(TorchDispatchMode):
     def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
-        out = func(*args, **kwargs)
+        try:
+            out = func(*args, **kwargs)
+        except RuntimeError:
+            # _grouped_mm's meta kernel insists on CUDA dtypes (bf16): its shape is still known
+            if func._overloadpacket not in _GROUPED or not args[0].is_meta:
+                raise
+            out = grouped_mm_meta(args, kwargs)
         if isinstance(func, torch._ops.OpOverload):
             self.counter.count(func, args, kwargs, out)
         return out

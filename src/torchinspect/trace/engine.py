@@ -97,6 +97,55 @@ def _preserved(model: nn.Module, train: bool) -> Iterator[None]:
             mha.set_fastpath_enabled(fastpath)
 
 
+_SLOTS = ("_parameters", "_buffers", "_modules")
+
+
+@contextlib.contextmanager
+def _attributes_kept(model: nn.Module) -> Iterator[None]:
+    """Undo whatever the forward assigns to the model's modules.
+
+    Forwards assign to their own modules: torchvision's AnchorGenerator replaces its
+    ``cell_anchors`` list with copies on the input's device (meta during a meta trace),
+    caches store tensors as plain attributes, buffers are re-registered. Every module's
+    ``__dict__`` and its parameter/buffer/submodule tables are restored to what they held
+    (same objects) when the forward ends, so the caller's model is left as it was given.
+    """
+    saved = []
+    for m in model.modules():
+        saved.append((m, dict(m.__dict__), [dict(m.__dict__.get(k, {})) for k in _SLOTS]))
+    try:
+        yield
+    finally:
+        for m, attrs, slots in saved:
+            state = m.__dict__
+            for key in [k for k in state if k not in attrs]:
+                del state[key]
+            for key, value in attrs.items():
+                if state.get(key, _MISSING) is not value:
+                    state[key] = value
+            for key, table in zip(_SLOTS, slots, strict=True):
+                live = state.get(key)
+                if isinstance(live, dict) and (live.keys() != table.keys() or any(
+                        live[k] is not v for k, v in table.items())):
+                    live.clear()
+                    live.update(table)
+
+
+_MISSING = object()
+
+
+def _buffer_copies(model: nn.Module) -> dict[str, torch.Tensor]:
+    """Copies of every buffer (ties kept): a training-mode forward updates these instead."""
+    by_id: dict[int, torch.Tensor] = {}
+    out: dict[str, torch.Tensor] = {}
+    for name, b in model.named_buffers(remove_duplicate=False):
+        copy = by_id.get(id(b))
+        if copy is None:
+            copy = by_id[id(b)] = b.detach().clone()
+        out[name] = copy
+    return out
+
+
 def is_quantized(model: nn.Module) -> bool:
     return any(is_quantized_module(m) for m in model.modules())
 
@@ -125,10 +174,13 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     rec = _Recorder(model, infos)
     counter = MacCounter(rec.sink)
     scriptable = not isinstance(model, torch.jit.ScriptModule)
+    if state is None and train and scriptable:
+        state = _buffer_copies(model)  # batch-norm statistics move on copies, not the model's
+    kept = _attributes_kept(model) if scriptable else contextlib.nullcontext()
     try:
         if scriptable:
             rec.install()
-        with _preserved(model, train), torch.no_grad(), counting(counter):
+        with kept, _preserved(model, train), torch.no_grad(), counting(counter):
             if state:
                 out = torch.func.functional_call(model, state, args, kwargs, tie_weights=True,
                                                  strict=False)

@@ -20,17 +20,20 @@ from torchinspect import device as devices
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs
 from torchinspect.shapes import shape_tree, tensor_bytes
-from torchinspect.sources.case import ModelCase, materialize
+from torchinspect.sources.case import ModelCase, describe_inputs, materialize
+from torchinspect.sources.materialize import has_lazy, lazy_copy, lazy_names, real_copy
 from torchinspect.trace.counting import sdpa_notes
 from torchinspect.trace.engine import is_quantized, meta_state, run_forward
+from torchinspect.trace.moe import moe_notes
 from torchinspect.trace.records import Trace
 from torchinspect.trace.static import collect_static
 
 
 def trace_case(case: ModelCase, *, train: bool = False) -> Trace:
     """Trace a model case on the device it asked for (auto: meta with a CPU fallback)."""
+    rebuild = None if case.kind == "module" else case.rebuild  # a caller's module: a copy
     return trace_model(case.model, case.require_example(), device=case.requested, train=train,
-                       rebuild=case.rebuild, fallback=case.requested != "meta")
+                       rebuild=rebuild, fallback=case.requested != "meta")
 
 
 def _first_line(exc: BaseException) -> str:
@@ -73,14 +76,17 @@ def trace_model(
     if not isinstance(model, nn.Module):
         raise InspectError(f"expected a torch.nn.Module, got {type(model).__name__}",
                            hint="pass the model object (or a model name to the analysis API)")
-    target, reason = _start_device(model, device)
-    infos, stats = collect_static(model)
+    notes: list[str] = []
+    subject = model
+    if has_lazy(model):  # the caller's lazy modules stay lazy: a copy is materialized
+        subject = _materialized_lazy(model, inputs, train, notes)
+    target, reason = _start_device(subject, device)
+    infos, stats = collect_static(subject)
     result = None
-    run_model = model
     if target == "meta":
         args, kwargs = materialize(inputs, "meta")
         try:
-            result = run_forward(model, infos, args, kwargs, meta_state(model), train)
+            result = run_forward(subject, infos, args, kwargs, meta_state(subject), train)
         except InspectError:
             raise
         except Exception as exc:  # the meta forward is impossible: go real
@@ -88,13 +94,13 @@ def trace_model(
                 raise InspectError(f"the forward cannot run on the meta device: {_first_line(exc)}",
                                    hint="use --device auto (falls back to CPU) or --device cpu") from None
             if not devices.looks_meta_related(exc) and not devices.fits_comfortably(
-                    devices.weight_bytes(model)):
+                    devices.weight_bytes(subject)):
                 raise _forward_error(exc, inputs) from None
             reason = f"meta forward failed ({_first_line(exc)})"
             target = "cpu"
     if result is None:
-        run_model, target = _real_model(model, target, reason, rebuild)
-        if run_model is not model:
+        run_model, target = _real_model(subject, target, reason, rebuild, notes)
+        if run_model is not subject:
             infos, stats = collect_static(run_model)
         args, kwargs = materialize(inputs, target)
         try:
@@ -103,20 +109,46 @@ def trace_model(
             raise
         except Exception as exc:
             raise _forward_error(exc, inputs) from None
-    return _assemble(model, inputs, target, train, infos, stats, result, reason)
+        subject = run_model
+    trace = _assemble(model, inputs, target, train, infos, stats, result, reason)
+    trace.notes[:0] = notes
+    trace.notes.extend(moe_notes(subject, infos))
+    return trace
+
+
+def _materialized_lazy(model: nn.Module, inputs: Any, train: bool, notes: list[str]) -> nn.Module:
+    """A copy of ``model`` whose lazy modules took their shapes from a forward on ``inputs``."""
+    names = lazy_names(model)
+    copy = lazy_copy(model)
+    try:
+        args, kwargs = materialize(inputs, "meta")
+        copy.train(train)
+        with torch.no_grad():
+            copy(*args, **kwargs)
+    except Exception as exc:
+        raise InspectError(
+            f"the lazy modules ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) could not "
+            f"be materialized with input {describe_inputs(inputs)}: {_first_line(exc)}",
+            hint="pass the input the model expects, or run one forward before inspecting it") from None
+    shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
+    notes.append(f"lazy parameters ({shown}) took their shapes from a forward on the example "
+                 "input (on a copy; the model passed in stays lazy)")
+    return copy
 
 
 def _real_model(model: nn.Module, target: str, reason: str | None,
-                rebuild: Callable[[str], nn.Module] | None) -> tuple[nn.Module, str]:
+                rebuild: Callable[[str], nn.Module] | None,
+                notes: list[str]) -> tuple[nn.Module, str]:
     """The module to run for real on ``target`` (never moves the user's model)."""
     if devices.has_meta_tensors(model):
-        if rebuild is None:
-            raise InspectError(
-                "the model's weights are on meta and its forward needs real tensors "
-                f"({reason or 'a real run was requested'})",
-                hint="load it through torchinspect.sources.load_model (it can rebuild it), "
-                "or pass rebuild=")
-        return rebuild(target), target
+        if rebuild is not None:
+            return rebuild(target), target
+        devices.check_available(target)
+        copy = real_copy(model, target)
+        notes.append(f"the model's weights are on meta: the {target} run used a copy with "
+                     f"initialized weights ({devices.fmt_size(devices.weight_bytes(model))}); "
+                     "shapes and counts are the model's, values are not")
+        return copy, target
     here = devices.model_device(model)
     if reason is None and here.split(":")[0] != target.split(":")[0]:  # a forced real run elsewhere
         raise InspectError(f"the model's weights are on {here}, not {target}",
@@ -138,6 +170,14 @@ def _assemble(model: nn.Module, inputs: Any, target: str, train: bool, infos: An
         in_bytes = inputs.nbytes
     else:
         in_tree, in_bytes = shape_tree(inputs), tensor_bytes(inputs)
+    notes = list(sdpa_notes(counter.notes))
+    if counter.data_dependent:
+        ops = ", ".join(f"{op} ×{n}" for op, n in sorted(counter.data_dependent.items()))
+        given = ("random values, seed 0" if isinstance(inputs, ExampleInputs)
+                 else "the tensors passed in")
+        notes.append(f"input-dependent count: the forward ran value-dependent ops ({ops}); these "
+                     f"MACs are for input {describe_inputs(inputs)} ({given}); other values "
+                     "give other counts")
     return Trace(
         model_type=type(model).__name__,
         device=target,
@@ -150,13 +190,13 @@ def _assemble(model: nn.Module, inputs: Any, target: str, train: bool, infos: An
         params=stats,
         uncounted=dict(sorted(counter.uncounted.items(), key=lambda kv: (-kv[1], kv[0]))),
         op_calls=dict(counter.op_calls),
-        notes=list(sdpa_notes(counter.notes)),
+        notes=notes,
         fallback_reason=reason,
     )
 
 
 def _forward_error(exc: BaseException, inputs: Any) -> InspectError:
-    shown = inputs.describe() if isinstance(inputs, ExampleInputs) else "the given inputs"
+    shown = describe_inputs(inputs)  # shapes and dtypes only, never tensor values
     return InspectError(
         f"the model's forward failed for input {shown}: {_first_line(exc)}",
         hint="check --input (shape, dtype, how many inputs) against what the model's forward expects",

@@ -93,6 +93,7 @@ class ParamStats:
     frozen_names: list[str] = field(default_factory=list)
     tied: list[tuple[str, str]] = field(default_factory=list)  # (alias, first owner)
     quantized: int = 0  # weights held in quantized packed params (counted in total, frozen)
+    lazy: list[str] = field(default_factory=list)  # uninitialized lazy tensors (not counted)
 
     @property
     def frozen(self) -> int:

@@ -12,6 +12,7 @@ from typing import Any
 
 import torch
 from torch import nn
+from torch.nn.parameter import is_lazy
 
 from torchinspect.shapes import dtype_name
 from torchinspect.trace.records import DtypeStat, ModuleInfo, ParamStats
@@ -83,6 +84,9 @@ def collect_static(model: nn.Module) -> tuple[dict[str, ModuleInfo], ParamStats]
             if p is None:
                 continue
             full = f"{mname}.{pname}" if mname else pname
+            if is_lazy(p):  # shape unknown until the first forward
+                stats.lazy.append(full)
+                continue
             if id(p) in owners:
                 stats.tied.append((full, owners[id(p)]))
                 continue
@@ -105,6 +109,9 @@ def collect_static(model: nn.Module) -> tuple[dict[str, ModuleInfo], ParamStats]
         bufs: list[torch.Tensor] = []
         for _bname, b in module._buffers.items():
             if b is None or id(b) in owners:
+                continue
+            if is_lazy(b):
+                stats.lazy.append(f"{mname}.{_bname}" if mname else _bname)
                 continue
             owners[id(b)] = f"{mname}.{_bname}" if mname else _bname
             bufs.append(b)
