@@ -379,13 +379,19 @@ def test_cuda_batched_preprocessing_matches_the_cpu_path(tmp_path):
     errors: list = []
     imgs = gpu.decode(datas, [str(p) for p in files], errors)
     assert errors == [] and all(im.is_cuda for im in imgs)
-    rows = gpu.preprocess(imgs)  # three sizes: one batched call per size, rows in input order
-    got = torch.stack(list(rows)).cpu()
-    ref = prep.normalize(torch.stack([prep.geometry(decode_cpu(p.read_bytes(), str(p))) for p in files]))
-    assert got.shape == ref.shape == (5, 3, 224, 224)
+    cpu_decoded = [decode_cpu(p.read_bytes(), str(p)) for p in files]
+    ref = prep.normalize(torch.stack([prep.geometry(im) for im in cpu_decoded]))
     level = 1 / 255 / min(prep.std)  # one uint8 level, normalized
-    assert (got - ref).abs().mean() < level
-    assert (got - ref).abs().max() < 8 * level
+    # the preprocessing alone (same pixels in): batched per size on the GPU == the CPU path
+    rows = gpu.preprocess([im.cuda() for im in cpu_decoded])  # 3 sizes, rows in input order
+    pre = torch.stack(list(rows)).cpu()
+    assert pre.shape == ref.shape == (5, 3, 224, 224)
+    assert (pre - ref).abs().max() <= 2.01 * level  # uint8 rounding of the resize only
+    assert (pre - ref).abs().mean() < 0.1 * level
+    # nvjpeg vs libjpeg decoding: equal almost everywhere (IDCT/upsampling at a few pixels)
+    got = torch.stack(list(gpu.preprocess(imgs))).cpu()
+    diff = (got - ref).abs()
+    assert diff.mean() < level and (diff > 4 * level).float().mean() < 0.02
     # one size: a single (N, C, H, W) tensor, equal to per-image GPU transforms + normalize
     same = [imgs[0], imgs[2], imgs[4]]
     batch = gpu.preprocess(same)

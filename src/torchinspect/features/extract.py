@@ -297,6 +297,9 @@ def _threaded(source: Iterator[_Ready], device: str, depth: int = 4) -> Iterator
 
     def work() -> None:
         try:
+            # the side stream does not order itself after the default stream: wait for what
+            # was queued there (weights, constants) before the first kernel
+            stream.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.device(dev), torch.cuda.stream(stream):
                 for ready in source:
                     ev = torch.cuda.Event()

@@ -58,6 +58,11 @@ class GpuImages:
         index in ``datas``) for a file no decoder can read."""
         from torchvision.io import ImageReadMode, decode_jpeg
 
+        # torchvision's nvjpeg decoder allocates its outputs on the caller's stream but
+        # writes them from a private stream that does not wait for ours (pytorch/vision
+        # PR 9606): let this stream's queued work (reading blocks freed by the previous
+        # batch) finish first. Blocks only the decode thread, not the forward.
+        torch.cuda.current_stream(self.device).synchronize()
         imgs: list[torch.Tensor | None]
         try:
             imgs = list(decode_jpeg(datas, mode=ImageReadMode.RGB, device=self.device))
