@@ -1,9 +1,10 @@
 """Throughput of `inspect features` (see benchmarks/RESULTS-features.md).
 
     python benchmarks/bench_features.py cpu            # resnet18 avgpool, 256 JPEGs 500x375
-    python benchmarks/bench_features.py gpu [--n 5000] # resnet50 avgpool fp16: forward-only,
-                                                       # PIL+DataLoader baseline, ours on 1 GPU,
-                                                       # ours on every GPU through torchrun
+    python benchmarks/bench_features.py gpu [--n 5000] [--profile] [--n-scale 20000]
+        # resnet50 avgpool fp16: forward-only (NCHW, channels-last), PIL+DataLoader baseline,
+        # each stage alone (--profile), ours on 1 GPU (end to end, start-up, loop), and the
+        # CLI on 1 GPU vs every GPU through torchrun on the same folder (and a larger one)
 
 JPEGs are generated into a temporary folder (smooth gradients + noise, quality 90:
 ~60-100 KB at 500x375, like ImageNet photos).
@@ -67,14 +68,17 @@ def bench_cpu(args) -> dict:
             sorted(x["outside_pct"] for x in runs)[len(runs) // 2], "best": best}
 
 
-def _forward_only(batch: int) -> float:
+def _forward_only(batch: int, channels_last: bool = False) -> float:
     import torch
     import torchvision
 
     m = torchvision.models.resnet50().cuda().eval()
+    x = torch.randn(batch, 3, 224, 224, device="cuda")
+    if channels_last:
+        m = m.to(memory_format=torch.channels_last)
+        x = x.contiguous(memory_format=torch.channels_last)
     feats = {}
     m.avgpool.register_forward_hook(lambda mod, a, o: feats.__setitem__("x", o))
-    x = torch.randn(batch, 3, 224, 224, device="cuda")
     with torch.inference_mode(), torch.autocast("cuda", torch.float16):
         for _ in range(5):
             m(x)
@@ -86,6 +90,62 @@ def _forward_only(batch: int) -> float:
             feats["x"].float().cpu()
         torch.cuda.synchronize()
     return batch * iters / (time.perf_counter() - t)
+
+
+def _profile_stages(folder: Path, batch: int, n: int) -> dict:
+    """Each stage of the CUDA image path alone, on the first ``n`` files (img/s)."""
+    import torch
+    from torchvision.io import ImageReadMode, decode_jpeg
+
+    from torchinspect.features.gpu import GpuImages
+    from torchinspect.features.inputs import (
+        InputItem,
+        RowDataset,
+        collate_rows,
+        make_preprocess,
+        split_jpegs,
+    )
+
+    files = sorted(folder.iterdir())[:n]
+    items = [InputItem(str(p), str(p), "image") for p in files]
+    prep = make_preprocess("resnet50", None)
+    res: dict = {"images": len(files)}
+    workers = min(8, (os.cpu_count() or 2) - 1)
+    loader = torch.utils.data.DataLoader(
+        RowDataset(items, prep, raw_jpeg=True), num_workers=workers, collate_fn=collate_rows,
+        batch_sampler=[list(range(i, min(i + batch, len(items)))) for i in range(0, len(items), batch)],
+        prefetch_factor=4)
+    t = time.perf_counter()
+    batches = list(loader)
+    res["read_bytes_dataloader_img_s"] = len(files) / (time.perf_counter() - t)
+    datas = [split_jpegs(b) for b in batches]
+    dev = torch.device("cuda")
+    decode_jpeg(datas[0], mode=ImageReadMode.RGB, device=dev)  # nvjpeg init
+    torch.cuda.synchronize()
+
+    def timed(fn) -> float:
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        out = [fn(d) for d in datas]
+        torch.cuda.synchronize()
+        del out
+        return len(files) / (time.perf_counter() - t)
+
+    res["decode_jpeg_batched_img_s"] = timed(lambda d: decode_jpeg(d, mode=ImageReadMode.RGB, device=dev))
+    res["decode_jpeg_one_by_one_img_s"] = timed(
+        lambda d: [decode_jpeg(x, mode=ImageReadMode.RGB, device=dev) for x in d])
+    decoded = [decode_jpeg(d, mode=ImageReadMode.RGB, device=dev) for d in datas]
+    gpu = GpuImages(prep, dev)
+
+    def per_image(imgs):  # the previous pipeline: a resize/crop kernel chain per image
+        return prep.normalize(torch.stack([prep.geometry(im) for im in imgs]))
+
+    it = iter(decoded * 2)
+    res["preprocess_per_image_img_s"] = timed(lambda d: per_image(next(it)))
+    it = iter(decoded * 2)
+    res["preprocess_batched_img_s"] = timed(lambda d: gpu.preprocess(next(it)))
+    res["decode_plus_batched_preprocess_img_s"] = timed(lambda d: gpu.preprocess(gpu.decode(d, [""] * len(d), [])))
+    return res
 
 
 class _PilSet:
@@ -125,6 +185,41 @@ def _pil_baseline(folder: Path, batch: int) -> float:
     return n / (time.perf_counter() - t)
 
 
+def _ours(r) -> dict:
+    loop_rate = r.new_rows / r.loop_seconds if r.loop_seconds else None
+    return {"img_s_end_to_end": r.rows_per_s, "seconds": r.seconds, "startup_seconds": r.startup_seconds,
+            "loop_seconds": r.loop_seconds, "img_s_loop": loop_rate}
+
+
+def _cli_runs(folder: Path, n: int, tmp: Path, tag: str, batch: int) -> dict:
+    import torch
+
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    cli = ["-m", "torchinspect", "features", "resnet50", str(folder), "-l", "avgpool",
+           "--device", "cuda", "--dtype", "fp16", "--batch-size", str(batch), "--no-progress"]
+    out: dict = {}
+    for name, pre in ((f"cli_1gpu_{tag}", [sys.executable]),
+                      (f"cli_{torch.cuda.device_count()}gpu_{tag}",
+                       [sys.executable, "-m", "torch.distributed.run", "--standalone",
+                        "--nproc-per-node", str(torch.cuda.device_count())])):
+        t = time.perf_counter()
+        p = subprocess.run([*pre, *cli, "-o", str(tmp / name)], env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        man = json.loads((tmp / name / "manifest.json").read_text()) if p.returncode == 0 else {}
+        run = (man.get("runs") or [{}])[-1]
+        sec, loop = run.get("seconds"), run.get("loop_seconds")
+        out[name] = {"rc": p.returncode, "images": n, "process_wall_s": round(wall, 3),
+                     "extract_seconds": sec, "startup_seconds": run.get("startup_seconds"),
+                     "loop_seconds": loop, "img_s_extract": n / sec if sec else None,
+                     "img_s_loop": n / loop if loop else None, "img_s_process": n / wall,
+                     "stderr_tail": p.stderr[-600:] if p.returncode else ""}
+    one, many = out[f"cli_1gpu_{tag}"], out[f"cli_{torch.cuda.device_count()}gpu_{tag}"]
+    for key in ("img_s_process", "img_s_extract", "img_s_loop"):
+        if one.get(key) and many.get(key):
+            out[f"speedup_{tag}_{key}"] = many[key] / one[key]
+    return out
+
+
 def bench_gpu(args) -> dict:
     import torch
 
@@ -133,39 +228,33 @@ def bench_gpu(args) -> dict:
     tmp = Path(tempfile.mkdtemp(prefix="bench-features-"))
     avg = make_jpegs(tmp / "imgs", args.n)
     out: dict = {"mode": "gpu", "images": args.n, "avg_jpeg_kb": avg / 1000, "cpus": os.cpu_count(),
-                 "gpus": torch.cuda.device_count(), "device": torch.cuda.get_device_name(0)}
+                 "gpus": torch.cuda.device_count(), "device": torch.cuda.get_device_name(0),
+                 "torch": torch.__version__}
     out["forward_only_img_s"] = _forward_only(args.batch_size)
+    out["forward_only_channels_last_img_s"] = _forward_only(args.batch_size, channels_last=True)
     out["pil_dataloader_img_s"] = _pil_baseline(tmp / "imgs", args.batch_size)
-    # warm-up (cudnn autotune, nvjpeg init) on a few files, then the measured run
+    if args.profile:
+        out["stages"] = _profile_stages(tmp / "imgs", args.batch_size, min(args.n, 2560))
+    # warm-up (cudnn, nvjpeg init) on a few files, then the measured runs (same process)
     extract_features("resnet50", [str(p) for p in sorted((tmp / "imgs").iterdir())[:512]],
                      layers=["avgpool"], output=tmp / "warm", device="cuda", dtype="fp16",
                      batch_size=args.batch_size)
     r = extract_features("resnet50", [str(tmp / "imgs")], layers=["avgpool"], output=tmp / "one",
                          device="cuda", dtype="fp16", batch_size=args.batch_size)
-    out["ours_1gpu_img_s"] = r.rows_per_s
-    out["ours_1gpu_seconds"] = r.seconds
+    out["ours_1gpu"] = _ours(r)
     r2 = extract_features("resnet50", [str(tmp / "imgs")], layers=["avgpool"], output=tmp / "cpudec",
                           device="cuda", dtype="fp16", batch_size=args.batch_size, gpu_decode=False)
-    out["ours_1gpu_cpu_decode_img_s"] = r2.rows_per_s
-    out["speedup_vs_pil"] = out["ours_1gpu_img_s"] / out["pil_dataloader_img_s"]
-    out["fraction_of_forward_only"] = out["ours_1gpu_img_s"] / out["forward_only_img_s"]
-    if torch.cuda.device_count() >= 2:
-        env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
-        cli = ["-m", "torchinspect", "features", "resnet50", str(tmp / "imgs"), "-l", "avgpool",
-               "--device", "cuda", "--dtype", "fp16", "--batch-size", str(args.batch_size), "--no-progress"]
-        for name, pre in (("cli_1gpu", [sys.executable]),
-                          ("cli_2gpu", [sys.executable, "-m", "torch.distributed.run", "--standalone",
-                                        "--nproc-per-node", str(torch.cuda.device_count())])):
-            t = time.perf_counter()
-            p = subprocess.run([*pre, *cli, "-o", str(tmp / name)], env=env, capture_output=True, text=True)
-            wall = time.perf_counter() - t
-            man = json.loads((tmp / name / "manifest.json").read_text()) if p.returncode == 0 else {}
-            run = (man.get("runs") or [{}])[-1]
-            out[name] = {"rc": p.returncode, "process_wall_s": wall, "extract_seconds": run.get("seconds"),
-                         "img_s": args.n / run["seconds"] if run.get("seconds") else None,
-                         "stderr_tail": p.stderr[-600:] if p.returncode else ""}
-        a, b = out["cli_1gpu"].get("img_s"), out["cli_2gpu"].get("img_s")
-        out["two_gpu_speedup"] = b / a if a and b else None
+    out["ours_1gpu_cpu_decode"] = _ours(r2)
+    pil = out["pil_dataloader_img_s"]
+    for k in ("img_s_end_to_end", "img_s_loop"):
+        v = out["ours_1gpu"][k]
+        out[f"speedup_vs_pil_{k}"] = v / pil if v else None
+        out[f"fraction_of_forward_only_{k}"] = v / out["forward_only_img_s"] if v else None
+    if torch.cuda.device_count() >= 2 and not args.no_cli:
+        out.update(_cli_runs(tmp / "imgs", args.n, tmp, "n", args.batch_size))
+        if args.n_scale:
+            make_jpegs(tmp / "big", args.n_scale)
+            out.update(_cli_runs(tmp / "big", args.n_scale, tmp, "big", args.batch_size))
     return out
 
 
@@ -177,6 +266,10 @@ def main() -> None:
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--profile", action="store_true", help="gpu: time each stage alone too")
+    ap.add_argument("--n-scale", type=int, default=20000,
+                    help="gpu: a second, larger folder for 1 vs N GPUs (0: skip)")
+    ap.add_argument("--no-cli", action="store_true", help="gpu: skip the CLI/torchrun runs")
     args = ap.parse_args()
     if args.mode == "cpu":
         args.n = args.n or 256

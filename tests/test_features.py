@@ -347,3 +347,73 @@ def test_cuda_gpu_decode_matches_cpu_decode_with_png_fallback(tmp_path):
     assert gpu.rows == cpu.rows == 7 and [f["id"] for f in gpu.failed] == [str(folder / "z_broken.jpg")]
     assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
     torch.testing.assert_close(a.rows("fc"), b.rows("fc"), atol=0.05, rtol=0.05)  # nvjpeg vs libjpeg
+
+
+def _photo_jpegs(folder: Path, sizes: list[tuple[int, int]]) -> list[Path]:
+    """Smooth gradients + mild noise, quality 90 (like photos): (width, height) each."""
+    folder.mkdir(parents=True, exist_ok=True)
+    rng = np.random.default_rng(5)
+    out = []
+    for i, (w, h) in enumerate(sizes):
+        yy, xx = np.mgrid[0:h, 0:w]
+        base = np.stack([(xx * (0.3 + 0.1 * c) + yy * (0.2 + 0.1 * i) + 40 * c) % 256 for c in range(3)], -1)
+        img = np.clip(base + rng.normal(0, 6, (h, w, 3)), 0, 255).astype(np.uint8)
+        p = folder / f"p{i:02d}.jpg"
+        Image.fromarray(img).save(p, quality=90)
+        out.append(p)
+    return out
+
+
+@pytest.mark.cuda
+def test_cuda_batched_preprocessing_matches_the_cpu_path(tmp_path):
+    """nvjpeg + one batched resize/crop/normalize per image size == libjpeg + the CPU
+    path's per-image transforms (resnet50's published transforms), within JPEG IDCT noise."""
+    from torchinspect.features.gpu import GpuImages
+    from torchinspect.features.inputs import decode_cpu
+
+    files = _photo_jpegs(tmp_path, [(500, 375), (375, 500), (500, 375), (320, 240), (500, 375)])
+    prep = make_preprocess("resnet50", None)
+    assert (prep.resize, prep.crop) == (256, (224, 224))
+    datas = [torch.frombuffer(bytearray(p.read_bytes()), dtype=torch.uint8) for p in files]
+    gpu = GpuImages(prep, "cuda")
+    errors: list = []
+    imgs = gpu.decode(datas, [str(p) for p in files], errors)
+    assert errors == [] and all(im.is_cuda for im in imgs)
+    cpu_decoded = [decode_cpu(p.read_bytes(), str(p)) for p in files]
+    ref = prep.normalize(torch.stack([prep.geometry(im) for im in cpu_decoded]))
+    level = 1 / 255 / min(prep.std)  # one uint8 level, normalized
+    # the preprocessing alone (same pixels in): batched per size on the GPU == the CPU path
+    rows = gpu.preprocess([im.cuda() for im in cpu_decoded])  # 3 sizes, rows in input order
+    pre = torch.stack(list(rows)).cpu()
+    assert pre.shape == ref.shape == (5, 3, 224, 224)
+    assert (pre - ref).abs().max() <= 2.01 * level  # uint8 rounding of the resize only
+    assert (pre - ref).abs().mean() < 0.1 * level
+    # nvjpeg vs libjpeg decoding: equal almost everywhere (IDCT/upsampling at a few pixels)
+    got = torch.stack(list(gpu.preprocess(imgs))).cpu()
+    diff = (got - ref).abs()
+    assert diff.mean() < level and (diff > 4 * level).float().mean() < 0.02
+    # one size: a single (N, C, H, W) tensor, equal to per-image GPU transforms + normalize
+    same = [imgs[0], imgs[2], imgs[4]]
+    batch = gpu.preprocess(same)
+    assert isinstance(batch, torch.Tensor) and batch.shape == (3, 3, 224, 224)
+    per_image = prep.normalize(torch.stack([prep.geometry(im) for im in same]))
+    torch.testing.assert_close(batch, per_image, atol=1e-5, rtol=1e-5)
+
+
+@pytest.mark.cuda
+def test_cuda_mixed_sizes_end_to_end_and_callers_module_untouched(tmp_path):
+    folder = tmp_path / "imgs"
+    _photo_jpegs(folder, [(90, 70), (70, 90), (90, 70), (64, 64), (90, 70)])
+    _images(folder, n=1)  # one PNG in the same batch
+    net = _tiny()
+    kw = dict(layers=["relu", "fc"], resize=40, crop=32, batch_size=8, device="cuda", workers=1)
+    gpu = extract_features(net, [str(folder)], output=tmp_path / "gpu", dtype="fp16", **kw)
+    cpu = extract_features(net, [str(folder)], output=tmp_path / "cpu", gpu_decode=False, dtype="fp16", **kw)
+    a, b = FeatureFolder.open(gpu.output), FeatureFolder.open(cpu.output)
+    assert gpu.rows == cpu.rows == 6 and not gpu.failed
+    assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
+    torch.testing.assert_close(a.rows("relu").float(), b.rows("relu").float(), atol=0.05, rtol=0.05)
+    assert gpu.startup_seconds is not None and gpu.loop_seconds is not None
+    assert a.manifest["runs"][-1]["loop_seconds"] == pytest.approx(gpu.loop_seconds, abs=1e-3)
+    # the caller's module was copied to the GPU (and made channels-last there), not changed
+    assert net.conv.weight.device.type == "cpu" and net.conv.weight.is_contiguous()

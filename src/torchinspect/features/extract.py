@@ -24,14 +24,15 @@ import torch
 from torchinspect import device as devices
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.features import store
+from torchinspect.features.gpu import BackgroundWriter, GpuImages
 from torchinspect.features.inputs import (
     InputItem,
     Preprocess,
     RowDataset,
     collate_rows,
     collect_inputs,
-    decode_cpu,
     make_preprocess,
+    split_jpegs,
 )
 from torchinspect.features.layers import LayerCapture, check_layer_names
 
@@ -73,6 +74,10 @@ class FeatureResult:
     save_dtype: str
     ignored_files: int = 0
     notes: list[str] = field(default_factory=list)
+    # start-up (model build, input listing, workers, first batch decoded) vs the loop from
+    # the first batch to the last row written; the slowest rank's under torchrun
+    startup_seconds: float | None = None
+    loop_seconds: float | None = None
 
     @property
     def rows_per_s(self) -> float:
@@ -140,8 +145,9 @@ def _init_dist(device: str) -> _Dist:
 # ------------------------------------------------------------------ the model
 
 
-def _resolve_model(model: Any, device: str, options: Any) -> tuple[Any, str, Any, list[str]]:
-    """(real model on device, name, example, notes) for a spec, a ModelCase or a module."""
+def _resolve_model(model: Any, device: str, options: Any) -> tuple[Any, str, Any, list[str], bool]:
+    """(real model on device, name, example, notes, owned) for a spec, a ModelCase or a
+    module; ``owned``: built or copied here, so its memory format may be changed."""
     if isinstance(model, torch.nn.Module):
         here = devices.model_device(model, default=device)
         if devices.has_meta_tensors(model):
@@ -150,15 +156,16 @@ def _resolve_model(model: Any, device: str, options: Any) -> tuple[Any, str, Any
             import copy
 
             return copy.deepcopy(model).to(device), type(model).__name__, None, \
-                [f"the model was copied from {here} to {device}"]
-        return model, type(model).__name__, None, []
+                [f"the model was copied from {here} to {device}"], True
+        return model, type(model).__name__, None, [], False
     if isinstance(model, str):
         from torchinspect.sources.case import make_case
 
         case = make_case(model, options=options, device=device, need_inputs=False)
-    else:
-        case = model  # a ModelCase
-    return case.real_model(device), case.name, case.example, list(case.notes)
+        return case.real_model(device), case.name, case.example, list(case.notes), True
+    case = model  # a ModelCase: its model may be the caller's own
+    net = case.real_model(device)
+    return net, case.name, case.example, list(case.notes), net is not case.model
 
 
 def _example_info(example: Any) -> tuple[int | None, tuple[int, int] | None, Any]:
@@ -210,22 +217,41 @@ class _Ready:
 
 
 def _assemble(batch: dict[str, Any], items: list[InputItem], prep: Preprocess, device: str,
-              last: bool) -> _Ready:
+              last: bool, gpu: GpuImages | None = None) -> _Ready:
     """A loaded batch -> normalized model input on ``device`` (GPU-decoding JPEG bytes)."""
     dev = torch.device(device)
-    entries: list[tuple[str, torch.Tensor]] = []  # (id, tensor) in input order
     errors: list[tuple[str, str]] = []
-    jpegs = [(pos, v) for pos, (k, v) in enumerate(zip(batch["kind"], batch["values"], strict=True))
-             if k == "jpeg"]
+    kinds, index, values = batch["kind"], batch["index"], batch["values"]
+    jpeg_pos = [pos for pos, k in enumerate(kinds) if k == "jpeg"]
     decoded: dict[int, torch.Tensor] = {}
-    if jpegs:
-        decoded = _gpu_decode(jpegs, items, batch["index"], prep, dev, errors)
+    whole: torch.Tensor | None = None  # every row of the batch, in order, in one tensor
+    if jpeg_pos:
+        if gpu is None:
+            gpu = GpuImages(prep, dev)
+        bad: list[tuple[int, str]] = []
+        imgs = gpu.decode(split_jpegs(batch), [items[index[p]].path or "" for p in jpeg_pos], bad)
+        bad_at = {k for k, _ in bad}
+        for k, msg in bad:
+            errors.append((items[index[jpeg_pos[k]]].id, msg))
+        good = [(p, img) for k, (p, img) in enumerate(zip(jpeg_pos, imgs, strict=True))
+                if k not in bad_at and img is not None]
+        if good:
+            done = gpu.preprocess([img for _, img in good])
+            if isinstance(done, torch.Tensor) and len(good) == len(kinds):
+                whole = done
+            else:
+                decoded = {p: done[j] for j, (p, _) in enumerate(good)}
+    if whole is not None:
+        return _Ready(whole, [items[i].id for i in index], errors, last)
+    entries: list[tuple[str, torch.Tensor]] = []  # (id, tensor) in input order
     stacked = batch["images"]
     img_pos = 0
     images_float: torch.Tensor | None = None
     if stacked is not None:
-        images_float = prep.normalize(stacked.to(dev, non_blocking=True))
-    for pos, (i, kind, value) in enumerate(zip(batch["index"], batch["kind"], batch["values"], strict=True)):
+        if dev.type == "cuda" and not stacked.is_pinned():
+            stacked = stacked.pin_memory()
+        images_float = (gpu.normalize if gpu is not None else prep.normalize)(stacked.to(dev, non_blocking=True))
+    for pos, (i, kind, value) in enumerate(zip(index, kinds, values, strict=True)):
         rid = items[i].id
         if kind == "error":
             errors.append((rid, value))
@@ -251,42 +277,7 @@ def _assemble(batch: dict[str, Any], items: list[InputItem], prep: Preprocess, d
     return _Ready(x, [rid for rid, _ in entries], errors, last)
 
 
-def _gpu_decode(jpegs: list[tuple[int, torch.Tensor]], items: list[InputItem], index: list[int],
-                prep: Preprocess, dev: torch.device, errors: list[tuple[str, str]]) -> dict[int, torch.Tensor]:
-    """nvjpeg batch decode; per-file fallback to nvjpeg alone, then to the CPU decoder."""
-    from torchvision.io import ImageReadMode, decode_jpeg
-
-    out: dict[int, torch.Tensor] = {}
-    datas = [v for _, v in jpegs]
-    try:
-        imgs = decode_jpeg(datas, mode=ImageReadMode.RGB, device=dev)
-    except RuntimeError:
-        imgs = []
-        for data in datas:
-            try:
-                imgs.append(decode_jpeg(data, mode=ImageReadMode.RGB, device=dev))
-            except RuntimeError:
-                imgs.append(None)
-    prepared = []
-    for (pos, data), img in zip(jpegs, imgs, strict=True):
-        if img is None:
-            try:
-                img = decode_cpu(data.numpy().tobytes(), items[index[pos]].path or "").to(dev)
-            except Exception as exc:
-                errors.append((items[index[pos]].id, str(exc).splitlines()[0] if str(exc) else type(exc).__name__))
-                continue
-        prepared.append((pos, prep.geometry(img)))
-    if prepared:
-        shapes = {tuple(t.shape) for _, t in prepared}
-        if len(shapes) == 1:
-            batch = prep.normalize(torch.stack([t for _, t in prepared]))
-            out = {pos: batch[k] for k, (pos, _) in enumerate(prepared)}
-        else:
-            out = {pos: prep.normalize(t.unsqueeze(0))[0] for pos, t in prepared}
-    return out
-
-
-def _threaded(source: Iterator[_Ready], device: str, depth: int = 3) -> Iterator[_Ready]:
+def _threaded(source: Iterator[_Ready], device: str, depth: int = 4) -> Iterator[_Ready]:
     """Prepare batches in a thread on a side CUDA stream, so decoding the next batch
     overlaps the forward of this one."""
     q: queue.Queue[Any] = queue.Queue(maxsize=depth)
@@ -306,6 +297,9 @@ def _threaded(source: Iterator[_Ready], device: str, depth: int = 3) -> Iterator
 
     def work() -> None:
         try:
+            # the side stream does not order itself after the default stream: wait for what
+            # was queued there (weights, constants) before the first kernel
+            stream.wait_stream(torch.cuda.current_stream(dev))
             with torch.cuda.device(dev), torch.cuda.stream(stream):
                 for ready in source:
                     ev = torch.cuda.Event()
@@ -352,13 +346,17 @@ def _flatten(name: str, out: Any) -> dict[str, torch.Tensor]:
     return {}
 
 
-def _postprocess(outs: dict[str, Any], pool: str | None, save: torch.dtype) -> dict[str, torch.Tensor]:
+def _postprocess(outs: dict[str, Any], pool: str | None, save: torch.dtype,
+                 to_cpu: bool = True) -> dict[str, torch.Tensor]:
+    """Captured outputs -> {tensor name: rows} in the storage dtype (on the CPU, or left on
+    the device for :class:`BackgroundWriter` when ``to_cpu`` is false)."""
     feats: dict[str, torch.Tensor] = {}
     for name, out in outs.items():
         for key, t in _flatten(name, out).items():
             if pool == "gap" and t.ndim > 2:
                 t = t.float().mean(dim=tuple(range(2, t.ndim)))
-            feats[key] = t.to(dtype=save).to("cpu")
+            t = t.to(dtype=save).contiguous()
+            feats[key] = t.to("cpu") if to_cpu else t
     if not feats:
         raise InspectError(f"layer {', '.join(outs)} gave no tensor output",
                            hint="pick layers whose output is a tensor")
@@ -464,7 +462,7 @@ def extract_features(
     dist = _init_dist(dev)
     dev = dist.device
     try:
-        net, name, case_example, notes = _resolve_model(model, dev, options)
+        net, name, case_example, notes, owned = _resolve_model(model, dev, options)
         if dist.world > 1 and not isinstance(model, torch.nn.Module):
             _broadcast_weights(net)  # a random init differs per process: use rank 0's
         example = example if example is not None else case_example
@@ -498,7 +496,14 @@ def extract_features(
         mine = pending[lo:hi]
         writer = store.RankWriter(out_dir, run=run, rank=dist.rank, fmt=file_format,
                                   shard_bytes=shard_bytes, metadata={"model": name})
-        counters = {"rows": 0, "failed": 0, "forward": 0.0}
+        counters: dict[str, Any] = {"rows": 0, "failed": 0, "forward": 0.0, "first_batch": None,
+                                    "loop_end": None}
+        # NHWC convolutions (tensor cores without layout transposes) on a model built here;
+        # a caller's module is never touched
+        channels_last = (dev.startswith("cuda") and owned and bool(inputs)
+                         and sample_rank == 3 and prep.mode == "image")
+        if channels_last:
+            net = net.to(memory_format=torch.channels_last)
         tensors_meta: dict[str, dict[str, Any]] = dict(manifest.get("tensors") or {})
         interrupted = False
         with LayerCapture(net, layers) as cap:
@@ -506,7 +511,7 @@ def extract_features(
             try:
                 _run(cap, mine, items, prep, dev, batch_size, workers, compute, pool, save,
                      gpu_decode, writer, counters, tensors_meta, progress, first, t0,
-                     dist.world)
+                     dist.world, channels_last)
             except KeyboardInterrupt:
                 interrupted = True
             finally:
@@ -516,9 +521,10 @@ def extract_features(
                 store.finish(out_dir, order, _run_info(dist, dev, counters, t0, method, compute,
                                                        tensors_meta), complete=False, extra=_versions())
             raise KeyboardInterrupt
+        timing = _timing(dist, counters, t0)
         dist.barrier()
         if dist.rank == 0:
-            info = _run_info(dist, dev, counters, t0, method, compute, tensors_meta)
+            info = {**_run_info(dist, dev, counters, t0, method, compute, tensors_meta), **timing}
             manifest = store.finish(out_dir, order, info, complete=True, extra=_versions())
         dist.barrier()
         manifest = store.read_json(out_dir / store.MANIFEST) or {}
@@ -535,7 +541,8 @@ def extract_features(
             seconds=time.perf_counter() - t0,
             forward_seconds=counters["forward"] if dev == "cpu" else None,
             preprocess=settings["preprocess"], file_format=file_format,
-            save_dtype=DTYPE_NAMES[save], ignored_files=ignored, notes=notes)
+            save_dtype=DTYPE_NAMES[save], ignored_files=ignored, notes=notes,
+            startup_seconds=timing["startup_seconds"], loop_seconds=timing["loop_seconds"])
     finally:
         dist.close()
 
@@ -546,6 +553,22 @@ def _broadcast_weights(net: torch.nn.Module) -> None:
     with torch.no_grad():
         for t in [*net.parameters(), *net.buffers()]:
             dist.broadcast(t.data, src=0)
+
+
+def _timing(dist: _Dist, counters: dict[str, Any], t0: float) -> dict[str, float | None]:
+    """Start-up and loop seconds of this run (the slowest rank's when there are several)."""
+    first, end = counters.get("first_batch"), counters.get("loop_end")
+    mine = (None if first is None else first - t0, None if first is None or end is None else end - first)
+    every = [mine]
+    if dist.world > 1:
+        import torch.distributed as tdist
+
+        every = [mine] * dist.world
+        tdist.all_gather_object(every, mine)
+    def slowest(k: int) -> float | None:
+        vals = [v[k] for v in every if v[k] is not None]
+        return round(max(vals), 4) if vals else None
+    return {"startup_seconds": slowest(0), "loop_seconds": slowest(1)}
 
 
 def _sum_rows(manifest: dict[str, Any]) -> int:
@@ -578,9 +601,10 @@ def _random_items(example: Any, first: Any) -> list[InputItem]:
 
 def _run(cap: LayerCapture, mine: list[tuple[int, InputItem]], items: list[InputItem],
          prep: Preprocess, dev: str, batch_size: int, workers: int | None, compute: torch.dtype,
-         pool: str | None, save: torch.dtype, gpu_decode: bool, writer: store.RankWriter,
+         pool: str | None, save: torch.dtype, gpu_decode: bool, sink: store.RankWriter,
          counters: dict[str, Any], tensors_meta: dict[str, Any],
-         progress: Callable[[Progress], None] | None, first: Any, t0: float, world: int) -> None:
+         progress: Callable[[Progress], None] | None, first: Any, t0: float, world: int,
+         channels_last: bool = False) -> None:
     cuda = dev.startswith("cuda")
     autocast = (torch.autocast(device_type="cuda" if cuda else "cpu", dtype=compute)
                 if compute != torch.float32 else contextlib.nullcontext())
@@ -595,49 +619,64 @@ def _run(cap: LayerCapture, mine: list[tuple[int, InputItem]], items: list[Input
         batches = _segments([pos for pos, _ in mine], batch_size)
         lasts = [last for _, last in batches]
         n_workers = default_workers(dev, world) if workers is None else workers
+        raw_jpeg = cuda and gpu_decode
         loader = torch.utils.data.DataLoader(
-            RowDataset(sub, prep, raw_jpeg=cuda and gpu_decode),
+            RowDataset(sub, prep, raw_jpeg=raw_jpeg),
             batch_sampler=[b for b, _ in batches], num_workers=n_workers,
-            collate_fn=collate_rows, pin_memory=cuda,
+            collate_fn=collate_rows, pin_memory=cuda and not raw_jpeg,
             prefetch_factor=4 if n_workers > 0 else None,
             persistent_workers=False)
+        gpu = GpuImages(prep, dev) if raw_jpeg else None
 
         def prepared() -> Iterator[_Ready]:
             for k, batch in enumerate(loader):
-                yield _assemble(batch, sub, prep, dev, lasts[k])
+                yield _assemble(batch, sub, prep, dev, lasts[k], gpu)
 
         source = _threaded(prepared(), dev) if cuda else prepared()
-    with torch.inference_mode(), autocast:
-        for ready in source:
-            for rid, err in ready.errors:
-                writer.fail(rid, err)
-                counters["failed"] += 1
-            if ready.x is not None:
-                f0 = time.perf_counter()
-                try:
-                    outs = cap(ready.x)
-                except InspectError:
-                    raise
-                except Exception as exc:
-                    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-                    raise InspectError(f"the model's forward failed on a batch of shape "
-                                       f"{list(ready.x.shape)}: {type(exc).__name__}: {msg[:200]}",
-                                       hint="check the preprocessing (--resize/--crop, --preprocess) "
-                                       "against the input the model expects") from None
-                if not cuda:
-                    counters["forward"] += time.perf_counter() - f0
-                feats = _postprocess(outs, pool, save)
-                if not tensors_meta:
-                    tensors_meta.update({k: {"shape": list(t.shape[1:]),
-                                             "dtype": str(t.dtype).removeprefix("torch.")}
-                                         for k, t in feats.items()})
-                writer.add(ready.ids, feats)
-                counters["rows"] += len(ready.ids)
-            if ready.last_of_segment:
-                writer.flush()
-            if progress is not None:
-                progress(Progress(counters["rows"] + counters["failed"], total,
-                                  counters["failed"], time.perf_counter() - t0))
+    # on CUDA the D2H copy wait and the writing run on a thread: the next forward is
+    # launched while this batch's features travel and are saved
+    writer: Any = BackgroundWriter(sink, dev) if cuda else sink
+    try:
+        with torch.inference_mode(), autocast:
+            for ready in source:
+                if counters["first_batch"] is None:
+                    counters["first_batch"] = time.perf_counter()
+                for rid, err in ready.errors:
+                    writer.fail(rid, err)
+                    counters["failed"] += 1
+                if ready.x is not None:
+                    x = ready.x
+                    if channels_last and x.ndim == 4:
+                        x = x.contiguous(memory_format=torch.channels_last)
+                    f0 = time.perf_counter()
+                    try:
+                        outs = cap(x)
+                    except InspectError:
+                        raise
+                    except Exception as exc:
+                        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+                        raise InspectError(f"the model's forward failed on a batch of shape "
+                                           f"{list(ready.x.shape)}: {type(exc).__name__}: {msg[:200]}",
+                                           hint="check the preprocessing (--resize/--crop, --preprocess) "
+                                           "against the input the model expects") from None
+                    if not cuda:
+                        counters["forward"] += time.perf_counter() - f0
+                    feats = _postprocess(outs, pool, save, to_cpu=not cuda)
+                    if not tensors_meta:
+                        tensors_meta.update({k: {"shape": list(t.shape[1:]),
+                                                 "dtype": str(t.dtype).removeprefix("torch.")}
+                                             for k, t in feats.items()})
+                    writer.add(ready.ids, feats)
+                    counters["rows"] += len(ready.ids)
+                if ready.last_of_segment:
+                    writer.flush()
+                if progress is not None:
+                    progress(Progress(counters["rows"] + counters["failed"], total,
+                                      counters["failed"], time.perf_counter() - t0))
+    finally:
+        if writer is not sink:
+            writer.close()  # drains what was queued (also on Ctrl-C), then raises its error
+        counters["loop_end"] = time.perf_counter()
 
 
 def _random_batch(first: Any, dev: str) -> torch.Tensor:

@@ -322,11 +322,25 @@ class RowDataset(torch.utils.data.Dataset):
 
 
 def collate_rows(batch: list[tuple[int, str, Any]]) -> dict[str, Any]:
-    """Keep order; stack the CPU-decoded images when they share one size (pinned later)."""
+    """Keep order; stack the CPU-decoded images when they share one size (pinned later);
+    concatenate the JPEG bytes into ONE uint8 tensor (``jpeg_sizes`` splits it again), so a
+    batch leaves the worker process as one shared-memory block, not one per file."""
     images = [v for _, k, v in batch if k == "image"]
     stacked = None
     if images and all(im.shape == images[0].shape for im in images):
         stacked = torch.stack(images)
+    jpegs = [v for _, k, v in batch if k == "jpeg"]
     return {"index": [i for i, _, _ in batch], "kind": [k for _, k, _ in batch],
-            "values": [None if k == "image" and stacked is not None else v for _, k, v in batch],
-            "images": stacked}
+            "values": [None if (k == "image" and stacked is not None) or k == "jpeg" else v
+                       for _, k, v in batch],
+            "images": stacked,
+            "jpeg_bytes": torch.cat(jpegs) if jpegs else None,
+            "jpeg_sizes": [int(v.numel()) for v in jpegs]}
+
+
+def split_jpegs(batch: dict[str, Any]) -> list[torch.Tensor]:
+    """The per-file JPEG byte tensors of a collated batch (views, in batch order)."""
+    blob = batch.get("jpeg_bytes")
+    if blob is None:
+        return []
+    return list(torch.split(blob, batch["jpeg_sizes"]))
