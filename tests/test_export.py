@@ -186,3 +186,10 @@ def test_cli_legacy_exporter_and_exit_1_on_mismatch(invoke, tmp_path) -> None:
     differs = any(o["max_abs"] > 0 for v in data["verify"] for o in v["outputs"])
     assert r.exit_code == (1 if differs else 0)
     assert data["verified"] is (not differs)
+
+
+@pytest.mark.cuda
+def test_cuda_export_verifies_against_the_gpu_model(tmp_path) -> None:
+    """--device cuda: exported from the GPU model; batch-3 inputs are made on the GPU too."""
+    r = export_onnx("zoo:gpt-tiny", tmp_path / "gpt.onnx", device="cuda")
+    assert r.verified is True and [v.batch for v in r.verify] == [1, 3]

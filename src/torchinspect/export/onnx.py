@@ -582,12 +582,12 @@ def _resized(t: Any, shape: list[int], gen: Any) -> Any:
 
     if list(t.shape) == shape:
         return t
-    if t.is_floating_point():
-        return torch.randn(shape, generator=gen, dtype=torch.float32).to(t.dtype)
+    if t.is_floating_point():  # drawn on the CPU generator, then put where t lives
+        return torch.randn(shape, generator=gen, dtype=torch.float32).to(t.device, t.dtype)
     if t.dtype == torch.bool:
-        return torch.zeros(shape, dtype=torch.bool) | t.flatten()[:1].any()
+        return (torch.zeros(shape, dtype=torch.bool) | bool(t.flatten()[:1].any())).to(t.device)
     lo, hi = (int(t.min()), int(t.max())) if t.numel() else (0, 0)
-    return torch.randint(lo, hi + 1, shape, generator=gen, dtype=torch.int64).to(t.dtype)
+    return torch.randint(lo, hi + 1, shape, generator=gen, dtype=torch.int64).to(t.device, t.dtype)
 
 
 def _inputs_at(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, batch0: int,
