@@ -71,8 +71,29 @@ def test_cli_usage_errors(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert r.exit_code == 2 and "no MODEL given" in r.output
     r = invoke("check", "resnet18", "--max-macs", "lots")
     assert r.exit_code == 2 and "hint: use a number like 25M" in r.output
-    r = invoke("check", "resnet18", "--max-latency-ms", "5")
-    assert r.exit_code == 2 and "needs the bench command" in r.output
+    r = invoke("check", "resnet18", "--max-latency-ms", "-5")
+    assert r.exit_code == 2 and "Traceback" not in r.output
+
+
+def test_latency_budget_is_measured_like_bench(invoke, monkeypatch: pytest.MonkeyPatch,
+                                               tmp_path: Path) -> None:
+    import json
+
+    from torchinspect.analysis import check as check_mod
+    from torchinspect.bench import timing
+
+    monkeypatch.chdir(tmp_path)
+    fast = timing.TimingConfig(warmup_s=0.05, warmup_iters=2, min_time=0.1, max_time=0.3,
+                               min_iters=5)
+    measure_latency = check_mod._latency_ms
+    monkeypatch.setattr(check_mod, "_latency_ms", lambda case: measure_latency(case, fast))
+    r = invoke("check", "zoo:convnet", "--max-latency-ms", "60000", "--format", "json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)["models"][0]["results"][0]
+    assert res["metric"] == "latency-ms" and 0 < res["value"] < 60000 and res["passed"]
+    monkeypatch.setattr(check_mod, "_latency_ms", lambda case: 12.5)
+    r = invoke("check", "zoo:convnet", "--max-latency-ms", "10")
+    assert r.exit_code == 1 and "12.5" in r.output
 
 
 PYPROJECT = """

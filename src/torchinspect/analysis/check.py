@@ -301,14 +301,10 @@ def measure(mb: ModelBudget, options: Any = None) -> ModelCheck:
     from torchinspect.sources.case import ModelOptions, make_case
 
     start = time.perf_counter()
-    if Metric.latency_ms in mb.limits:
-        raise InspectError("--max-latency-ms needs the bench command, which this version "
-                           "does not have yet",
-                           hint="drop --max-latency-ms (params, MACs, size and activations "
-                           "are checked on meta)")
     opts = _options_for(mb, options or ModelOptions())
     need_trace = bool({Metric.macs, Metric.activation_mb} & set(mb.limits))
-    case = make_case(mb.model, options=opts, need_inputs=need_trace)
+    case = make_case(mb.model, options=opts,
+                     need_inputs=need_trace or Metric.latency_ms in mb.limits)
     values: dict[Metric, float] = {}
     if need_trace:
         from torchinspect.trace import trace_case
@@ -323,6 +319,8 @@ def measure(mb: ModelBudget, options: Any = None) -> ModelCheck:
         _, stats = collect_static(case.model)
     values[Metric.params] = float(stats.total)
     values[Metric.size_mb] = (stats.param_bytes + stats.buffer_bytes) / 1e6
+    if Metric.latency_ms in mb.limits:
+        values[Metric.latency_ms] = _latency_ms(case)
     results = []
     for metric in Metric:
         if metric not in mb.limits:
@@ -334,6 +332,22 @@ def measure(mb: ModelBudget, options: Any = None) -> ModelCheck:
                                 f"{'<=' if ok else '>'} budget {fmt_value(metric, limit)}"))
     return ModelCheck(mb.model, case.name, case.describe_inputs() if case.example is not None else "-",
                       results, time.perf_counter() - start, mb.source)
+
+
+def _latency_ms(case: Any, timing: Any = None) -> float:
+    """Median forward latency (ms) at the example's batch, measured by `inspect bench`'s
+    method (its default warm-up and stopping rule unless ``timing`` is given) on the
+    requested real device (auto/meta: cpu)."""
+    from torchinspect import device as devices
+    from torchinspect.bench import BenchOptions, run_bench
+
+    extra = {"timing": timing} if timing is not None else {}
+    result = run_bench(case, BenchOptions(device=devices.real_device(case.requested), **extra))
+    row = result.configs[0]
+    if row.status != "ok" or row.timing is None:
+        raise InspectError(f"{case.name}: the latency could not be measured ({row.status}: "
+                           f"{row.error or '-'})", hint="run `inspect bench` on it to see why")
+    return row.timing.stats.median * 1e3
 
 
 def check_budgets(models: str | list[str] | None = None, *, max_params: Any = None,

@@ -25,7 +25,8 @@ ParamsOpt = _opt("params", "N parameters, e.g. 25M, 1.5e9, 30000000")
 MacsOpt = _opt("macs", "N multiply-accumulates per forward, e.g. 5G")
 SizeOpt = _opt("size-mb", "MB of weights (parameters + buffers, 1 MB = 10^6 bytes), e.g. 100")
 ActOpt = _opt("activation-mb", "MB of activations (leaf-module outputs of one forward)")
-LatencyOpt = _opt("latency-ms", "ms per forward (needs the bench command)")
+LatencyOpt = _opt("latency-ms", "median ms per forward at the example input, measured like "
+                  "`inspect bench` on --device (auto/meta: cpu; cuda for GPU budgets)")
 ConfigOpt = Annotated[str | None, typer.Option(
     "--config", metavar="FILE", help="TOML file with [tool.torchinspect.check] (default: "
     "./pyproject.toml when it has one).")]
