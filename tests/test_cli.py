@@ -310,3 +310,16 @@ def test_zoo_models_do_not_import_torchvision():
     )
     assert proc.returncode == 0, proc.stderr
     assert "TV False" in proc.stdout
+
+
+@pytest.mark.parametrize("fmt", ["table", "json"])
+def test_closed_pipe_exits_quietly_with_0(fmt: str) -> None:
+    """`inspect summary ... | head -1`: the reader has what it wanted; no error, exit 0."""
+    import subprocess
+    import sys
+
+    cmd = (f"set -o pipefail; {sys.executable} -m torchinspect summary resnet50 --format {fmt} "
+           "| head -c 10 > /dev/null")
+    done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert "Traceback" not in done.stderr and "error" not in done.stderr

@@ -176,6 +176,14 @@ def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
 _OUTPUT_PARAMS = (("format", FormatOpt, OutputFormat.table), ("output", OutputOpt, None))
 
 
+def _output_params(output_help: str | None) -> tuple[tuple[str, Any, Any], ...]:
+    """--format/--output; ``output_help`` for commands whose -o is a data file (graph, export)."""
+    if output_help is None:
+        return _OUTPUT_PARAMS
+    opt = Annotated[str | None, typer.Option("--output", "-o", metavar="FILE", help=output_help)]
+    return (_OUTPUT_PARAMS[0], ("output", opt, None))
+
+
 def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tuple[str, ...],
             build: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
     """Wrap ``fn``: Typer sees ``fn``'s own parameters (less ``hidden``) plus ``extra``; the
@@ -210,7 +218,7 @@ def _raiser(exc: Exception) -> Callable[[], None]:
 
 def model_command(*, inputs: bool = True, device_default: str = "auto",
                   device_help: str = DEVICE_HELP, batch: bool = True,
-                  outputs: bool = True) -> Callable[[F], F]:
+                  outputs: bool = True, output_help: str | None = None) -> Callable[[F], F]:
     """Add the shared model and output options to a command; it receives ``opts`` and ``out``.
 
     ``inputs=False`` leaves out ``--input/--batch/--no-batch`` (``inspect params``).
@@ -228,7 +236,7 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
         *([_param("batch", BatchOpt, None)] if inputs and batch else []),
         *([_param("no_batch", NoBatchOpt, False)] if inputs else []),
         _param("published", PublishedOpt, False), _param("weights_config", WeightsConfigOpt, None),
-        *(_param(n, a, d) for n, a, d in (_OUTPUT_PARAMS if outputs else ())),
+        *(_param(n, a, d) for n, a, d in (_output_params(output_help) if outputs else ())),
     ]
 
     def build(v: dict[str, Any]) -> dict[str, Any]:
@@ -285,7 +293,12 @@ def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) 
         atomic_write_text(out.output, buf.getvalue(), protect=input_files(inputs))
         typer.echo(f"wrote {out.output}", err=True)
         return
-    render(report, out.format, sys.stdout, width=_width())
+    try:
+        render(report, out.format, sys.stdout, width=_width())
+        sys.stdout.flush()
+    except BrokenPipeError:  # `inspect ... | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
 
 
 def emit_results(command: str, results: list[Any], build: Callable[..., Report],

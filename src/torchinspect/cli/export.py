@@ -28,7 +28,8 @@ ExternalOpt = Annotated[bool, typer.Option(
     "--external-data", help="store the weights in FILE.data beside the .onnx (automatic over 2 GB).")]
 
 
-@model_command(device_help="where the model runs for export: auto = cpu; cpu; cuda[:N].")
+@model_command(device_help="where the model runs for export: auto = cpu; cpu; cuda[:N].",
+               output_help="the .onnx file to write (atomic; external data beside it over 2 GB).")
 def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
            static: StaticOpt = False, dynamic: DynamicOpt = None, verify: VerifyOpt = None,
            atol: AtolOpt = 1e-4, rtol: RtolOpt = 1e-3, external_data: ExternalOpt = False,

@@ -27,7 +27,8 @@ DEVICE_HELP = ("autograd: where the forward runs (auto = cpu); module: where to 
                "(auto = meta, no memory, with a CPU fallback).")
 
 
-@model_command(device_help=DEVICE_HELP)
+@model_command(device_help=DEVICE_HELP,
+               output_help="the graph file: .svg, .png, .pdf (rendered by Graphviz dot), .dot or .json (atomic).")
 def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepthOpt = None,
           saved: SavedOpt = False, no_fold: NoFoldOpt = False, force: ForceOpt = False, *,
           opts: ModelOptions, out: OutputOptions) -> None:

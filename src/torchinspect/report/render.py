@@ -161,7 +161,12 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
 
     # Tables render at their natural width (like torchinfo): a layer table that wraps
     # inside its cells is unreadable. An explicit width (COLUMNS) is honoured.
-    console = Console(file=stream, width=width or 1000, highlight=False, soft_wrap=False)
+    class _Console(Console):
+        def on_broken_pipe(self) -> None:  # rich would exit 1; the CLI treats it as done
+            self.quiet = True
+            raise BrokenPipeError("output closed")
+
+    console = _Console(file=stream, width=width or 1000, highlight=False, soft_wrap=False)
     first = True
     for s in text_sections(report.sections):
         if not first:
