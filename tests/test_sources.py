@@ -346,3 +346,39 @@ def test_real_device_build_is_refused_when_weights_do_not_fit(tmp_path: Path):
         load_model(f"{path}:make", device="cpu")
     assert "meta" in err.value.hint
     assert load_model(f"{path}:make").device == "meta"  # the default costs nothing
+
+
+def _small_state(small_spec: str) -> dict:
+    torch.manual_seed(0)
+    lm = load_model(small_spec, device="cpu")
+    return {k: v.clone() for k, v in lm.model.state_dict().items()}
+
+
+def test_weights_with_infix_and_prefix_wrappers_load_like_diff_auto_prefix(tmp_path: Path,
+                                                                            small_spec: str):
+    """Per-block torch.compile (`conv._orig_mod.weight`) and a `model.` prefix: remapped as
+    `inspect diff --auto-prefix` would, with a note, and the values land where they belong."""
+    state = _small_state(small_spec)
+    infix = {k.replace("conv.", "conv._orig_mod.").replace("fc.", "fc._orig_mod."): v
+             for k, v in state.items()}
+    prefixed = {f"model.{k}": v for k, v in state.items()}
+    for name, sd in (("infix.pth", infix), ("prefixed.pth", prefixed)):
+        torch.save(sd, tmp_path / name)
+        lm = load_model(str(tmp_path / name), arch=small_spec, device="cpu")
+        assert any("checkpoint keys remapped" in n for n in lm.notes), lm.notes
+        for k, v in lm.model.state_dict().items():
+            assert torch.equal(v, state[k]), k
+
+
+def test_hint_never_offers_no_strict_when_nothing_would_load(tmp_path: Path, small_spec: str):
+    ckpt = tmp_path / "unrelated.pth"
+    torch.save({"encoder.layer.weight": torch.zeros(5, 5)}, ckpt)
+    with pytest.raises(InspectError) as err:
+        load_model(str(ckpt), arch=small_spec)
+    assert "--no-strict" not in err.value.hint and "right model" in err.value.hint
+    partial = dict(_small_state(small_spec))
+    del partial["fc.bias"]
+    torch.save(partial, tmp_path / "partial.pth")
+    with pytest.raises(InspectError) as err:
+        load_model(str(tmp_path / "partial.pth"), arch=small_spec)
+    assert "--no-strict (it would load" in err.value.hint
