@@ -263,8 +263,8 @@ def test_resume_after_interrupt_gives_identical_rows(tmp_path):
 
 KILL_SCRIPT = """
 import os, sys, torch
-sys.path[:0] = [{src!r}, {root!r}]
-from tests.features_tiny import Tiny
+sys.path[:0] = [{src!r}, {root!r}, {tests!r}]
+from features_tiny import Tiny
 from torchinspect.features import extract_features
 torch.manual_seed(0)
 net = Tiny()
@@ -282,13 +282,14 @@ extract_features(net, [{folder!r}], output={out!r}, layers=["relu"], resize=24, 
 def test_killed_run_loses_at_most_the_batch_in_flight(tmp_path):
     folder = tmp_path / "imgs"
     _images(folder, n=9)
-    script = KILL_SCRIPT.format(src=str(ROOT / "src"), root=str(ROOT), folder=str(folder),
+    script = KILL_SCRIPT.format(src=str(ROOT / "src"), root=str(ROOT), tests=str(ROOT / "tests"),
+                                folder=str(folder),
                                 out=str(tmp_path / "o"))
     proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
     assert proc.returncode == 9, proc.stderr
     parts = sorted(p.name for p in (tmp_path / "o" / ".parts").iterdir())
     assert len(parts) == 3  # every finished batch is on disk
-    from tests.features_tiny import Tiny
+    from features_tiny import Tiny  # tests/ is on sys.path (pytest prepend import mode)
 
     torch.manual_seed(0)
     net = Tiny()

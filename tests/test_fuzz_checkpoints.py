@@ -133,3 +133,17 @@ def test_unmutated_seeds_agree_with_torch() -> None:
         path = _DIR / f"seed.{'safetensors' if kind == 'safetensors' else 'pt'}"
         path.write_bytes(data)
         assert len(read_checkpoint_meta(path).tensors) == 5, kind
+
+
+def test_zip_member_marked_compressed_is_a_clean_error(tmp_path: Path) -> None:
+    """Found by the 10k run: data.pkl's central record says "deflate" over stored bytes, and
+    zipfile raised zlib.error. It must be the usual exit-2 error naming the file."""
+    data = bytearray(SEEDS["zip"])
+    central = data.find(b"PK\x01\x02")
+    assert data[central + 46:central + 46 + 16].endswith(b"data.pkl")
+    data[central + 10:central + 12] = struct.pack("<H", 8)  # compression method: deflate
+    path = tmp_path / "deflated.pt"
+    path.write_bytes(bytes(data))
+    with pytest.raises(InspectError) as err:
+        read_checkpoint_meta(path)
+    assert str(path) in err.value.message and err.value.hint

@@ -13,6 +13,7 @@ import pickle
 import pickletools
 import struct
 import zipfile
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -110,8 +111,8 @@ def unsafe_globals(path: Path, fmt: CheckpointFormat) -> list[str]:
         try:
             with zipfile.ZipFile(path) as zf:
                 data = zf.read((zip_prefix(zf.namelist()) or "") + "data.pkl")
-        except (zipfile.BadZipFile, OSError, KeyError, ValueError, EOFError, NotImplementedError,
-                RuntimeError):
+        except (zipfile.BadZipFile, zlib.error, OSError, KeyError, ValueError, EOFError,
+                NotImplementedError, RuntimeError):
             return []
     else:
         data = path.read_bytes()[: 64 * 1024 * 1024]

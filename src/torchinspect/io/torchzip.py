@@ -18,6 +18,7 @@ import os
 import pickle
 import struct
 import zipfile
+import zlib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -228,7 +229,8 @@ def open_torch_zip(path: str | os.PathLike[str]) -> tuple[TorchZip, bytes]:
                                            hint="the file is corrupt; fetch it again")
                     name_len, extra_len = struct.unpack("<HH", local[26:30])
                     offsets[info.filename[len(prefix) + 5:]] = info.header_offset + 30 + name_len + extra_len
-    except (zipfile.BadZipFile, EOFError, ValueError, NotImplementedError, RuntimeError, OSError) as exc:
+    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError, RuntimeError,
+            OSError) as exc:  # zlib.error: a member claims compression and its bytes are not
         raise InspectError(f"{path}: truncated or corrupt zip checkpoint ({exc})",
                            hint="the download or copy was probably cut short; fetch the file again") from None
     return TorchZip(path, prefix, offsets), pkl
