@@ -44,11 +44,10 @@ def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepth
                            "for the nodes and edges on stdout")
     protect = input_files([model, *opts.files()])
     if out.output is not None:
-        output_format(out.output)  # a bad extension fails before the forward
-        from pathlib import Path
+        from torchinspect.io.atomic import check_target
 
-        if Path(out.output).exists() and not force:
-            raise InspectError(f"{out.output} already exists", hint="pass --force to replace it")
+        output_format(out.output)  # a bad extension fails before the forward
+        check_target(out.output, force=force, protect=protect)
     case = make_case(model, options=opts)
     result = build_graph(case, kind=kind, depth=depth, fold=not no_fold, saved=saved)
     written = None

@@ -627,7 +627,7 @@ def write_graph(graph: Graph, path: str | os.PathLike[str], *, force: bool = Fal
     Without the Graphviz ``dot`` binary an image request writes ``<name>.dot`` instead and
     says so in ``fallback_reason``.
     """
-    from torchinspect.io.atomic import atomic_write_bytes, atomic_write_text
+    from torchinspect.io.atomic import atomic_write_bytes, atomic_write_text, check_target
 
     fmt = output_format(path)
     target = Path(path)
@@ -647,8 +647,7 @@ def write_graph(graph: Graph, path: str | os.PathLike[str], *, force: bool = Fal
         if dot_binary() is None:
             reason = "the Graphviz `dot` program is not on PATH"
         else:
-            if target.exists() and not force:  # refuse before spending time on the layout
-                raise InspectError(f"{target} already exists", hint="pass --force to replace it")
+            check_target(target, force=force, protect=protect)  # before the layout
             try:
                 data = graphviz.Source(source).pipe(format=fmt)
             except graphviz.ExecutableNotFound:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.io.atomic import check_target
 
 TWO_GB = 2 * 1024**3
 VERIFY_BATCHES = (1, 3)
@@ -363,7 +364,7 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     if target.suffix.lower() != ".onnx":
         raise InspectError(f"{target}: the output should end in .onnx",
                            hint="e.g. -o model.onnx")
-    _refuse_existing(target, force, protect)
+    check_target(target, force=force, protect=protect)
     if verify is None or verify:
         try:
             import onnxruntime  # noqa: F401
@@ -454,18 +455,6 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
         seconds["verify"] = time.perf_counter() - t0
     result.notes = notes
     return result
-
-
-def _refuse_existing(target: Path, force: bool, protect: Sequence[str]) -> None:
-    for p in protect:
-        if p and target.exists() and Path(p).exists() and os.path.samefile(target, p):
-            raise InspectError(f"{target}: refusing to overwrite the input file",
-                               hint="write to a new file name")
-    if target.exists() and not force:
-        raise InspectError(f"{target} already exists", hint="pass --force to replace it")
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise InspectError(f"{target}: folder {parent} does not exist", hint="create it first")
 
 
 def _keep_report(artifacts: Path, dest: Path, protect: Sequence[str]) -> Path | None:

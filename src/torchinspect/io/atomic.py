@@ -9,23 +9,19 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from torchinspect.errors import InspectError
 
 
-@contextlib.contextmanager
-def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
-                protect: tuple[str | os.PathLike[str], ...] = ()) -> Iterator[Path]:
-    """Yield a temporary path next to ``target``; on success it replaces ``target``.
-
-    ``force=False`` refuses an existing target; ``protect`` lists input files that must
-    never be overwritten (the same file under another name counts too).
-    """
+def check_target(target: str | os.PathLike[str], *, force: bool = True,
+                 protect: Sequence[str | os.PathLike[str] | None] = ()) -> Path:
+    """Refuse, before any work, an output that is one of the inputs (the same file under
+    another name too), that exists without ``force``, or whose folder does not exist."""
     target = Path(target)
     for p in protect:
-        if target.exists() and Path(p).exists() and os.path.samefile(target, p):
+        if p and target.exists() and Path(p).exists() and os.path.samefile(target, p):
             raise InspectError(f"{target}: refusing to overwrite the input file",
                                hint="write to a new file name")
     if target.exists() and not force:
@@ -33,6 +29,19 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise InspectError(f"{target}: folder {parent} does not exist", hint="create it first")
+    return target
+
+
+@contextlib.contextmanager
+def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
+                protect: Sequence[str | os.PathLike[str] | None] = ()) -> Iterator[Path]:
+    """Yield a temporary path next to ``target``; on success it replaces ``target``.
+
+    ``force=False`` refuses an existing target; ``protect`` lists input files that must
+    never be overwritten (the same file under another name counts too).
+    """
+    target = check_target(target, force=force, protect=protect)
+    parent = target.parent if str(target.parent) else Path(".")
     # The temporary file keeps the target's own name inside a private folder: torch.save
     # names the archive's root folder after the file, so the result is the same as a
     # direct save (``model/data.pkl`` for model.pt), only atomic.
