@@ -44,7 +44,7 @@ IGNORED_OPS: frozenset[str] = frozenset(
     q_scale q_zero_point q_per_channel_scales q_per_channel_zero_points int_repr
     _make_per_tensor_quantized_tensor _empty_affine_quantized
     _empty_per_channel_affine_quantized linspace eye rsub_ bitwise_not logical_not
-    eq ne lt le gt ge isnan isinf any all
+    eq ne lt le gt ge isnan isinf any all prim.device
     """.split()
 )
 
