@@ -111,6 +111,27 @@ def test_grouped_mm_formula_and_meta_shape() -> None:
     assert batched.shape == (groups, 5, n)
 
 
+@pytest.mark.parametrize("device", ["meta", "cpu"])
+def test_bilinear_macs_follow_the_closed_form(device: str) -> None:
+    """nn.Bilinear: y_k = x1ᵀ W_k x2 + b_k, out x in1 x in2 MACs per sample (torch's
+    FlopCounterMode has no formula for aten._trilinear); leading dims flatten into samples."""
+    n, extra, in1, in2, out = 3, 2, 5, 7, 4
+    proj, bil = nn.Linear(6, in1), nn.Bilinear(in1, in2, out)
+    x1, x2 = torch.randn(n, extra, 6), torch.randn(n, extra, in2)
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.proj, self.bil = proj, bil
+
+        def forward(self, a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+            return self.bil(self.proj(a), b)
+
+    s = ti.summarize(Net(), (x1, x2), device=device)
+    assert s.trace.macs_by_op["_trilinear"] == n * extra * out * in1 * in2
+    assert s.totals.macs == n * extra * (out * in1 * in2 + 6 * in1)
+
+
 # ------------------------------------------------------------------ never mutate the model
 
 

@@ -7,7 +7,7 @@ never imports torch). Each file's format is detected once and passed down.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -29,6 +29,11 @@ class Probe:
     spec: str
     weights: bool
     format: CheckpointFormat | None = None
+    model_dir: bool = False  # a Hugging Face model folder (config.json): also a model
+
+    def as_model(self) -> Probe:
+        """This model folder as a model (built from its config.json), not its weights."""
+        return replace(self, weights=False)
 
 
 def probe(spec: str) -> Probe:
@@ -36,6 +41,10 @@ def probe(spec: str) -> Probe:
     from torchinspect.io.formats import detect_format
 
     path = Path(spec)
+    if path.is_dir() and (path / "config.json").is_file():
+        from torchinspect.sources.hf import folder_weights
+
+        return Probe(spec, folder_weights(path) is not None, model_dir=True)
     if path.is_dir() or (path.is_file() and path.name.endswith(".index.json")):
         return Probe(spec, True)
     if path.is_file():
@@ -53,8 +62,6 @@ def arch_state_dict(spec: str, options: ModelOptions | None = None) -> tuple[dic
 
 
 def _arch(spec: str, options: ModelOptions | None) -> tuple[dict[str, Any], list[str], list[list[str]]]:
-    from dataclasses import replace
-
     from torchinspect.io.diff import tied_groups
     from torchinspect.sources.case import ModelOptions, make_case
 
@@ -72,7 +79,10 @@ def resolve_side(spec: str | Probe, *, options: ModelOptions | None = None, key:
     if p.weights:
         return checkpoint_side(p.spec, key=key, trust_pickle=trust_pickle, fmt=p.format)
     sd, notes, tied = _arch(p.spec, options)
-    return model_side(p.spec, sd, notes, tied)
+    label = p.spec
+    if p.model_dir:  # the folder's own weights are the other side: no need for its note
+        label, notes = f"{p.spec} (config.json)", [n for n in notes if not n.startswith("built from config")]
+    return model_side(label, sd, notes, tied)
 
 
 def diff_specs(a: str, b: str | None = None, *, arch: str | None = None,
@@ -85,17 +95,33 @@ def diff_specs(a: str, b: str | None = None, *, arch: str | None = None,
     loads into MODEL). When most keys fail to match and a remap (prefix, or a wrapper name
     inside the path) would fix them, it is applied only with ``auto_prefix``.
     """
-    from torchinspect.io.diff import compare_values, diff_state_dicts
-
     if b is None and arch is None:
+        only = probe(a)
+        if only.model_dir and only.weights:  # a model folder: its weights against its config
+            return _diff(only.as_model(), only, options, key, trust_pickle, auto_prefix, values,
+                         rtol, atol)
         raise InspectError("diff needs two sides: A B, or CHECKPOINT --arch MODEL",
-                           hint="e.g. inspect diff resnet18 ckpt.pth, or inspect diff ckpt.pth --arch resnet18")
+                           hint="e.g. inspect diff resnet18 ckpt.pth, or inspect diff ckpt.pth --arch "
+                           "resnet18 (a Hugging Face model folder alone compares its weights with its "
+                           "config.json)")
     if b is not None and arch is not None:
         raise InspectError("pass either B or --arch, not both",
                            hint="inspect diff MODEL CKPT is the same as inspect diff CKPT --arch MODEL")
-    target, weights = (probe(arch), probe(a)) if b is None else (probe(a), probe(b))  # type: ignore[arg-type]
-    if b is not None and target.weights and not weights.weights:
-        target, weights = weights, target
+    if b is None:
+        target, weights = probe(arch), probe(a)  # type: ignore[arg-type]
+        if target.model_dir:  # --arch DIR: the model built from the folder's config.json
+            target = target.as_model()
+    else:
+        target, weights = probe(a), probe(b)
+        if target.weights and not weights.weights:
+            target, weights = weights, target
+    return _diff(target, weights, options, key, trust_pickle, auto_prefix, values, rtol, atol)
+
+
+def _diff(target: Probe, weights: Probe, options: ModelOptions | None, key: str | None,
+          trust_pickle: bool, auto_prefix: bool, values: bool, rtol: float, atol: float) -> DiffResult:
+    from torchinspect.io.diff import compare_values, diff_state_dicts
+
     side_a = resolve_side(target, options=options, key=key, trust_pickle=trust_pickle)
     side_b = resolve_side(weights, options=options, key=key, trust_pickle=trust_pickle)
     result = diff_state_dicts(side_a, side_b, auto_prefix=auto_prefix)

@@ -99,15 +99,19 @@ def config_for(arch: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
             raise InspectError(f"unknown transformers model class {arch!r}",
                                hint=f"did you mean {', '.join(PREFIX + n for n in near)}?" if near
                                else "name a model type (hf:llama) or class (hf:LlamaForCausalLM)")
-        config = cls.config_class()
+        make = cls.config_class
     else:
         if arch not in tr.CONFIG_MAPPING:
             near = closest(arch, list(tr.CONFIG_MAPPING.keys()))
             raise InspectError(f"unknown transformers model type {arch!r}",
                                hint=f"did you mean {', '.join(PREFIX + n for n in near)}?" if near
                                else "model types are config.json's model_type values (bert, llama, ...)")
-        config = tr.AutoConfig.for_model(arch)
-    return _apply(config, kwargs, PREFIX + arch), cls
+        def make(**kw: Any) -> Any:
+            return tr.AutoConfig.for_model(arch, **kw)
+    _apply(make(), kwargs, PREFIX + arch)  # unknown keys: an error naming the close ones
+    # built again with the values, so derived attributes follow them (llama's head_dim =
+    # hidden_size // num_attention_heads is computed in __init__)
+    return make(**kwargs), cls
 
 
 def model_class(config: Any) -> Any:
@@ -212,9 +216,58 @@ def default_example(model: Any, config: Any) -> ExampleInputs:
     return ExampleInputs((), kwargs)
 
 
-def folder_notes(path: Path) -> list[str]:
-    shards = sorted(p.name for p in path.glob("*.safetensors"))
-    if not shards:
-        return ["built from config.json (random init; the folder holds no *.safetensors weights)"]
-    return [f"built from config.json on meta; the folder's weights ({len(shards)} safetensors "
-            "file(s)) are not loaded: shapes and counts come from the config"]
+def folder_weights(path: Path) -> Any:
+    """The io Layout of a model folder's weights (one file, or shards + index), or None
+    when it holds none."""
+    from torchinspect.io.layouts import resolve_layout
+
+    try:
+        layout = resolve_layout(path)
+    except InspectError:
+        return None
+    return layout if layout.kind in ("file", "hf_sharded") else None
+
+
+def folder_notes(path: Path, model: Any, *, trust_pickle: bool = False) -> list[str]:
+    """Whether the folder's weights fit the model built from its config.json: keys, shapes
+    and dtypes from the weights' headers (safetensors) or zip records (.bin), no tensor data.
+    """
+    layout = folder_weights(path)
+    if layout is None:
+        return ["built from config.json (random init; the folder holds no weights file)"]
+    from torchinspect.io.diff import checkpoint_side, diff_state_dicts, model_side, tied_groups
+
+    try:
+        weights = checkpoint_side(path, trust_pickle=trust_pickle)
+    except InspectError as exc:
+        return [f"built from config.json; the folder's weights could not be read: {exc.message}"]
+    where = layout.path.name
+    if layout.kind == "hf_sharded":
+        from torchinspect.io.layouts import read_hf_index
+
+        where = f"{len(set(read_hf_index(layout.path).values()))} shards"
+    dtypes = sorted({t.dtype for t in weights.tensors.values() if t.kind == "tensor"})
+    saved = f"{len(weights.tensors)} tensors in {where}, {'/'.join(dtypes) or '-'}"
+    result = diff_state_dicts(model_side("config", model.state_dict(), tied=tied_groups(model)),
+                              weights)
+    head = f"built from config.json (random init); the folder's weights ({saved}; headers read, data not loaded)"
+    if result.verdict.loads and not result.unexpected:
+        tail = " match it: every key and shape"
+        if result.tied_fill:
+            tail += f" ({len(result.tied_fill)} tied key(s) not saved get their value through the tie)"
+        return [head + tail]
+    if result.verdict.loads:
+        return [head + f" load into it with strict=False only: {len(result.unexpected)} saved "
+                f"key(s) are not in the model (e.g. {result.unexpected[0]!r}); "
+                f"`inspect diff {path}` lists every key"]
+    parts = []
+    if result.missing:
+        parts.append(f"{len(result.missing)} missing (e.g. {result.missing[0]!r})")
+    if result.unexpected:
+        parts.append(f"{len(result.unexpected)} unexpected (e.g. {result.unexpected[0]!r})")
+    if result.shape_mismatches:
+        m = result.shape_mismatches[0]
+        parts.append(f"{len(result.shape_mismatches)} shape mismatch(es) (e.g. {m.key}: "
+                     f"{tuple(m.a.shape)} in the model, {tuple(m.b.shape)} saved)")
+    return [head + f" do NOT match it: {', '.join(parts) or 'no key matches'}; "
+            f"`inspect diff {path}` lists every key"]

@@ -150,9 +150,10 @@ def _from_hf(spec: str, path: Path, kwargs: dict[str, Any], device: str, weights
     else:
         config = hfsrc.config_from_dir(path, kwargs)
         cls = hfsrc.model_class(config)
-        notes.extend(hfsrc.folder_notes(path))
     loaded = finish(hfsrc.builder(config, cls, spec), spec, SourceKind.hf, None, device, weights,
                     key, strict, trust_pickle, notes)
+    if not spec.startswith(hfsrc.PREFIX):
+        loaded.notes[:0] = hfsrc.folder_notes(path, loaded.model, trust_pickle=trust_pickle)
     loaded.example = hfsrc.default_example(loaded.model, config)
     return loaded
 

@@ -44,7 +44,7 @@ IGNORED_OPS: frozenset[str] = frozenset(
     q_scale q_zero_point q_per_channel_scales q_per_channel_zero_points int_repr
     _make_per_tensor_quantized_tensor _empty_affine_quantized
     _empty_per_channel_affine_quantized linspace eye rsub_ bitwise_not logical_not
-    eq ne lt le gt ge isnan isinf any all
+    eq ne lt le gt ge isnan isinf any all prim.device
     """.split()
 )
 
@@ -117,6 +117,19 @@ def _grouped_mm_macs(args: tuple[Any, ...], out: Any) -> int:
     return int(out.numel()) * k
 
 
+def _trilinear_macs(args: tuple[Any, ...], out: Any) -> int:
+    """``_trilinear`` (``nn.Bilinear``/``F.bilinear``: y_k = x1ᵀ W_k x2): one MAC per element
+    of the broadcast product of the three unsqueezed inputs, so N x out x in1 x in2 for a
+    bilinear layer (torch.utils.flop_counter has no formula for it)."""
+    shapes = []
+    for t, expand in zip(args[:3], args[3:6], strict=True):
+        shape = [int(d) for d in t.shape]
+        for d in sorted(int(e) for e in expand):
+            shape.insert(d, 1)
+        shapes.append(shape)
+    return _prod(max(dims) for dims in zip(*shapes, strict=True))
+
+
 def grouped_mm_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The output of ``_grouped_mm`` on meta without the CUDA-only dtype checks (shape only)."""
     a, b = args[0], args[1]
@@ -142,7 +155,7 @@ def _own_formulas() -> dict[Any, Callable[[tuple[Any, ...], Any], int]]:
     }
     for name, formula in (("mkldnn_rnn_layer", _mkldnn_rnn_macs), ("_cudnn_rnn", _fused_rnn_macs),
                           ("miopen_rnn", _fused_rnn_macs), ("_lstm_mps", _fused_rnn_macs),
-                          ("_grouped_mm", _grouped_mm_macs),
+                          ("_grouped_mm", _grouped_mm_macs), ("_trilinear", _trilinear_macs),
                           ("_scaled_grouped_mm", _grouped_mm_macs)):
         if hasattr(aten, name):
             table[getattr(aten, name)] = formula

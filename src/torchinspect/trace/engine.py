@@ -165,10 +165,33 @@ def meta_state(model: nn.Module) -> dict[str, torch.Tensor]:
     return out
 
 
+def fake_forward_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
+        Any, dict[str, torch.Tensor], tuple[Any, ...], dict[str, Any]]:
+    """A FakeTensorMode with fake stand-ins for every parameter and buffer (ties kept) and
+    for the (meta) inputs: run_forward's ``fake`` path."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    from torchinspect.shapes import map_tensors
+
+    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    by_id: dict[int, torch.Tensor] = {}
+    state: dict[str, torch.Tensor] = {}
+    for name, t in [*model.named_parameters(remove_duplicate=False),
+                    *model.named_buffers(remove_duplicate=False)]:
+        stand_in = by_id.get(id(t))
+        if stand_in is None:
+            stand_in = by_id[id(t)] = mode.from_tensor(t.detach().to("meta"))
+        state[name] = stand_in
+    fake_args = map_tensors(args, mode.from_tensor)
+    fake_kwargs = {k: map_tensors(v, mode.from_tensor) for k, v in kwargs.items()}
+    return mode, state, fake_args, fake_kwargs
+
+
 def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any, ...],
-         kwargs: dict[str, Any], state: dict[str, torch.Tensor] | None,
-         train: bool) -> tuple[_Recorder, MacCounter, Any]:
-    """One instrumented forward; ``state`` (meta stand-ins) runs it through functional_call."""
+                kwargs: dict[str, Any], state: dict[str, torch.Tensor] | None,
+                train: bool, fake_mode: Any = None) -> tuple[_Recorder, MacCounter, Any]:
+    """One instrumented forward; ``state`` (meta or fake stand-ins) runs it through
+    functional_call; ``fake_mode`` (see :func:`fake_forward_inputs`) is entered around it."""
     for info in infos.values():
         info.calls = 0
     rec = _Recorder(model, infos)
@@ -180,7 +203,8 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     try:
         if scriptable:
             rec.install()
-        with kept, _preserved(model, train), torch.no_grad(), counting(counter):
+        with kept, _preserved(model, train), torch.no_grad(), \
+                fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter):
             if state:
                 out = torch.func.functional_call(model, state, args, kwargs, tie_weights=True,
                                                  strict=False)

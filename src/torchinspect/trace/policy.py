@@ -89,15 +89,17 @@ def trace_model(
             result = run_forward(subject, infos, args, kwargs, meta_state(subject), train)
         except InspectError:
             raise
-        except Exception as exc:  # the meta forward is impossible: go real
-            if not fallback:
-                raise InspectError(f"the forward cannot run on the meta device: {_first_line(exc)}",
-                                   hint="use --device auto (falls back to CPU) or --device cpu") from None
-            if not devices.looks_meta_related(exc) and not devices.fits_comfortably(
-                    devices.weight_bytes(subject)):
-                raise _forward_error(exc, inputs) from None
-            reason = f"meta forward failed ({_first_line(exc)})"
-            target = "cpu"
+        except Exception as exc:  # the meta forward is impossible: fake tensors, else go real
+            result = _fake_attempt(subject, infos, args, kwargs, train, exc, notes)
+            if result is None:
+                if not fallback:
+                    raise InspectError(f"the forward cannot run on the meta device: {_first_line(exc)}",
+                                       hint="use --device auto (falls back to CPU) or --device cpu") from None
+                if not devices.looks_meta_related(exc) and not devices.fits_comfortably(
+                        devices.weight_bytes(subject)):
+                    raise _forward_error(exc, inputs) from None
+                reason = f"meta forward failed ({_first_line(exc)})"
+                target = "cpu"
     if result is None:
         run_model, target = _real_model(subject, target, reason, rebuild, notes)
         if run_model is not subject:
@@ -114,6 +116,28 @@ def trace_model(
     trace.notes[:0] = notes
     trace.notes.extend(moe_notes(subject, infos))
     return trace
+
+
+def _fake_attempt(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  train: bool, exc: BaseException, notes: list[str]) -> Any:
+    """The forward under FakeTensorMode when the meta one asked for a value (``.item()``).
+
+    Hugging Face transformers skips its value checks (padding warnings, causal-mask
+    shortcuts) on fake tensors, so BART or DeBERTa-v2 trace without weights; anything
+    else that needs a value raises under fake tensors too, and the CPU fallback runs.
+    Shapes and counts are exact either way: fake tensors carry no values."""
+    if "item()" not in str(exc) and "data-dependent" not in str(exc).lower():
+        return None
+    try:
+        from torchinspect.trace.engine import fake_forward_inputs
+
+        mode, state, fargs, fkwargs = fake_forward_inputs(model, args, kwargs)
+        result = run_forward(model, infos, fargs, fkwargs, state, train, fake_mode=mode)
+    except Exception:  # noqa: BLE001 - the forward needs real values: the CPU fallback decides
+        return None
+    notes.append(f"traced with fake tensors (no memory): the meta forward needed a value "
+                 f"({_first_line(exc)}) and the model skips that check under FakeTensorMode")
+    return result
 
 
 def _materialized_lazy(model: nn.Module, inputs: Any, train: bool, notes: list[str]) -> nn.Module:
