@@ -475,3 +475,84 @@ def test_every_container_entry_is_listed(tmp_path: Path, invoke) -> None:
     assert "other container entries (16)" in result.output and "4 more" in result.output
     data = _json(invoke("diff", f"{HELPERS}:Net", tmp_path / "a.pt", "-f", "json"))
     assert "state_dict_ema" in data["b"]["extras"]
+
+
+# ------------------------------------------------------------------ 18. legacy files, metadata only
+
+
+def _legacy_file(path: Path) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    m = TiedLM()
+    sd = dict(m.state_dict())
+    sd["bn.num_batches_tracked"] = torch.tensor(9)
+    sd["half"] = torch.randn(3, 5).half()
+    sd["row"] = sd["proj.weight"][2]  # a view at an offset inside a shared storage
+    sd["empty"] = torch.empty(0, 4)
+    torch.save({"model": sd, "epoch": 4, "args": argparse.Namespace(lr=0.1)}, path,
+               _use_new_zipfile_serialization=False)
+    return sd
+
+
+def test_legacy_reader_agrees_with_torch_and_locates_every_byte(tmp_path: Path) -> None:
+    from torchinspect.io.tensors import FilePool, open_input
+    from torchinspect.io.torchlegacy import read_torch_legacy_structure
+
+    path = tmp_path / "legacy.pth"
+    sd = _legacy_file(path)
+    obj, legacy = read_torch_legacy_structure(path)
+    assert obj["epoch"] == 4 and obj["args"] == {"lr": 0.1}
+    assert len(legacy.data_offsets) == len(sd) - 2  # the tie and the row view share a storage
+    ref = torch.load(path, map_location="meta", weights_only=False)["model"]
+    inp = open_input(path)
+    assert inp.streamed and inp.container_key == "model"
+    assert {t.name: (t.shape, t.dtype) for t in inp.tensors} == {
+        k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in ref.items()}
+    with FilePool() as files:  # the located bytes are the saved tensors' bytes
+        for t in inp.tensors:
+            got = b"".join(bytes(c) for c in t.chunks(files))
+            assert got == bytes(_bits(sd[t.name]).numpy()), t.name
+    meta = read_checkpoint_meta(path)
+    assert meta.tied == [["tok.weight", "lm_head.weight"]]
+    assert meta.total_bytes == sum(v.numel() * v.element_size() for k, v in sd.items()
+                                   if k not in ("lm_head.weight",))
+
+
+def test_legacy_metadata_does_not_import_torch(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.pt"
+    _legacy_file(path)
+    code = ("import sys; from torchinspect.io.checkpoint import read_checkpoint_meta as r; "
+            f"m = r({str(path)!r}); assert 'torch' not in sys.modules, 'torch imported'; "
+            "print(len(m.tensors), m.container_key)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.split() == ["8", "model"], out.stderr
+
+
+def test_legacy_corrupt_records_are_clean_errors(tmp_path: Path, invoke) -> None:
+    import struct
+
+    from torchinspect.io.torchlegacy import read_torch_legacy_structure
+
+    path = tmp_path / "legacy.pt"
+    _legacy_file(path)
+    data = path.read_bytes()
+    _, legacy = read_torch_legacy_structure(path)
+    first = min(legacy.data_offsets.values()) - 8
+    bad = tmp_path / "count.pt"  # a storage's element count no longer matches its tensors
+    bad.write_bytes(data[:first] + struct.pack("<q", 10 ** 12) + data[first + 8:])
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(data[:-5])
+    for p, words in ((bad, "corrupt"), (cut, "truncated")):
+        result = invoke("diff", p, p)
+        assert result.exit_code == 2 and words in result.output and "Traceback" not in result.output, \
+            result.output
+
+
+def test_legacy_unsafe_global_is_still_refused(tmp_path: Path, invoke) -> None:
+    marker = tmp_path / "ran"
+    import os
+
+    torch.save({"w": torch.ones(2), "x": _Reduce(os.system, (f"touch {marker}",))},
+               tmp_path / "evil.pt", _use_new_zipfile_serialization=False)
+    result = invoke("diff", tmp_path / "evil.pt", tmp_path / "evil.pt")
+    assert result.exit_code == 2 and ".system" in result.output, result.output
+    assert not marker.exists()
