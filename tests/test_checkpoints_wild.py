@@ -451,6 +451,46 @@ def test_counts_agree_between_diff_and_convert(tmp_path: Path, invoke) -> None:
         p.numel() * p.element_size() for p in m.parameters())  # ties counted once
 
 
+@pytest.mark.parametrize("legacy", [False, True])
+def test_counts_agree_across_diff_convert_and_summary(tmp_path: Path, invoke, legacy: bool) -> None:
+    """One file with a tied embedding/LM head and a BatchNorm whose counter was not saved:
+    diff, convert --arch and summary --arch give the same tensors, ties, folded counters and
+    bytes (ties once), and those numbers are computed from the model here."""
+    import re
+
+    from test_checkpoint_helpers import TiedBN
+
+    torch.manual_seed(0)
+    m = TiedBN()
+    sd = {k: v for k, v in m.state_dict().items() if not k.endswith("num_batches_tracked")}
+    path = tmp_path / "t.pt"
+    torch.save(sd, path, _use_new_zipfile_serialization=not legacy)
+    arch = f"{HELPERS}:TiedBN"
+    n_tensors = len(sd)
+    n_tied = len(sd) - len({v.data_ptr() for v in sd.values()})
+    nbytes = sum(t.numel() * t.element_size() for t in {v.data_ptr(): v for v in sd.values()}.values())
+    assert (n_tensors, n_tied) == (5 + 1, 1)
+
+    d = _json(invoke("diff", path, "--arch", arch, "-f", "json"))
+    assert d["verdict"] == "strict" and d["b"]["tensors"] == n_tensors
+    assert sum(len(g) - 1 for g in d["tied"]["b"]) == n_tied and d["b"]["bytes"] == nbytes
+    assert d["folded"] == ["bn.num_batches_tracked"]
+
+    c = _json(invoke("convert", path, tmp_path / "o.pt", "--arch", arch, "-f", "json"))
+    assert c["tensors"] == n_tensors and sum(len(g) - 1 for g in c["tied"]) == n_tied
+    assert c["tensor_bytes_before"] == nbytes and c["folded"] == d["folded"]
+
+    s = _json(invoke("summary", path, "--arch", arch, "--input", "long:1,5", "--no-batch",
+                     "--totals", "-f", "json"))
+    s = s["models"][0] if "models" in s else s
+    note = next(n for n in s["notes"] if n.startswith("weights loaded from"))
+    assert re.search(rf"{n_tensors} tensors, {nbytes:,} bytes \({n_tied} tied, counted once\); "
+                     r"1 num_batches_tracked absent", note), note
+    # the model's totals (ties once) = the file's bytes + the counter BatchNorm filled
+    assert s["totals"]["params"] == sum(p.numel() for p in m.parameters())  # tie kept on meta
+    assert s["totals"]["param_bytes"] + s["totals"]["buffer_bytes"] == nbytes + 8
+
+
 # ------------------------------------------------------------------ 17. partial convert
 
 

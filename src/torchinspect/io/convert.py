@@ -125,6 +125,7 @@ class ConvertResult:
     extra_state: list[str] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)  # 0-element tensors
     shards: list[str] = field(default_factory=list)  # shard files (with shard_size)
+    folded: list[str] = field(default_factory=list)  # target's num_batches_tracked absent from IN
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +142,7 @@ class ConvertResult:
             "verified": self.verified, "arch_check": self.arch_check, "notes": self.notes,
             "overflow": {k: {"to_inf": a, "to_zero": b} for k, (a, b) in self.overflow.items()},
             "extra_state": self.extra_state, "empty": self.empty, "shards": self.shards,
+            "folded": self.folded,
         }
 
 
@@ -251,7 +253,7 @@ def convert_checkpoint(
             if tmeta is not None:
                 result.arch_check = _check_target(tmp, kind, tmeta, target_name or "the target",
                                                   inp.container_key if keep_container else None,
-                                                  allow_partial)
+                                                  allow_partial, folded=result.folded)
             result.file_size_after = tmp.stat().st_size
     if result.tied and kind is OutputKind.safetensors:
         result.notes.append(f"{len(result.tied)} group(s) of tied tensors written as separate copies "
@@ -529,7 +531,8 @@ def _write_sharded(dst: Path, entries: list[_Entry], files: FilePool, result: Co
         if tmeta is not None:
             result.arch_check = _check_target(itmp, OutputKind.safetensors, tmeta,
                                               target_name or "the target", None, allow_partial,
-                                              shard_dir=itmp.parent, shard_tmps=dict(zip(names, tmps, strict=True)))
+                                              shard_dir=itmp.parent, shard_tmps=dict(zip(names, tmps, strict=True)),
+                                              folded=result.folded)
         result.file_size_after = sum(t.stat().st_size for t in tmps) + len(index_text)
     result.verified = "exact after cast" if any(e.dtype != e.src.dtype for e in tensors) else "bit-exact"
     result.shards = names
@@ -581,7 +584,8 @@ def _write_dcp_folder(dst: Path, entries: list[_Entry], files: FilePool, result:
                                    hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
         if tmeta is not None:
             result.arch_check = _compare_target({t.name: t for t in back.tensors}, tmeta,
-                                                target_name or "the target", allow_partial)
+                                                target_name or "the target", allow_partial,
+                                                result.folded)
         if dst.exists():
             old = dst.with_name(f".{dst.name}.old")
             os.replace(dst, old)
@@ -812,7 +816,7 @@ def _same_bytes(expected: Iterator[bytes | memoryview], actual: TensorSource, fi
 
 def _check_target(tmp: Path, kind: OutputKind, target: dict[str, Any], name: str,
                   key: str | None, allow_partial: bool, shard_dir: Path | None = None,
-                  shard_tmps: dict[str, Path] | None = None) -> str:
+                  shard_tmps: dict[str, Path] | None = None, folded: list[str] | None = None) -> str:
     """Does the written file load into the target by PyTorch's rules (io/diff.py)?"""
     from torchinspect.io.meta import read_checkpoint_meta
 
@@ -832,17 +836,21 @@ def _check_target(tmp: Path, kind: OutputKind, target: dict[str, Any], name: str
         for k, t in target.items():
             if t.kind == "extra_state" and k not in got:
                 got[k] = TensorMeta((), "extra_state", "cpu", 0, None, "extra_state")
-    return _compare_target(got, target, name, allow_partial)
+    return _compare_target(got, target, name, allow_partial, folded)
 
 
 def _compare_target(got: Mapping[str, Any], target: dict[str, Any], name: str,
-                    allow_partial: bool) -> str:
+                    allow_partial: bool, folded: list[str] | None = None) -> str:
+    """The load verdict of OUT into the target (diff's rules); the target's
+    ``num_batches_tracked`` entries that OUT lacks are appended to ``folded``."""
     from torchinspect.io.diff import DiffSide, Verdict, diff_state_dicts
     from torchinspect.io.meta import TensorMeta
 
     metas = {k: v if isinstance(v, TensorMeta) else TensorMeta(v.shape, v.dtype, v.device, v.nbytes,
                                                                None, v.kind) for k, v in got.items()}
     res = diff_state_dicts(DiffSide(name, "model", dict(target)), DiffSide("OUT", "checkpoint", metas))
+    if folded is not None:
+        folded.extend(k for k in res.folded if k in target)
     v = res.verdict
     if v is Verdict.strict:
         return f"loads into {name} with strict=True"
