@@ -265,13 +265,24 @@ def test_whole_model_pickle_of_a_missing_module(tmp_path: Path, invoke) -> None:
     code.mkdir()
     (code / "mymodels.py").write_text("import torch\nclass MyNet(torch.nn.Module):\n"
                                       "    def __init__(self):\n        super().__init__()\n"
-                                      "        self.fc = torch.nn.Linear(2, 2)\n")
+                                      "        self.fc = torch.nn.Linear(2, 2)\n"
+                                      "    def forward(self, x):\n        return self.fc(x)\n")
     subprocess.run([sys.executable, "-c", "import torch, mymodels; "
                     f"torch.save(mymodels.MyNet(), {str(tmp_path / 'm.pt')!r})"],
                    cwd=code, check=True, capture_output=True)
     result = invoke("diff", tmp_path / "m.pt", "--arch", f"{HELPERS}:Net", "--trust-pickle")
     assert result.exit_code == 2, result.output
-    assert "'mymodels'" in result.output and "PYTHONPATH" in result.output
+    assert "'mymodels'" in result.output and "--python-path DIR" in result.output
+    # the fix the hint names: the folder on sys.path for the load only
+    before = list(sys.path)
+    result = invoke("summary", tmp_path / "m.pt", "--trust-pickle", "--python-path", code,
+                    "--input", "2", "--totals", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["totals"]["params"] == 2 * 2 + 2
+    assert sys.path == before and "mymodels" in sys.modules
+    del sys.modules["mymodels"]
+    result = invoke("summary", tmp_path / "m.pt", "--trust-pickle", "--python-path", tmp_path / "nope")
+    assert result.exit_code == 2 and "no such folder" in result.output, result.output
 
 
 def test_plain_pickle_is_recognized_up_front(tmp_path: Path, invoke) -> None:

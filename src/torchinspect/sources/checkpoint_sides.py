@@ -96,8 +96,11 @@ def diff_specs(a: str, b: str | None = None, *, arch: str | None = None,
     target, weights = (probe(arch), probe(a)) if b is None else (probe(a), probe(b))  # type: ignore[arg-type]
     if b is not None and target.weights and not weights.weights:
         target, weights = weights, target
-    side_a = resolve_side(target, options=options, key=key, trust_pickle=trust_pickle)
-    side_b = resolve_side(weights, options=options, key=key, trust_pickle=trust_pickle)
+    from torchinspect.io.torch_load import python_path
+
+    with python_path(options.python_path if options else ()):
+        side_a = resolve_side(target, options=options, key=key, trust_pickle=trust_pickle)
+        side_b = resolve_side(weights, options=options, key=key, trust_pickle=trust_pickle)
     result = diff_state_dicts(side_a, side_b, auto_prefix=auto_prefix)
     if values:
         compare_values(result, trust_pickle=trust_pickle, rtol=rtol, atol=atol)
