@@ -411,6 +411,44 @@ def test_dcp_folder_diff_and_convert_both_ways(tmp_path: Path, invoke) -> None:
     assert all(torch.equal(target[k], v) for k, v in sd.items())
 
 
+def test_dcp_metadata_is_read_without_torch(tmp_path: Path) -> None:
+    """The restricted reader agrees with DCP's own reader on every entry, and a diff of a
+    DCP folder's metadata does not import torch; a foreign global still needs trust."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from torchinspect.io.dcpmeta import read_dcp_metadata
+
+    m = net()
+    opt = torch.optim.Adam(m.parameters())
+    for p in m.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()  # Adam state: exp_avg/exp_avg_sq tensors and a step per parameter
+    sd = {**m.state_dict(), "half": torch.randn(3).half(), "bf": torch.randn(2, 2).bfloat16()}
+    _dcp_save(tmp_path / "dcp", {"model": sd, "optim": opt.state_dict(), "step": 7})
+    ours = read_dcp_metadata(tmp_path / "dcp" / ".metadata")
+    ref = FileSystemReader(str(tmp_path / "dcp")).read_metadata()
+    assert [e.fqn for e in ours.entries] == list(ref.state_dict_metadata)
+    for e in ours.entries:
+        item = ref.state_dict_metadata[e.fqn]
+        assert e.is_tensor == isinstance(item, TensorStorageMetadata), e.fqn
+        if e.is_tensor:
+            assert (e.shape, e.dtype, e.chunks) == (tuple(item.size), str(item.properties.dtype)[6:],
+                                                    len(item.chunks)), e.fqn
+    assert ours.planner_data == {k: tuple(map(str, v)) for k, v in ref.planner_data.items()}
+    code = ("import sys; from torchinspect.io.checkpoint import read_checkpoint_meta as r; "
+            f"m = r({str(tmp_path / 'dcp')!r}); assert 'torch' not in sys.modules, 'torch imported'; "
+            "print(len(m.tensors), m.container_key)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.split() == [str(len(sd)), "model"], out.stderr
+    raw = (tmp_path / "dcp" / ".metadata").read_bytes()  # a foreign global: refused, named
+    assert b"\x8c\x07pathlib" in raw
+    (tmp_path / "dcp" / ".metadata").write_bytes(raw.replace(b"\x8c\x07pathlib", b"\x8c\x07subproc"))
+    with pytest.raises(UnsafeCheckpointError) as err:
+        read_checkpoint_meta(tmp_path / "dcp")
+    assert "subproc.PosixPath" in str(err.value)
+
+
 # ------------------------------------------------------------------ 13. harmless globals
 
 
