@@ -409,6 +409,13 @@ def test_dcp_folder_diff_and_convert_both_ways(tmp_path: Path, invoke) -> None:
     target = {k: torch.zeros_like(v) for k, v in sd.items()}
     dcp.load(target, checkpoint_id=str(tmp_path / "out.dcp"), no_dist=True)
     assert all(torch.equal(target[k], v) for k, v in sd.items())
+    # streamed (one tensor read at a time, cast on the fly) into one file per tensor
+    res = convert_checkpoint(tmp_path / "a.pt", tmp_path / "bf.dcp", dtype="bf16")
+    assert res.cast and len(list((tmp_path / "bf.dcp").glob("*.distcp"))) == len(sd)
+    target = {k: torch.zeros_like(v.to(torch.bfloat16) if v.is_floating_point() else v)
+              for k, v in sd.items()}
+    dcp.load(target, checkpoint_id=str(tmp_path / "bf.dcp"), no_dist=True)
+    assert all(torch.equal(target[k], v.to(target[k].dtype)) for k, v in sd.items())
 
 
 def test_dcp_metadata_is_read_without_torch(tmp_path: Path) -> None:

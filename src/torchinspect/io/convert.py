@@ -560,20 +560,27 @@ def _write_dcp_folder(dst: Path, entries: list[_Entry], files: FilePool, result:
         raise InspectError(f"{dst} exists and is not a folder", hint="choose another OUT")
     if dst.exists() and any(dst.iterdir()) and not force:
         raise InspectError(f"{dst} already exists", hint="pass --force to replace it")
+    import torch
+
+    # placeholders with the right shape/dtype (untouched: no RAM) for DCP's planning; each
+    # tensor's bytes are read when DCP's writer asks for it (_StreamingSavePlanner)
     sd: dict[str, Any] = {}
+    by_name: dict[str, _Entry] = {}
     for e in entries:
         if not e.src.is_tensor:
             sd[e.name] = e.src.value
             continue
-        from torchinspect.io.diff import _value
-
-        t = _value(e.src, files)
-        sd[e.name] = t.to(_torch_dtype(e.dtype)) if e.dtype != e.src.dtype else t
+        sd[e.name] = torch.empty(e.src.shape, dtype=_torch_dtype(e.dtype))
+        by_name[e.name] = e
+    planner = _streaming_save_planner(by_name, files, result.overflow)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp)), no_dist=True)
+            dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp), single_file_per_rank=False),
+                     planner=planner,
+                     no_dist=True)
+        _check_overflow(result, cast_to, allow_overflow)
         from torchinspect.io.layouts import Layout, open_dcp
 
         back = open_dcp(Layout("dcp", tmp), key=None)
@@ -595,6 +602,34 @@ def _write_dcp_folder(dst: Path, entries: list[_Entry], files: FilePool, result:
         shutil.rmtree(tmp, ignore_errors=True)
     result.file_size_after = sum(p.stat().st_size for p in dst.iterdir())
     result.verified = "keys and shapes (DCP metadata)"
+
+
+def _streaming_save_planner(by_name: dict[str, _Entry], files: FilePool,
+                            overflow: dict[str, tuple[int, int]]) -> Any:
+    """A DCP save planner whose tensors are read from IN (cast on the fly) only when the
+    writer asks for them, one at a time: peak memory is one tensor, not the checkpoint."""
+    import torch
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+
+    class _StreamingSavePlanner(DefaultSavePlanner):
+        def lookup_object(self, index: Any) -> Any:
+            e = by_name.get(index.fqn)
+            if e is None:
+                return super().lookup_object(index)
+            if not e.nbytes:
+                return torch.empty(e.src.shape, dtype=_torch_dtype(e.dtype))
+            buf = bytearray(e.nbytes)
+            pos = 0
+            for chunk in _data(e, files, overflow):
+                view = memoryview(chunk).cast("B")
+                buf[pos:pos + view.nbytes] = view
+                pos += view.nbytes
+            t = torch.frombuffer(buf, dtype=_torch_dtype(e.dtype)).reshape(e.src.shape)
+            if index.offset is not None and any(index.offset):
+                raise RuntimeError(f"unexpected chunk offset for {index.fqn!r}")
+            return t
+
+    return _StreamingSavePlanner()
 
 
 def _needs_materialized(entries: list[_Entry]) -> bool:
