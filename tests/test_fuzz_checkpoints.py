@@ -163,3 +163,15 @@ def test_zip_member_marked_compressed_is_a_clean_error(tmp_path: Path) -> None:
     with pytest.raises(InspectError) as err:
         read_checkpoint_meta(path)
     assert str(path) in err.value.message and err.value.hint
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_container_holding_itself_is_read(tmp_path: Path, legacy: bool) -> None:
+    """Found by the 10k run: a flipped byte made the state_dict's last value a memo GET of
+    the dict itself, and the tensor walk never ended (memory grew until the OOM killer)."""
+    sd: dict = {"w": torch.ones(2)}
+    sd["self"] = sd
+    path = tmp_path / "selfref.pt"
+    torch.save(sd, path, _use_new_zipfile_serialization=not legacy)
+    meta = read_checkpoint_meta(path)
+    assert list(meta.tensors) == ["w"] and meta.extras == {"self": "dict (2 entries)"}
