@@ -83,6 +83,19 @@ def make_checkpoints(folder: Path, gb: float) -> tuple[Path, Path, Path]:
     return a, b, st
 
 
+def make_legacy(folder: Path, gb: float) -> Path:
+    """A's state_dict as a legacy (non-zip) torch.save file (``_use_new_zipfile_serialization=False``)."""
+    import torch
+
+    a = folder / "a.pt"
+    if not a.exists():
+        make_checkpoints(folder, gb)
+    leg = folder / "legacy.pt"
+    sd = torch.load(a, mmap=True, weights_only=True)
+    torch.save(sd, leg, _use_new_zipfile_serialization=False)
+    return leg
+
+
 def run(args: list[str]) -> tuple[float, float, int]:
     """(wall seconds, peak RSS MB, exit code) of `python -m torchinspect ARGS` in a new process."""
     t0 = time.perf_counter()
@@ -104,9 +117,13 @@ def main() -> None:
     ap.add_argument("--only", action="append", default=[], metavar="TEXT",
                     help="run only the cases whose label contains TEXT (repeatable)")
     ap.add_argument("--generate", type=Path, default=None, help=argparse.SUPPRESS)
+    ap.add_argument("--generate-legacy", type=Path, default=None, help=argparse.SUPPRESS)
     ns = ap.parse_args()
     if ns.generate:
         make_checkpoints(ns.generate, ns.gb)
+        return
+    if ns.generate_legacy:
+        make_legacy(ns.generate_legacy, ns.gb)
         return
     folder = ns.keep or Path(tempfile.mkdtemp(prefix="ti-bench-"))
     folder.mkdir(parents=True, exist_ok=True)
@@ -114,10 +131,15 @@ def main() -> None:
         a, b, st = folder / "a.pt", folder / "b.pt", folder / "a.safetensors"
         hf, dcp_dir = folder / "hf", folder / "dcp"
         if not (a.exists() and b.exists() and st.exists() and hf.exists() and dcp_dir.exists()):
+            # (the legacy file is made from A below)
             t0 = time.perf_counter()
             subprocess.run([sys.executable, __file__, "--gb", str(ns.gb), "--generate", str(folder)],
                            check=True)
             print(f"generated in {time.perf_counter() - t0:.1f}s")
+        legacy = folder / "legacy.pt"
+        if not legacy.exists():
+            subprocess.run([sys.executable, __file__, "--gb", str(ns.gb), "--generate-legacy",
+                            str(folder)], check=True)
         size = a.stat().st_size
         print(f"checkpoint A: {size / 1e9:.2f} GB, B: {b.stat().st_size / 1e9:.2f} GB, "
               f"safetensors: {st.stat().st_size / 1e9:.2f} GB")
@@ -143,6 +165,10 @@ def main() -> None:
             ("convert a.pt -> shards --shard-size 500MB", ["convert", a, folder / "o7.safetensors",
                                                           "--shard-size", "500MB"]),
             ("convert a.pt -> o8.dcp", ["convert", a, folder / "o8.dcp"]),
+            ("diff legacy.pt a.pt", ["diff", legacy, a]),
+            ("diff legacy.pt legacy.pt -f json", ["diff", legacy, legacy, "-f", "json"]),
+            ("convert legacy.pt -> .safetensors", ["convert", legacy, folder / "o9.safetensors"]),
+            ("convert legacy.pt -> .pt", ["convert", legacy, folder / "o10.pt"]),
         ]
         if ns.only:
             cases = [c for c in cases if any(text in c[0] for text in ns.only)]

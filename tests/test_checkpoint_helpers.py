@@ -193,3 +193,18 @@ class Stage(nn.Module):
         super().__init__()
         self.layer1 = nn.Sequential(nn.Linear(4, 4), nn.Linear(4, 4))
         self.head = nn.Linear(4, 2)
+
+
+class TiedBN(nn.Module):
+    """Tied embedding/LM head plus a BatchNorm (its num_batches_tracked counter)."""
+
+    def __init__(self, vocab: int = 32, d: int = 8) -> None:
+        super().__init__()
+        self.tok = nn.Embedding(vocab, d)
+        self.bn = nn.BatchNorm1d(d)
+        self.lm_head = nn.Linear(d, vocab, bias=False)
+        self.lm_head.weight = self.tok.weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.bn(self.tok(x).transpose(1, 2)).transpose(1, 2)
+        return self.lm_head(h)

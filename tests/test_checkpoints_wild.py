@@ -265,13 +265,24 @@ def test_whole_model_pickle_of_a_missing_module(tmp_path: Path, invoke) -> None:
     code.mkdir()
     (code / "mymodels.py").write_text("import torch\nclass MyNet(torch.nn.Module):\n"
                                       "    def __init__(self):\n        super().__init__()\n"
-                                      "        self.fc = torch.nn.Linear(2, 2)\n")
+                                      "        self.fc = torch.nn.Linear(2, 2)\n"
+                                      "    def forward(self, x):\n        return self.fc(x)\n")
     subprocess.run([sys.executable, "-c", "import torch, mymodels; "
                     f"torch.save(mymodels.MyNet(), {str(tmp_path / 'm.pt')!r})"],
                    cwd=code, check=True, capture_output=True)
     result = invoke("diff", tmp_path / "m.pt", "--arch", f"{HELPERS}:Net", "--trust-pickle")
     assert result.exit_code == 2, result.output
-    assert "'mymodels'" in result.output and "PYTHONPATH" in result.output
+    assert "'mymodels'" in result.output and "--python-path DIR" in result.output
+    # the fix the hint names: the folder on sys.path for the load only
+    before = list(sys.path)
+    result = invoke("summary", tmp_path / "m.pt", "--trust-pickle", "--python-path", code,
+                    "--input", "2", "--totals", "-f", "json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output)["totals"]["params"] == 2 * 2 + 2
+    assert sys.path == before and "mymodels" in sys.modules
+    del sys.modules["mymodels"]
+    result = invoke("summary", tmp_path / "m.pt", "--trust-pickle", "--python-path", tmp_path / "nope")
+    assert result.exit_code == 2 and "no such folder" in result.output, result.output
 
 
 def test_plain_pickle_is_recognized_up_front(tmp_path: Path, invoke) -> None:
@@ -398,6 +409,51 @@ def test_dcp_folder_diff_and_convert_both_ways(tmp_path: Path, invoke) -> None:
     target = {k: torch.zeros_like(v) for k, v in sd.items()}
     dcp.load(target, checkpoint_id=str(tmp_path / "out.dcp"), no_dist=True)
     assert all(torch.equal(target[k], v) for k, v in sd.items())
+    # streamed (one tensor read at a time, cast on the fly) into one file per tensor
+    res = convert_checkpoint(tmp_path / "a.pt", tmp_path / "bf.dcp", dtype="bf16")
+    assert res.cast and len(list((tmp_path / "bf.dcp").glob("*.distcp"))) == len(sd)
+    target = {k: torch.zeros_like(v.to(torch.bfloat16) if v.is_floating_point() else v)
+              for k, v in sd.items()}
+    dcp.load(target, checkpoint_id=str(tmp_path / "bf.dcp"), no_dist=True)
+    assert all(torch.equal(target[k], v.to(target[k].dtype)) for k, v in sd.items())
+
+
+def test_dcp_metadata_is_read_without_torch(tmp_path: Path) -> None:
+    """The restricted reader agrees with DCP's own reader on every entry, and a diff of a
+    DCP folder's metadata does not import torch; a foreign global still needs trust."""
+    from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
+
+    from torchinspect.io.dcpmeta import read_dcp_metadata
+
+    m = net()
+    opt = torch.optim.Adam(m.parameters())
+    for p in m.parameters():
+        p.grad = torch.ones_like(p)
+    opt.step()  # Adam state: exp_avg/exp_avg_sq tensors and a step per parameter
+    sd = {**m.state_dict(), "half": torch.randn(3).half(), "bf": torch.randn(2, 2).bfloat16()}
+    _dcp_save(tmp_path / "dcp", {"model": sd, "optim": opt.state_dict(), "step": 7})
+    ours = read_dcp_metadata(tmp_path / "dcp" / ".metadata")
+    ref = FileSystemReader(str(tmp_path / "dcp")).read_metadata()
+    assert [e.fqn for e in ours.entries] == list(ref.state_dict_metadata)
+    for e in ours.entries:
+        item = ref.state_dict_metadata[e.fqn]
+        assert e.is_tensor == isinstance(item, TensorStorageMetadata), e.fqn
+        if e.is_tensor:
+            assert (e.shape, e.dtype, e.chunks) == (tuple(item.size), str(item.properties.dtype)[6:],
+                                                    len(item.chunks)), e.fqn
+    assert ours.planner_data == {k: tuple(map(str, v)) for k, v in ref.planner_data.items()}
+    code = ("import sys; from torchinspect.io.checkpoint import read_checkpoint_meta as r; "
+            f"m = r({str(tmp_path / 'dcp')!r}); assert 'torch' not in sys.modules, 'torch imported'; "
+            "print(len(m.tensors), m.container_key)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.split() == [str(len(sd)), "model"], out.stderr
+    raw = (tmp_path / "dcp" / ".metadata").read_bytes()  # a foreign global: refused, named
+    assert b"\x8c\x07pathlib" in raw
+    (tmp_path / "dcp" / ".metadata").write_bytes(raw.replace(b"\x8c\x07pathlib", b"\x8c\x07subproc"))
+    with pytest.raises(UnsafeCheckpointError) as err:
+        read_checkpoint_meta(tmp_path / "dcp")
+    assert "subproc.PosixPath" in str(err.value)
 
 
 # ------------------------------------------------------------------ 13. harmless globals
@@ -451,6 +507,46 @@ def test_counts_agree_between_diff_and_convert(tmp_path: Path, invoke) -> None:
         p.numel() * p.element_size() for p in m.parameters())  # ties counted once
 
 
+@pytest.mark.parametrize("legacy", [False, True])
+def test_counts_agree_across_diff_convert_and_summary(tmp_path: Path, invoke, legacy: bool) -> None:
+    """One file with a tied embedding/LM head and a BatchNorm whose counter was not saved:
+    diff, convert --arch and summary --arch give the same tensors, ties, folded counters and
+    bytes (ties once), and those numbers are computed from the model here."""
+    import re
+
+    from test_checkpoint_helpers import TiedBN
+
+    torch.manual_seed(0)
+    m = TiedBN()
+    sd = {k: v for k, v in m.state_dict().items() if not k.endswith("num_batches_tracked")}
+    path = tmp_path / "t.pt"
+    torch.save(sd, path, _use_new_zipfile_serialization=not legacy)
+    arch = f"{HELPERS}:TiedBN"
+    n_tensors = len(sd)
+    n_tied = len(sd) - len({v.data_ptr() for v in sd.values()})
+    nbytes = sum(t.numel() * t.element_size() for t in {v.data_ptr(): v for v in sd.values()}.values())
+    assert (n_tensors, n_tied) == (5 + 1, 1)
+
+    d = _json(invoke("diff", path, "--arch", arch, "-f", "json"))
+    assert d["verdict"] == "strict" and d["b"]["tensors"] == n_tensors
+    assert sum(len(g) - 1 for g in d["tied"]["b"]) == n_tied and d["b"]["bytes"] == nbytes
+    assert d["folded"] == ["bn.num_batches_tracked"]
+
+    c = _json(invoke("convert", path, tmp_path / "o.pt", "--arch", arch, "-f", "json"))
+    assert c["tensors"] == n_tensors and sum(len(g) - 1 for g in c["tied"]) == n_tied
+    assert c["tensor_bytes_before"] == nbytes and c["folded"] == d["folded"]
+
+    s = _json(invoke("summary", path, "--arch", arch, "--input", "long:1,5", "--no-batch",
+                     "--totals", "-f", "json"))
+    s = s["models"][0] if "models" in s else s
+    note = next(n for n in s["notes"] if n.startswith("weights loaded from"))
+    assert re.search(rf"{n_tensors} tensors, {nbytes:,} bytes \({n_tied} tied, counted once\); "
+                     r"1 num_batches_tracked absent", note), note
+    # the model's totals (ties once) = the file's bytes + the counter BatchNorm filled
+    assert s["totals"]["params"] == sum(p.numel() for p in m.parameters())  # tie kept on meta
+    assert s["totals"]["param_bytes"] + s["totals"]["buffer_bytes"] == nbytes + 8
+
+
 # ------------------------------------------------------------------ 17. partial convert
 
 
@@ -475,3 +571,84 @@ def test_every_container_entry_is_listed(tmp_path: Path, invoke) -> None:
     assert "other container entries (16)" in result.output and "4 more" in result.output
     data = _json(invoke("diff", f"{HELPERS}:Net", tmp_path / "a.pt", "-f", "json"))
     assert "state_dict_ema" in data["b"]["extras"]
+
+
+# ------------------------------------------------------------------ 18. legacy files, metadata only
+
+
+def _legacy_file(path: Path) -> dict[str, torch.Tensor]:
+    torch.manual_seed(0)
+    m = TiedLM()
+    sd = dict(m.state_dict())
+    sd["bn.num_batches_tracked"] = torch.tensor(9)
+    sd["half"] = torch.randn(3, 5).half()
+    sd["row"] = sd["proj.weight"][2]  # a view at an offset inside a shared storage
+    sd["empty"] = torch.empty(0, 4)
+    torch.save({"model": sd, "epoch": 4, "args": argparse.Namespace(lr=0.1)}, path,
+               _use_new_zipfile_serialization=False)
+    return sd
+
+
+def test_legacy_reader_agrees_with_torch_and_locates_every_byte(tmp_path: Path) -> None:
+    from torchinspect.io.tensors import FilePool, open_input
+    from torchinspect.io.torchlegacy import read_torch_legacy_structure
+
+    path = tmp_path / "legacy.pth"
+    sd = _legacy_file(path)
+    obj, legacy = read_torch_legacy_structure(path)
+    assert obj["epoch"] == 4 and obj["args"] == {"lr": 0.1}
+    assert len(legacy.data_offsets) == len(sd) - 2  # the tie and the row view share a storage
+    ref = torch.load(path, map_location="meta", weights_only=False)["model"]
+    inp = open_input(path)
+    assert inp.streamed and inp.container_key == "model"
+    assert {t.name: (t.shape, t.dtype) for t in inp.tensors} == {
+        k: (tuple(v.shape), str(v.dtype).removeprefix("torch.")) for k, v in ref.items()}
+    with FilePool() as files:  # the located bytes are the saved tensors' bytes
+        for t in inp.tensors:
+            got = b"".join(bytes(c) for c in t.chunks(files))
+            assert got == bytes(_bits(sd[t.name]).numpy()), t.name
+    meta = read_checkpoint_meta(path)
+    assert meta.tied == [["tok.weight", "lm_head.weight"]]
+    assert meta.total_bytes == sum(v.numel() * v.element_size() for k, v in sd.items()
+                                   if k not in ("lm_head.weight",))
+
+
+def test_legacy_metadata_does_not_import_torch(tmp_path: Path) -> None:
+    path = tmp_path / "legacy.pt"
+    _legacy_file(path)
+    code = ("import sys; from torchinspect.io.checkpoint import read_checkpoint_meta as r; "
+            f"m = r({str(path)!r}); assert 'torch' not in sys.modules, 'torch imported'; "
+            "print(len(m.tensors), m.container_key)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=False)
+    assert out.returncode == 0 and out.stdout.split() == ["8", "model"], out.stderr
+
+
+def test_legacy_corrupt_records_are_clean_errors(tmp_path: Path, invoke) -> None:
+    import struct
+
+    from torchinspect.io.torchlegacy import read_torch_legacy_structure
+
+    path = tmp_path / "legacy.pt"
+    _legacy_file(path)
+    data = path.read_bytes()
+    _, legacy = read_torch_legacy_structure(path)
+    first = min(legacy.data_offsets.values()) - 8
+    bad = tmp_path / "count.pt"  # a storage's element count no longer matches its tensors
+    bad.write_bytes(data[:first] + struct.pack("<q", 10 ** 12) + data[first + 8:])
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(data[:-5])
+    for p, words in ((bad, "corrupt"), (cut, "truncated")):
+        result = invoke("diff", p, p)
+        assert result.exit_code == 2 and words in result.output and "Traceback" not in result.output, \
+            result.output
+
+
+def test_legacy_unsafe_global_is_still_refused(tmp_path: Path, invoke) -> None:
+    marker = tmp_path / "ran"
+    import os
+
+    torch.save({"w": torch.ones(2), "x": _Reduce(os.system, (f"touch {marker}",))},
+               tmp_path / "evil.pt", _use_new_zipfile_serialization=False)
+    result = invoke("diff", tmp_path / "evil.pt", tmp_path / "evil.pt")
+    assert result.exit_code == 2 and ".system" in result.output, result.output
+    assert not marker.exists()

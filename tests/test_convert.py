@@ -147,7 +147,7 @@ def test_keep_extra_keeps_the_container(tmp_path: Path) -> None:
     assert all(v.dtype in (torch.float16, torch.int64) for v in obj["state_dict"].values())
 
 
-def test_legacy_input_goes_through_torch(tmp_path: Path) -> None:
+def test_legacy_input_is_streamed(tmp_path: Path) -> None:
     sd = net().state_dict()
     torch.save({"state_dict": sd}, tmp_path / "l.pt", _use_new_zipfile_serialization=False)
     res = convert_checkpoint(tmp_path / "l.pt", tmp_path / "o.safetensors")

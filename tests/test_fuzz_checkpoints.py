@@ -1,8 +1,8 @@
 """Property-based fuzzing of the readers of untrusted bytes (issue 12).
 
 Real checkpoints (torch.save zip and legacy, safetensors) are mutated — truncated, bytes
-flipped, safetensors header length/offsets forged, zip records corrupted — and read with
-the metadata reader. Every outcome must be a result or a clean :class:`InspectError` (the
+flipped, safetensors header length/offsets forged, zip records corrupted, legacy storage
+counts forged — and read with the metadata reader (the restricted zip and legacy readers). Every outcome must be a result or a clean :class:`InspectError` (the
 CLI's exit 2), never another exception; on every file the reader accepts and
 ``torch.load(map_location="meta", weights_only=True)`` also loads, both agree on every key,
 shape and dtype. A small sample runs in the normal suite; ``-m slow`` runs 10,000+ cases.
@@ -45,6 +45,18 @@ def _seeds() -> dict[str, bytes]:
 
 
 SEEDS = _seeds()
+
+
+def _legacy_counts() -> list[int]:
+    """Byte positions of the legacy seed's 8-byte storage element counts."""
+    from torchinspect.io.torchlegacy import read_torch_legacy_structure
+
+    path = Path(tempfile.mkdtemp(prefix="torchinspect-fuzz-seed-")) / "legacy.pt"
+    path.write_bytes(SEEDS["legacy"])
+    return sorted(off - 8 for off in read_torch_legacy_structure(path)[1].data_offsets.values())
+
+
+LEGACY_COUNTS = _legacy_counts()
 _DIR = Path(tempfile.mkdtemp(prefix="torchinspect-fuzz-"))
 
 
@@ -52,7 +64,8 @@ _DIR = Path(tempfile.mkdtemp(prefix="torchinspect-fuzz-"))
 def mutated(draw: st.DrawFn) -> tuple[str, bytes]:
     kind = draw(st.sampled_from(sorted(SEEDS)))
     data = bytearray(SEEDS[kind])
-    how = draw(st.sampled_from(["truncate", "flip", "splice", "st_header", "st_offsets", "zip_record"]))
+    how = draw(st.sampled_from(["truncate", "flip", "splice", "st_header", "st_offsets", "zip_record",
+                                   "legacy_count"]))
     if how == "truncate":
         data = data[: draw(st.integers(0, len(data) - 1))]
     elif how == "flip":
@@ -79,6 +92,9 @@ def mutated(draw: st.DrawFn) -> tuple[str, bytes]:
         i = draw(st.sampled_from(sigs)) + draw(st.integers(4, 40))
         if i < len(data):
             data[i] = draw(st.integers(0, 255))
+    elif how == "legacy_count" and kind == "legacy":  # forge a storage record's element count
+        i = draw(st.sampled_from(LEGACY_COUNTS))
+        data[i:i + 8] = struct.pack("<q", draw(st.integers(-(2 ** 63), 2 ** 63 - 1)))
     return kind, bytes(data)
 
 
@@ -147,3 +163,15 @@ def test_zip_member_marked_compressed_is_a_clean_error(tmp_path: Path) -> None:
     with pytest.raises(InspectError) as err:
         read_checkpoint_meta(path)
     assert str(path) in err.value.message and err.value.hint
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_container_holding_itself_is_read(tmp_path: Path, legacy: bool) -> None:
+    """Found by the 10k run: a flipped byte made the state_dict's last value a memo GET of
+    the dict itself, and the tensor walk never ended (memory grew until the OOM killer)."""
+    sd: dict = {"w": torch.ones(2)}
+    sd["self"] = sd
+    path = tmp_path / "selfref.pt"
+    torch.save(sd, path, _use_new_zipfile_serialization=not legacy)
+    meta = read_checkpoint_meta(path)
+    assert list(meta.tensors) == ["w"] and meta.extras == {"self": "dict (2 entries)"}

@@ -1,7 +1,7 @@
 """Shared option types, the error boundary, and output helpers for every subcommand.
 
-The model options (``--input --arg --arch --weights --key --strict --trust-pickle --device
---batch --no-batch --published --weights-config``) and the output options (``--format
+The model options (``--input --arg --arch --weights --key --strict --trust-pickle
+--python-path --device --batch --no-batch --published --weights-config``) and the output options (``--format
 --output``) are declared once here. ``@model_command()`` adds them to a command's signature
 and hands the command one :class:`ModelOptions` (``opts``) and one :class:`OutputOptions`
 (``out``); ``@output_command`` adds only the output options. Both include the error boundary.
@@ -130,6 +130,12 @@ TrustOpt = Annotated[
     typer.Option("--trust-pickle",
                  help="allow full pickles (runs code from the file!). Only for files you trust."),
 ]
+PythonPathOpt = Annotated[
+    list[str] | None,
+    typer.Option("--python-path", metavar="DIR",
+                 help="put DIR first on sys.path while the model loads (a whole-model pickle of "
+                 "your own class, with --trust-pickle); repeatable."),
+]
 BatchOpt = Annotated[
     int | None, typer.Option("--batch", "-b", min=1, help="batch size (prepended to --input shapes).")
 ]
@@ -232,6 +238,7 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
         _param("arg", ArgOpt, None), _param("arch", ArchOpt, None),
         _param("weights", WeightsOpt, None), _param("key", KeyOpt, None),
         _param("strict", StrictOpt, True), _param("trust_pickle", TrustOpt, False),
+        _param("python_path", PythonPathOpt, None),
         _param("device", _device_opt(device_help), device_default),
         *([_param("batch", BatchOpt, None)] if inputs and batch else []),
         *([_param("no_batch", NoBatchOpt, False)] if inputs else []),
@@ -246,7 +253,8 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
             inputs=v.get("input"), args=v["arg"], arch=v["arch"], weights=v["weights"],
             key=v["key"], strict=v["strict"], trust_pickle=v["trust_pickle"],
             device=parse_device(v["device"]), batch=v.get("batch"),
-            no_batch=v.get("no_batch", False), weights_config=config)
+            no_batch=v.get("no_batch", False), weights_config=config,
+            python_path=tuple(str(p) for p in v["python_path"] or ()))
         out = OutputOptions(OutputFormat(v["format"]), v["output"]) if outputs else OutputOptions()
         return {"opts": opts, "out": out}
 

@@ -125,6 +125,7 @@ class ConvertResult:
     extra_state: list[str] = field(default_factory=list)
     empty: list[str] = field(default_factory=list)  # 0-element tensors
     shards: list[str] = field(default_factory=list)  # shard files (with shard_size)
+    folded: list[str] = field(default_factory=list)  # target's num_batches_tracked absent from IN
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -141,6 +142,7 @@ class ConvertResult:
             "verified": self.verified, "arch_check": self.arch_check, "notes": self.notes,
             "overflow": {k: {"to_inf": a, "to_zero": b} for k, (a, b) in self.overflow.items()},
             "extra_state": self.extra_state, "empty": self.empty, "shards": self.shards,
+            "folded": self.folded,
         }
 
 
@@ -251,7 +253,7 @@ def convert_checkpoint(
             if tmeta is not None:
                 result.arch_check = _check_target(tmp, kind, tmeta, target_name or "the target",
                                                   inp.container_key if keep_container else None,
-                                                  allow_partial)
+                                                  allow_partial, folded=result.folded)
             result.file_size_after = tmp.stat().st_size
     if result.tied and kind is OutputKind.safetensors:
         result.notes.append(f"{len(result.tied)} group(s) of tied tensors written as separate copies "
@@ -529,7 +531,8 @@ def _write_sharded(dst: Path, entries: list[_Entry], files: FilePool, result: Co
         if tmeta is not None:
             result.arch_check = _check_target(itmp, OutputKind.safetensors, tmeta,
                                               target_name or "the target", None, allow_partial,
-                                              shard_dir=itmp.parent, shard_tmps=dict(zip(names, tmps, strict=True)))
+                                              shard_dir=itmp.parent, shard_tmps=dict(zip(names, tmps, strict=True)),
+                                              folded=result.folded)
         result.file_size_after = sum(t.stat().st_size for t in tmps) + len(index_text)
     result.verified = "exact after cast" if any(e.dtype != e.src.dtype for e in tensors) else "bit-exact"
     result.shards = names
@@ -557,20 +560,27 @@ def _write_dcp_folder(dst: Path, entries: list[_Entry], files: FilePool, result:
         raise InspectError(f"{dst} exists and is not a folder", hint="choose another OUT")
     if dst.exists() and any(dst.iterdir()) and not force:
         raise InspectError(f"{dst} already exists", hint="pass --force to replace it")
+    import torch
+
+    # placeholders with the right shape/dtype (untouched: no RAM) for DCP's planning; each
+    # tensor's bytes are read when DCP's writer asks for it (_StreamingSavePlanner)
     sd: dict[str, Any] = {}
+    by_name: dict[str, _Entry] = {}
     for e in entries:
         if not e.src.is_tensor:
             sd[e.name] = e.src.value
             continue
-        from torchinspect.io.diff import _value
-
-        t = _value(e.src, files)
-        sd[e.name] = t.to(_torch_dtype(e.dtype)) if e.dtype != e.src.dtype else t
+        sd[e.name] = torch.empty(e.src.shape, dtype=_torch_dtype(e.dtype))
+        by_name[e.name] = e
+    planner = _streaming_save_planner(by_name, files, result.overflow)
     tmp = Path(tempfile.mkdtemp(prefix=f".{dst.name}.", suffix=".tmp", dir=dst.parent))
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp)), no_dist=True)
+            dcp.save(sd, storage_writer=dcp.FileSystemWriter(str(tmp), single_file_per_rank=False),
+                     planner=planner,
+                     no_dist=True)
+        _check_overflow(result, cast_to, allow_overflow)
         from torchinspect.io.layouts import Layout, open_dcp
 
         back = open_dcp(Layout("dcp", tmp), key=None)
@@ -581,7 +591,8 @@ def _write_dcp_folder(dst: Path, entries: list[_Entry], files: FilePool, result:
                                    hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
         if tmeta is not None:
             result.arch_check = _compare_target({t.name: t for t in back.tensors}, tmeta,
-                                                target_name or "the target", allow_partial)
+                                                target_name or "the target", allow_partial,
+                                                result.folded)
         if dst.exists():
             old = dst.with_name(f".{dst.name}.old")
             os.replace(dst, old)
@@ -591,6 +602,34 @@ def _write_dcp_folder(dst: Path, entries: list[_Entry], files: FilePool, result:
         shutil.rmtree(tmp, ignore_errors=True)
     result.file_size_after = sum(p.stat().st_size for p in dst.iterdir())
     result.verified = "keys and shapes (DCP metadata)"
+
+
+def _streaming_save_planner(by_name: dict[str, _Entry], files: FilePool,
+                            overflow: dict[str, tuple[int, int]]) -> Any:
+    """A DCP save planner whose tensors are read from IN (cast on the fly) only when the
+    writer asks for them, one at a time: peak memory is one tensor, not the checkpoint."""
+    import torch
+    from torch.distributed.checkpoint.default_planner import DefaultSavePlanner
+
+    class _StreamingSavePlanner(DefaultSavePlanner):
+        def lookup_object(self, index: Any) -> Any:
+            e = by_name.get(index.fqn)
+            if e is None:
+                return super().lookup_object(index)
+            if not e.nbytes:
+                return torch.empty(e.src.shape, dtype=_torch_dtype(e.dtype))
+            buf = bytearray(e.nbytes)
+            pos = 0
+            for chunk in _data(e, files, overflow):
+                view = memoryview(chunk).cast("B")
+                buf[pos:pos + view.nbytes] = view
+                pos += view.nbytes
+            t = torch.frombuffer(buf, dtype=_torch_dtype(e.dtype)).reshape(e.src.shape)
+            if index.offset is not None and any(index.offset):
+                raise RuntimeError(f"unexpected chunk offset for {index.fqn!r}")
+            return t
+
+    return _StreamingSavePlanner()
 
 
 def _needs_materialized(entries: list[_Entry]) -> bool:
@@ -812,7 +851,7 @@ def _same_bytes(expected: Iterator[bytes | memoryview], actual: TensorSource, fi
 
 def _check_target(tmp: Path, kind: OutputKind, target: dict[str, Any], name: str,
                   key: str | None, allow_partial: bool, shard_dir: Path | None = None,
-                  shard_tmps: dict[str, Path] | None = None) -> str:
+                  shard_tmps: dict[str, Path] | None = None, folded: list[str] | None = None) -> str:
     """Does the written file load into the target by PyTorch's rules (io/diff.py)?"""
     from torchinspect.io.meta import read_checkpoint_meta
 
@@ -832,17 +871,21 @@ def _check_target(tmp: Path, kind: OutputKind, target: dict[str, Any], name: str
         for k, t in target.items():
             if t.kind == "extra_state" and k not in got:
                 got[k] = TensorMeta((), "extra_state", "cpu", 0, None, "extra_state")
-    return _compare_target(got, target, name, allow_partial)
+    return _compare_target(got, target, name, allow_partial, folded)
 
 
 def _compare_target(got: Mapping[str, Any], target: dict[str, Any], name: str,
-                    allow_partial: bool) -> str:
+                    allow_partial: bool, folded: list[str] | None = None) -> str:
+    """The load verdict of OUT into the target (diff's rules); the target's
+    ``num_batches_tracked`` entries that OUT lacks are appended to ``folded``."""
     from torchinspect.io.diff import DiffSide, Verdict, diff_state_dicts
     from torchinspect.io.meta import TensorMeta
 
     metas = {k: v if isinstance(v, TensorMeta) else TensorMeta(v.shape, v.dtype, v.device, v.nbytes,
                                                                None, v.kind) for k, v in got.items()}
     res = diff_state_dicts(DiffSide(name, "model", dict(target)), DiffSide("OUT", "checkpoint", metas))
+    if folded is not None:
+        folded.extend(k for k in res.folded if k in target)
     v = res.verdict
     if v is Verdict.strict:
         return f"loads into {name} with strict=True"

@@ -145,8 +145,19 @@ def open_hf_sharded(layout: Layout, *, key: str | None, trust_pickle: bool,
 
 
 def _dcp_metadata(folder: Path, trust_pickle: bool) -> Any:
-    """DCP's own reader, after checking that the ``.metadata`` pickle imports only DCP's
-    metadata classes (``FileSystemReader.read_metadata`` is a plain ``pickle.load``)."""
+    """Entries of the ``.metadata``: the restricted pure-Python reader (io/dcpmeta.py, no
+    torch import); for anything it does not know, DCP's own reader, after checking that the
+    pickle imports only DCP's metadata classes (``read_metadata`` is a plain ``pickle.load``)."""
+    from torchinspect.io.dcpmeta import DcpEntry, DcpMetadata, read_dcp_metadata
+    from torchinspect.io.torchzip import NeedsTorch
+
+    try:
+        return read_dcp_metadata(folder / DCP_METADATA)
+    except NeedsTorch:
+        pass
+    except OSError as exc:
+        raise InspectError(f"{folder}: cannot read the DCP .metadata ({exc.strerror})",
+                           hint="the checkpoint folder is incomplete or corrupt") from None
     from torchinspect.errors import UnsafeCheckpointError
     from torchinspect.io.torch_load import scan_pickle_globals
 
@@ -158,14 +169,21 @@ def _dcp_metadata(folder: Path, trust_pickle: bool) -> Any:
     import warnings
 
     from torch.distributed.checkpoint import FileSystemReader
+    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
 
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
-            return FileSystemReader(str(folder)).read_metadata()
+            md = FileSystemReader(str(folder)).read_metadata()
     except Exception as exc:  # noqa: BLE001 - any failure: a corrupt metadata file
         raise InspectError(f"{folder}: cannot read the DCP .metadata ({type(exc).__name__})",
                            hint="the checkpoint folder is incomplete or corrupt") from None
+    entries = [DcpEntry(fqn, True, tuple(item.size), str(item.properties.dtype).removeprefix("torch."),
+                        len(item.chunks)) if isinstance(item, TensorStorageMetadata) else DcpEntry(fqn, False)
+               for fqn, item in md.state_dict_metadata.items()]
+    planner = md.planner_data if isinstance(md.planner_data, dict) else {}
+    return DcpMetadata(entries, {k: tuple(str(p) for p in v) for k, v in planner.items()
+                                 if isinstance(v, (tuple, list)) and v})
 
 
 def _is_torch_dtype(name: str) -> bool:
@@ -194,21 +212,19 @@ class DcpRef:
 
 def open_dcp(layout: Layout, *, key: str | None, trust_pickle: bool = False) -> LoadedInput:
     """A DCP folder: keys/shapes/dtypes from ``.metadata``; each tensor loaded on demand."""
-    from torch.distributed.checkpoint.metadata import TensorStorageMetadata
-
     from torchinspect.io.state_dict import container_extras, find_state_dict
     from torchinspect.io.tensors import LoadedInput, TensorSource
     from torchinspect.io.torchzip import DTYPE_SIZES
 
     folder = layout.path
     md = _dcp_metadata(folder, trust_pickle)
-    planner = md.planner_data if isinstance(md.planner_data, dict) else {}
+    planner = md.planner_data
     nested: dict[str, Any] = {}
     refs: dict[str, DcpRef] = {}
-    for fqn, item in md.state_dict_metadata.items():
-        if isinstance(item, TensorStorageMetadata):
-            dtype = str(item.properties.dtype).removeprefix("torch.")
-            value: Any = DcpRef(fqn, tuple(item.size), dtype, len(item.chunks))
+    for item in md.entries:
+        fqn = item.fqn
+        if item.is_tensor:
+            value: Any = DcpRef(fqn, item.shape, item.dtype, item.chunks)
             refs[fqn] = value
         else:
             value = DcpBytes(fqn)
@@ -236,7 +252,7 @@ def open_dcp(layout: Layout, *, key: str | None, trust_pickle: bool = False) -> 
         fqn = full_fqn[id(ref)]
         tensors.append(TensorSource(name, ref.shape, ref.dtype, nbytes, "cpu", f"dcp:{fqn}",
                                     loader=_dcp_loader(folder, fqn, ref)))
-    notes = [f"torch.distributed.checkpoint folder ({len(md.state_dict_metadata)} entries)"]
+    notes = [f"torch.distributed.checkpoint folder ({len(md.entries)} entries)"]
     if sharded:
         notes.append(f"{sharded} tensor(s) saved in several chunks (sharded across ranks); "
                      "they are reassembled on read")

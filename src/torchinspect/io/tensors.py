@@ -6,7 +6,9 @@ and ``convert`` (metadata + bytes). What it reads, by layout (see io/layouts.py)
 * safetensors: the header (pure Python); bytes with ``os.pread``.
 * torch.save zip: ``data.pkl`` through the restricted pure-Python unpickler (io/torchzip.py),
   no torch import; bytes with ``os.pread`` from the stored records.
-* anything that reader does not know (legacy non-zip files, quantized tensors, trusted full
+* legacy (non-zip) torch.save: the same unpickler over its pickles, storage records located
+  by their 8-byte counts (io/torchlegacy.py); bytes with ``os.pread`` too.
+* anything those readers do not know (quantized tensors, unknown globals, trusted full
   pickles): ``torch.load(weights_only=True, mmap=True)`` with the saved device recorded.
 * Hugging Face sharded checkpoints (``*.index.json`` or their folder): each shard as above.
 * torch.distributed.checkpoint folders: ``.metadata`` through DCP's own reader; bytes one
@@ -193,9 +195,9 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
                    for e in header.entries.values()]
         return LoadedInput(path, fmt, tensors, None, {}, header.metadata, True,
                            list(header.entries), size, notes, [path])
-    if fmt is CheckpointFormat.torch_zip and not need_objects:
+    if fmt in (CheckpointFormat.torch_zip, CheckpointFormat.torch_legacy) and not need_objects:
         try:
-            obj, archive = read_torch_zip_structure(path)
+            obj, archive = _read_structure(path, fmt)
             sd, used = find_state_dict(obj, key, is_tensor=lambda x: isinstance(x, TensorRef),
                                        source=str(path))
             if need_bytes and not all(r.is_contiguous for r in sd.values()
@@ -219,6 +221,15 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
     inp.notes[:0] = notes
     _check_deepspeed(inp, obj)
     return inp
+
+
+def _read_structure(path: Path, fmt: CheckpointFormat) -> tuple[Any, Any]:
+    """The restricted pure-Python reader of a zip or legacy torch.save file."""
+    if fmt is CheckpointFormat.torch_legacy:
+        from torchinspect.io.torchlegacy import read_torch_legacy_structure
+
+        return read_torch_legacy_structure(path)
+    return read_torch_zip_structure(path)
 
 
 def _holds_ref(v: Any) -> bool:

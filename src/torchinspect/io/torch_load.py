@@ -7,6 +7,7 @@ There is no automatic unsafe retry: a weights-only refusal becomes
 
 from __future__ import annotations
 
+import contextlib
 import io
 import os
 import pickle
@@ -14,6 +15,7 @@ import pickletools
 import struct
 import zipfile
 import zlib
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -201,21 +203,43 @@ def torch_load(path: str | os.PathLike[str], fmt: CheckpointFormat, *,
     except ModuleNotFoundError as exc:
         raise InspectError(
             f"{path}: the pickled model needs the Python module {exc.name!r}, which is not importable",
-            hint=f"run from the folder that holds {exc.name}.py (or its package), or set "
-            "PYTHONPATH=DIR to that folder",
+            hint=f"pass --python-path DIR (the folder that holds {exc.name}.py or its package), "
+            "run from that folder, or set PYTHONPATH=DIR",
         ) from None
     except AttributeError as exc:
         if trust_pickle and "Can't get attribute" in str(exc):
             raise InspectError(f"{path}: the pickled model needs a class that is not importable "
                                f"({_first_line(exc)})",
-                               hint="run from the folder that holds the model's code, or set "
-                               "PYTHONPATH=DIR to it") from None
+                               hint="pass --python-path DIR (the folder that holds the model's "
+                               "code), run from it, or set PYTHONPATH=DIR") from None
         raise _explain(path, fmt, exc) from None
     except (EOFError, RuntimeError, OSError, ValueError, zipfile.BadZipFile, struct.error,
             KeyError, IndexError, TypeError, MemoryError, AssertionError) as exc:
         raise _explain(path, fmt, exc) from None
     except Exception as exc:  # noqa: BLE001 - torch's loader on corrupt bytes (found by fuzzing)
         raise _explain(path, fmt, exc) from None
+
+
+@contextlib.contextmanager
+def python_path(dirs: Sequence[str | os.PathLike[str]]) -> Iterator[None]:
+    """``--python-path DIR``: ``DIR`` first on ``sys.path`` while a whole-model pickle of a
+    user class loads (``--trust-pickle``), and ``sys.path`` exactly as before afterwards
+    (modules imported meanwhile stay imported, so the model keeps working)."""
+    import sys
+
+    if not dirs:
+        yield
+        return
+    for d in dirs:
+        if not Path(d).is_dir():
+            raise InspectError(f"--python-path {d}: no such folder",
+                               hint="pass the folder that holds the model's module (its .py file or package)")
+    saved = list(sys.path)
+    sys.path[:0] = [str(Path(d).resolve()) for d in dirs]
+    try:
+        yield
+    finally:
+        sys.path[:] = saved
 
 
 def _clean_reason(exc: BaseException) -> str:

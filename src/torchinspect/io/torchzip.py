@@ -265,12 +265,14 @@ def iter_tensor_refs(obj: Any, _depth: int = 0) -> list[TensorRef]:
     """Every TensorRef inside nested dicts/lists/tuples."""
     out: list[TensorRef] = []
     stack: list[Any] = [obj]
+    seen: set[int] = set()  # a forged pickle can make a container hold itself (memo GET)
     while stack:
         cur = stack.pop()
         if isinstance(cur, TensorRef):
             out.append(cur)
-        elif isinstance(cur, dict):
-            stack.extend(cur.values())
-        elif isinstance(cur, (list, tuple, set, frozenset)):
-            stack.extend(cur)
+            continue
+        if not isinstance(cur, (dict, list, tuple, set, frozenset)) or id(cur) in seen:
+            continue
+        seen.add(id(cur))
+        stack.extend(cur.values() if isinstance(cur, dict) else cur)
     return out

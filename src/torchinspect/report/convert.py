@@ -39,8 +39,13 @@ def convert_report(r: ConvertResult) -> Report:
         ("keys renamed", len(r.renamed)),
         ("verified", r.verified),
     ]
+    if r.tied:
+        facts.append(("tied", f"{sum(len(g) - 1 for g in r.tied)} (bytes count each once)"))
     if r.arch_check:
         facts.append(("architecture", r.arch_check))
+    if r.folded:
+        facts.append(("folded num_batches_tracked", f"{len(r.folded)} (absent from IN; BatchNorm "
+                                                    "fills them on load)"))
     sections.append(KeyValues("Converted", facts))
     if r.cast:
         sections.append(Table("Dtype changes", ["change", "tensors"], [[k, v] for k, v in r.cast.items()]))

@@ -38,6 +38,7 @@ class ModelOptions:
     batch: int | None = None
     no_batch: bool = False
     weights_config: str | None = None  # --weights-config NAME, "default" for --published
+    python_path: tuple[str, ...] = ()  # --python-path DIR: on sys.path while the model loads
 
     def files(self) -> tuple[str | None, ...]:
         """Files named by these options (outputs must never overwrite them)."""
@@ -118,9 +119,12 @@ def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions |
         kw: dict[str, Any] = {}
         if opts.weights_config is not None:
             kw["weights_config"] = opts.weights_config
-        loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
-                            key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
-                            device=devices.build_device(dev), **kw)
+        from torchinspect.io.torch_load import python_path
+
+        with python_path(opts.python_path):
+            loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
+                                key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
+                                device=devices.build_device(dev), **kw)
         case = ModelCase(loaded.model, loaded.name, loaded.example, loaded.device,
                          list(loaded.notes), loaded.rebuild, str(loaded.kind), loaded.weights_key,
                          requested=dev)

@@ -121,9 +121,11 @@ def diff_specs(a: str, b: str | None = None, *, arch: str | None = None,
 def _diff(target: Probe, weights: Probe, options: ModelOptions | None, key: str | None,
           trust_pickle: bool, auto_prefix: bool, values: bool, rtol: float, atol: float) -> DiffResult:
     from torchinspect.io.diff import compare_values, diff_state_dicts
+    from torchinspect.io.torch_load import python_path
 
-    side_a = resolve_side(target, options=options, key=key, trust_pickle=trust_pickle)
-    side_b = resolve_side(weights, options=options, key=key, trust_pickle=trust_pickle)
+    with python_path(options.python_path if options else ()):
+        side_a = resolve_side(target, options=options, key=key, trust_pickle=trust_pickle)
+        side_b = resolve_side(weights, options=options, key=key, trust_pickle=trust_pickle)
     result = diff_state_dicts(side_a, side_b, auto_prefix=auto_prefix)
     if values:
         compare_values(result, trust_pickle=trust_pickle, rtol=rtol, atol=atol)

@@ -26,6 +26,7 @@ def load_weights(model: Any, path: str, *, key: str | None, strict: bool, trust_
     model_keys = set(shapes)
     state = _remap_keys(state, shapes, notes)
     on_meta = devices.has_meta_tensors(model)
+    ties = _tied_parameters(model) if on_meta else []
     try:
         result = model.load_state_dict(state, strict=strict, assign=on_meta)
     except RuntimeError as exc:
@@ -47,13 +48,65 @@ def load_weights(model: Any, path: str, *, key: str | None, strict: bool, trust_
             hint += "; no checkpoint key names a tensor of this model: is --arch the right model?"
         raise InspectError(f"{path} does not load into this model: {'; '.join(detail)}",
                            hint=hint) from None
+    _retie(model, ties)
     if not strict and (result.missing_keys or result.unexpected_keys):
         notes.append(f"loaded with strict=False: {len(result.missing_keys)} missing, "
                      f"{len(result.unexpected_keys)} unexpected keys")
-    notes.append(f"weights loaded from {path}")
+    notes.append(f"weights loaded from {path}: {checkpoint_counts(state, model_keys)}")
     return model, used_key
 
 
+def checkpoint_counts(state: dict[str, Any], model_keys: set[str]) -> str:
+    """The counts ``inspect diff`` and ``inspect convert`` give for the same file: entries,
+    tied tensors, bytes with each tie once, and the model's ``num_batches_tracked`` counters
+    the file lacks (BatchNorm fills them)."""
+    from dataclasses import replace
+
+    from torchinspect.io.diff import FOLDED_SUFFIXES, entry_meta
+    from torchinspect.io.meta import TensorSet
+
+    side = TensorSet()
+    side.tensors = {}
+    for k, v in state.items():
+        m = entry_meta(k, v, device="cpu")
+        if m is None:
+            continue
+        if m.kind == "tensor" and not v.is_meta and not v.is_quantized:  # the tie key convert uses
+            m = replace(m, storage=f"{v.untyped_storage().data_ptr()}:{v.storage_offset()}:"
+                        f"{tuple(v.shape)}:{tuple(v.stride())}:{v.dtype}")
+        side.tensors[k] = m
+    tied = sum(len(g) - 1 for g in side.tied)
+    folded = sum(1 for k in model_keys if k.endswith(FOLDED_SUFFIXES) and k not in state)
+    text = f"{len(side.tensors)} tensors, {side.total_bytes:,} bytes"
+    if tied:
+        text += f" ({tied} tied, counted once)"
+    if folded:
+        text += f"; {folded} num_batches_tracked absent (folded: BatchNorm fills them)"
+    return text
+
+
+
+
+def _tied_parameters(model: Any) -> list[list[str]]:
+    """Names of parameters that are one object (a tied embedding and LM head)."""
+    by_id: dict[int, list[str]] = {}
+    for name, p in model.named_parameters(remove_duplicate=False):
+        by_id.setdefault(id(p), []).append(name)
+    return [g for g in by_id.values() if len(g) > 1]
+
+
+def _retie(model: Any, ties: list[list[str]]) -> None:
+    """``load_state_dict(assign=True)`` gives each tied name its own Parameter; tie them again.
+
+    PyTorch's copying load writes every name of a tie into the one shared Parameter, so the
+    value loaded last (module order) is the one the model ends with: that Parameter is kept.
+    Without this, a model on meta loaded from a checkpoint counted its tied weights twice.
+    """
+    for group in ties:
+        keep = model.get_parameter(group[-1])
+        for name in group[:-1]:
+            owner, _, attr = name.rpartition(".")
+            setattr(model.get_submodule(owner), attr, keep)
 
 
 def missing_shape_only(exc: BaseException) -> bool:
