@@ -44,7 +44,7 @@ def timings(runs: int) -> None:
           f"{statistics.median(summary):.2f} s; ratio {statistics.median(check) / statistics.median(summary):.2f}")
 
 
-def sweep(max_params: float) -> None:
+def sweep(max_params: float, start: str = "") -> None:
     import torch
     import torchvision
 
@@ -55,10 +55,16 @@ def sweep(max_params: float) -> None:
     names = torchvision.models.list_models(module=torchvision.models)
     print(f"{len(names)} torchvision classification models")
     for name in names:
+        if start and name < start:
+            continue
         device = "meta"  # real runs only below max_params
         if max_params > 0:
-            with torch.device("meta"):
-                n = sum(p.numel() for p in torchvision.models.get_model(name).parameters())
+            try:
+                with torch.device("meta"):
+                    built = torchvision.models.get_model(name)
+            except Exception:  # builders that read values at construction (regnet)
+                built = torchvision.models.get_model(name)
+            n = sum(p.numel() for p in built.parameters())
             device = "cpu" if n <= max_params else "meta"
         t0 = time.perf_counter()
         try:
@@ -77,11 +83,13 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--from", dest="start", default="",
+                    help="resume the sweep at this model name (alphabetical order)")
     ap.add_argument("--max-params", type=float, default=150e6,
                     help="models above this run the real-number checks on meta (skipped)")
     a = ap.parse_args()
     if a.sweep:
-        sweep(a.max_params)
+        sweep(a.max_params, a.start)
     else:
         timings(a.runs)
 
