@@ -22,18 +22,7 @@ from torchinspect.features.inputs import make_preprocess
 
 ROOT = Path(__file__).resolve().parents[1]
 
-
-class Tiny(nn.Module):
-    def __init__(self) -> None:
-        super().__init__()
-        self.conv = nn.Conv2d(3, 8, 3, padding=1)
-        self.relu = nn.ReLU()
-        self.pool = nn.AdaptiveAvgPool2d(2)
-        self.fc = nn.Linear(32, 5)
-
-    def forward(self, x):
-        x = self.pool(self.relu(self.conv(x)))
-        return self.fc(torch.flatten(x, 1))
+from features_tiny import Tiny  # noqa: E402  (tests/ is on sys.path: pytest prepend import mode)
 
 
 class Untraceable(Tiny):
@@ -289,7 +278,6 @@ def test_killed_run_loses_at_most_the_batch_in_flight(tmp_path):
     assert proc.returncode == 9, proc.stderr
     parts = sorted(p.name for p in (tmp_path / "o" / ".parts").iterdir())
     assert len(parts) == 3  # every finished batch is on disk
-    from features_tiny import Tiny  # tests/ is on sys.path (pytest prepend import mode)
 
     torch.manual_seed(0)
     net = Tiny()
