@@ -153,3 +153,27 @@ def test_case_real_model_on_cuda_is_a_rebuild_and_traces_there() -> None:
     assert trace.device.startswith("cuda") and trace.total_macs == meta.total_macs
     args, _ = case.inputs_on("cuda")
     assert args[0].is_cuda
+
+
+def test_an_output_naming_an_input_is_refused_before_any_work(invoke, tmp_path, monkeypatch) -> None:
+    """The shared layer checks --output against every file argument before the command runs."""
+    from torchinspect.analysis import summary as summary_mod
+
+    def boom(*a, **k):
+        raise AssertionError("the command ran although its output names an input")
+
+    monkeypatch.setattr(summary_mod, "summarize", boom)
+    spec = tmp_path / "net.py"
+    spec.write_text("import torch\nclass Net(torch.nn.Linear):\n    def __init__(self):\n"
+                    "        super().__init__(3, 2)\n")
+    before = spec.read_text()
+    r = invoke("summary", f"{spec}:Net", "--input", "3", "-o", spec)
+    assert r.exit_code == 2 and "refusing to overwrite the input file" in r.output
+    r = invoke("summary", f"{spec}:Net", "-o", tmp_path / "missing" / "out.txt")
+    assert r.exit_code == 2 and "does not exist" in r.output
+    assert spec.read_text() == before
+
+
+def test_report_bench_batch_is_checked_without_bench(invoke, tmp_path) -> None:
+    r = invoke("report", "zoo:convnet", "--bench-batch", "x", "-o", tmp_path / "r.html")
+    assert r.exit_code == 2 and "--bench-batch" in r.output and not (tmp_path / "r.html").exists()

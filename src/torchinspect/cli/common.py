@@ -204,6 +204,7 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
         picked = {n: kwargs.pop(n) for n in names if n in kwargs}
         try:
             injected = build(picked)
+            _check_output(injected, [*args, *kwargs.values()])
         except InspectError as exc:  # bad shared option (e.g. --device gpu): same boundary
             return command_errors(_raiser(exc))()
         return body(*args, **injected, **kwargs)
@@ -213,6 +214,22 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
     wrapper.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()}
     del wrapper.__wrapped__  # Typer must read __signature__, not fn's own
     return wrapper
+
+
+def _check_output(injected: dict[str, Any], values: list[Any]) -> None:
+    """Refuse, before any work, an --output that is one of the command's input files (any
+    argument or option naming an existing file) or that lies in a missing folder. Whether an
+    existing output may be replaced (--force) is the command's own decision."""
+    out, opts = injected.get("out"), injected.get("opts")
+    if out is None or not out.output:
+        return
+    from torchinspect.io.atomic import check_target
+
+    named: list[str | None] = [*(opts.files() if opts is not None else ())]
+    for v in values:
+        named.extend(v if isinstance(v, (list, tuple)) else [v])
+    check_target(out.output, force=True,
+                 protect=input_files([v for v in named if isinstance(v, str)]))
 
 
 def _raiser(exc: Exception) -> Callable[[], None]:

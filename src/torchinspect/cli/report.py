@@ -3,8 +3,6 @@ one comparison page)."""
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Annotated
 
 import typer
@@ -14,7 +12,6 @@ from torchinspect.cli.common import (
     ModelsArg,
     OutputOptions,
     emit,
-    input_files,
     model_command,
 )
 from torchinspect.errors import InspectError
@@ -69,29 +66,15 @@ def report(
     from torchinspect.overview import collect_overview
     from torchinspect.report.overview import overview_report
 
-    batches = parse_batches(bench_batch) if bench else None
+    batches = parse_batches(bench_batch)  # checked even without --bench: bad input is an error
     inputs = [*models, *opts.files()]
-    check_output(out.output, input_files(inputs))  # before minutes of work, not after
     if out.format is OutputFormat.table:  # the page is the point; --format json/markdown/csv too
         out = OutputOptions(OutputFormat.html, out.output)
     result = collect_overview(models, depth=depth, options=opts, graph=not no_graph,
                               graph_depth=graph_depth, doctor=not no_doctor,
-                              doctor_run=doctor_run, bench=bench, bench_batches=batches,
+                              doctor_run=doctor_run, bench=bench, bench_batches=batches if bench else None,
                               bench_seconds=bench_seconds, progress=_progress)
     emit(overview_report(result), out, inputs)
-
-
-def check_output(path: str | None, inputs: tuple[str, ...]) -> None:
-    """Refuse up front an --output that is one of the inputs or lies in a missing folder."""
-    if not path:
-        return
-    target = Path(path)
-    if target.exists() and any(os.path.samefile(target, p) for p in inputs):
-        raise InspectError(f"{target}: refusing to overwrite the input file",
-                           hint="write to a new file name, e.g. -o report.html")
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise InspectError(f"{target}: folder {parent} does not exist", hint="create it first")
 
 
 def _progress(text: str) -> None:
