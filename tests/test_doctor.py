@@ -244,3 +244,23 @@ def test_api_twin() -> None:
     import torchinspect
 
     assert torchinspect.diagnose is diagnose
+
+
+def test_a_given_trace_is_reused_not_traced_again(monkeypatch) -> None:
+    """`inspect report` hands the doctor its own trace: same findings, no second forward."""
+    import torchinspect.trace as trace_pkg
+    from torchinspect.analysis.doctor import diagnose_case
+    from torchinspect.sources.case import ModelOptions, make_case
+    from torchinspect.trace import trace_case
+
+    case = make_case("squeezenet1_1", options=ModelOptions(device="meta"))
+    expected = diagnose_case(case)
+    trace = trace_case(case)
+
+    def no_second_trace(*a, **k):
+        raise AssertionError("traced again")
+
+    monkeypatch.setattr(trace_pkg, "trace_model", no_second_trace)
+    again = diagnose_case(case, trace=trace)
+    assert [f.to_dict() for f in again.findings] == [f.to_dict() for f in expected.findings]
+    assert any(f.code == "TI009" for f in again.findings)  # the shape check used that trace

@@ -186,7 +186,8 @@ def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: in
     if graph:
         view.graph = timed("graph", lambda: parts.graph_part(case, trace, graph_depth))
     if doctor:
-        view.doctor = timed("doctor", lambda: parts.doctor_part(case, run_checks=doctor_run))
+        view.doctor = timed("doctor", lambda: parts.doctor_part(case, run_checks=doctor_run,
+                                                                trace=trace))
     if bench:
         view.bench = timed("bench", lambda: parts.bench_part(case, device=real,
                                                              batches=bench_batches,

@@ -123,7 +123,7 @@ class DoctorPart:
         return {**self.result.to_dict(), "left_out": dict(self.left_out)}
 
 
-def doctor_part(case: Any, *, run_checks: bool) -> DoctorPart:
+def doctor_part(case: Any, *, run_checks: bool, trace: Any = None) -> DoctorPart:
     """The doctor's checks; those that need a real forward/backward only with ``run_checks``
     (they run where the case asked: ``--device``, auto meaning the CPU)."""
     try:
@@ -133,7 +133,7 @@ def doctor_part(case: Any, *, run_checks: bool) -> DoctorPart:
     run_codes = [code for code, rule in RULES.items() if rule.needs == "run"]
     ignore = [] if run_checks else run_codes
     left_out = {c: "needs a real forward and backward: pass --doctor-run" for c in ignore}
-    result = diagnose_case(case, ignore=ignore or None)
+    result = diagnose_case(case, ignore=ignore or None, trace=trace)
     return DoctorPart(result, left_out)
 
 

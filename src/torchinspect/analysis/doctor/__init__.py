@@ -51,10 +51,12 @@ def diagnose(model_or_spec: Any, inputs: Any = None, *, select: Sequence[str] | 
 
 
 def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
-                  ignore: Sequence[str] | None = None) -> DoctorResult:
+                  ignore: Sequence[str] | None = None, trace: Any = None) -> DoctorResult:
     """The checks on a resolved :class:`~torchinspect.sources.case.ModelCase`.
 
-    Real-number checks run on ``case.requested`` (auto -> cpu; meta -> skipped).
+    Real-number checks run on ``case.requested`` (auto -> cpu; meta -> skipped). ``trace``:
+    an eval-mode Trace of this case already made (``inspect report`` passes its own), so the
+    shape checks need no second forward.
     """
     from torchinspect import device as devices
     from torchinspect.analysis.doctor import shapes, structure
@@ -78,9 +80,10 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     if "TI008" in chosen:
         findings += structure.frozen_parameters(model)
     if chosen & _TRACE_CODES:
-        from torchinspect.trace import trace_model
+        if trace is None or trace.train:
+            from torchinspect.trace import trace_model
 
-        trace = trace_model(model, case.require_example(), device="meta", rebuild=case.rebuild)
+            trace = trace_model(model, case.require_example(), device="meta", rebuild=case.rebuild)
         if trace.fallback_reason:
             notes.append(f"shapes traced on {trace.device}: {trace.fallback_reason}")
         if "TI008" in chosen:
