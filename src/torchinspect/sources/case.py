@@ -58,7 +58,6 @@ class ModelCase:
     model: Any
     name: str
     example: ExampleInputs | Any | None
-    device: str = "meta"  # where model's tensors are
     notes: list[str] = field(default_factory=list)
     rebuild: Callable[[str], Any] | None = None
     kind: str = "module"  # torchvision, zoo, python, pickle, torchscript, export, module
@@ -125,16 +124,14 @@ def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions |
             loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
                                 key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
                                 device=devices.build_device(dev), **kw)
-        case = ModelCase(loaded.model, loaded.name, loaded.example, loaded.device,
-                         list(loaded.notes), loaded.rebuild, str(loaded.kind), loaded.weights_key,
-                         requested=dev)
+        case = ModelCase(loaded.model, loaded.name, loaded.example, list(loaded.notes),
+                         loaded.rebuild, str(loaded.kind), loaded.weights_key, requested=dev)
     else:
         if not _is_module(model_or_spec):
             raise InspectError(f"expected a model name, spec or torch.nn.Module, got "
                                f"{type(model_or_spec).__name__}",
                                hint="pass e.g. 'resnet18', 'zoo:gpt', 'file.py:Net' or a module")
-        case = ModelCase(model_or_spec, type(model_or_spec).__name__, None,
-                         devices.model_device(model_or_spec, default="cpu"), requested=dev)
+        case = ModelCase(model_or_spec, type(model_or_spec).__name__, None, requested=dev)
         if devices.has_meta_tensors(model_or_spec):  # real runs use an initialized copy
             from torchinspect.sources.materialize import real_copy
 
