@@ -260,6 +260,18 @@ def test_cuda_cli_profile(invoke, tmp_path):
     d = json.loads(out.read_text())
     assert d["profile"]["sort_by"] == "self_device" and d["profile"]["total_self_device_s"] > 0
     assert (tmp_path / "r.trace.json").exists()
+    # kernel count and kernel time per forward; a CUDA-graph replay runs the same kernels,
+    # and its median can only be above their sum (they run one after the other)
+    eager = d["profile"]
+    assert eager["kernels_per_forward"] > 20 and eager["kernel_s"] > 0
+    out2 = tmp_path / "g.json"
+    r = invoke("bench", "resnet18", "--device", "cuda", "--dtype", "fp16", "--profile",
+               "--cuda-graphs", *FAST_ARGS, "--format", "json", "--output", out2)
+    assert r.exit_code == 0, r.output
+    g = json.loads(out2.read_text())
+    assert g["profile"]["kernels_per_forward"] == eager["kernels_per_forward"]
+    median = g["configs"][0]["timing"]["stats"]["median"]
+    assert g["profile"]["kernel_s"] < median < 1.5 * g["profile"]["kernel_s"]
 
 
 def test_large_inputs_made_on_the_device_keep_specs():

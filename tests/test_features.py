@@ -186,6 +186,28 @@ def test_folder_with_corrupt_grayscale_and_rgba(invoke, tmp_path):
         torch.testing.assert_close(rows[[0, 2, 3, 4][k]], _expected(net, img, 24, 20), atol=1e-5, rtol=1e-5)
 
 
+def test_collect_inputs_order_exclusion_and_explicit_files(tmp_path):
+    from torchinspect.features.inputs import collect_inputs
+
+    root = tmp_path / "in"
+    for rel in ("b.jpg", "a/z.png", "a/b/c.jpg", "a2.jpg", "out/x.jpg", "out2/y.jpg",
+                ".hidden/h.jpg", ".dot.jpg", "t.pt"):
+        (root / rel).parent.mkdir(parents=True, exist_ok=True)
+        (root / rel).write_bytes(b"x")
+    (root / "readme.txt").write_text("ignored")
+    torch.save(torch.zeros(3, 4, 4), root / "t.pt")
+    # the output folder inside an input folder is skipped; its sibling "out2" is not
+    items, ignored = collect_inputs([str(root), str(root / "b.jpg"), str(root / "out" / "x.jpg")],
+                                    sample_rank=3, exclude=root / "out")
+    rel = [os.path.relpath(it.path, root) for it in items]
+    assert rel == ["a/b/c.jpg", "a/z.png", "a2.jpg", "b.jpg", "out2/y.jpg", "t.pt"]
+    assert [it.kind for it in items] == ["image"] * 5 + ["tensor"]
+    assert ignored == 2  # .dot.jpg and readme.txt (.hidden/ is not walked)
+    assert items[0].id == (root / "a" / "b" / "c.jpg").as_posix()
+    # the output folder given as an input is not read at all
+    assert collect_inputs([str(root / "out")], exclude=root / "out") == ([], 0)
+
+
 def test_published_transforms_match_torchvision(tmp_path):
     img = Image.fromarray(np.random.default_rng(2).integers(0, 255, (375, 500, 3), dtype=np.uint8))
     prep = make_preprocess("resnet18", None)
@@ -403,6 +425,7 @@ def test_cuda_mixed_sizes_end_to_end_and_callers_module_untouched(tmp_path):
     assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
     torch.testing.assert_close(a.rows("relu").float(), b.rows("relu").float(), atol=0.05, rtol=0.05)
     assert gpu.startup_seconds is not None and gpu.loop_seconds is not None
+    assert gpu.warmup_seconds is not None  # the copy is ours: warmed up on zeros while decoding
     assert a.manifest["runs"][-1]["loop_seconds"] == pytest.approx(gpu.loop_seconds, abs=1e-3)
     # the caller's module was copied to the GPU (and made channels-last there), not changed
     assert net.conv.weight.device.type == "cpu" and net.conv.weight.is_contiguous()

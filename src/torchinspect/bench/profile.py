@@ -30,6 +30,10 @@ class ProfileResult:
     total_self_cpu_s: float = 0.0
     total_self_device_s: float = 0.0
     trace_file: str | None = None
+    # GPU activities (kernels, copies, memsets) per forward and the sum of their durations:
+    # a median well above kernel_s is time the GPU spends between kernels (launch latency)
+    kernels_per_forward: float | None = None
+    kernel_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -43,6 +47,20 @@ def _device_time(evt: Any) -> float:
         if v is not None:
             return float(v)
     return 0.0
+
+
+def _kernels(prof: Any, n: int) -> tuple[float | None, float | None]:
+    """(GPU activities per call, their summed duration per call in seconds)."""
+    from torch.autograd import DeviceType
+
+    try:
+        gpu = [e for e in prof.events() if getattr(e, "device_type", None) == DeviceType.CUDA]
+        total_us = sum(e.time_range.elapsed_us() for e in gpu)
+    except Exception:  # noqa: BLE001 - profiler internals differ between versions: omit
+        return None, None
+    if not gpu:
+        return None, None
+    return len(gpu) / n, total_us / 1e6 / n
 
 
 def profile_step(step: Callable[[], Any], *, cuda: bool, sync: Callable[[], Any], rows: int = 15,
@@ -66,6 +84,8 @@ def profile_step(step: Callable[[], Any], *, cuda: bool, sync: Callable[[], Any]
     result = ProfileResult(config=label, forwards=n, sort_by=key, ops=ops[:rows],
                            total_self_cpu_s=sum(o.self_cpu_s for o in ops),
                            total_self_device_s=sum(o.self_device_s for o in ops))
+    if cuda:
+        result.kernels_per_forward, result.kernel_s = _kernels(prof, n)
     if trace_file:
         from torchinspect.io.atomic import atomic_path
 

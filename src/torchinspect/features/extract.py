@@ -75,9 +75,12 @@ class FeatureResult:
     ignored_files: int = 0
     notes: list[str] = field(default_factory=list)
     # start-up (model build, input listing, workers, first batch decoded) vs the loop from
-    # the first batch to the last row written; the slowest rank's under torchrun
+    # the first batch to the last row written; the slowest rank's under torchrun. CUDA image
+    # runs warm the model up (kernels, cuDNN plans) during the start-up, while the first
+    # batches are read and decoded: warmup_seconds of it
     startup_seconds: float | None = None
     loop_seconds: float | None = None
+    warmup_seconds: float | None = None
 
     @property
     def rows_per_s(self) -> float:
@@ -277,57 +280,83 @@ def _assemble(batch: dict[str, Any], items: list[InputItem], prep: Preprocess, d
     return _Ready(x, [rid for rid, _ in entries], errors, last)
 
 
-def _threaded(source: Iterator[_Ready], device: str, depth: int = 4) -> Iterator[_Ready]:
-    """Prepare batches in a thread on a side CUDA stream, so decoding the next batch
-    overlaps the forward of this one."""
-    q: queue.Queue[Any] = queue.Queue(maxsize=depth)
-    stop = threading.Event()
-    dev = torch.device(device)
-    stream = torch.cuda.Stream(dev)
-    end = object()
+class _Prefetch:
+    """Prepares batches in a thread on a side CUDA stream, so decoding the next batch
+    overlaps the forward of this one. The thread (and with it the DataLoader workers)
+    starts at once: the caller can warm the model up meanwhile. ``close()`` stops it."""
 
-    def put(obj: Any) -> bool:
-        while not stop.is_set():
+    _END = object()
+
+    def __init__(self, source: Iterator[_Ready], device: str, depth: int = 4) -> None:
+        self.q: queue.Queue[Any] = queue.Queue(maxsize=depth)
+        self.stop = threading.Event()
+        self.dev = torch.device(device)
+        self.stream = torch.cuda.Stream(self.dev)
+        self.source = source
+        # the side stream does not order itself after the default stream: wait for what
+        # was queued there (weights, constants) before the first kernel
+        self.stream.wait_stream(torch.cuda.current_stream(self.dev))
+        self.thread = threading.Thread(target=self._work, name="torchinspect-decode", daemon=True)
+        self.thread.start()
+
+    def _put(self, obj: Any) -> bool:
+        while not self.stop.is_set():
             try:
-                q.put(obj, timeout=0.1)
+                self.q.put(obj, timeout=0.1)
                 return True
             except queue.Full:
                 continue
         return False
 
-    def work() -> None:
+    def _work(self) -> None:
         try:
-            # the side stream does not order itself after the default stream: wait for what
-            # was queued there (weights, constants) before the first kernel
-            stream.wait_stream(torch.cuda.current_stream(dev))
-            with torch.cuda.device(dev), torch.cuda.stream(stream):
-                for ready in source:
+            with torch.cuda.device(self.dev), torch.cuda.stream(self.stream):
+                for ready in self.source:
                     ev = torch.cuda.Event()
-                    ev.record(stream)
+                    ev.record(self.stream)
                     ready.event = ev
-                    if not put(ready):
+                    if not self._put(ready):
                         return
-            put(end)
+            self._put(self._END)
         except BaseException as exc:  # re-raised in the consumer
-            put(exc)
+            self._put(exc)
 
-    t = threading.Thread(target=work, name="torchinspect-decode", daemon=True)
-    t.start()
-    try:
-        while True:
-            got = q.get()
-            if got is end:
+    def __iter__(self) -> Iterator[_Ready]:
+        try:
+            while True:
+                got = self.q.get()
+                if got is self._END:
+                    return
+                if isinstance(got, BaseException):
+                    raise got
+                if got.event is not None:
+                    torch.cuda.current_stream(self.dev).wait_event(got.event)
+                if got.x is not None:
+                    got.x.record_stream(torch.cuda.current_stream(self.dev))
+                yield got
+        finally:
+            self.close()
+
+    def close(self) -> None:
+        self.stop.set()
+        self.thread.join(timeout=5)
+
+
+def _warm_up(cap: LayerCapture, shapes: list[tuple[int, ...]], dev: str, autocast: Any,
+             channels_last: bool) -> None:
+    """Forwards on zeros of each batch shape the run will use (while the first batches are
+    read and decoded): CUDA loads its kernels lazily and cuDNN plans per shape, which would
+    otherwise stall the first real batch of each shape. A failure is left to the real batch."""
+    with torch.inference_mode(), autocast:
+        for shape in shapes:
+            x = torch.zeros(shape, device=dev)
+            if channels_last:
+                x = x.contiguous(memory_format=torch.channels_last)
+            try:
+                cap(x)
+            except Exception:  # noqa: BLE001 - the real batch reports it properly
                 return
-            if isinstance(got, BaseException):
-                raise got
-            if got.event is not None:
-                torch.cuda.current_stream(dev).wait_event(got.event)
-            if got.x is not None:
-                got.x.record_stream(torch.cuda.current_stream(dev))
-            yield got
-    finally:
-        stop.set()
-        t.join(timeout=5)
+    torch.cuda.synchronize(dev)
 
 
 def _flatten(name: str, out: Any) -> dict[str, torch.Tensor]:
@@ -542,7 +571,8 @@ def extract_features(
             forward_seconds=counters["forward"] if dev == "cpu" else None,
             preprocess=settings["preprocess"], file_format=file_format,
             save_dtype=DTYPE_NAMES[save], ignored_files=ignored, notes=notes,
-            startup_seconds=timing["startup_seconds"], loop_seconds=timing["loop_seconds"])
+            startup_seconds=timing["startup_seconds"], loop_seconds=timing["loop_seconds"],
+            warmup_seconds=timing["warmup_seconds"])
     finally:
         dist.close()
 
@@ -556,19 +586,22 @@ def _broadcast_weights(net: torch.nn.Module) -> None:
 
 
 def _timing(dist: _Dist, counters: dict[str, Any], t0: float) -> dict[str, float | None]:
-    """Start-up and loop seconds of this run (the slowest rank's when there are several)."""
+    """Start-up, warm-up (part of the start-up) and loop seconds of this run (the slowest
+    rank's when there are several)."""
     first, end = counters.get("first_batch"), counters.get("loop_end")
-    mine = (None if first is None else first - t0, None if first is None or end is None else end - first)
+    mine = (None if first is None else first - t0, None if first is None or end is None else end - first,
+            counters.get("warmup"))
     every = [mine]
     if dist.world > 1:
         import torch.distributed as tdist
 
         every = [mine] * dist.world
         tdist.all_gather_object(every, mine)
+
     def slowest(k: int) -> float | None:
         vals = [v[k] for v in every if v[k] is not None]
         return round(max(vals), 4) if vals else None
-    return {"startup_seconds": slowest(0), "loop_seconds": slowest(1)}
+    return {"startup_seconds": slowest(0), "loop_seconds": slowest(1), "warmup_seconds": slowest(2)}
 
 
 def _sum_rows(manifest: dict[str, Any]) -> int:
@@ -632,7 +665,20 @@ def _run(cap: LayerCapture, mine: list[tuple[int, InputItem]], items: list[Input
             for k, batch in enumerate(loader):
                 yield _assemble(batch, sub, prep, dev, lasts[k], gpu)
 
-        source = _threaded(prepared(), dev) if cuda else prepared()
+        if cuda:
+            prefetch = _Prefetch(prepared(), dev)
+            source = iter(prefetch)
+            if channels_last and prep.crop is not None:  # image batches of a known shape
+                w0 = time.perf_counter()
+                sizes = list(dict.fromkeys(len(b) for b, _ in batches))[:3]
+                try:
+                    _warm_up(cap, [(n, 3, *prep.crop) for n in sizes], dev, autocast, channels_last)
+                except BaseException:
+                    prefetch.close()
+                    raise
+                counters["warmup"] = time.perf_counter() - w0
+        else:
+            source = prepared()
     # on CUDA the D2H copy wait and the writing run on a thread: the next forward is
     # launched while this batch's features travel and are saved
     writer: Any = BackgroundWriter(sink, dev) if cuda else sink

@@ -41,14 +41,12 @@ class InputItem:
     index: int | None = None  # entry of a batched tensor file
 
 
-def _is_under(path: Path, folder: Path | None) -> bool:
+def _is_under(path: Path, folder: str | None) -> bool:
+    """``path`` (resolved) is ``folder`` (already resolved) or inside it."""
     if folder is None:
         return False
-    try:
-        path.resolve().relative_to(folder.resolve())
-        return True
-    except ValueError:
-        return False
+    real = os.path.realpath(path)
+    return real == folder or real.startswith(folder.rstrip(os.sep) + os.sep)
 
 
 def collect_inputs(paths: list[str], *, sample_rank: int | None = None,
@@ -56,9 +54,11 @@ def collect_inputs(paths: list[str], *, sample_rank: int | None = None,
     """The ordered rows of ``paths``; returns (items, files ignored in folders).
 
     Folders are walked recursively; their image and tensor files are taken in sorted order
-    of their relative path. ``exclude`` (the output folder) is never read.
+    of their relative path. ``exclude`` (the output folder) is never read. Cheap per file
+    (string work, no per-file ``resolve``): 100,000 files list in well under a second.
     """
-    excl = Path(exclude) if exclude is not None else None
+    excl = os.path.realpath(exclude) if exclude is not None else None
+    suffixes = frozenset(IMAGE_SUFFIXES + TENSOR_SUFFIXES)
     items: list[InputItem] = []
     ignored = 0
     seen: set[str] = set()
@@ -68,29 +68,35 @@ def collect_inputs(paths: list[str], *, sample_rank: int | None = None,
             raise InspectError(f"input {raw}: no such file or folder",
                                hint="pass image files, folders of images, or .pt/.npy/.safetensors files")
         if p.is_dir():
-            found = []
-            for root, dirs, files in os.walk(p):
+            if _is_under(p, excl):
+                continue  # the output folder itself
+            found: list[tuple[str, str]] = []  # (relative posix path, path)
+            top = str(p)
+            for root, dirs, files in os.walk(top):
+                # os.walk does not follow links to folders, so only folders can lead into
+                # the output folder: prune them; their files need no check of their own
                 dirs[:] = [d for d in dirs if not d.startswith(".")
                            and not _is_under(Path(root) / d, excl)]
+                rel_root = os.path.relpath(root, top)
+                rel_root = "" if rel_root == "." else rel_root.replace(os.sep, "/") + "/"
                 for f in files:
-                    fp = Path(root) / f
-                    suffix = fp.suffix.lower()
-                    if f.startswith(".") or suffix not in IMAGE_SUFFIXES + TENSOR_SUFFIXES:
+                    if f.startswith(".") or os.path.splitext(f)[1].lower() not in suffixes:
                         ignored += 1
                         continue
-                    found.append(fp)
-            files_in = sorted(found, key=lambda q: q.relative_to(p).as_posix())
+                    found.append((rel_root + f, os.path.join(root, f)))
+            found.sort()
+            files_in = [(fp, False) for _, fp in found]
         else:
-            files_in = [p]
-        for fp in files_in:
-            key = os.path.normpath(str(fp))
-            if key in seen or _is_under(fp, excl):
+            files_in = [(str(p), True)]
+        for fp, explicit in files_in:
+            key = os.path.normpath(fp)
+            if key in seen or (explicit and _is_under(Path(fp), excl)):
                 continue
             seen.add(key)
-            if fp.suffix.lower() in TENSOR_SUFFIXES:
+            if os.path.splitext(key)[1].lower() in TENSOR_SUFFIXES:
                 items.extend(tensor_items(key, sample_rank))
             else:
-                items.append(InputItem(Path(key).as_posix(), key, "image"))
+                items.append(InputItem(key.replace(os.sep, "/"), key, "image"))
     return items, ignored
 
 

@@ -3,7 +3,8 @@
 Durability, in the order things happen for one rank:
 
 1. every batch is written at once as an atomic *part* (``.parts/part-RUN-RANK-SEQ.safetensors``,
-   its row ids in the header): a killed run loses at most the batch in flight;
+   its row ids in the header; renamed into place without an fsync): a killed run loses at
+   most the batch in flight; after an OS crash an unreadable part is skipped and redone;
 2. when the rows held in memory reach ``--shard-size`` (or the run ends, or is interrupted,
    or the next rows are not contiguous in the input order) they are written as one atomic
    *shard*, the shard is recorded in ``.progress-rRANK.json`` (atomic), then its parts are
@@ -103,7 +104,9 @@ class RankWriter:
         if ids:
             part = self.parts_dir / f"part-{self.run:03d}-r{self.rank:03d}-{self._part_seq:06d}.safetensors"
             self._part_seq += 1
-            write_tensors(part, feats, metadata={"ids": json.dumps(ids)})
+            # no fsync: a killed process leaves the part whole (page cache); an OS crash may
+            # leave it truncated, and recovery then skips it and its rows are computed again
+            write_tensors(part, feats, metadata={"ids": json.dumps(ids)}, sync=False)
             self._parts.append(part)
             self._rows.append(feats)
             self._ids.extend(ids)
@@ -226,7 +229,7 @@ def _parts_to_shards(folder: Path, plist: list[Path], pr: dict[str, Any], done: 
             with safe_open(str(p), framework="pt") as fh:
                 part_ids = json.loads((fh.metadata() or {}).get("ids", "[]"))
                 tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
-        except Exception:  # an unreadable part cannot exist (atomic), but never crash on one
+        except Exception:  # truncated by an OS crash (parts are not fsynced): redo its rows
             part_ids, tensors = [], {}
         if part_ids and not set(part_ids) & done:
             rows.append(tensors)

@@ -34,11 +34,15 @@ def check_target(target: str | os.PathLike[str], *, force: bool = True,
 
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
-                protect: Sequence[str | os.PathLike[str] | None] = ()) -> Iterator[Path]:
+                protect: Sequence[str | os.PathLike[str] | None] = (),
+                sync: bool = True) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on success it replaces ``target``.
 
     ``force=False`` refuses an existing target; ``protect`` lists input files that must
-    never be overwritten (the same file under another name counts too).
+    never be overwritten (the same file under another name counts too). ``sync=False``
+    skips the fsync: still atomic when the process is killed (the data is in the page
+    cache), but an OS crash may leave a truncated file. Only for files a reader checks and
+    can redo (the per-batch parts of ``inspect features``).
     """
     target = check_target(target, force=force, protect=protect)
     parent = target.parent if str(target.parent) else Path(".")
@@ -50,8 +54,9 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
     try:
         tmp_path.touch()  # writers may open it without O_CREAT
         yield tmp_path
-        with open(tmp_path, "rb") as fh:
-            os.fsync(fh.fileno())
+        if sync:
+            with open(tmp_path, "rb") as fh:
+                os.fsync(fh.fileno())
         os.replace(tmp_path, target)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)

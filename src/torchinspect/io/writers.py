@@ -48,12 +48,14 @@ def _prepare(tensors: Mapping[str, Any]) -> dict[str, Any]:
 
 def write_tensors(path: str | os.PathLike[str], tensors: Mapping[str, Any], *,
                   fmt: str = "safetensors", metadata: Mapping[str, str] | None = None,
-                  force: bool = True, protect: Sequence[str | os.PathLike[str]] = ()) -> list[Path]:
+                  force: bool = True, protect: Sequence[str | os.PathLike[str]] = (),
+                  sync: bool = True) -> list[Path]:
     """Write ``tensors`` atomically; returns the files written.
 
     ``npy`` writes one file per tensor, named ``<stem>.<tensor name>.npy`` next to ``path``
     (NumPy has no bfloat16: such tensors are refused with a hint). ``metadata`` is kept in
-    the safetensors header and in the ``pt`` dict under ``__metadata__``.
+    the safetensors header and in the ``pt`` dict under ``__metadata__``. ``sync``: see
+    :func:`torchinspect.io.atomic.atomic_path`.
     """
     if fmt not in FORMATS:
         raise InspectError(f"unknown tensor format {fmt!r}", hint=f"use one of {', '.join(FORMATS)}")
@@ -64,7 +66,7 @@ def write_tensors(path: str | os.PathLike[str], tensors: Mapping[str, Any], *,
     if fmt == "safetensors":
         from safetensors.torch import save_file
 
-        with atomic_path(path, force=force, protect=protect) as tmp:
+        with atomic_path(path, force=force, protect=protect, sync=sync) as tmp:
             save_file(data, str(tmp), metadata=meta or None)
         return [path]
     if fmt == "pt":
@@ -73,7 +75,7 @@ def write_tensors(path: str | os.PathLike[str], tensors: Mapping[str, Any], *,
         obj: dict[str, Any] = dict(data)
         if meta:
             obj["__metadata__"] = meta
-        with atomic_path(path, force=force, protect=protect) as tmp:
+        with atomic_path(path, force=force, protect=protect, sync=sync) as tmp:
             torch.save(obj, tmp)
         return [path]
     import numpy as np
@@ -86,7 +88,7 @@ def write_tensors(path: str | os.PathLike[str], tensors: Mapping[str, Any], *,
             raise InspectError(f"tensor {name!r} is bfloat16, which .npy files cannot hold",
                                hint="use --format safetensors or pt, or --save-dtype fp16/fp32")
         target = path.with_name(f"{stem}.{name}.npy")
-        with atomic_path(target, force=force, protect=protect) as tmp, open(tmp, "wb") as fh:
+        with atomic_path(target, force=force, protect=protect, sync=sync) as tmp, open(tmp, "wb") as fh:
             np.save(fh, t.numpy(), allow_pickle=False)
         written.append(target)
     return written

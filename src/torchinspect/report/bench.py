@@ -119,6 +119,15 @@ def bench_report(result: BenchResult, compare: list[Change] | None = None) -> Re
         footer = [f"per forward, mean of {p.forwards} profiled calls ({p.config}); "
                   f"total self CPU {fmt_time(p.total_self_cpu_s)}"
                   + (f", self CUDA {fmt_time(p.total_self_device_s)}" if cuda else "")]
+        if p.kernel_s and p.kernels_per_forward:
+            row = next((c for c in result.configs if c.label == p.config and c.timing), None)
+            line = (f"GPU: {p.kernels_per_forward:g} kernels per forward, "
+                    f"{fmt_time(p.kernel_s)} of kernel time")
+            if row is not None and row.timing is not None:
+                gap = row.timing.stats.median / p.kernel_s - 1
+                line += (f"; the median is {gap * 100:+.1f}% over it (the GPU's time between "
+                         "kernels and the launch)")
+            footer.append(line)
         if p.trace_file:
             footer.append(f"Chrome trace: {p.trace_file} (open in chrome://tracing or Perfetto)")
         sections.append(Table(f"top operators by {p.sort_by.replace('_', ' ')} time", pcols, prow,
