@@ -3,7 +3,8 @@
 * CPU (always): resnet18 batch 1 fp32 and zoo:mnist-net batch 32, same thread count:
   our median vs ``torch.utils.benchmark.Timer(...).blocked_autorange()``. Target: within 10%.
 * CUDA (when available): resnet50 batch 32 fp16 eager: our median vs ``blocked_autorange``
-  and vs ``triton.testing.do_bench(return_mode="median")``. Target: within 2%.
+  and vs ``triton.testing.do_bench(return_mode="median")``, interleaved 3 times (median of
+  each). Target: within 2%.
 * CUDA: ``--cuda-graphs`` resnet18 batch 1 fp32 vs the sum of the GPU kernel durations that
   torch.profiler records for one forward (mean of 20 profiled forwards, kernels summed from
   its Chrome trace). Target: within 5%.
@@ -163,15 +164,27 @@ def main() -> int:
                 "Timer.blocked_autorange", sorted(mine)[1], sorted(refs)[1], 0.10)
     if torch.cuda.is_available() and not a.cpu_only:
         torch.backends.cudnn.benchmark = True
-        m = ours("resnet50", "3,224,224", "cuda", 32, "fp16")
+        # Eager ResNet-50 at batch 32 is close to launch-bound on these hosts (the host needs
+        # about as long to enqueue a forward as the GPU to run it), so every timer follows the
+        # host's speed, which drifts (page-cache writeback after a benchmark, turbo): A/B
+        # interleaved 3 times, the median of each timer's 3 medians, as on the CPU
         model, x = model_and_input("resnet50", "3,224,224", "cuda", 32, "float16")
-        add("resnet50 b32 fp16 cuda eager", "Timer.blocked_autorange", m,
-            timer_median(model, x, threads), 0.02)
-        try:
-            add("resnet50 b32 fp16 cuda eager", "triton do_bench (median)", m,
-                do_bench_median(model, x), 0.02)
-        except ImportError as exc:
-            print(f"triton missing: {exc}", file=sys.stderr)
+        mine, timer, dob = [], [], []
+        for _ in range(3):
+            mine.append(ours("resnet50", "3,224,224", "cuda", 32, "fp16"))
+            timer.append(timer_median(model, x, threads))
+            try:
+                dob.append(do_bench_median(model, x))
+            except ImportError as exc:
+                print(f"triton missing: {exc}", file=sys.stderr)
+        print(f"resnet50 b32 fp16 medians (ms): ours {[round(v * 1e3, 4) for v in mine]}, "
+              f"Timer {[round(v * 1e3, 4) for v in timer]}, do_bench {[round(v * 1e3, 4) for v in dob]}")
+        m = sorted(mine)[1]
+        add("resnet50 b32 fp16 cuda eager (median of 3 interleaved runs)", "Timer.blocked_autorange", m,
+            sorted(timer)[1], 0.02)
+        if dob:
+            add("resnet50 b32 fp16 cuda eager (median of 3 interleaved runs)", "triton do_bench (median)",
+                m, sorted(dob)[len(dob) // 2], 0.02)
         del model, x
         torch.cuda.empty_cache()
         m = ours("resnet18", "3,224,224", "cuda", 1, "fp32", cuda_graphs=True)

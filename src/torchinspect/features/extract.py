@@ -533,6 +533,10 @@ def extract_features(
                          and sample_rank == 3 and prep.mode == "image")
         if channels_last:
             net = net.to(memory_format=torch.channels_last)
+        # zeros of the image batch shapes through a model of ours while the first batches
+        # are decoded (a caller's module only ever sees real inputs)
+        warm_up = (dev.startswith("cuda") and owned and prep.mode == "image"
+                   and prep.crop is not None and bool(mine) and all(it.kind == "image" for _, it in mine))
         tensors_meta: dict[str, dict[str, Any]] = dict(manifest.get("tensors") or {})
         interrupted = False
         with LayerCapture(net, layers) as cap:
@@ -540,7 +544,7 @@ def extract_features(
             try:
                 _run(cap, mine, items, prep, dev, batch_size, workers, compute, pool, save,
                      gpu_decode, writer, counters, tensors_meta, progress, first, t0,
-                     dist.world, channels_last)
+                     dist.world, channels_last, warm_up)
             except KeyboardInterrupt:
                 interrupted = True
             finally:
@@ -637,7 +641,7 @@ def _run(cap: LayerCapture, mine: list[tuple[int, InputItem]], items: list[Input
          pool: str | None, save: torch.dtype, gpu_decode: bool, sink: store.RankWriter,
          counters: dict[str, Any], tensors_meta: dict[str, Any],
          progress: Callable[[Progress], None] | None, first: Any, t0: float, world: int,
-         channels_last: bool = False) -> None:
+         channels_last: bool = False, warm_up: bool = False) -> None:
     cuda = dev.startswith("cuda")
     autocast = (torch.autocast(device_type="cuda" if cuda else "cpu", dtype=compute)
                 if compute != torch.float32 else contextlib.nullcontext())
@@ -668,7 +672,7 @@ def _run(cap: LayerCapture, mine: list[tuple[int, InputItem]], items: list[Input
         if cuda:
             prefetch = _Prefetch(prepared(), dev)
             source = iter(prefetch)
-            if channels_last and prep.crop is not None:  # image batches of a known shape
+            if warm_up and prep.crop is not None:  # image batches of a known shape
                 w0 = time.perf_counter()
                 sizes = list(dict.fromkeys(len(b) for b, _ in batches))[:3]
                 try:
