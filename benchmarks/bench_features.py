@@ -1,6 +1,8 @@
 """Throughput of `inspect features` (see benchmarks/RESULTS-features.md).
 
     python benchmarks/bench_features.py cpu            # resnet18 avgpool, 256 JPEGs 500x375
+    python benchmarks/bench_features.py memory [--sizes 500 4000] [--shard-size 16MB]
+        # peak host RSS of the CLI vs the number of images (must not grow with the folder)
     python benchmarks/bench_features.py gpu [--n 5000] [--profile] [--n-scale 20000]
         # resnet50 avgpool fp16: forward-only (NCHW, channels-last), PIL+DataLoader baseline,
         # each stage alone (--profile), ours on 1 GPU (end to end, start-up, loop), and the
@@ -268,9 +270,54 @@ def bench_gpu(args) -> dict:
     return out
 
 
+def _small_jpeg(args):
+    import numpy as np
+    from PIL import Image
+
+    path, seed = args
+    rng = np.random.default_rng(seed)
+    Image.fromarray(rng.integers(0, 255, (96, 128, 3), dtype=np.uint8)).save(path, quality=90)
+
+
+def bench_memory(args) -> dict:
+    """Peak host RSS of the CLI vs the number of images, with a small --shard-size: the
+    writer holds at most one shard of rows, so the peak must not grow with the folder.
+    resnet18 ``layer1`` at 64x64 (64 KB per row in fp32), CPU, one process per run."""
+    tmp = Path(tempfile.mkdtemp(prefix="bench-features-mem-"))
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    runs = []
+    for n in args.sizes:
+        folder = tmp / f"imgs{n}"
+        folder.mkdir()
+        with Pool(os.cpu_count()) as pool:
+            pool.map(_small_jpeg, [(folder / f"{i:06d}.jpg", i) for i in range(n)], chunksize=64)
+        out = tmp / f"out{n}"
+        code = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
+                "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(p.returncode)")
+        t = time.perf_counter()
+        p = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "torchinspect", "features",
+                            "resnet18", str(folder), "-l", "layer1", "--resize", "64", "--crop", "64",
+                            "--shard-size", args.shard_size, "--batch-size", "64", "--no-progress",
+                            "-o", str(out)], env=env, capture_output=True, text=True)
+        wall = time.perf_counter() - t
+        if p.returncode:
+            raise SystemExit(p.stderr[-2000:])
+        peak_mb = int(p.stdout.strip().splitlines()[-1]) / 1024  # ru_maxrss is in KiB on Linux
+        man = json.loads((out / "manifest.json").read_text())
+        runs.append({"images": n, "peak_rss_mb": round(peak_mb, 1), "shards": len(man["shards"]),
+                     "output_mb": round(sum(s["bytes"] for s in man["shards"]) / 1e6, 1),
+                     "seconds": round(wall, 1)})
+    growth = runs[-1]["peak_rss_mb"] / runs[0]["peak_rss_mb"] - 1
+    return {"mode": "memory", "shard_size": args.shard_size, "runs": runs,
+            "peak_growth_pct": round(100 * growth, 1)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
-    ap.add_argument("mode", choices=["cpu", "gpu"])
+    ap.add_argument("mode", choices=["cpu", "gpu", "memory"])
+    ap.add_argument("--sizes", type=int, nargs="+", default=[500, 4000],
+                    help="memory: folder sizes to compare")
+    ap.add_argument("--shard-size", default="16MB", help="memory: --shard-size of the runs")
     ap.add_argument("--n", type=int, default=None)
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--workers", type=int, default=None)
@@ -281,7 +328,9 @@ def main() -> None:
                     help="gpu: a second, larger folder for 1 vs N GPUs (0: skip)")
     ap.add_argument("--no-cli", action="store_true", help="gpu: skip the CLI/torchrun runs")
     args = ap.parse_args()
-    if args.mode == "cpu":
+    if args.mode == "memory":
+        res = bench_memory(args)
+    elif args.mode == "cpu":
         args.n = args.n or 256
         args.batch_size = args.batch_size or 32
         res = bench_cpu(args)

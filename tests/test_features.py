@@ -342,6 +342,37 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
 
 
 @pytest.mark.cuda
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.cuda.device_count() < 2,
+                    reason="needs 2 CUDA GPUs (run on the two-GPU machine)")
+def test_cuda_two_gpu_ranks_match_one_gpu(tmp_path):
+    folder = tmp_path / "imgs"
+    _photo_jpegs(folder / "x", [(90, 70)] * 5)
+    _photo_jpegs(folder / "y", [(70, 90)] * 4)
+    _images(folder / "z", n=2)  # PNGs: the CPU decoder inside the GPU path
+    torch.manual_seed(0)
+    torch.save(Tiny().state_dict(), tmp_path / "w.pt")
+    spec = f"{ROOT / 'tests' / 'features_tiny.py'}:Tiny"
+    args = ["-m", "torchinspect", "features", spec, "--weights", str(tmp_path / "w.pt"), str(folder),
+            "-l", "relu,fc", "--resize", "40", "--crop", "32", "--batch-size", "2", "--workers", "1",
+            "--device", "cuda", "--no-progress"]
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+    one = subprocess.run([sys.executable, *args, "-o", str(tmp_path / "one")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node", "2", *args, "-o", str(tmp_path / "two")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr
+    a, b = FeatureFolder.open(tmp_path / "one"), FeatureFolder.open(tmp_path / "two")
+    run = b.manifest["runs"][0]
+    assert run["world_size"] == 2 and run["device"] == "cuda" and run["rows"] == 11
+    assert {s["file"].split("-")[2] for s in b.manifest["shards"]} == {"r000", "r001"}
+    assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
+    for k in ("relu", "fc"):  # two GPUs may pick other cuDNN (TF32) algorithms: close, not equal
+        torch.testing.assert_close(a.rows(k), b.rows(k), atol=2e-3, rtol=2e-3)
+
+
+@pytest.mark.cuda
 def test_cuda_gpu_decode_matches_cpu_decode_with_png_fallback(tmp_path):
     folder = tmp_path / "imgs"
     folder.mkdir()

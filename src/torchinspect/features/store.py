@@ -121,6 +121,7 @@ class RankWriter:
         """Write the rows held in memory as one shard, record it, drop its parts."""
         if self._ids:
             tensors = {k: torch.cat([r[k] for r in self._rows]) for k in self._rows[0]}
+            self._rows = []  # the batches are in ``tensors`` now: hold one copy while writing
             self.shards.append(write_shard(self.folder, tensors, self._ids, fmt=self.fmt,
                                            name=f"features-{self.run:03d}-r{self.rank:03d}-{len(self.shards):05d}",
                                            metadata=self.metadata))

@@ -1,0 +1,102 @@
+"""Where a CUDA-graph replay's time goes: resnet18 batch 1 fp32 (see RESULTS-bench.md).
+
+Times one replay between CUDA events, one event pair around 1/10/100/1,000 replays, and the
+host wall clock over 2,000 back-to-back replays; then profiles eager forwards and graph
+replays (torch.profiler) for the kernel count, kernel names, the summed kernel time and the
+GPU's gaps between consecutive kernels. Needs a CUDA GPU:
+
+    python benchmarks/graph_gap.py
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics as st
+import tempfile
+import time
+
+import torch
+import torchvision
+from torch.profiler import ProfilerActivity, profile
+
+
+def kernels(fn, n: int = 20) -> dict:
+    """Kernel count, summed kernel time, gaps and span per call of ``fn`` (microseconds)."""
+    torch.cuda.synchronize()
+    with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:
+        for _ in range(n):
+            fn()
+        torch.cuda.synchronize()
+    path = os.path.join(tempfile.mkdtemp(), "trace.json")
+    prof.export_chrome_trace(path)
+    with open(path) as fh:
+        ev = [e for e in json.load(fh)["traceEvents"] if e.get("cat") == "kernel"]
+    ev.sort(key=lambda e: e["ts"])
+    per = len(ev) // n
+    gaps = [ev[i + 1]["ts"] - (ev[i]["ts"] + ev[i]["dur"]) for i in range(len(ev) - 1) if (i + 1) % per]
+    spans = [ev[(k + 1) * per - 1]["ts"] + ev[(k + 1) * per - 1]["dur"] - ev[k * per]["ts"] for k in range(n)]
+    names: dict[str, int] = {}
+    for e in ev[:per]:
+        names[e["name"][:60]] = names.get(e["name"][:60], 0) + 1
+    return {"kernel_sum_us": sum(e["dur"] for e in ev) / n, "kernels": per,
+            "gap_median_us": st.median(gaps) if gaps else 0.0, "gap_sum_us": sum(gaps) / n,
+            "span_median_us": st.median(spans), "names": names}
+
+
+def main() -> None:
+    torch.backends.cudnn.benchmark = True
+    m = torchvision.models.resnet18().cuda().eval()
+    x = torch.randn(1, 3, 224, 224, device="cuda")
+    res: dict = {}
+    with torch.inference_mode():
+        for _ in range(20):
+            m(x)
+        torch.cuda.synchronize()
+        side = torch.cuda.Stream()
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            for _ in range(3):
+                m(x)
+        torch.cuda.current_stream().wait_stream(side)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            m(x)
+        for _ in range(500):
+            g.replay()
+        torch.cuda.synchronize()
+        pairs = []
+        for _ in range(2000):
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            pairs.append((a, b))
+        torch.cuda.synchronize()
+        res["per_replay_events_median_us"] = st.median(a.elapsed_time(b) * 1e3 for a, b in pairs)
+        for k in (1, 10, 100, 1000):
+            vals = []
+            for _ in range(max(5, 2000 // k)):
+                a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                a.record()
+                for _ in range(k):
+                    g.replay()
+                b.record()
+                b.synchronize()
+                vals.append(a.elapsed_time(b) * 1e3 / k)
+            res[f"events_around_{k}_replays_median_us"] = st.median(vals)
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(2000):
+            g.replay()
+        torch.cuda.synchronize()
+        res["host_wall_per_replay_us"] = (time.perf_counter() - t) / 2000 * 1e6
+        res["eager"] = kernels(lambda: m(x))
+        res["graph"] = kernels(g.replay)
+    print(json.dumps(res, indent=1))
+    print(torch.cuda.get_device_name(), torch.__version__, torch.backends.cudnn.version())
+
+
+if __name__ == "__main__":
+    main()
