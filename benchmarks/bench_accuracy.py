@@ -97,20 +97,10 @@ def graph_wall_median(model, x, reps: int = 5, n: int = 2000) -> float:
     import time
 
     import torch
+    from graph_gap import capture  # benchmarks/ is the script's folder
 
     with torch.inference_mode():
-        side = torch.cuda.Stream()
-        side.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                model(x)
-        torch.cuda.current_stream().wait_stream(side)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
-            model(x)
-        for _ in range(200):
-            g.replay()
+        g = capture(model, x)
         vals = []
         for _ in range(reps):
             torch.cuda.synchronize()

@@ -315,6 +315,20 @@ def test_killed_run_loses_at_most_the_batch_in_flight(tmp_path):
 # ------------------------------------------------------------------ torchrun
 
 
+def _one_and_two_ranks(args: list[str], tmp_path: Path, **env_extra: str) -> tuple[FeatureFolder, FeatureFolder]:
+    """The CLI ``args`` (``-m torchinspect features ...``) in one process, then under torchrun
+    with 2 processes; their output folders."""
+    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", **env_extra}
+    one = subprocess.run([sys.executable, *args, "-o", str(tmp_path / "one")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert one.returncode == 0, one.stderr
+    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                          "--nproc-per-node", "2", *args, "-o", str(tmp_path / "two")], env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert two.returncode == 0, two.stderr
+    return FeatureFolder.open(tmp_path / "one"), FeatureFolder.open(tmp_path / "two")
+
+
 @pytest.mark.slow
 def test_two_gloo_ranks_match_one_process(tmp_path):
     folder = tmp_path / "imgs"
@@ -325,15 +339,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
     spec = f"{ROOT / 'tests' / 'features_tiny.py'}:Tiny"
     args = ["-m", "torchinspect", "features", spec, "--weights", str(tmp_path / "w.pt"), str(folder),
             "-l", "relu,fc", "--resize", "24", "--crop", "20", "--batch-size", "2", "--workers", "0"]
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}", "OMP_NUM_THREADS": "1"}
-    one = subprocess.run([sys.executable, *args, "-o", str(tmp_path / "one")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert one.returncode == 0, one.stderr
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc-per-node", "2", *args, "-o", str(tmp_path / "two")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert two.returncode == 0, two.stderr
-    a, b = FeatureFolder.open(tmp_path / "one"), FeatureFolder.open(tmp_path / "two")
+    a, b = _one_and_two_ranks(args, tmp_path, OMP_NUM_THREADS="1")
     assert b.manifest["runs"][0]["world_size"] == 2 and b.manifest["runs"][0]["rows"] == 9
     assert {s["file"].split("-")[2] for s in b.manifest["shards"]} == {"r000", "r001"}
     assert [e["id"] for e in a.manifest["inputs"]] == [e["id"] for e in b.manifest["inputs"]]
@@ -355,15 +361,7 @@ def test_cuda_two_gpu_ranks_match_one_gpu(tmp_path):
     args = ["-m", "torchinspect", "features", spec, "--weights", str(tmp_path / "w.pt"), str(folder),
             "-l", "relu,fc", "--resize", "40", "--crop", "32", "--batch-size", "2", "--workers", "1",
             "--device", "cuda", "--no-progress"]
-    env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
-    one = subprocess.run([sys.executable, *args, "-o", str(tmp_path / "one")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert one.returncode == 0, one.stderr
-    two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                          "--nproc-per-node", "2", *args, "-o", str(tmp_path / "two")], env=env,
-                         capture_output=True, text=True, timeout=300)
-    assert two.returncode == 0, two.stderr
-    a, b = FeatureFolder.open(tmp_path / "one"), FeatureFolder.open(tmp_path / "two")
+    a, b = _one_and_two_ranks(args, tmp_path)
     run = b.manifest["runs"][0]
     assert run["world_size"] == 2 and run["device"] == "cuda" and run["rows"] == 11
     assert {s["file"].split("-")[2] for s in b.manifest["shards"]} == {"r000", "r001"}
