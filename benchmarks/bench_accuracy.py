@@ -130,6 +130,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu-only", action="store_true")
     ap.add_argument("--json", help="also write the rows as JSON to this file")
+    ap.add_argument("--rounds", type=int, default=5, help="CPU: interleaved rounds (odd)")
     a = ap.parse_args()
     rows = []
 
@@ -143,15 +144,17 @@ def main() -> int:
     torch.set_num_threads(threads)
     for spec, inp, batch in (("resnet18", "3,224,224", 1), ("zoo:mnist-net", "1,28,28", 32)):
         if a.cpu_only or not torch.cuda.is_available():
-            # A/B interleaved 3 times (a VM's clock and caches drift between runs): the median
-            # of our 3 medians against the median of the reference's 3.
+            # A/B interleaved --rounds times (a VM's clock and caches drift between runs): the
+            # median of our medians against the median of the reference's.
             model, x = model_and_input(spec, inp, "cpu", batch, "float32")
             mine, refs = [], []
-            for _ in range(3):
+            for _ in range(a.rounds):
                 refs.append(timer_median(model, x, threads))
                 mine.append(ours(spec, inp, "cpu", batch, "fp32", threads=threads))
-            add(f"{spec} b{batch} fp32 cpu ({threads} threads, median of 3 interleaved runs)",
-                "Timer.blocked_autorange", sorted(mine)[1], sorted(refs)[1], 0.10)
+            print(f"{spec} medians (ms): ours {[round(v * 1e3, 3) for v in mine]}, "
+                  f"Timer {[round(v * 1e3, 3) for v in refs]}")
+            add(f"{spec} b{batch} fp32 cpu ({threads} threads, median of {a.rounds} interleaved runs)",
+                "Timer.blocked_autorange", sorted(mine)[a.rounds // 2], sorted(refs)[a.rounds // 2], 0.10)
     if torch.cuda.is_available() and not a.cpu_only:
         torch.backends.cudnn.benchmark = True
         # Eager ResNet-50 at batch 32 is close to launch-bound on these hosts (the host needs

@@ -536,7 +536,7 @@ def extract_features(
         # zeros of the image batch shapes through a model of ours while the first batches
         # are decoded (a caller's module only ever sees real inputs)
         warm_up = (dev.startswith("cuda") and owned and prep.mode == "image"
-                   and prep.crop is not None and bool(mine) and all(it.kind == "image" for _, it in mine))
+                   and bool(mine) and all(it.kind == "image" for _, it in mine))
         tensors_meta: dict[str, dict[str, Any]] = dict(manifest.get("tensors") or {})
         interrupted = False
         with LayerCapture(net, layers) as cap:
@@ -672,7 +672,7 @@ def _run(cap: LayerCapture, mine: list[tuple[int, InputItem]], items: list[Input
         if cuda:
             prefetch = _Prefetch(prepared(), dev)
             source = iter(prefetch)
-            if warm_up and prep.crop is not None:  # image batches of a known shape
+            if warm_up and prep.crop is not None:  # image batches of a known (cropped) shape
                 w0 = time.perf_counter()
                 sizes = list(dict.fromkeys(len(b) for b, _ in batches))[:3]
                 try:

@@ -55,7 +55,7 @@ def collect_inputs(paths: list[str], *, sample_rank: int | None = None,
 
     Folders are walked recursively; their image and tensor files are taken in sorted order
     of their relative path. ``exclude`` (the output folder) is never read. Cheap per file
-    (string work, no per-file ``resolve``): 100,000 files list in well under a second.
+    (string work, no per-file ``resolve``): ~10 us per file.
     """
     excl = os.path.realpath(exclude) if exclude is not None else None
     suffixes = frozenset(IMAGE_SUFFIXES + TENSOR_SUFFIXES)
