@@ -32,9 +32,8 @@ def _one_jpeg(args):
     import numpy as np
     from PIL import Image
 
-    path, seed = args
+    path, seed, (w, h) = args
     rng = np.random.default_rng(seed)
-    h, w = 375, 500
     yy, xx = np.mgrid[0:h, 0:w]
     base = np.stack([(xx * rng.uniform(0.2, 0.6) + yy * rng.uniform(0.1, 0.5) + rng.uniform(0, 255)) % 256
                      for _ in range(3)], -1)
@@ -42,10 +41,11 @@ def _one_jpeg(args):
     Image.fromarray(img).save(path, quality=90)
 
 
-def make_jpegs(folder: Path, n: int) -> float:
+def make_jpegs(folder: Path, n: int, size: tuple[int, int] = (500, 375)) -> float:
+    """``n`` photo-like JPEGs of ``size`` (width, height); returns their mean size in bytes."""
     folder.mkdir(parents=True, exist_ok=True)
     with Pool(os.cpu_count()) as pool:
-        pool.map(_one_jpeg, [(folder / f"{i:05d}.jpg", i) for i in range(n)], chunksize=16)
+        pool.map(_one_jpeg, [(folder / f"{i:06d}.jpg", i, size) for i in range(n)], chunksize=16)
     sizes = [p.stat().st_size for p in folder.iterdir()]
     return sum(sizes) / len(sizes)
 
@@ -270,15 +270,6 @@ def bench_gpu(args) -> dict:
     return out
 
 
-def _small_jpeg(args):
-    import numpy as np
-    from PIL import Image
-
-    path, seed = args
-    rng = np.random.default_rng(seed)
-    Image.fromarray(rng.integers(0, 255, (96, 128, 3), dtype=np.uint8)).save(path, quality=90)
-
-
 def bench_memory(args) -> dict:
     """Peak host RSS of the CLI vs the number of images, with a small --shard-size: the
     writer holds at most one shard of rows, so the peak must not grow with the folder.
@@ -288,9 +279,7 @@ def bench_memory(args) -> dict:
     runs = []
     for n in args.sizes:
         folder = tmp / f"imgs{n}"
-        folder.mkdir()
-        with Pool(os.cpu_count()) as pool:
-            pool.map(_small_jpeg, [(folder / f"{i:06d}.jpg", i) for i in range(n)], chunksize=64)
+        make_jpegs(folder, n, size=(128, 96))
         out = tmp / f"out{n}"
         code = ("import resource, subprocess, sys; p = subprocess.run(sys.argv[1:]); "
                 "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss); sys.exit(p.returncode)")

@@ -294,3 +294,13 @@ def test_tensor_inputs_and_kwargs() -> None:
     assert trace.total_macs == 4 * 3 * 2
     assert trace.calls[0].inputs[-1]["extra"].shape == (4, 2)
     assert trace_model(KW().fc, torch.randn(5, 3)).total_macs == 5 * 3 * 2
+
+
+def test_first_tensor_of_a_shape_tree() -> None:
+    from torchinspect.shapes import TensorMeta, first_tensor
+
+    a, b = TensorMeta((1, 3), "float32"), TensorMeta((2,), "int64")
+    assert first_tensor(a) is a
+    assert first_tensor(("text", [None, {"k": b, "z": a}], a)) is b  # depth first, dict order
+    assert first_tensor({"x": 1, "y": ["s"]}) is None and first_tensor(None) is None
+    assert a.numel == 3 and TensorMeta((), "float32").numel == 1

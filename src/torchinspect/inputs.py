@@ -22,6 +22,7 @@ uses every shape exactly as written.
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
@@ -75,10 +76,7 @@ class TensorSpec:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     @property
     def itemsize(self) -> int:

@@ -7,6 +7,7 @@ sources use them to describe inputs given as tensors. Leaf module: imports only 
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -21,10 +22,7 @@ class TensorMeta:
 
     @property
     def numel(self) -> int:
-        n = 1
-        for d in self.shape:
-            n *= d
-        return n
+        return math.prod(self.shape)
 
     def to_dict(self) -> dict[str, Any]:
         return {"shape": list(self.shape), "dtype": self.dtype}
@@ -89,6 +87,18 @@ def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     if isinstance(value, dict):
         return {k: map_tensors(v, fn) for k, v in value.items()}
     return value
+
+
+def first_tensor(tree: Any) -> TensorMeta | None:
+    """The first :class:`TensorMeta` of a shape tree, depth first (dicts in their order)."""
+    if isinstance(tree, TensorMeta):
+        return tree
+    children = tree.values() if isinstance(tree, dict) else tree if isinstance(tree, (tuple, list)) else ()
+    for child in children:
+        found = first_tensor(child)
+        if found is not None:
+            return found
+    return None
 
 
 def shape_tree_to_json(tree: ShapeTree) -> Any:

@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.shapes import first_tensor
 
 BIG_GRAPH = 2000  # nodes; above this the result suggests --depth
 RENDER_FORMATS = ("svg", "png", "pdf")
@@ -455,21 +456,8 @@ def _flow_matches(flow: _Flow, trace: Any) -> bool:
 
 
 def _first_shape(tree: Any) -> list[int] | None:
-    from torchinspect.shapes import TensorMeta
-
-    if isinstance(tree, TensorMeta):
-        return list(tree.shape)
-    if isinstance(tree, (list, tuple)):
-        for v in tree:
-            s = _first_shape(v)
-            if s is not None:
-                return s
-    if isinstance(tree, dict):
-        for v in tree.values():
-            s = _first_shape(v)
-            if s is not None:
-                return s
-    return None
+    t = first_tensor(tree)
+    return list(t.shape) if t is not None else None
 
 
 def _short(tree: Any) -> str:

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from torchinspect.errors import InspectError
+from torchinspect.shapes import first_tensor
 
 
 @dataclass
@@ -108,7 +109,8 @@ def list_layers(model: Any, *, options: Any = None) -> LayerListing:
         if c.name in modules:
             modules[c.name].calls += 1
             continue
-        shape, dtype = _meta_shape(c.outputs)
+        first = first_tensor(c.outputs)
+        shape, dtype = (list(first.shape), first.dtype) if first is not None else (None, None)
         modules[c.name] = LayerInfo(c.name, "module", c.type, shape, dtype)
     nodes: list[LayerInfo] = []
     fx_error = None
@@ -137,25 +139,6 @@ def devices_on_meta(model: nn.Module) -> bool:
     from torchinspect import device as devices
 
     return devices.has_meta_tensors(model)
-
-
-def _meta_shape(tree: Any) -> tuple[list[int] | None, str | None]:
-    """Shape and dtype of the first tensor in a trace shape tree."""
-    from torchinspect.shapes import TensorMeta
-
-    if isinstance(tree, TensorMeta):
-        return list(tree.shape), tree.dtype
-    if isinstance(tree, (tuple, list)):
-        for t in tree:
-            got = _meta_shape(t)
-            if got[0] is not None:
-                return got
-    if isinstance(tree, dict):
-        for t in tree.values():
-            got = _meta_shape(t)
-            if got[0] is not None:
-                return got
-    return None, None
 
 
 def _run_fx(model: nn.Module, names: Sequence[str], args: tuple[Any, ...],

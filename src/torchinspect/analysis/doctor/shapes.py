@@ -10,27 +10,11 @@ from typing import Any
 from torch import nn
 
 from torchinspect.analysis.doctor.rules import Finding, Severity
-from torchinspect.shapes import TensorMeta
+from torchinspect.shapes import first_tensor
 
 # TI009 is a warning when the dropped rows are at least this share of the input extent,
 # info below it (e.g. one column of 224 in SqueezeNet's stem).
 DROPPED_WARN_SHARE = 0.02
-
-
-def _first_tensor(tree: Any) -> TensorMeta | None:
-    if isinstance(tree, TensorMeta):
-        return tree
-    if isinstance(tree, (tuple, list)):
-        for t in tree:
-            found = _first_tensor(t)
-            if found is not None:
-                return found
-    if isinstance(tree, dict):
-        for t in tree.values():
-            found = _first_tensor(t)
-            if found is not None:
-                return found
-    return None
 
 
 def batchnorm_single_value(model: nn.Module, trace: Any) -> list[Finding]:
@@ -42,7 +26,7 @@ def batchnorm_single_value(model: nn.Module, trace: Any) -> list[Finding]:
         module = modules.get(call.name)
         if call.name in done or not isinstance(module, nn.modules.batchnorm._BatchNorm):
             continue
-        x = _first_tensor(call.inputs)
+        x = first_tensor(call.inputs)
         if x is None or len(x.shape) < 2 or x.shape[1] == 0:
             continue
         per_channel = x.numel // x.shape[1]
@@ -117,7 +101,7 @@ def rounded_down_outputs(model: nn.Module, trace: Any) -> list[Finding]:
         module = modules.get(call.name)
         if module is None or call.name in done:
             continue
-        x = _first_tensor(call.inputs)
+        x = first_tensor(call.inputs)
         if x is None:
             continue
         drops = dropped_edges(module, x.shape)
