@@ -45,6 +45,17 @@ class TiedLM(nn.Module):
         self.lm_head.weight = self.tok.weight
 
 
+HELPERS = Path(__file__)  # this file, for python specs like f"{HELPERS}:Net"
+
+
+def cli_json(result) -> dict:
+    """The JSON a CLI run printed; exit 0 (ok) or 1 (incompatible/partial) only."""
+    import json
+
+    assert result.exit_code in (0, 1), result.output
+    return json.loads(result.output)
+
+
 def net(seed: int = 0, **kw) -> Net:
     torch.manual_seed(seed)
     return Net(**kw)

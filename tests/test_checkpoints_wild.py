@@ -15,12 +15,14 @@ import pytest
 import torch
 
 from test_checkpoint_helpers import (
+    HELPERS,
     ClipLike,
     ExtraStateNet,
     QNet,
     Stage,
     TiedLM,
     _Reduce,
+    cli_json,
     net,
     save_plain,
 )
@@ -28,13 +30,6 @@ from torchinspect.errors import UnsafeCheckpointError
 from torchinspect.io.checkpoint import read_checkpoint_meta
 from torchinspect.io.convert import convert_checkpoint
 from torchinspect.io.torch_load import UNRESOLVED, scan_pickle_globals
-
-HELPERS = Path(__file__).parent / "test_checkpoint_helpers.py"
-
-
-def _json(result) -> dict:
-    assert result.exit_code in (0, 1), result.output
-    return json.loads(result.output)
 
 
 def _bits(t: torch.Tensor) -> torch.Tensor:
@@ -126,7 +121,7 @@ def test_quantized_state_dicts(tmp_path: Path, invoke) -> None:
     # --values on differing quantized tensors: dequantized numbers, no crash
     torch.manual_seed(1)
     torch.save(QNet(10).state_dict(), tmp_path / "q10b.pt")
-    data = _json(invoke("diff", tmp_path / "q10.pt", tmp_path / "q10b.pt", "--values", "-f", "json"))
+    data = cli_json(invoke("diff", tmp_path / "q10.pt", tmp_path / "q10b.pt", "--values", "-f", "json"))
     packed = next(v for v in data["values"] if v["key"] == "fc._packed_params._packed_params")
     assert packed["max_abs_diff"] > 0 and not packed["equal"]
 
@@ -175,7 +170,7 @@ def test_fp16_overflow_is_counted_and_refused(tmp_path: Path, invoke) -> None:
     assert result.exit_code == 1, result.output
     assert "3 value(s) overflow to inf and 1 underflow to 0 in 3 tensor(s)" in result.output
     assert "--dtype bf16" in result.output and not out.exists()
-    data = _json(invoke("convert", tmp_path / "a.pt", out, "--dtype", "fp16", "--allow-overflow",
+    data = cli_json(invoke("convert", tmp_path / "a.pt", out, "--dtype", "fp16", "--allow-overflow",
                         "-f", "json"))
     assert data["overflow"]["w"] == {"to_inf": 2, "to_zero": 0}
     assert data["overflow"]["tiny"] == {"to_inf": 0, "to_zero": 1}
@@ -471,7 +466,7 @@ def test_timm_and_lightning_globals_need_no_trust(tmp_path: Path, invoke) -> Non
         assert result.exit_code == 0, result.output
         res = convert_checkpoint(tmp_path / f, tmp_path / f"{f}.safetensors")
         assert res.verified == "bit-exact" and res.tensors == len(sd)
-    data = _json(invoke("diff", f"{HELPERS}:Net", tmp_path / "timm.pth.tar", "-f", "json"))
+    data = cli_json(invoke("diff", f"{HELPERS}:Net", tmp_path / "timm.pth.tar", "-f", "json"))
     assert "args" in data["b"]["extras"]
     # anything else is still refused
     torch.save({"state_dict": sd, "x": collections.ChainMap({})}, tmp_path / "other.pt")
@@ -499,7 +494,7 @@ def test_per_block_compile_infix_remap(tmp_path: Path, invoke) -> None:
 def test_counts_agree_between_diff_and_convert(tmp_path: Path, invoke) -> None:
     m = TiedLM()
     torch.save(m.state_dict(), tmp_path / "t.pt")
-    d = _json(invoke("diff", tmp_path / "t.pt", tmp_path / "t.pt", "-f", "json"))
+    d = cli_json(invoke("diff", tmp_path / "t.pt", tmp_path / "t.pt", "-f", "json"))
     res = convert_checkpoint(tmp_path / "t.pt", tmp_path / "o.pt")
     assert d["b"]["tensors"] == res.tensors == len(m.state_dict())
     assert d["tied"]["b"] == res.tied and len(res.tied) == 1
@@ -527,16 +522,16 @@ def test_counts_agree_across_diff_convert_and_summary(tmp_path: Path, invoke, le
     nbytes = sum(t.numel() * t.element_size() for t in {v.data_ptr(): v for v in sd.values()}.values())
     assert (n_tensors, n_tied) == (5 + 1, 1)
 
-    d = _json(invoke("diff", path, "--arch", arch, "-f", "json"))
+    d = cli_json(invoke("diff", path, "--arch", arch, "-f", "json"))
     assert d["verdict"] == "strict" and d["b"]["tensors"] == n_tensors
     assert sum(len(g) - 1 for g in d["tied"]["b"]) == n_tied and d["b"]["bytes"] == nbytes
     assert d["folded"] == ["bn.num_batches_tracked"]
 
-    c = _json(invoke("convert", path, tmp_path / "o.pt", "--arch", arch, "-f", "json"))
+    c = cli_json(invoke("convert", path, tmp_path / "o.pt", "--arch", arch, "-f", "json"))
     assert c["tensors"] == n_tensors and sum(len(g) - 1 for g in c["tied"]) == n_tied
     assert c["tensor_bytes_before"] == nbytes and c["folded"] == d["folded"]
 
-    s = _json(invoke("summary", path, "--arch", arch, "--input", "long:1,5", "--no-batch",
+    s = cli_json(invoke("summary", path, "--arch", arch, "--input", "long:1,5", "--no-batch",
                      "--totals", "-f", "json"))
     s = s["models"][0] if "models" in s else s
     note = next(n for n in s["notes"] if n.startswith("weights loaded from"))
@@ -569,7 +564,7 @@ def test_every_container_entry_is_listed(tmp_path: Path, invoke) -> None:
     torch.save({"state_dict": sd, **extras, "state_dict_ema": sd}, tmp_path / "a.pt")
     result = invoke("diff", f"{HELPERS}:Net", tmp_path / "a.pt")
     assert "other container entries (16)" in result.output and "4 more" in result.output
-    data = _json(invoke("diff", f"{HELPERS}:Net", tmp_path / "a.pt", "-f", "json"))
+    data = cli_json(invoke("diff", f"{HELPERS}:Net", tmp_path / "a.pt", "-f", "json"))
     assert "state_dict_ema" in data["b"]["extras"]
 
 

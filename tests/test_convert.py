@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from test_checkpoint_helpers import (
+    HELPERS,
     TiedLM,
     net,
     save_compiled,
@@ -28,8 +29,6 @@ from torchinspect.io.zipcrc import (
     read_central_directory,
     set_stored_crcs,
 )
-
-HELPERS = Path(__file__).parent / "test_checkpoint_helpers.py"
 
 
 def _load(path: Path) -> dict[str, torch.Tensor]:

@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import torch
 
 from test_checkpoint_helpers import (
+    HELPERS,
     TiedLM,
+    cli_json,
     net,
     save_compiled,
     save_dataparallel,
@@ -16,13 +17,6 @@ from test_checkpoint_helpers import (
     save_simulated_gpu,
 )
 from torchinspect.io.diff import Verdict, checkpoint_side, compare_values, diff_state_dicts
-
-HELPERS = Path(__file__).parent / "test_checkpoint_helpers.py"
-
-
-def _json(result) -> dict:
-    assert result.exit_code in (0, 1), result.output
-    return json.loads(result.output)
 
 
 def test_identical_checkpoints_load_strict(tmp_path: Path, invoke) -> None:
@@ -42,7 +36,7 @@ def test_dataparallel_prefix_candidates_and_auto_prefix(tmp_path: Path, invoke) 
     assert "strip prefix 'module.'" in result.output and "pass --auto-prefix" in result.output
     assert "weights under key 'state_dict'" in result.output
     assert "optimizer=dict" in result.output  # the container's other entries are named
-    data = _json(invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt", "--format", "json"))
+    data = cli_json(invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt", "--format", "json"))
     best = data["prefix_remaps"][0]
     assert (best["strip"], best["add"], best["matched"]) == ("module.", "", len(sd))
     result = invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt", "--auto-prefix")
@@ -69,7 +63,7 @@ def test_changed_head_is_a_shape_mismatch(tmp_path: Path, invoke) -> None:
     wa, wb = a.head.weight.shape, b.head.weight.shape
     assert f"({wa[0]}, {wa[1]})" in result.output and f"({wb[0]}, {wb[1]})" in result.output
     assert "incompatible: 2 shape mismatch(es)" in result.output
-    data = _json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "-f", "json"))
+    data = cli_json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "-f", "json"))
     assert data["schema"] == "torchinspect/diff/v1"
     assert {m["key"] for m in data["shape_mismatches"]} == {"head.weight", "head.bias"}
     assert data["verdict"] == "incompatible"
@@ -94,7 +88,7 @@ def test_partial_load_and_strict_flag(tmp_path: Path, invoke) -> None:
     assert result.exit_code == 0, result.output
     assert f"every one of the {len(part)} target tensors gets a value" in result.output
     assert invoke("diff", tmp_path / "part.pt", tmp_path / "full.pt", "--strict").exit_code == 1
-    data = _json(invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt", "-f", "json"))
+    data = cli_json(invoke("diff", tmp_path / "full.pt", tmp_path / "part.pt", "-f", "json"))
     assert set(data["missing"]) == set(full) - set(part) and data["unexpected"] == []
 
 
@@ -106,7 +100,7 @@ def test_repeated_layers_are_grouped(tmp_path: Path, invoke) -> None:
     assert result.exit_code == 1
     lines = [ln for ln in result.output.splitlines() if "attn.q.weight" in ln]
     assert len(lines) == 1 and "layers.{0..79}.attn.q.weight" in lines[0]
-    data = _json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "-f", "json"))
+    data = cli_json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "-f", "json"))
     groups = {g["pattern"]: g["count"] for g in data["groups"]["shape_mismatches"]}
     assert groups["layers.{0..79}.attn.q.weight"] == 80
 
@@ -116,7 +110,7 @@ def test_dtype_mismatches_and_values(tmp_path: Path, invoke) -> None:
     half = {k: v.half() if v.is_floating_point() else v for k, v in sd.items()}
     torch.save(sd, tmp_path / "a.pt")
     torch.save(half, tmp_path / "b.pt")
-    data = _json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "--values", "-f", "json"))
+    data = cli_json(invoke("diff", tmp_path / "a.pt", tmp_path / "b.pt", "--values", "-f", "json"))
     floats = {k for k, v in sd.items() if v.is_floating_point()}
     assert {m["key"] for m in data["dtype_mismatches"]} == floats
     assert data["verdict"] == "strict"  # load_state_dict casts dtypes
@@ -145,7 +139,7 @@ def test_saved_device_is_reported(tmp_path: Path, invoke) -> None:
     result = invoke("diff", tmp_path / "a.pt", tmp_path / "gpu.pt")
     assert result.exit_code == 0
     assert "saved on cuda:0" in result.output and "weights under key 'model'" in result.output
-    data = _json(invoke("diff", tmp_path / "a.pt", tmp_path / "gpu.pt", "-f", "json"))
+    data = cli_json(invoke("diff", tmp_path / "a.pt", tmp_path / "gpu.pt", "-f", "json"))
     assert data["b"]["saved_devices"] == ["cuda:0"] and data["b"]["container_key"] == "model"
 
 
@@ -159,8 +153,8 @@ def test_model_side_and_arch_form(tmp_path: Path, invoke) -> None:
     result = invoke("diff", tmp_path / "dp.pt", "--arch", spec, "--auto-prefix", "--arg", "num_classes=3")
     assert result.exit_code == 1 and "shape mismatch" in result.output
     # CKPT MODEL in either order: the model is the target
-    swapped = _json(invoke("diff", tmp_path / "dp.pt", spec, "--auto-prefix", "--format", "json"))
-    straight = _json(invoke("diff", spec, tmp_path / "dp.pt", "--auto-prefix", "--format", "json"))
+    swapped = cli_json(invoke("diff", tmp_path / "dp.pt", spec, "--auto-prefix", "--format", "json"))
+    straight = cli_json(invoke("diff", spec, tmp_path / "dp.pt", "--auto-prefix", "--format", "json"))
     assert swapped == straight
 
 
