@@ -7,7 +7,8 @@
   each). Target: within 2%.
 * CUDA: ``--cuda-graphs`` resnet18 batch 1 fp32 vs the sum of the GPU kernel durations that
   torch.profiler records for one forward (mean of 20 profiled forwards, kernels summed from
-  its Chrome trace). Target: within 5%.
+  its Chrome trace). Target: within 5%. Measured twice: with PyTorch's default math (cuDNN
+  convolutions in TF32) and with ``--no-tf32`` (IEEE fp32 convolutions).
 
 Prints a markdown table; exits 1 if a comparison misses its target.
 
@@ -112,7 +113,7 @@ def graph_wall_median(model, x, reps: int = 5, n: int = 2000) -> float:
     return sorted(vals)[reps // 2]
 
 
-def graph_kernels(spec: str, inp: str) -> tuple[float, float, float]:
+def graph_kernels(spec: str, inp: str, tf32: bool | None = None) -> tuple[float, float, float]:
     """(our median, kernels per forward, kernel time per forward) of ``--cuda-graphs
     --profile`` on resnet18 b1 fp32: what the tool itself tells a user."""
     from torchinspect.bench import BenchOptions, run_bench
@@ -120,7 +121,7 @@ def graph_kernels(spec: str, inp: str) -> tuple[float, float, float]:
 
     case = make_case(spec, inp, device="meta")
     r = run_bench(case, BenchOptions(device="cuda", batches=(1,), dtypes=("fp32",), cuda_graphs=True,
-                                     profile=True))
+                                     profile=True, tf32=tf32))
     return r.configs[0].timing.stats.median, r.profile.kernels_per_forward, r.profile.kernel_s
 
 
@@ -180,15 +181,22 @@ def main() -> int:
                 m, sorted(dob)[len(dob) // 2], 0.02)
         del model, x
         torch.cuda.empty_cache()
-        m = ours("resnet18", "3,224,224", "cuda", 1, "fp32", cuda_graphs=True)
+        from torchinspect.bench.precision import tf32_switch
+
+        # fp32 under PyTorch's default math (cuDNN convolutions in TF32) and in IEEE fp32
+        # (--no-tf32): the same forward, different kernels (see RESULTS-bench.md)
         model, x = model_and_input("resnet18", "3,224,224", "cuda", 1, "float32")
-        add("resnet18 b1 fp32 cuda --cuda-graphs", "profiler kernel sum (eager forward)", m,
-            kernel_sum(model, x), 0.05)
-        add("resnet18 b1 fp32 cuda --cuda-graphs", "host wall clock, 2000 back-to-back replays", m,
-            graph_wall_median(model, x), 0.02)
-        gm, kernels, ksum = graph_kernels("resnet18", "3,224,224")
-        add(f"resnet18 b1 fp32 cuda --cuda-graphs --profile (info: {kernels:g} kernels per forward)",
-            "kernel sum in our --profile of the replay", gm, ksum, float("inf"))
+        for tf32, name in ((None, "fp32"), (False, "fp32 --no-tf32")):
+            m = ours("resnet18", "3,224,224", "cuda", 1, "fp32", cuda_graphs=True, tf32=tf32)
+            with tf32_switch(tf32):
+                ksum, wall = kernel_sum(model, x), graph_wall_median(model, x)
+            add(f"resnet18 b1 {name} cuda --cuda-graphs", "profiler kernel sum (eager forward)", m,
+                ksum, 0.05)
+            add(f"resnet18 b1 {name} cuda --cuda-graphs", "host wall clock, 2000 back-to-back "
+                "replays", m, wall, 0.02)
+            gm, kernels, ksum = graph_kernels("resnet18", "3,224,224", tf32)
+            add(f"resnet18 b1 {name} cuda --cuda-graphs --profile (info: {kernels:g} kernels per "
+                "forward)", "kernel sum in our --profile of the replay", gm, ksum, float("inf"))
         m_eager = ours("resnet18", "3,224,224", "cuda", 1, "fp32")
         add("resnet18 b1 fp32 cuda eager (info)", "profiler kernel sum (eager forward)", m_eager,
             kernel_sum(model, x), float("inf"))

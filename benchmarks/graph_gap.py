@@ -5,11 +5,15 @@ host wall clock over 2,000 back-to-back replays; then profiles eager forwards an
 replays (torch.profiler) for the kernel count, kernel names, the summed kernel time and the
 GPU's gaps between consecutive kernels. Needs a CUDA GPU:
 
-    python benchmarks/graph_gap.py
+    python benchmarks/graph_gap.py [--no-tf32] [--channels-last]
+
+``--no-tf32`` turns off TF32 for cuDNN convolutions (PyTorch's default has it on), so fp32
+convolutions run in IEEE fp32 as ``inspect bench --no-tf32`` does.
 """
 
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import statistics as st
@@ -64,9 +68,16 @@ def capture(model, x) -> torch.cuda.CUDAGraph:
 
 
 def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-tf32", action="store_true", help="IEEE fp32 convolutions")
+    ap.add_argument("--channels-last", action="store_true")
+    args = ap.parse_args()
     torch.backends.cudnn.benchmark = True
-    m = torchvision.models.resnet18().cuda().eval()
-    x = torch.randn(1, 3, 224, 224, device="cuda")
+    if args.no_tf32:
+        torch.backends.cudnn.allow_tf32 = False
+    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+    m = torchvision.models.resnet18().cuda().eval().to(memory_format=fmt)
+    x = torch.randn(1, 3, 224, 224, device="cuda").to(memory_format=fmt)
     res: dict = {}
     with torch.inference_mode():
         for _ in range(20):
@@ -101,7 +112,8 @@ def main() -> None:
         res["eager"] = kernels(lambda: m(x))
         res["graph"] = kernels(g.replay)
     print(json.dumps(res, indent=1))
-    print(torch.cuda.get_device_name(), torch.__version__, torch.backends.cudnn.version())
+    print(torch.cuda.get_device_name(), torch.__version__, torch.backends.cudnn.version(),
+          f"tf32 cuDNN {torch.backends.cudnn.allow_tf32}, channels-last {args.channels_last}")
 
 
 if __name__ == "__main__":

@@ -139,6 +139,128 @@ def test_compare_verdicts():
     assert compare_configs(res(1.0, 0.004), res(0.8, 0.004))[0].verdict == "faster"
 
 
+def test_setup_differences_name_what_changed_besides_the_code():
+    from torchinspect.bench.compare import setup_differences
+
+    old = {"model": "resnet18", "device": "cuda:0", "flags": {"tf32": None, "channels_last": False},
+           "environment": {"gpu": "NVIDIA A100", "torch": "2.10.0", "tf32_cudnn": True}}
+    new = {"model": "resnet18", "device": "cuda:0", "flags": {"tf32": False, "channels_last": False},
+           "environment": {"gpu": "NVIDIA H100", "torch": "2.10.0", "tf32_cudnn": False}}
+    assert setup_differences(old, new) == ["--tf32: None -> False", "gpu: NVIDIA A100 -> NVIDIA H100",
+                                           "tf32_cudnn: True -> False"]
+    assert setup_differences(new, new) == []
+    assert setup_differences({"configs": []}, new) == []  # an older file without the keys
+
+
+def _fake_profile(names_us: list[tuple[str, float]], n: int):
+    """A stand-in for torch.profiler's result: GPU events with names and durations."""
+    from types import SimpleNamespace
+
+    from torch.autograd import DeviceType
+
+    events = [SimpleNamespace(name=name, device_type=DeviceType.CUDA,
+                              time_range=SimpleNamespace(elapsed_us=lambda us=us: us))
+              for name, us in names_us * n]
+    events.append(SimpleNamespace(name="aten::conv2d", device_type=DeviceType.CPU))
+    return SimpleNamespace(events=lambda: events)
+
+
+def test_kernel_counts_and_the_layout_hint():
+    from torchinspect.bench.profile import ProfileResult, _kernels, layout_hint
+
+    forward = ([("void cudnn::engines_precompiled::nchwToNhwcKernel<float>", 2.0)] * 8
+               + [("void cudnn::engines_precompiled::nhwcToNchwKernel<float>", 1.0)] * 4
+               + [("sm90_xmma_fprop_implicit_gemm_tf32f32", 10.0)] * 20
+               + [("vectorized_elementwise_kernel", 1.0)] * 8)
+    k = _kernels(_fake_profile(forward, 3), 3)
+    assert k == {"kernels_per_forward": 40, "kernel_s": pytest.approx(228e-6),
+                 "layout_transposes": 12, "layout_transpose_s": pytest.approx(20e-6)}
+    prof = ProfileResult(config="fp32 batch 1", forwards=3, sort_by="self_device", **k)
+    hint = layout_hint(prof, channels_last=False)
+    assert hint.startswith("layout: 12 of 40 GPU kernels per forward") and "20 us of 228 us" in hint
+    assert hint.endswith("try --channels-last")
+    assert layout_hint(prof, channels_last=True).endswith("try without --channels-last")
+    # a few conversions (the stem's input, the head) are not worth a hint
+    few = _kernels(_fake_profile(forward[6:], 3), 3)
+    assert few["layout_transposes"] == 6
+    assert layout_hint(ProfileResult("c", 3, "self_device", **{**few, "layout_transposes": 3}),
+                       False) is None
+    assert layout_hint(ProfileResult("c", 3, "self_device", kernels_per_forward=200,
+                                     layout_transposes=12), False) is None  # 6% of the kernels
+    assert layout_hint(ProfileResult("c", 3, "self_device"), False) is None  # CPU profile
+    assert _kernels(_fake_profile([], 1), 1) is None
+
+
+# ---------------------------------------------------------------- TF32
+
+
+def test_tf32_switch_sets_both_and_restores_the_legacy_settings():
+    from torchinspect.bench.precision import matmul_precision, tf32_state, tf32_switch
+
+    before = torch.get_float32_matmul_precision(), torch.backends.cudnn.allow_tf32
+    try:
+        torch.set_float32_matmul_precision("medium")  # bf16 allowed: must come back as is
+        for on in (True, False):
+            with tf32_switch(on):
+                assert tf32_state() == {"matmul": on, "cudnn": on}
+                assert matmul_precision() == ("high" if on else "highest")
+            assert torch.get_float32_matmul_precision() == "medium"
+            assert torch.backends.cudnn.allow_tf32 is before[1]
+        with tf32_switch(None):
+            assert matmul_precision() == "medium"
+    finally:
+        torch.set_float32_matmul_precision(before[0])
+
+
+NEW_API = """
+import json, torch
+from torchinspect.bench.environment import capture_environment
+from torchinspect.bench.precision import matmul_precision, tf32_state, tf32_switch
+torch.backends.fp32_precision = "ieee"             # the PyTorch >= 2.9 API ...
+torch.backends.cudnn.conv.fp32_precision = "tf32"
+try:
+    torch.backends.cudnn.allow_tf32                # ... after which a legacy read raises
+    raises = False                                 # (PyTorch 2.14; 2.11 still answers)
+except RuntimeError:
+    raises = True
+seen = {"raises": raises, "before": tf32_state(), "precision": matmul_precision(),
+        "env": capture_environment("cpu")["float32_matmul_precision"]}
+with tf32_switch(False):
+    seen["off"] = tf32_state()
+with tf32_switch(True):
+    seen["on"] = tf32_state()
+seen["after"] = tf32_state()
+seen["after_api"] = [torch.backends.cuda.matmul.fp32_precision,
+                     torch.backends.cudnn.conv.fp32_precision]
+print(json.dumps(seen))
+"""
+
+
+def test_tf32_under_the_new_precision_api_in_a_fresh_process():
+    import subprocess
+    import sys
+
+    if not hasattr(torch.backends, "fp32_precision"):
+        pytest.skip("this PyTorch has no fp32_precision API")
+    out = subprocess.run([sys.executable, "-c", NEW_API], capture_output=True, text=True, check=True)
+    seen = json.loads(out.stdout)
+    assert seen["before"] == {"matmul": False, "cudnn": True} and seen["precision"] == "highest"
+    assert seen["env"] == "highest"
+    assert seen["off"] == {"matmul": False, "cudnn": False}
+    assert seen["on"] == {"matmul": True, "cudnn": True}
+    assert seen["after"] == seen["before"]
+    if seen["raises"]:  # switched through the new API: its own values come back
+        assert seen["after_api"] == ["ieee", "tf32"]
+
+
+def test_tf32_flag_on_cpu_is_a_note_not_an_error(invoke):
+    r = invoke("bench", "zoo:mnist-net", *FAST_ARGS, "--no-tf32", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["flags"]["tf32"] is False
+    assert any("TF32 is CUDA math" in n for n in data["notes"])
+
+
 # ---------------------------------------------------------------- CLI
 
 
@@ -160,6 +282,12 @@ def test_cli_zoo_model_end_to_end_json(invoke, tmp_path):
     r2 = invoke("bench", "zoo:mnist-net", "--batch", "4", *FAST_ARGS, "--compare", out)
     assert r2.exit_code in (0, 1), r2.output
     assert "compared with the earlier run" in r2.output and "verdict" in r2.output
+    assert "the runs differ in" not in r2.output
+    # a run with other settings says so next to the comparison
+    r3 = invoke("bench", "zoo:mnist-net", "--batch", "4", *FAST_ARGS, "--threads", "1",
+                "--compare", out, "--format", "json")
+    assert r3.exit_code in (0, 1), r3.output
+    assert "--threads: None -> 1" in json.loads(r3.stdout)["compare_setup"]
 
 
 def test_cli_table_csv_and_samples(invoke, tmp_path):
@@ -272,6 +400,43 @@ def test_cuda_cli_profile(invoke, tmp_path):
     assert g["profile"]["kernels_per_forward"] == eager["kernels_per_forward"]
     median = g["configs"][0]["timing"]["stats"]["median"]
     assert g["profile"]["kernel_s"] < median < 1.5 * g["profile"]["kernel_s"]
+
+
+@pytest.mark.cuda
+def test_cuda_no_tf32_runs_ieee_and_restores(invoke, tmp_path):
+    before = torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()
+    case = make_case("resnet18", "3,224,224", device="meta")
+    r = run_bench(case, BenchOptions(device="cuda", tf32=False, timing=FAST))
+    assert r.configs[0].status == "ok"
+    assert r.environment["tf32_cudnn"] is False and r.environment["tf32_matmul"] is False
+    assert (torch.backends.cudnn.allow_tf32, torch.get_float32_matmul_precision()) == before
+    # IEEE convolutions are slower than TF32 ones on tensor-core GPUs; the table says which ran
+    out = tmp_path / "r.json"
+    r = invoke("bench", "resnet18", "--device", "cuda", "--tf32", *FAST_ARGS, "--format", "json",
+               "--output", out)
+    assert r.exit_code == 0, r.output
+    d = json.loads(out.read_text())
+    assert d["environment"]["tf32_cudnn"] is True and d["flags"]["tf32"] is True
+
+
+@pytest.mark.cuda
+def test_cuda_profile_layout_hint_follows_the_kernels(invoke, tmp_path):
+    from torchinspect.bench.profile import HINT_MIN_SHARE, HINT_MIN_TRANSPOSES
+
+    for extra in ([], ["--channels-last"]):
+        out = tmp_path / "r.json"
+        r = invoke("bench", "resnet18", "--device", "cuda", "--profile", *extra, *FAST_ARGS,
+                   "--format", "json", "--output", out)
+        assert r.exit_code == 0, r.output
+        d = json.loads(out.read_text())
+        p = d["profile"]
+        assert p["layout_transposes"] is not None and p["layout_transpose_s"] <= p["kernel_s"]
+        due = (p["layout_transposes"] >= HINT_MIN_TRANSPOSES
+               and p["layout_transposes"] / p["kernels_per_forward"] >= HINT_MIN_SHARE)
+        hints = [w for w in d["configs"][0]["warnings"] if w.startswith("layout:")]
+        assert len(hints) == int(due)
+        if due:
+            assert hints[0].endswith("without --channels-last" if extra else "try --channels-last")
 
 
 def test_large_inputs_made_on_the_device_keep_specs():

@@ -89,3 +89,31 @@ def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
         verdict = "same" if abs(change) <= noise else ("slower" if change > 0 else "faster")
         out.append(Change(k[0], k[1], om, nm, change, noise, verdict))
     return out
+
+
+# what must match for a comparison to measure the code, not the setup
+SETUP_KEYS = ("model", "inputs", "device")
+ENV_KEYS = ("gpu", "driver", "torch", "cuda", "cudnn", "tf32_matmul", "tf32_cudnn",
+            "float32_matmul_precision", "cpu", "torch_threads")
+
+
+def setup_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """What differs between the two runs besides the code under test: model, inputs, device,
+    flags (``--tf32``, ``--channels-last``, ...), GPU, driver, versions, threads. Keys
+    missing from an older file are not reported."""
+    out = []
+
+    def check(name: str, a: Any, b: Any) -> None:
+        if a is not None and b is not None and a != b:
+            out.append(f"{name}: {a} -> {b}")
+
+    for k in SETUP_KEYS:
+        check(k, old.get(k), new.get(k))
+    old_flags, new_flags = old.get("flags") or {}, new.get("flags") or {}
+    for k in new_flags:
+        if k in old_flags and old_flags[k] != new_flags[k]:
+            out.append(f"--{k.replace('_', '-')}: {old_flags[k]} -> {new_flags[k]}")
+    old_env, new_env = old.get("environment") or {}, new.get("environment") or {}
+    for k in ENV_KEYS:
+        check(k, old_env.get(k), new_env.get(k))
+    return out

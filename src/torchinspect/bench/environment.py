@@ -50,12 +50,14 @@ def capture_environment(device: str) -> dict[str, Any]:
     """Versions, hardware and global math flags for ``device`` (cpu or cuda[:N])."""
     import torch
 
+    from torchinspect.bench.precision import matmul_precision, tf32_state
+
     env: dict[str, Any] = {
         "device": device, "torch": torch.__version__, "python": platform.python_version(),
         "platform": platform.platform(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
-        "float32_matmul_precision": torch.get_float32_matmul_precision(),
+        "float32_matmul_precision": matmul_precision(),
     }
     if device.startswith("cuda"):
         index = _cuda_index(device)
@@ -66,9 +68,9 @@ def capture_environment(device: str) -> dict[str, Any]:
             "gpu_memory": int(props.total_memory), "cuda": torch.version.cuda,
             "cudnn": _cudnn_text(cudnn), "driver": _smi("--query-gpu=driver_version",
                                                         "--format=csv,noheader", f"--id={index}"),
-            "tf32_matmul": bool(torch.backends.cuda.matmul.allow_tf32),
-            "tf32_cudnn": bool(torch.backends.cudnn.allow_tf32),
         })
+        tf32 = tf32_state()
+        env.update(tf32_matmul=tf32["matmul"], tf32_cudnn=tf32["cudnn"])
     return env
 
 

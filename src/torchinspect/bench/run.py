@@ -25,7 +25,8 @@ from typing import Any
 
 from torchinspect import device as devices
 from torchinspect.bench.environment import capture_environment, throttle_reasons
-from torchinspect.bench.profile import ProfileResult, profile_step
+from torchinspect.bench.precision import tf32_switch
+from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
 from torchinspect.errors import InspectError
@@ -78,6 +79,7 @@ class BenchOptions:
     cuda_graphs: bool = False
     threads: int | None = None
     cudnn_benchmark: bool = True
+    tf32: bool | None = None  # TF32 for fp32 matmuls and convolutions; None: PyTorch's settings
     timing: TimingConfig = field(default_factory=TimingConfig)
     on_oom: str = "skip"  # after an OOM batch: skip the larger ones, or try them
     max_batch: bool = False
@@ -90,6 +92,7 @@ class BenchOptions:
     def flags(self) -> dict[str, Any]:
         return {"amp": self.amp, "channels_last": self.channels_last, "compile": self.compile,
                 "cuda_graphs": self.cuda_graphs, "cudnn_benchmark": self.cudnn_benchmark,
+                "tf32": self.tf32,
                 "threads": self.threads, "on_oom": self.on_oom}
 
 
@@ -242,7 +245,7 @@ def _batch_of(example: Any) -> int | None:
 
 @contextlib.contextmanager
 def _global_switches(opts: BenchOptions, device: str) -> Iterator[None]:
-    """Thread count and cuDNN benchmark for the run; restored afterwards."""
+    """Thread count, cuDNN benchmark and TF32 for the run; restored afterwards."""
     import torch
 
     threads = torch.get_num_threads()
@@ -252,7 +255,8 @@ def _global_switches(opts: BenchOptions, device: str) -> Iterator[None]:
             torch.set_num_threads(opts.threads)
         if device.startswith("cuda"):
             torch.backends.cudnn.benchmark = opts.cudnn_benchmark
-        yield
+        with tf32_switch(opts.tf32 if device.startswith("cuda") else None):
+            yield
     finally:
         torch.set_num_threads(threads)
         torch.backends.cudnn.benchmark = cudnn
@@ -461,6 +465,9 @@ class _Runner:
             _free(self.device)
         else:
             row.warnings = self.warnings(row)
+            hint = layout_hint(prof, self.opts.channels_last) if prof is not None else None
+            if hint:
+                row.warnings.append(hint)
         return row, prof
 
     def warnings(self, row: ConfigResult) -> list[str]:
@@ -512,6 +519,9 @@ def run_bench(case: Any, options: BenchOptions | None = None, *,
         env = capture_environment(device)
         result = BenchResult(model=case.name, inputs=case.describe_inputs(), device=device,
                              options=opts, environment=env, notes=list(case.notes))
+        if opts.tf32 is not None and not device.startswith("cuda"):
+            result.notes.append(f"--{'' if opts.tf32 else 'no-'}tf32: TF32 is CUDA math; "
+                                "the CPU run is unaffected")
         progress and progress(f"{case.name}: loading weights on {device}")
         base = case.real_model(device)
         owned = base is not case.model

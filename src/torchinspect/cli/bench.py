@@ -58,6 +58,10 @@ TargetOpt = Annotated[float, typer.Option(
     help="stop once the median's relative standard error is below PCT percent.")]
 CudnnOpt = Annotated[bool, typer.Option("--cudnn-benchmark/--no-cudnn-benchmark",
                                         help="cuDNN autotuning (CUDA).")]
+Tf32Opt = Annotated[bool | None, typer.Option(
+    "--tf32/--no-tf32", show_default=False,
+    help="CUDA fp32 matmuls and convolutions in TF32 (tensor cores) or IEEE fp32 (default: "
+    "PyTorch's settings, convolutions TF32 and matmuls IEEE unless changed; shown in the output).")]
 OnOomOpt = Annotated[OnOom, typer.Option("--on-oom", case_sensitive=False,
                                          help="after an out-of-memory batch: skip the larger "
                                          "ones, or try them anyway.")]
@@ -138,6 +142,7 @@ def bench(
     min_iters: MinItersOpt = 10,
     target: TargetOpt = 0.5,
     cudnn_benchmark: CudnnOpt = True,
+    tf32: Tf32Opt = None,
     on_oom: OnOomOpt = OnOom.skip,
     max_batch: MaxBatchOpt = False,
     profile: ProfileOpt = False,
@@ -149,7 +154,7 @@ def bench(
     out: OutputOptions,
 ) -> None:
     """Latency and throughput: warm-up, synchronized timing until the median is stable."""
-    from torchinspect.bench.compare import compare_configs, load_bench_json
+    from torchinspect.bench.compare import compare_configs, load_bench_json, setup_differences
     from torchinspect.bench.run import BenchOptions, parse_batches, parse_dtype, run_bench
     from torchinspect.bench.timing import TimingConfig
     from torchinspect.report.bench import bench_report
@@ -169,7 +174,7 @@ def bench(
         device=opts.device, batches=batches, dtypes=dtypes or ("fp32",), amp=amp,
         channels_last=channels_last,
         compile=compile_mode.value if (compile or compile_mode != CompileMode.default) else None,
-        cuda_graphs=cuda_graphs, threads=threads, cudnn_benchmark=cudnn_benchmark,
+        cuda_graphs=cuda_graphs, threads=threads, cudnn_benchmark=cudnn_benchmark, tf32=tf32,
         timing=TimingConfig(warmup_s=warmup, min_time=min_time, max_time=max_time,
                             min_iters=min_iters, target_cov=target / 100),
         on_oom=on_oom.value, max_batch=max_batch, profile=profile,
@@ -178,8 +183,11 @@ def bench(
     case = make_case(model, options=opts, device="meta")  # sized on meta; real_model builds it
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
-    changes = compare_configs(old, result.to_dict()) if old is not None else None
-    emit(bench_report(result, changes), out, inputs=[model, *opts.files(), compare])
+    changes = setup = None
+    if old is not None:
+        changes = compare_configs(old, result.to_dict())
+        setup = setup_differences(old, result.to_dict())
+    emit(bench_report(result, changes, setup), out, inputs=[model, *opts.files(), compare])
     if not result.ok:
         typer.echo("error: no configuration could be measured (see the status column)", err=True)
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))

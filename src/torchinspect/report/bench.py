@@ -77,6 +77,8 @@ def _environment(result: BenchResult) -> KeyValues:
                              ("cuda-graphs", o.cuda_graphs)) if on]
     if o.compile:
         flags.append(f"compile={o.compile}")
+    if o.tf32 is not None:
+        flags.append("tf32" if o.tf32 else "no-tf32")
     if result.device.startswith("cuda"):
         flags.append(f"cudnn.benchmark={'on' if o.cudnn_benchmark else 'off'}")
     items += [("threads", o.threads or e.get("torch_threads")),
@@ -91,7 +93,8 @@ def _environment(result: BenchResult) -> KeyValues:
     return KeyValues("environment", items)
 
 
-def bench_report(result: BenchResult, compare: list[Change] | None = None) -> Report:
+def bench_report(result: BenchResult, compare: list[Change] | None = None,
+                 setup: list[str] | None = None) -> Report:
     cuda = result.device.startswith("cuda")
     cols, rows = _rows(result, cuda)
     sections: list[Any] = [_environment(result),
@@ -143,9 +146,13 @@ def bench_report(result: BenchResult, compare: list[Change] | None = None) -> Re
                                "verdict"], crow,
                               footer=["noise: 3 standard errors of the two medians combined, "
                                       "at least 1%"]))
+        if setup:
+            sections.append(Text([*setup, "a change may come from these, not from the code"],
+                                 title="the runs differ in", style="yellow"))
     if result.notes:
         sections.append(Text(result.notes, title="notes"))
     data = result.to_dict()
     if compare is not None:
         data["compare"] = [c.to_dict() for c in compare]
+        data["compare_setup"] = list(setup or [])
     return Report("bench", data, sections)
