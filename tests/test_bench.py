@@ -146,7 +146,7 @@ def test_setup_differences_name_what_changed_besides_the_code():
            "environment": {"gpu": "NVIDIA A100", "torch": "2.10.0", "tf32_cudnn": True}}
     new = {"model": "resnet18", "device": "cuda:0", "flags": {"tf32": False, "channels_last": False},
            "environment": {"gpu": "NVIDIA H100", "torch": "2.10.0", "tf32_cudnn": False}}
-    assert setup_differences(old, new) == ["--tf32: None -> False", "gpu: NVIDIA A100 -> NVIDIA H100",
+    assert setup_differences(old, new) == ["--tf32: default -> off", "gpu: NVIDIA A100 -> NVIDIA H100",
                                            "tf32_cudnn: True -> False"]
     assert setup_differences(new, new) == []
     assert setup_differences({"configs": []}, new) == []  # an older file without the keys
@@ -287,7 +287,7 @@ def test_cli_zoo_model_end_to_end_json(invoke, tmp_path):
     r3 = invoke("bench", "zoo:mnist-net", "--batch", "4", *FAST_ARGS, "--threads", "1",
                 "--compare", out, "--format", "json")
     assert r3.exit_code in (0, 1), r3.output
-    assert "--threads: None -> 1" in json.loads(r3.stdout)["compare_setup"]
+    assert "--threads: default -> 1" in json.loads(r3.stdout)["compare_setup"]
 
 
 def test_cli_table_csv_and_samples(invoke, tmp_path):

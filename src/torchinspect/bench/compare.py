@@ -112,8 +112,16 @@ def setup_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     old_flags, new_flags = old.get("flags") or {}, new.get("flags") or {}
     for k in new_flags:
         if k in old_flags and old_flags[k] != new_flags[k]:
-            out.append(f"--{k.replace('_', '-')}: {old_flags[k]} -> {new_flags[k]}")
+            out.append(f"--{k.replace('_', '-')}: {_flag(old_flags[k])} -> {_flag(new_flags[k])}")
     old_env, new_env = old.get("environment") or {}, new.get("environment") or {}
     for k in ENV_KEYS:
         check(k, old_env.get(k), new_env.get(k))
     return out
+
+
+def _flag(value: Any) -> str:
+    if value is None:
+        return "default"
+    if isinstance(value, bool):
+        return "on" if value else "off"
+    return str(value)
