@@ -233,6 +233,20 @@ def test_cli_doctor_table_json_and_fail_on(invoke) -> None:
     assert r.exit_code == 0 and "no findings" in r.output
 
 
+def test_a_model_too_big_for_the_device_still_gets_the_static_checks(invoke, monkeypatch) -> None:
+    """Like a 70B model on a laptop: the module-tree and meta-trace checks run, TI003-TI005
+    say why they did not (exit 0), and nothing is allocated up front."""
+    from torchinspect import device as devices
+
+    monkeypatch.setattr(devices, "available_bytes", lambda device: 1000)
+    r = invoke("doctor", "zoo:pitfall-layer-list", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert "TI001" in [f["code"] for f in data["findings"]]  # the static checks ran
+    assert set(data["skipped"]) == {"TI003", "TI004", "TI005"}
+    assert all("but only 1.00 KB is available" in why for why in data["skipped"].values())
+
+
 def test_cli_doctor_bad_options(invoke) -> None:
     r = invoke("doctor", "zoo:convnet", "--select", "TI042")
     assert r.exit_code == 2 and "error: --select 'TI042' is not a doctor check" in r.output

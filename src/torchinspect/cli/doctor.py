@@ -32,18 +32,16 @@ def doctor(
     out: OutputOptions,
 ) -> None:
     """Find classic PyTorch pitfalls: unregistered layers, unused parameters, eval randomness, NaN."""
-    from torchinspect.analysis.doctor import FailOn, diagnose_case
+    from torchinspect.analysis.doctor import FailOn, diagnose
     from torchinspect.errors import InspectError
     from torchinspect.report.doctor import doctor_report
-    from torchinspect.sources.case import make_case
 
     try:
         level = FailOn(fail_on.strip().lower())
     except ValueError:
         raise InspectError(f"--fail-on {fail_on!r} is not a severity",
                            hint="use never, info, warning or error") from None
-    case = make_case(model, options=opts)
-    result = diagnose_case(case, select=select, ignore=ignore)
+    result = diagnose(model, options=opts, select=select, ignore=ignore)
     emit(doctor_report(result), out, inputs=[model, *opts.files()])
     if result.failed(level):
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))

@@ -43,10 +43,16 @@ def diagnose(model_or_spec: Any, inputs: Any = None, *, select: Sequence[str] | 
     example input; ``device="meta"`` skips them. The others read the module tree and the meta
     trace. The model is never changed.
     """
+    from torchinspect import device as devices
     from torchinspect.sources.case import ModelOptions, make_case
 
     opts = options or ModelOptions(device="cpu")
-    case = make_case(model_or_spec, inputs, options=opts, device=device)
+    wanted = devices.parse_device(device if device is not None else opts.device)
+    # built on meta whatever the device: the structure and shape checks need no memory, and a
+    # model too big for the device still gets them (TI003-TI005 then say why they did not run)
+    case = make_case(model_or_spec, inputs, options=opts,
+                     device="meta" if isinstance(model_or_spec, str) else wanted)
+    case.requested = wanted
     return diagnose_case(case, select=select, ignore=ignore)
 
 
