@@ -247,6 +247,15 @@ def test_a_model_too_big_for_the_device_still_gets_the_static_checks(invoke, mon
     assert all("but only 1.00 KB is available" in why for why in data["skipped"].values())
 
 
+@pytest.mark.cuda
+def test_cli_doctor_real_checks_on_cuda(invoke) -> None:
+    r = invoke("doctor", "zoo:pitfall-unused-branch", "--device", "cuda", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["run_device"].startswith("cuda") and data["skipped"] == {}
+    assert [f["module"] for f in data["findings"] if f["code"] == "TI003"] == ["aux_head"]
+
+
 def test_cli_doctor_bad_options(invoke) -> None:
     r = invoke("doctor", "zoo:convnet", "--select", "TI042")
     assert r.exit_code == 2 and "error: --select 'TI042' is not a doctor check" in r.output
