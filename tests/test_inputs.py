@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -100,7 +102,9 @@ def test_bad_batch():
         parse_inputs(["3,4"], batch=0)
 
 
-dims = st.lists(st.integers(min_value=1, max_value=4096), min_size=1, max_size=6)
+# shapes a tensor can have: fewer than 2**63 elements (larger ones are refused, tested below)
+dims = st.lists(st.integers(min_value=1, max_value=4096), min_size=1, max_size=6).filter(
+    lambda d: math.prod(d) < 2**63)
 dtypes = st.sampled_from(sorted(set(DTYPE_ALIASES.values())))
 names = st.one_of(st.none(), st.from_regex(r"[a-z_][a-z0-9_]{0,10}", fullmatch=True))
 
@@ -114,6 +118,13 @@ def test_spec_round_trips_through_text(dims, dtype, name):
 @given(dims=dims, sep=st.sampled_from([",", "x", ", "]))
 def test_separators_are_equivalent(dims, sep):
     assert parse_spec(sep.join(map(str, dims))).shape == tuple(dims)
+
+
+def test_shapes_no_tensor_can_hold_are_refused():
+    with pytest.raises(InspectError, match="more than any tensor can hold"):
+        parse_spec("3,99999999999999999999999,1")
+    with pytest.raises(InspectError, match="below 2\\*\\*63"):
+        parse_inputs(["3,8,8"], batch=2**63)
 
 
 def test_describe_names_keyword_inputs_once():

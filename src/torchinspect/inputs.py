@@ -62,6 +62,8 @@ GRAMMAR_HELP = (
     f"dtypes: {', '.join(sorted(set(DTYPE_ALIASES)))}"
 )
 
+# torch sizes are int64: a tensor of this many elements or more cannot exist on any device
+MAX_NUMEL = 2**63
 _NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 
@@ -216,6 +218,8 @@ def _parse_spec(text: str) -> tuple[TensorSpec, bool]:
         dims.append(d)
     if len(dims) > 8:
         raise _bad_spec(text, "more than 8 dimensions")
+    if math.prod(dims) >= MAX_NUMEL:
+        raise _bad_spec(text, f"{math.prod(dims):.3g} elements: more than any tensor can hold")
     return TensorSpec(tuple(dims), dtype, name), explicit
 
 
@@ -268,9 +272,9 @@ def parse_inputs(
 
     Without specs the model's default example is used (``--batch`` then resizes dim 0).
     """
-    if batch is not None and batch <= 0:
-        raise InspectError(f"--batch {batch}: the batch size must be a positive integer",
-                           hint="e.g. --batch 8")
+    if batch is not None and (batch <= 0 or batch >= MAX_NUMEL):
+        raise InspectError(f"--batch {batch}: the batch size must be a positive integer "
+                           "below 2**63", hint="e.g. --batch 8")
     if not specs:
         if default is None or batch is None:
             return default

@@ -14,6 +14,7 @@ from __future__ import annotations
 import functools
 import inspect
 import os
+import re
 import sys
 import traceback
 from collections.abc import Callable, Sequence
@@ -48,6 +49,31 @@ def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.U
     return typer.Exit(int(status))
 
 
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[0] if text else type(exc).__name__
+
+
+# allocator messages of torch (CPU and CUDA) when a tensor does not fit
+_OOM_SIGNS = ("can't allocate memory", "DefaultCPUAllocator", "CUDA out of memory",
+              "out of memory")
+
+
+def _out_of_memory(exc: BaseException) -> bool:
+    return type(exc).__name__ == "OutOfMemoryError" or (
+        isinstance(exc, RuntimeError) and any(s in str(exc) for s in _OOM_SIGNS))
+
+
+def _os_error_text(exc: OSError) -> str:
+    """``PATH: reason``, naming the user's path rather than our temporary file."""
+    path = exc.filename2 if exc.filename2 is not None else exc.filename
+    if path is None:
+        return f"{type(exc).__name__}: {exc}"
+    # atomic writes go through DIR/.NAME.XXXX.tmp/NAME: the user named DIR/NAME
+    shown = re.sub(r"\.([^/]+)\.[A-Za-z0-9_]+\.tmp/\1$", r"\1", os.fspath(path))
+    return f"{shown}: {exc.strerror or exc}"
+
+
 def command_errors(fn: F) -> F:
     """Decorator for command bodies: user errors become one line and a stable exit code."""
 
@@ -69,13 +95,24 @@ def command_errors(fn: F) -> F:
                 "ran out of memory",
                 "use the default --device meta (no memory for weights), a smaller --input or --batch",
             ) from None
+        except OSError as exc:  # the file system refused a path the user gave
+            if _debug_enabled():
+                traceback.print_exc()
+            raise error_exit(_os_error_text(exc), "check the path, its permissions and the free "
+                             "disk space") from None
         except Exception as exc:  # a bug in torchinspect or in the model's own code
+            if _out_of_memory(exc):
+                raise error_exit(
+                    f"ran out of memory: {_first_line(exc)}"[:300],
+                    "use the default --device meta where the command has it, a smaller "
+                    "--input or --batch, or a device with more memory") from None
             if _debug_enabled():
                 traceback.print_exc()
             msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise error_exit(
                 f"internal error: {type(exc).__name__}: {msg}"[:500],
-                "rerun with --debug (or TORCHINSPECT_DEBUG=1) for the traceback and report it",
+                "rerun with --debug (or TORCHINSPECT_DEBUG=1) for the traceback; when it ends in "
+                "torchinspect rather than the model's code, report it",
                 ExitStatus.INTERNAL,
             ) from None
 
@@ -295,15 +332,28 @@ def output_command(fn: F) -> F:
 
 
 def input_files(inputs: Sequence[str | None]) -> tuple[str, ...]:
-    """The files among MODEL-like arguments (``file.py:Name`` counts as file.py)."""
+    """The files and folders among MODEL-like arguments: ``file.py:Name`` counts as file.py,
+    ``pkg.mod:Name`` as the module's source found from the current folder or PYTHONPATH, a
+    checkpoint folder as the folder (outputs must not land inside it)."""
     found = []
     for spec in inputs:
         if not spec:
             continue
-        for candidate in (spec, spec.rpartition(":")[0]):
-            if candidate and os.path.isfile(candidate):
+        head = spec.rpartition(":")[0]
+        for candidate in (spec, head, *_module_sources(head)):
+            if candidate and os.path.exists(candidate):
                 found.append(candidate)
-    return tuple(found)
+    return tuple(dict.fromkeys(found))
+
+
+def _module_sources(module: str) -> list[str]:
+    """Where ``pkg.mod`` would be imported from, without importing it (cwd, PYTHONPATH)."""
+    if not module or not all(part.isidentifier() for part in module.split(".")):
+        return []
+    rel = os.path.join(*module.split("."))
+    roots = [".", *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)]
+    return [os.path.join(root, rel + ext) for root in roots
+            for ext in (".py", os.sep + "__init__.py")]
 
 
 def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) -> None:

@@ -18,18 +18,74 @@ from torchinspect.errors import InspectError
 def check_target(target: str | os.PathLike[str], *, force: bool = True,
                  protect: Sequence[str | os.PathLike[str] | None] = ()) -> Path:
     """Refuse, before any work, an output that is one of the inputs (the same file under
-    another name too), that exists without ``force``, or whose folder does not exist."""
+    another name too, a file of an input folder, a shard of an input index), that exists
+    without ``force``, that is not a regular file (a folder, a device such as /dev/null), or
+    whose folder does not exist or is not writable. A symlink to a file is followed: the file
+    is replaced and the link kept. Returns the path to write."""
     target = Path(target)
-    for p in protect:
-        if p and target.exists() and Path(p).exists() and os.path.samefile(target, p):
-            raise InspectError(f"{target}: refusing to overwrite the input file",
-                               hint="write to a new file name")
+    if _special(target) or _special(Path(os.path.realpath(target))):
+        raise InspectError(f"{target}: refusing to replace a device or process file",
+                           hint="leave out the output option to print to the terminal, or "
+                           "name a file")
+    if target.is_symlink() and target.exists():
+        target = Path(os.path.realpath(target))
+    if target.is_dir():
+        raise InspectError(f"{target} is a folder", hint=f"name a file, e.g. {target}/out.json")
+    if target.exists() and not target.is_file():
+        raise InspectError(f"{target} is not a regular file (a device, pipe or socket): "
+                           "refusing to replace it",
+                           hint="leave out the output option to print to the terminal, or "
+                           "name a file")
+    reason = protected(target, protect)
+    if reason:
+        raise InspectError(f"{target}: refusing to overwrite {reason}",
+                           hint="write to a new file name outside the inputs")
     if target.exists() and not force:
         raise InspectError(f"{target} already exists", hint="pass --force to replace it")
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise InspectError(f"{target}: folder {parent} does not exist", hint="create it first")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise InspectError(f"{target}: folder {parent} is not writable",
+                           hint="choose another folder, or fix its permissions")
     return target
+
+
+def _special(path: Path) -> bool:
+    """/dev/stdout, /dev/null, /proc/self/fd/1, ...: never replaced by a renamed file."""
+    parts = Path(os.path.abspath(path)).parts
+    return len(parts) > 1 and parts[1] in ("dev", "proc", "sys")
+
+
+def protected(target: Path, protect: Sequence[str | os.PathLike[str] | None]) -> str | None:
+    """Why ``target`` is one of the inputs in ``protect`` (files or folders), or None."""
+    real = Path(os.path.realpath(target))
+    for p in protect:
+        if not p or not os.path.exists(p):
+            continue
+        if os.path.isdir(p):  # a checkpoint folder: its files (a new file beside them is fine)
+            folder = Path(os.path.realpath(p))
+            if target.exists() and folder in real.parents:
+                return f"a file of the input folder {p}"
+            continue
+        if target.exists() and os.path.samefile(target, p):
+            return "the input file"
+        if str(p).endswith(".index.json") and real.name in _index_files(p):
+            if real.parent == Path(os.path.realpath(p)).parent:
+                return f"a shard of the input {p}"
+    return None
+
+
+def _index_files(index: str | os.PathLike[str]) -> set[str]:
+    """The shard file names a Hugging Face ``*.index.json`` lists (empty if unreadable)."""
+    import json
+
+    try:
+        with open(index, encoding="utf-8") as fh:
+            weight_map = json.load(fh).get("weight_map") or {}
+        return {str(v) for v in weight_map.values()}
+    except (OSError, ValueError, AttributeError):
+        return set()
 
 
 @contextlib.contextmanager

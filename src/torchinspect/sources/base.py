@@ -106,6 +106,9 @@ def call_builder(builder: Callable[..., Any], kwargs: dict[str, Any], what: str,
     except InspectError:
         raise
     except Exception as exc:
+        if not given and isinstance(exc, TypeError) and "required" in str(exc):
+            raise BuilderError(f"{what} needs arguments: {str(exc).strip().splitlines()[0]}",
+                               hint="pass them with --arg NAME=VALUE (repeat for each)") from None
         if not given:
             raise  # the builder's own bug (exit 70), not something the user passed
         text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import ExitStatus, InspectError
 
 _MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -78,6 +78,9 @@ def import_target(ps: PySpec) -> Any:
                 del sys.modules[mod_name]
                 raise InspectError(f"{ps.target}:{exc.lineno}: syntax error: {exc.msg}",
                                    hint="fix the file; torchinspect imports it as-is") from None
+            except Exception as exc:
+                del sys.modules[mod_name]
+                raise _import_failed(ps.target, exc) from exc
             except BaseException:
                 del sys.modules[mod_name]
                 raise
@@ -91,6 +94,23 @@ def import_target(ps: PySpec) -> Any:
                 hint="run from the folder that holds the package, or pip install it; "
                 "files are written path/to/file.py:Name",
             ) from None
+        except Exception as exc:
+            raise _import_failed(ps.target, exc) from exc
+
+
+def _import_failed(target: str, exc: Exception) -> InspectError:
+    """The model's own module raised while being imported: say where, not "report it"."""
+    import traceback
+
+    frames = traceback.extract_tb(exc.__traceback__)
+    where = next((f"{f.filename}:{f.lineno}" for f in reversed(frames)
+                  if "importlib" not in f.filename), None)
+    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return InspectError(
+        f"{target}: the model's code raised while being imported: {type(exc).__name__}: "
+        f"{text}" + (f" (at {where})" if where else ""),
+        hint="fix the model's code; --debug shows the whole traceback",
+        status=ExitStatus.INTERNAL)
 
 
 def resolve_attr(module: Any, ps: PySpec) -> Any:
@@ -100,7 +120,9 @@ def resolve_attr(module: Any, ps: PySpec) -> Any:
             public = sorted(n for n in dir(module) if not n.startswith("_"))[:20]
             raise InspectError(
                 f"{ps.target} has no attribute {ps.attr!r}",
-                hint=f"names there: {', '.join(public)}" if public else None,
+                hint=f"names there: {', '.join(public)}" if public else
+                "it defines no public names: point the spec at a class or factory there, "
+                "written file.py:Name or pkg.mod:Name",
             )
         obj = getattr(obj, part)
     return obj

@@ -1,0 +1,98 @@
+"""Where an output may not go (an input under any name, a file of an input folder, a shard of
+an input index, a device, a folder) and how file-system and memory failures reach the user:
+one line, exit 2, the user's own path."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import typer
+
+from torchinspect.cli.common import command_errors, input_files
+from torchinspect.errors import InspectError
+from torchinspect.io.atomic import atomic_write_text, check_target
+
+
+def test_devices_process_files_and_folders_are_never_replaced(tmp_path):
+    for target in ("/dev/null", "/dev/stdout", "/proc/self/fd/1"):
+        with pytest.raises(InspectError, match="refusing to replace a device or process file"):
+            check_target(target)
+    assert os.path.exists("/dev/null") and not os.path.isfile("/dev/null")
+    with pytest.raises(InspectError, match="is a folder"):
+        check_target(tmp_path)
+
+
+def test_a_symlink_is_followed_the_link_kept(tmp_path):
+    real = tmp_path / "real.json"
+    real.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(real)
+    atomic_write_text(link, "new")
+    assert link.is_symlink() and real.read_text() == "new"
+
+
+def test_files_of_input_folders_and_index_shards_are_protected(tmp_path):
+    folder = tmp_path / "shards"
+    folder.mkdir()
+    shard = folder / "model-00001-of-00002.safetensors"
+    shard.write_bytes(b"x")
+    index = folder / "model.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": shard.name}}))
+    with pytest.raises(InspectError, match="a file of the input folder"):
+        check_target(index, protect=[str(folder)])
+    with pytest.raises(InspectError, match="a shard of the input"):
+        check_target(shard, protect=[str(index)])
+    assert check_target(folder / "new.json", protect=[str(folder)])  # a new file beside them
+    assert check_target(tmp_path / "elsewhere.json", protect=[str(index), str(folder)])
+
+
+def test_module_specs_protect_their_source(tmp_path, monkeypatch, invoke):
+    monkeypatch.chdir(tmp_path)
+    src = ("from torch import nn\nclass Net(nn.Module):\n    def __init__(self):\n"
+           "        super().__init__()\n        self.fc = nn.Linear(8, 2)\n"
+           "    def forward(self, x):\n        return self.fc(x)\n")
+    (tmp_path / "netmod.py").write_text(src)
+    assert input_files(["netmod:Net"]) == (os.path.join(".", "netmod.py"),)
+    r = invoke("summary", "netmod:Net", "--input", "8", "-o", "netmod.py")
+    assert r.exit_code == 2 and "refusing to overwrite the input file" in r.output
+    assert (tmp_path / "netmod.py").read_text() == src
+
+
+def _exit_code(exc: BaseException, capsys) -> tuple[int, str]:
+    @command_errors
+    def cmd() -> None:
+        raise exc
+
+    with pytest.raises(typer.Exit) as info:
+        cmd()
+    return info.value.exit_code, capsys.readouterr().err
+
+
+def test_file_system_errors_name_the_users_path(capsys):
+    code, err = _exit_code(PermissionError(13, "Permission denied", "ckpt.pth"), capsys)
+    assert code == 2 and "error: ckpt.pth: Permission denied" in err and "hint:" in err
+    # an atomic write's temporary name is shown as the file the user named
+    code, err = _exit_code(IsADirectoryError(21, "Is a directory", "out/.r.json.ab12_x.tmp/r.json",
+                                             None), capsys)
+    assert code == 2 and "error: out/r.json: Is a directory" in err
+
+
+def test_allocator_failures_are_out_of_memory_not_internal_errors(capsys):
+    code, err = _exit_code(RuntimeError("[enforce fail at alloc_cpu.cpp:127] DefaultCPUAllocator: "
+                                        "can't allocate memory: you tried to allocate 1 bytes"),
+                           capsys)
+    assert code == 2 and "error: ran out of memory" in err and "--input or --batch" in err
+    code, err = _exit_code(RuntimeError("mat1 and mat2 shapes cannot be multiplied"), capsys)
+    assert code == 70 and "internal error" in err
+
+
+def test_model_code_failures_say_where(tmp_path, invoke):
+    raises = tmp_path / "raises.py"
+    raises.write_text("import torch\nraise RuntimeError('boom at import')\n")
+    r = invoke("summary", f"{raises}:Net")
+    assert r.exit_code == 70 and "the model's code raised while being imported" in r.output
+    assert f"{raises}:2" in r.output and "report it" not in r.output
+    r = invoke("summary", "torch.nn:Linear")
+    assert r.exit_code == 2 and "needs arguments" in r.output and "--arg NAME=VALUE" in r.output
