@@ -8,6 +8,7 @@ import json
 import os
 
 import pytest
+import torch
 import typer
 
 from torchinspect.cli.common import command_errors, input_files
@@ -96,3 +97,34 @@ def test_model_code_failures_say_where(tmp_path, invoke):
     assert f"{raises}:2" in r.output and "report it" not in r.output
     r = invoke("summary", "torch.nn:Linear")
     assert r.exit_code == 2 and "needs arguments" in r.output and "--arg NAME=VALUE" in r.output
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (["diff", "zoo:convnet", "zoo:convnet", "--values", "--atol", "-5"],
+     "--atol -5.0: a tolerance must be a finite number >= 0"),
+    (["diff", "zoo:convnet", "zoo:convnet", "--values", "--rtol", "nan"],
+     "--rtol nan: a tolerance must be a finite number >= 0"),
+    (["export", "zoo:convnet", "-o", "c.onnx", "--atol", "nan"], "--atol"),
+    (["export", "zoo:convnet", "-o", "c.onnx", "--static", "--dynamic", "x:0"],
+     "--static and --dynamic exclude each other"),
+    (["features", "zoo:convnet", "--std", "1,0,1", "-l", "fc1", "-o", "fe"], "a std not 0"),
+    (["features", "zoo:convnet", "--mean", "inf,0,0", "-l", "fc1", "-o", "fe"],
+     "every value must be a finite number"),
+    (["check", "zoo:convnet", "--max-params", "1M", "--junit", "j.xml", "-o", "j.xml"],
+     "--junit j.xml and --output name the same file"),
+    (["bench", "zoo:convnet", "--profile", "--trace", "nodir/t.json"], "folder nodir does not exist"),
+    (["graph", "zoo:convnet", "--input", "3,28,28", "-o", "g.dot"],
+     "the model's forward failed for input"),
+    (["bench", "zoo:convnet", "--input", "3,28,28", "--min-time", "0.05", "--max-time", "0.2"],
+     "the forward failed in every configuration"),
+    (["convert", "w.safetensors", "nodir/x.dcp"], "folder nodir does not exist"),
+])
+def test_bad_values_and_conflicts_are_usage_errors(args, text, invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    from safetensors.torch import save_file
+
+    save_file({"w": torch.zeros(2)}, "w.safetensors")
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    assert text in r.output and "hint:" in r.output and "Traceback" not in r.output
+    assert not (tmp_path / "j.xml").exists()

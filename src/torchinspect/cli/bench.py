@@ -180,6 +180,10 @@ def bench(
         on_oom=on_oom.value, max_batch=max_batch, profile=profile,
         profile_trace=_trace_path(trace, out.output, model) if profile else None,
         save_samples=save_samples, protect=protect)
+    if options.profile_trace:  # refused before any timing, like --output
+        from torchinspect.io.atomic import check_target
+
+        check_target(options.profile_trace, protect=protect)
     case = make_case(model, options=opts, device="meta")  # sized on meta; real_model builds it
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
@@ -189,6 +193,11 @@ def bench(
         setup = setup_differences(old, result.to_dict())
     emit(bench_report(result, changes, setup), out, inputs=[model, *opts.files(), compare])
     if not result.ok:
+        failed = [c for c in result.configs if c.status == "error"]
+        if failed and len(failed) == len(result.configs):  # the forward itself: an input error
+            raise InspectError(f"{model}: the forward failed in every configuration: "
+                               f"{failed[0].error}",
+                               hint="check --input (shape, dtype) against what the model takes")
         typer.echo("error: no configuration could be measured (see the status column)", err=True)
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))
     if changes and any(c.verdict == "slower" for c in changes):

@@ -7,7 +7,7 @@ from typing import Annotated
 import typer
 
 from torchinspect.cli.common import OutputOptions, emit, model_command
-from torchinspect.errors import ExitStatus
+from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
 MaybeModelsArg = Annotated[list[str] | None, typer.Argument(
@@ -53,6 +53,15 @@ def check(
     from torchinspect.cli.common import input_files
     from torchinspect.report.check import check_report
 
+    if junit:  # refused before any work, like --output
+        import os
+
+        from torchinspect.io.atomic import check_target
+
+        if out.output and os.path.abspath(junit) == os.path.abspath(out.output):
+            raise InspectError(f"--junit {junit} and --output name the same file",
+                               hint="give the JUnit XML and the report different names")
+        check_target(junit, protect=input_files([*(models or []), *opts.files(), config]))
     result = check_budgets(models, max_params=max_params, max_macs=max_macs,
                            max_size_mb=max_size_mb, max_activation_mb=max_activation_mb,
                            max_latency_ms=max_latency_ms, config=config, options=opts)

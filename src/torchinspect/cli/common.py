@@ -74,6 +74,14 @@ def _os_error_text(exc: OSError) -> str:
     return f"{shown}: {exc.strerror or exc}"
 
 
+def tolerance(value: float, option: str) -> float:
+    """A --atol/--rtol value: finite and not negative (nan would make every comparison pass)."""
+    if not value >= 0 or value == float("inf"):
+        raise InspectError(f"{option} {value}: a tolerance must be a finite number >= 0",
+                           hint=f"e.g. {option} 1e-5")
+    return value
+
+
 def command_errors(fn: F) -> F:
     """Decorator for command bodies: user errors become one line and a stable exit code."""
 

@@ -35,13 +35,17 @@ def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
            atol: AtolOpt = 1e-4, rtol: RtolOpt = 1e-3, external_data: ExternalOpt = False,
            force: ForceOpt = False, *, opts: ModelOptions, out: OutputOptions) -> None:
     """Export to ONNX (-o FILE.onnx), run onnx.checker, verify in onnxruntime; exit 1 if it differs."""
-    from torchinspect.cli.common import input_files
+    from torchinspect.cli.common import input_files, tolerance
     from torchinspect.export.onnx import export_onnx
     from torchinspect.report.export import export_report
     from torchinspect.sources.case import make_case
 
     if out.output is None:
         raise InspectError("inspect export needs -o FILE.onnx", hint=f"e.g. inspect export {model} -o model.onnx")
+    if static and dynamic:
+        raise InspectError("--static and --dynamic exclude each other",
+                           hint="--static fixes every shape; --dynamic NAME:DIM frees the ones named")
+    atol, rtol = tolerance(atol, "--atol"), tolerance(rtol, "--rtol")
     protect = input_files([model, *opts.files()])
     case = make_case(model, options=opts)
     result = export_onnx(case, out.output, opset=opset, legacy=legacy, static=static,

@@ -6,6 +6,7 @@ rank 0 prints the report and the progress bar.
 
 from __future__ import annotations
 
+import math
 import os
 from enum import StrEnum
 from typing import Annotated, Any
@@ -85,9 +86,14 @@ def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
     if text is None:
         return None
     try:
-        return tuple(float(v) for v in text.replace(" ", "").split(",") if v)
+        values = tuple(float(v) for v in text.replace(" ", "").split(",") if v)
     except ValueError:
         raise InspectError(f"{option} {text!r}: not a list of numbers", hint=f"e.g. {option} 0.5,0.5,0.5") from None
+    if not all(math.isfinite(v) for v in values) or (option == "--std" and 0 in values):
+        raise InspectError(f"{option} {text!r}: every value must be a finite number"
+                           + (", and a std not 0" if option == "--std" else ""),
+                           hint=f"e.g. {option} 0.5,0.5,0.5")
+    return values
 
 
 @model_command(device_default="cpu", outputs=False,

@@ -158,10 +158,17 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     args, kwargs = pytree.tree_map(leafify, (tuple(args), kwargs))
     input_names = {id(t): f"input {i}" for i, t in enumerate(_tensors((args, kwargs)))}
     with _eval_mode(model), torch.enable_grad():
-        if state:
-            out = torch.func.functional_call(model, state, args, kwargs, strict=False)
-        else:
-            out = model(*args, **kwargs)
+        try:
+            if state:
+                out = torch.func.functional_call(model, state, args, kwargs, strict=False)
+            else:
+                out = model(*args, **kwargs)
+        except (InspectError, MemoryError, KeyboardInterrupt):
+            raise
+        except Exception as exc:  # the model's forward on these inputs: a user error
+            from torchinspect.trace.policy import forward_error
+
+            raise forward_error(exc, (args, kwargs) if kwargs else args) from None
     graph = Graph(GraphKind.autograd, name or type(model).__name__, device=_device_of(out))
     nodes: dict[int, GraphNode] = {}
     edges: set[tuple[str, str]] = set()

@@ -434,6 +434,9 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     result = _describe(case.name, target, data_path, "legacy" if legacy else "dynamo", atol, rtol)
     result.seconds = seconds
     result.report_path = str(report) if report else None
+    if opset is not None and result.opset is not None and result.opset != opset:
+        notes.append(f"--opset {opset}: the exporter wrote opset {result.opset} instead (the "
+                     "version in the file's opset_import)")
     if static:
         notes.append("shapes fixed (--static): the file accepts only the example's shapes")
     elif not marked:

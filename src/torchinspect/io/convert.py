@@ -560,6 +560,9 @@ def _write_dcp_folder(dst: Path, entries: list[_Entry], files: FilePool, result:
         raise InspectError(f"{dst} exists and is not a folder", hint="choose another OUT")
     if dst.exists() and any(dst.iterdir()) and not force:
         raise InspectError(f"{dst} already exists", hint="pass --force to replace it")
+    parent = dst.parent if str(dst.parent) else Path(".")
+    if not parent.is_dir():
+        raise InspectError(f"{dst}: folder {parent} does not exist", hint="create it first")
     import torch
 
     # placeholders with the right shape/dtype (untouched: no RAM) for DCP's planning; each

@@ -97,7 +97,7 @@ def trace_model(
                                        hint="use --device auto (falls back to CPU) or --device cpu") from None
                 if not devices.looks_meta_related(exc) and not devices.fits_comfortably(
                         devices.weight_bytes(subject)):
-                    raise _forward_error(exc, inputs) from None
+                    raise forward_error(exc, inputs) from None
                 reason = f"meta forward failed ({_first_line(exc)})"
                 target = "cpu"
     if result is None:
@@ -110,7 +110,7 @@ def trace_model(
         except InspectError:
             raise
         except Exception as exc:
-            raise _forward_error(exc, inputs) from None
+            raise forward_error(exc, inputs) from None
         subject = run_model
     trace = _assemble(model, inputs, target, train, infos, stats, result, reason)
     trace.notes[:0] = notes
@@ -219,7 +219,7 @@ def _assemble(model: nn.Module, inputs: Any, target: str, train: bool, infos: An
     )
 
 
-def _forward_error(exc: BaseException, inputs: Any) -> InspectError:
+def forward_error(exc: BaseException, inputs: Any) -> InspectError:
     shown = describe_inputs(inputs)  # shapes and dtypes only, never tensor values
     return InspectError(
         f"the model's forward failed for input {shown}: {_first_line(exc)}",
