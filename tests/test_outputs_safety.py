@@ -128,3 +128,20 @@ def test_bad_values_and_conflicts_are_usage_errors(args, text, invoke, tmp_path,
     assert r.exit_code == 2, r.output
     assert text in r.output and "hint:" in r.output and "Traceback" not in r.output
     assert not (tmp_path / "j.xml").exists()
+
+
+def test_a_failing_legacy_export_keeps_stdout_for_the_report(tmp_path):
+    """The TorchScript exporter dumps its IR from C++ onto file descriptor 1 on failure; with
+    --format json that would corrupt the JSON on stdout. It goes to stderr."""
+    import subprocess
+    import sys
+
+    (tmp_path / "svd.py").write_text("import torch\nfrom torch import nn\nclass Net(nn.Module):\n"
+                                     "    def forward(self, x):\n"
+                                     "        return torch.linalg.svd(x)[1]\n")
+    r = subprocess.run([sys.executable, "-m", "torchinspect", "export", "svd.py:Net", "--input",
+                        "4,4", "-o", "s.onnx", "--legacy", "-f", "json"], cwd=tmp_path,
+                       capture_output=True, text=True, check=False)
+    assert r.returncode == 2 and r.stdout == ""
+    assert "ONNX export failed" in r.stderr and "Traceback" not in r.stderr
+    assert not (tmp_path / "s.onnx").exists()
