@@ -145,3 +145,19 @@ def test_a_failing_legacy_export_keeps_stdout_for_the_report(tmp_path):
     assert r.returncode == 2 and r.stdout == ""
     assert "ONNX export failed" in r.stderr and "Traceback" not in r.stderr
     assert not (tmp_path / "s.onnx").exists()
+
+
+def test_pt2_programs_export_and_bench(tmp_path, invoke, monkeypatch):
+    """A .pt2 program keeps its export-time shape guards and refuses .eval(): export fixes the
+    shapes (with a note) instead of failing verification; bench runs it."""
+    from torch import nn
+
+    monkeypatch.chdir(tmp_path)
+    ep = torch.export.export(nn.Sequential(nn.Linear(8, 4), nn.ReLU()).eval(), (torch.randn(2, 8),))
+    torch.export.save(ep, "m.pt2")
+    r = invoke("export", "m.pt2", "-o", "m.onnx")
+    assert r.exit_code == 0, r.output
+    assert "a .pt2 program accepts only the shapes it was exported with" in r.output
+    r = invoke("bench", "m.pt2", "--min-time", "0.05", "--max-time", "0.2", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["configs"][0]["status"] == "ok"

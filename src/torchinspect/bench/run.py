@@ -266,7 +266,11 @@ def _global_switches(opts: BenchOptions, device: str) -> Iterator[None]:
 def _eval_mode(model: Any) -> Iterator[None]:
     flags = [(m, m.training) for m in model.modules()]
     try:
-        model.eval()
+        try:
+            model.eval()
+        except NotImplementedError:  # a torch.export program (.pt2) refuses eval()
+            for m, _ in flags:
+                m.training = False
         yield
     finally:
         for m, was in flags:

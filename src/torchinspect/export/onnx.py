@@ -421,6 +421,10 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     model = case.real_model(dev)
     args, kwargs = case.inputs_on(dev)
     extra = parse_dynamic(dynamic)
+    # a torch.export program (.pt2) keeps the shape guards it was exported with: a batch
+    # dimension made dynamic here would only fail at verification
+    pt2_fixed = str(getattr(case, "kind", "")) == "export" and not static and not extra
+    static = static or pt2_fixed
     seconds: dict[str, float] = {}
     notes: list[str] = list(case.notes)
     report_path = target.with_name(target.stem + ".export-report.md")
@@ -466,7 +470,10 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     if opset is not None and result.opset is not None and result.opset != opset:
         notes.append(f"--opset {opset}: the exporter wrote opset {result.opset} instead (the "
                      "version in the file's opset_import)")
-    if static:
+    if pt2_fixed:
+        notes.append("shapes fixed: a .pt2 program accepts only the shapes it was exported with "
+                     "(re-export it with dynamic shapes, or pass --dynamic to try)")
+    elif static:
         notes.append("shapes fixed (--static): the file accepts only the example's shapes")
     elif not marked:
         notes.append("no input has a batch dimension to make dynamic; shapes are fixed")
