@@ -161,3 +161,17 @@ def test_pt2_programs_export_and_bench(tmp_path, invoke, monkeypatch):
     r = invoke("bench", "m.pt2", "--min-time", "0.05", "--max-time", "0.2", "--format", "json")
     assert r.exit_code == 0, r.output
     assert json.loads(r.stdout)["configs"][0]["status"] == "ok"
+
+
+def test_a_dynamic_dim_the_model_cannot_move_fails_verification_not_the_tool(tmp_path, invoke,
+                                                                              monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "fixed.py").write_text(
+        "from torch import nn\nclass Net(nn.Module):\n    def __init__(self):\n"
+        "        super().__init__()\n        self.fc = nn.Linear(8, 4)\n"
+        "    def forward(self, x):\n        return self.fc(x.reshape(x.shape[0], 8))\n")
+    r = invoke("export", "fixed.py:Net", "--input", "2,4", "-o", "f.onnx", "--dynamic", "x:1",
+               "-f", "json")
+    assert r.exit_code == 1, r.output
+    errors = [v["error"] for v in json.loads(r.stdout)["verify"] if v["error"]]
+    assert errors and "PyTorch itself fails at these sizes" in errors[0]

@@ -660,8 +660,14 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
     leaves = _tensor_leaves((a, k))
     shown = ", ".join("(" + ", ".join(str(d) for d in t.shape) + ")" for t in leaves)
     run = VerifyRun(batch, shown)
-    with torch.no_grad():
-        expected = [t.detach().cpu() for t in _tensor_leaves(model(*a, **k))]
+    try:
+        with torch.no_grad():
+            expected = [t.detach().cpu() for t in _tensor_leaves(model(*a, **k))]
+    except Exception as exc:  # noqa: BLE001 - the model's own forward at the moved sizes
+        run.error = (f"PyTorch itself fails at these sizes ({_first_line(exc)}): a dimension "
+                     "made dynamic is not free in this model; drop it from --dynamic or pass "
+                     "--static")
+        return run
     try:
         feeds_spec = sess.get_inputs()
         if len(feeds_spec) != len(leaves):
