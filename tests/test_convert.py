@@ -285,3 +285,28 @@ def test_zip_crc_patch_zip64_records_and_offsets(tmp_path: Path) -> None:
         for name, (crc, size) in want.items():
             assert (zf.getinfo(name).CRC, zf.getinfo(name).file_size) == (crc, size)
     assert crc_mismatches(path) == []
+
+
+def test_a_bit_flipped_torch_zip_is_refused_not_converted(tmp_path, invoke):
+    """torch.load never checks the zip CRC-32s: convert does, before writing anything."""
+    src = tmp_path / "ok.pth"
+    torch.save({"w": torch.arange(1000, dtype=torch.float32)}, src)
+    data = bytearray(src.read_bytes())
+    with zipfile.ZipFile(src) as zf:
+        info = next(i for i in zf.infolist() if i.filename.endswith("/data/0"))
+    data[info.header_offset + 30 + len(info.filename) + len(info.extra) + 100] ^= 0x01
+    bad = tmp_path / "flip.pth"
+    bad.write_bytes(bytes(data))
+    assert torch.load(bad, weights_only=True)["w"].shape == (1000,)  # torch reads it silently
+    r = invoke("convert", bad, tmp_path / "out.safetensors")
+    assert r.exit_code == 2 and "damaged: Bad CRC-32" in r.output and "hint:" in r.output
+    assert not (tmp_path / "out.safetensors").exists()
+    assert invoke("convert", src, tmp_path / "ok.safetensors").exit_code == 0
+
+
+def test_key_changes_may_not_leave_an_empty_key(tmp_path, invoke):
+    src = tmp_path / "m.pth"
+    torch.save({"module.w": torch.zeros(2)}, src)
+    r = invoke("convert", src, tmp_path / "o.safetensors", "--strip-prefix", "module.w")
+    assert r.exit_code == 2 and "with an empty key" in r.output
+    assert not (tmp_path / "o.safetensors").exists()

@@ -197,6 +197,8 @@ def convert_checkpoint(
     keep_container = keep_extra and kind is OutputKind.pt
     inp = open_input(src, key=key, trust_pickle=trust_pickle, need_objects=keep_container)
     _check_conflicts(dst, inp, protect, force, shard_size)
+    if str(inp.format) == "torch_zip":
+        _check_source_crcs(Path(src))
     result = ConvertResult(src, dst, str(inp.format), str(kind), inp.container_key, len(inp.tensors))
     result.file_size_before = inp.file_size
     result.devices_before = sorted({t.device for t in inp.tensors})
@@ -206,6 +208,10 @@ def convert_checkpoint(
     tmeta = _target_meta(target) if target is not None else None
     if auto_prefix:
         names = _auto_prefix(names, tmeta, result)
+    emptied = [t.name for t, n in zip(inp.tensors, names, strict=True) if not n]
+    if emptied:
+        raise InspectError(f"key changes leave {emptied[0]!r} with an empty key",
+                           hint="check --strip-prefix/--rename: every tensor needs a name")
     dupes = [n for n, c in Counter(names).items() if c > 1]
     if dupes:
         raise InspectError(f"key changes map several tensors to the same key {dupes[0]!r}",
@@ -709,6 +715,26 @@ def _write_pt_streaming(tmp: Path, entries: list[_Entry], files: FilePool,
     finally:
         os.close(out)
     _check_zip_crcs(tmp, records)
+
+
+def _check_source_crcs(src: Path) -> None:
+    """Every record of a torch.save zip against its CRC-32 (one read of the file; torch.load
+    never checks them, so a bit flipped on disk would be converted and then "verified" against
+    the damaged bytes). Records with a CRC of 0 (written in place by other tools) are skipped."""
+    import zipfile
+
+    try:
+        with zipfile.ZipFile(src) as zf:
+            for info in zf.infolist():
+                if info.CRC == 0 or info.is_dir():
+                    continue
+                with zf.open(info) as fh:
+                    while fh.read(1 << 24):
+                        pass
+    except zipfile.BadZipFile as exc:
+        raise InspectError(f"{src}: damaged: {exc} (the file changed after it was saved)",
+                           hint="convert an intact copy; torch.load would read the damaged bytes "
+                           "without noticing") from None
 
 
 def _check_zip_crcs(tmp: Path, records: dict[str, tuple[int, int]]) -> None:
