@@ -175,3 +175,25 @@ def test_a_dynamic_dim_the_model_cannot_move_fails_verification_not_the_tool(tmp
     assert r.exit_code == 1, r.output
     errors = [v["error"] for v in json.loads(r.stdout)["verify"] if v["error"]]
     assert errors and "PyTorch itself fails at these sizes" in errors[0]
+
+
+@pytest.mark.parametrize(("args", "text"), [
+    (["params", "resnet18", "--weights", "w.safetensors", "--arch", "resnet50"],
+     "hint: inspect summary resnet18 --weights w.safetensors"),
+    (["summary", "net.py"], "hint: name the class or factory to build: net.py:ClassName"),
+    (["check", "zoo:convnet", "--config", "folder"], "--config folder: is a folder"),
+    (["bench", "zoo:convnet", "--compare", "folder"], "--compare folder: is a folder"),
+    (["features", "zoo:convnet", "-l", "fc1", "-o", "folder", "folder/t.pt"],
+     "inside the output folder folder, which is never read as input"),
+])
+def test_messages_name_the_real_mistake(args, text, invoke, tmp_path, monkeypatch):
+    from safetensors.torch import save_file
+
+    monkeypatch.chdir(tmp_path)
+    save_file({"w": torch.zeros(2)}, "w.safetensors")
+    (tmp_path / "net.py").write_text("x = 1\n")
+    (tmp_path / "folder").mkdir()
+    torch.save(torch.zeros(1, 28, 28), tmp_path / "folder" / "t.pt")
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    assert text in r.output

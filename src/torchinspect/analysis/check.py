@@ -161,7 +161,8 @@ def find_config(path: str | None, cwd: str | None = None) -> tuple[str, dict[str
         if not os.path.isfile(path):
             return None
     elif not os.path.isfile(path):
-        raise InspectError(f"--config {path}: no such file", hint="pass a TOML file (e.g. pyproject.toml)")
+        what = "is a folder" if os.path.isdir(path) else "no such file"
+        raise InspectError(f"--config {path}: {what}", hint="pass a TOML file (e.g. pyproject.toml)")
     try:
         with open(path, "rb") as fh:
             doc = tomllib.load(fh)

@@ -39,7 +39,7 @@ class Change:
 def load_bench_json(path: str) -> dict[str, Any]:
     p = Path(path)
     if not p.is_file():
-        raise InspectError(f"--compare {path}: no such file", hint="pass a JSON file written by "
+        raise InspectError(f"--compare {path}: {'is a folder' if p.is_dir() else 'no such file'}", hint="pass a JSON file written by "
                            "`inspect bench ... --format json --output FILE`")
     try:
         data = json.loads(p.read_text())

@@ -503,8 +503,16 @@ def extract_features(
         if inputs:
             items, ignored = collect_inputs(list(inputs), sample_rank=sample_rank, exclude=out_dir)
             if not items:
-                raise InspectError(f"no images or tensor files found in {', '.join(map(str, inputs))}",
-                                   hint="folders are searched recursively for .jpg/.png/... and .pt/.npy/.safetensors")
+                out_real = os.path.realpath(out_dir)
+                inside = [str(i) for i in inputs
+                          if os.path.realpath(i) == out_real
+                          or os.path.realpath(i).startswith(out_real + os.sep)]
+                raise InspectError(
+                    f"no images or tensor files found in {', '.join(map(str, inputs))}"
+                    + (f" ({', '.join(inside)}: inside the output folder {out_dir}, which is "
+                       "never read as input)" if inside else ""),
+                    hint="put the inputs outside the output folder" if inside else
+                    "folders are searched recursively for .jpg/.png/... and .pt/.npy/.safetensors")
         else:
             items, ignored = _random_items(example, first), 0
         settings = {"model": name, "layers": layers, "pool": pool,

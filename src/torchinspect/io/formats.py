@@ -139,6 +139,9 @@ def detect_format(path: str | os.PathLike[str]) -> CheckpointFormat:
             kind = "a JSON file"
         except (ValueError, UnicodeDecodeError):
             kind = "a text file"
+        if path.suffix == ".py":
+            raise InspectError(f"{path} is Python source, not a checkpoint",
+                               hint=f"name the class or factory to build: {path}:ClassName")
         raise InspectError(f"{path} is {kind}, not a checkpoint",
                            hint="pass a .pt/.pth/.bin/.ckpt file from torch.save, or a .safetensors file")
     raise InspectError(

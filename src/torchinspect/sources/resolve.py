@@ -84,12 +84,13 @@ def load_model(
 
     path = Path(spec)
     if arch is not None:
+        if weights is not None:
+            raise InspectError("give the weights either as MODEL with --arch, or with --weights, not both",
+                               hint=f"inspect summary {spec} --weights {weights}"
+                               if not path.exists() else f"inspect summary {arch} --weights {spec}")
         if not path.exists():
             raise InspectError(f"{spec}: no such checkpoint file",
                                hint="with --arch, MODEL is the weights file to load into it")
-        if weights is not None:
-            raise InspectError("give the weights either as MODEL with --arch, or with --weights, not both",
-                               hint=f"inspect summary {arch} --weights {spec}")
         loaded = load_model(arch, args=kwargs, weights=spec, key=key, strict=strict,
                             trust_pickle=trust_pickle, device=device, weights_config=weights_config)
         loaded.name = f"{spec} ({loaded.name})"
