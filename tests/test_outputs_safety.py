@@ -183,7 +183,7 @@ def test_a_dynamic_dim_the_model_cannot_move_fails_verification_not_the_tool(tmp
     (["summary", "net.py"], "hint: name the class or factory to build: net.py:ClassName"),
     (["check", "zoo:convnet", "--config", "folder"], "--config folder: is a folder"),
     (["bench", "zoo:convnet", "--compare", "folder"], "--compare folder: is a folder"),
-    (["features", "zoo:convnet", "-l", "fc1", "-o", "folder", "folder/t.pt"],
+    (["features", "zoo:convnet", "-l", "fc", "-o", "folder", "folder/t.pt"],
      "inside the output folder folder, which is never read as input"),
 ])
 def test_messages_name_the_real_mistake(args, text, invoke, tmp_path, monkeypatch):

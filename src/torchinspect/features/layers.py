@@ -264,7 +264,7 @@ class LayerCapture:
 def _unknown_layers(bad: Sequence[str], known: Sequence[str]) -> InspectError:
     import difflib
 
-    near = difflib.get_close_matches(bad[0], list(known), n=3)
+    near = difflib.get_close_matches(bad[0], list(dict.fromkeys(known)), n=3)
     hint = (f"did you mean {', '.join(near)}? " if near else "") + \
         "`inspect features MODEL --list` shows every layer name"
     return InspectError(f"unknown layer {', '.join(bad)}", hint=hint)
