@@ -118,6 +118,10 @@ def test_model_code_failures_say_where(tmp_path, invoke):
     (["bench", "zoo:convnet", "--input", "3,28,28", "--min-time", "0.05", "--max-time", "0.2"],
      "the forward failed in every configuration"),
     (["convert", "w.safetensors", "nodir/x.dcp"], "folder nodir does not exist"),
+    (["graph", "zoo:convnet", "--kind", "module", "--saved", "-o", "g.dot"],
+     "--saved draws the autograd graph's saved tensors"),
+    (["summary", "zoo:convnet", "--no-batch", "--batch", "4"],
+     "--batch and --no-batch exclude each other"),
 ])
 def test_bad_values_and_conflicts_are_usage_errors(args, text, invoke, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)

@@ -275,6 +275,9 @@ def parse_inputs(
     if batch is not None and (batch <= 0 or batch >= MAX_NUMEL):
         raise InspectError(f"--batch {batch}: the batch size must be a positive integer "
                            "below 2**63", hint="e.g. --batch 8")
+    if batch is not None and no_batch:
+        raise InspectError("--batch and --no-batch exclude each other",
+                           hint="--no-batch takes --input shapes as written, batch included")
     if not specs:
         if default is None or batch is None:
             return default

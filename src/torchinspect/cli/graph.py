@@ -42,6 +42,9 @@ def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepth
         raise InspectError("inspect graph needs -o FILE (.svg, .png, .pdf, .dot or .json)",
                            hint=f"e.g. inspect graph {model} -o graph.svg, or --format json "
                            "for the nodes and edges on stdout")
+    if saved and kind is not GraphKind.autograd:
+        raise InspectError("--saved draws the autograd graph's saved tensors",
+                           hint="leave out --kind module, or --saved")
     protect = input_files([model, *opts.files()])
     if out.output is not None:
         from torchinspect.io.atomic import check_target
