@@ -168,6 +168,9 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
         except Exception as exc:  # the model's forward on these inputs: a user error
             from torchinspect.trace.policy import forward_error
 
+            if type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(exc):
+                raise  # the CLI says "ran out of memory", with its own hint
+
             raise forward_error(exc, (args, kwargs) if kwargs else args) from None
     graph = Graph(GraphKind.autograd, name or type(model).__name__, device=_device_of(out))
     nodes: dict[int, GraphNode] = {}
