@@ -18,6 +18,25 @@ class ExitStatus(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
+def first_line(exc: BaseException) -> str:
+    """The first line of an exception's text (its type name when empty), for one output line."""
+    text = str(exc).strip()
+    return text.splitlines()[0][:300] if text else type(exc).__name__
+
+
+# allocator messages of torch (CPU, CUDA, cuBLAS, cuDNN) when something does not fit
+_OOM_SIGNS = ("out of memory", "can't allocate memory", "DefaultCPUAllocator",
+              "CUBLAS_STATUS_ALLOC_FAILED", "CUDNN_STATUS_ALLOC_FAILED",
+              "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE")
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """An allocator failure (CPU or GPU), not a bug: MemoryError, torch's OutOfMemoryError
+    (matched by name: no torch import here), or a RuntimeError carrying an allocator message."""
+    return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
+            or (isinstance(exc, RuntimeError) and any(s in str(exc) for s in _OOM_SIGNS)))
+
+
 class InspectError(Exception):
     """A user-facing error: one line saying what is wrong, plus a hint saying how to fix it.
 

@@ -29,7 +29,7 @@ from torchinspect.bench.precision import tf32_switch
 from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, is_out_of_memory
 from torchinspect.inputs import ExampleInputs, TensorSpec, rebatch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -40,8 +40,6 @@ LAUNCH_BOUND_RATIO = 0.8  # host enqueue time / device time above which a run is
 MAX_BATCH_CAP = 1 << 16
 FAST_INPUT_BYTES = 64 << 20  # larger CUDA inputs are generated on the device
 OOM_CHOICES = ("skip", "try")
-_OOM_SIGNS = ("out of memory", "can't allocate memory", "CUBLAS_STATUS_ALLOC_FAILED",
-              "CUDNN_STATUS_ALLOC_FAILED", "CUDNN_STATUS_NOT_ENOUGH_WORKSPACE")
 
 
 def parse_dtype(text: str) -> str:
@@ -176,20 +174,6 @@ class BenchResult:
 
 
 # ------------------------------------------------------------------ helpers
-
-
-def is_oom(exc: BaseException) -> bool:
-    """An allocator failure (CUDA or CPU), not a bug in the model."""
-    if isinstance(exc, MemoryError):
-        return True
-    try:
-        import torch
-
-        if isinstance(exc, torch.cuda.OutOfMemoryError):
-            return True
-    except ImportError:  # pragma: no cover
-        pass
-    return isinstance(exc, RuntimeError) and any(s in str(exc) for s in _OOM_SIGNS)
 
 
 def _first_line(exc: BaseException) -> str:
@@ -461,7 +445,7 @@ class _Runner:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes the row's status
             error = exc
-            row.status = "oom" if is_oom(exc) else "error"
+            row.status = "oom" if is_out_of_memory(exc) else "error"
             row.error = _first_line(exc)
             row.timing = None
         if error is not None:
@@ -600,7 +584,7 @@ def _max_batch(runner: _Runner, model: Any, fn: Any, dtype: str) -> tuple[MaxBat
             del args, kwargs
             peak = runner.peaks()[0]
         except Exception as exc:  # noqa: BLE001
-            if not is_oom(exc):
+            if not is_out_of_memory(exc):
                 error = _first_line(exc)
             ok = False
         _free(runner.device)

@@ -25,7 +25,7 @@ from typing import Annotated, Any, TypeVar
 import typer
 
 from torchinspect.device import parse_device
-from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
 from torchinspect.report import OutputFormat, Report, render
 from torchinspect.sources.case import ModelOptions
 
@@ -47,21 +47,6 @@ def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.U
     if hint:
         typer.echo(f"hint: {hint}", err=True)
     return typer.Exit(int(status))
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0] if text else type(exc).__name__
-
-
-# allocator messages of torch (CPU and CUDA) when a tensor does not fit
-_OOM_SIGNS = ("can't allocate memory", "DefaultCPUAllocator", "CUDA out of memory",
-              "out of memory")
-
-
-def _out_of_memory(exc: BaseException) -> bool:
-    return type(exc).__name__ == "OutOfMemoryError" or (
-        isinstance(exc, RuntimeError) and any(s in str(exc) for s in _OOM_SIGNS))
 
 
 def _os_error_text(exc: OSError) -> str:
@@ -109,16 +94,16 @@ def command_errors(fn: F) -> F:
             raise error_exit(_os_error_text(exc), "check the path, its permissions and the free "
                              "disk space") from None
         except Exception as exc:  # a bug in torchinspect or in the model's own code
-            if _out_of_memory(exc):
+            if is_out_of_memory(exc):
                 raise error_exit(
-                    f"ran out of memory: {_first_line(exc)}"[:300],
+                    f"ran out of memory: {first_line(exc)}",
                     "use the default --device meta where the command has it, a smaller "
                     "--input or --batch, or a device with more memory") from None
             if _debug_enabled():
                 traceback.print_exc()
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             raise error_exit(
-                f"internal error: {type(exc).__name__}: {msg}"[:500],
+                f"internal error: {type(exc).__name__}"
+                + (f": {first_line(exc)}" if str(exc).strip() else ""),
                 "rerun with --debug (or TORCHINSPECT_DEBUG=1) for the traceback; when it ends in "
                 "torchinspect rather than the model's code, report it",
                 ExitStatus.INTERNAL,

@@ -24,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, is_out_of_memory
 from torchinspect.shapes import first_tensor
 
 BIG_GRAPH = 2000  # nodes; above this the result suggests --depth
@@ -168,7 +168,7 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
         except Exception as exc:  # the model's forward on these inputs: a user error
             from torchinspect.trace.policy import forward_error
 
-            if type(exc).__name__ == "OutOfMemoryError" or "can't allocate memory" in str(exc):
+            if is_out_of_memory(exc):
                 raise  # the CLI says "ran out of memory", with its own hint
 
             raise forward_error(exc, (args, kwargs) if kwargs else args) from None

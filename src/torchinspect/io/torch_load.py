@@ -19,15 +19,10 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError, UnsafeCheckpointError
+from torchinspect.errors import InspectError, UnsafeCheckpointError, first_line
 from torchinspect.io.formats import CheckpointFormat, zip_prefix
 
 _CUT_SHORT = "the download or copy was probably cut short; fetch the file again"
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
 
 
 UNRESOLVED = "<unresolvable global>"
@@ -190,7 +185,7 @@ def torch_load(path: str | os.PathLike[str], fmt: CheckpointFormat, *,
                                   mmap=use_mmap)
     except pickle.UnpicklingError as exc:
         if trust_pickle:
-            raise InspectError(f"{path}: cannot unpickle: {_first_line(exc)}",
+            raise InspectError(f"{path}: cannot unpickle: {first_line(exc)}",
                                hint="the file is corrupt or not a torch.save checkpoint") from None
         bad = unsafe_globals(path, fmt)
         if bad:
@@ -209,7 +204,7 @@ def torch_load(path: str | os.PathLike[str], fmt: CheckpointFormat, *,
     except AttributeError as exc:
         if trust_pickle and "Can't get attribute" in str(exc):
             raise InspectError(f"{path}: the pickled model needs a class that is not importable "
-                               f"({_first_line(exc)})",
+                               f"({first_line(exc)})",
                                hint="pass --python-path DIR (the folder that holds the model's "
                                "code), run from it, or set PYTHONPATH=DIR") from None
         raise _explain(path, fmt, exc) from None
@@ -247,11 +242,11 @@ def _clean_reason(exc: BaseException) -> str:
     for line in text.splitlines():
         if "Unsupported global" in line or "Unsupported operand" in line:
             return line.strip()[:300]
-    return _first_line(exc)
+    return first_line(exc)
 
 
 def _explain(path: Path, fmt: CheckpointFormat, exc: BaseException) -> InspectError:
-    msg = _first_line(exc)
+    msg = first_line(exc)
     low = msg.lower()
     if isinstance(exc, MemoryError):
         return InspectError(f"{path}: ran out of memory while loading", hint="free memory or use a machine with more RAM")

@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs
 
 
@@ -107,11 +107,11 @@ def call_builder(builder: Callable[..., Any], kwargs: dict[str, Any], what: str,
         raise
     except Exception as exc:
         if not given and isinstance(exc, TypeError) and "required" in str(exc):
-            raise BuilderError(f"{what} needs arguments: {str(exc).strip().splitlines()[0]}",
+            raise BuilderError(f"{what} needs arguments: {first_line(exc)}",
                                hint="pass them with --arg NAME=VALUE (repeat for each)") from None
         if not given:
             raise  # the builder's own bug (exit 70), not something the user passed
-        text = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        text = first_line(exc)
         given_text = " ".join(f"{k}={v!r}" for k, v in given.items())
         raise BuilderError(f"{what} failed with --arg {given_text}: {text}",
                            hint="check the --arg names and values against the builder's signature") from None

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.errors import ExitStatus, InspectError, first_line
 
 _MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -105,10 +105,9 @@ def _import_failed(target: str, exc: Exception) -> InspectError:
     frames = traceback.extract_tb(exc.__traceback__)
     where = next((f"{f.filename}:{f.lineno}" for f in reversed(frames)
                   if "importlib" not in f.filename), None)
-    text = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
     return InspectError(
         f"{target}: the model's code raised while being imported: {type(exc).__name__}: "
-        f"{text}" + (f" (at {where})" if where else ""),
+        f"{first_line(exc)}" + (f" (at {where})" if where else ""),
         hint="fix the model's code; --debug shows the whole traceback",
         status=ExitStatus.INTERNAL)
 
