@@ -449,3 +449,23 @@ def test_large_inputs_made_on_the_device_keep_specs():
     assert args[0].shape == (2, 3) and args[0].dtype == torch.float16
     assert args[1][0].dtype == torch.int64 and int(args[1][0].max()) < 5
     assert kwargs["mask"].dtype == torch.bool and kwargs["mask"].shape == (2, 4)
+
+
+def test_live_progress_shows_a_markup_like_spec_as_text():
+    """On a terminal the progress is a rich status: a model spec like "runs/[/x]/m.py:Net"
+    is text there, not markup (which raised MarkupError)."""
+    import io
+
+    from rich.console import Console
+
+    from torchinspect.cli.bench import _Progress
+
+    buf = io.StringIO()
+    with _Progress() as p:
+        p.console = Console(file=buf, force_terminal=True, width=80, highlight=False)
+        p.live, p.last = True, 0.0
+        p.status = p.console.status("starting")
+        p.status.__enter__()
+        p("runs/[/x]/m.py:Net b1: warming up")
+        p("[bold]done[/bold]", final=True)
+    assert "[/x]" in buf.getvalue() and "[bold]done[/bold]" in buf.getvalue()

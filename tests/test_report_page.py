@@ -84,6 +84,68 @@ def test_html_escapes_everything_from_the_model():
     assert evil in "".join(p.text)  # what a reader sees is the text itself
 
 
+@pytest.mark.parametrize("text", ["[/x]", "[bold red]loud", "a|b,c\"d\nnew\tx\x1b[31m"])
+def test_table_and_markdown_show_names_as_text(text):
+    """A ModuleDict key or a folder name is shown as it is: never rich markup (a "[/x]" made
+    the table renderer fail with MarkupError), one line (a newline broke the row), and no
+    HTML a Markdown viewer would render."""
+    import io
+
+    from torchinspect.report import render
+
+    shown = text.replace("\n", "\\n").replace("\t", "\\t").replace("\x1b", "\\x1b")
+    report = Report("summary", {"model": text}, [
+        Text([text], title=text),
+        KeyValues(text, [(text, text)]),
+        Table(text, [text, "n"], [[text, 1], ["b", 2]], footer=[text]),
+    ])
+    buf = io.StringIO()
+    render(report, "table", buf)
+    out = buf.getvalue()
+    assert out.count(shown) == 9  # each title, header, cell, key, value, line and footer
+    assert "\x1b" not in out  # no raw escape sequence reaches the terminal
+    rows = [line for line in out.splitlines() if line.rstrip().endswith(("1", "2"))]
+    assert len(rows) == 2  # one line per table row
+    buf = io.StringIO()
+    render(report, "markdown", buf)
+    md = buf.getvalue()
+    table_rows = [line for line in md.splitlines() if line.startswith("| ")]
+    assert len(table_rows) == 2 + 3  # the key/value table (2 lines), the table (header, 2 rows)
+    assert all(line.endswith(" |") for line in table_rows)
+    cell = shown.replace("|", "\\|")
+    assert f"| {cell} | 1 |" in md
+
+
+def test_markdown_escapes_html_but_keeps_comparisons():
+    import io
+
+    from torchinspect.report import render
+
+    evil = '<img src=x onerror=alert(1)>'
+    report = Report("summary", {}, [Text([evil, "CoV < 2.5%"]), Table(None, ["Layer"], [[evil]])])
+    buf = io.StringIO()
+    render(report, "markdown", buf)
+    md = buf.getvalue()
+    assert "<img" not in md and md.count("&lt;img src=x onerror=alert(1)>") == 2
+    assert "CoV < 2.5%" in md  # a "<" that opens no tag stays as written
+
+
+def test_summary_of_markup_like_module_names(invoke, tmp_path):
+    spec = tmp_path / "m.py"
+    spec.write_text(
+        "import torch.nn as nn\n"
+        "class Net(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.d = nn.ModuleDict({'[/x]': nn.Linear(4, 4), '[bold]b\\nc': nn.Linear(4, 2)})\n"
+        "    def forward(self, x):\n"
+        "        return self.d['[bold]b\\nc'](self.d['[/x]'](x))\n")
+    for args in (("summary", f"{spec}:Net", "--input", "4"), ("params", f"{spec}:Net")):
+        r = invoke(*args)
+        assert r.exit_code == 0, r.output
+        assert "[/x]" in r.output and "[bold]b\\nc" in r.output
+
+
 def test_bar_lengths_are_proportional_to_values():
     from torchinspect.report.page import bar_svg
 

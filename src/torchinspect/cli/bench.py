@@ -94,7 +94,7 @@ class _Progress:
 
     def __enter__(self) -> _Progress:
         if self.live:
-            self.status = self.console.status("starting")
+            self.status = self.console.status(self._text("starting"))
             self.status.__enter__()
         return self
 
@@ -102,12 +102,18 @@ class _Progress:
         if self.status is not None:
             self.status.__exit__(None, None, None)
 
+    @staticmethod
+    def _text(text: str) -> Any:
+        from rich.text import Text
+
+        return Text(text)
+
     def __call__(self, text: str, final: bool = False) -> None:
         if final:
             self.console.print(text, markup=False, soft_wrap=True)
             return
         if self.status is not None:
-            self.status.update(text)
+            self.status.update(self._text(text))  # a model spec "[/x]" is text, not markup
             return
         now = time.monotonic()
         if now - self.last >= self.PLAIN_EVERY_S:

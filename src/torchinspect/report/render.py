@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from collections.abc import Callable
 from enum import StrEnum
 from typing import Any, TextIO
@@ -104,8 +105,25 @@ def render_csv(report: Report) -> str:
     return buf.getvalue()
 
 
+# control characters (a ModuleDict key may hold a newline) shown as escapes in the text formats
+_CONTROL = {i: f"\\x{i:02x}" for i in (*range(32), 127)} | {9: "\\t", 10: "\\n", 13: "\\r"}
+# "<" that would open an HTML tag, comment or declaration in a Markdown viewer
+_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+
+
+def printable(s: str) -> str:
+    """``s`` on one line: control characters as escapes (``\\n``, ``\\t``, ``\\x1b``)."""
+    return s.translate(_CONTROL)
+
+
+def _md_text(s: str) -> str:
+    """A text for Markdown: one line, and no HTML a viewer would render (``<img ...>``)."""
+    return _TAG_OPEN.sub("&lt;", printable(s))
+
+
 def _md_escape(s: str) -> str:
-    return s.replace("|", "\\|")
+    """A table cell for Markdown: also ``|``, which would end the cell."""
+    return _md_text(s).replace("|", "\\|")
 
 
 def chart_table(c: Chart) -> Table:
@@ -134,7 +152,7 @@ def render_markdown(report: Report) -> str:
     out: list[str] = []
     for s in text_sections(report.sections):
         if s.title:
-            out.append(f"### {s.title}\n")
+            out.append(f"### {_md_text(s.title)}\n")
         if isinstance(s, Table):
             aligns = _aligns(s)
             out.append("| " + " | ".join(_md_escape(c) for c in s.columns) + " |")
@@ -142,14 +160,14 @@ def render_markdown(report: Report) -> str:
             for row in s.rows:
                 out.append("| " + " | ".join(_md_escape(_cell(v)) for v in row) + " |")
             out.append("")
-            out.extend(f"{line}  " for line in s.footer)
+            out.extend(f"{_md_text(line)}  " for line in s.footer)
         elif isinstance(s, KeyValues):
             out.append("| | |")
             out.append("|:---|---:|")
             for k, v in s.items:
                 out.append(f"| {_md_escape(str(k))} | {_md_escape(_cell(v))} |")
         else:
-            out.extend(s.lines)
+            out.extend(_md_text(line) for line in s.lines)
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -158,6 +176,12 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
     from rich import box
     from rich.console import Console
     from rich.table import Table as RichTable
+    from rich.text import Text as RichText
+
+    def plain(v: str, style: str = "") -> RichText:
+        # names and paths are shown as they are: "[bold]" or "[/x]" in a ModuleDict key or a
+        # folder name is text, never rich markup
+        return RichText(printable(v), style=style)
 
     # Tables render at their natural width (like torchinfo): a layer table that wraps
     # inside its cells is unreadable. An explicit width (COLUMNS) is honoured.
@@ -173,30 +197,30 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
             console.print()
         first = False
         if isinstance(s, Table):
-            t = RichTable(title=s.title, box=box.SIMPLE_HEAD, title_justify="left",
-                          title_style="bold", show_edge=False, pad_edge=False)
+            t = RichTable(title=plain(s.title, "bold") if s.title else None, box=box.SIMPLE_HEAD,
+                          title_justify="left", show_edge=False, pad_edge=False)
             for c, a in zip(s.columns, _aligns(s), strict=True):
-                t.add_column(c, justify="right" if a == "right" else "left", overflow="fold",
+                t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
                              no_wrap=width is None)
             for row in s.rows:
-                t.add_row(*[_cell(v) for v in row])
+                t.add_row(*[plain(_cell(v)) for v in row])
             console.print(t)
             for line in s.footer:
-                console.print(line, markup=False)
+                console.print(plain(line))
         elif isinstance(s, KeyValues):
             if s.title:
-                console.print(f"[bold]{s.title}[/bold]")
+                console.print(plain(s.title, "bold"))
             t = RichTable(box=None, show_header=False, pad_edge=False)
             t.add_column(justify="left")
             t.add_column(justify="right")
             for k, v in s.items:
-                t.add_row(str(k), _cell(v))
+                t.add_row(plain(str(k)), plain(_cell(v)))
             console.print(t)
         else:
             if s.title:
-                console.print(f"[bold]{s.title}[/bold]")
+                console.print(plain(s.title, "bold"))
             for line in s.lines:
-                console.print(line, markup=False, style=s.style or None)
+                console.print(plain(line, s.style or ""))
 
 
 @renderer("json")
