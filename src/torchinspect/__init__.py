@@ -41,3 +41,8 @@ def __getattr__(name: str) -> Any:
 
         return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'torchinspect' has no attribute {name!r}")
+
+
+def __dir__() -> list[str]:
+    """The lazy API too (tab completion, ``dir(torchinspect)``)."""
+    return sorted({*globals(), *_LAZY})

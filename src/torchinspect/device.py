@@ -109,11 +109,14 @@ def model_device(model: Any, default: str = "cpu") -> str:
 
 
 def weight_bytes(model: Any) -> int:
-    """Bytes of the model's parameters and buffers, each tensor counted once."""
+    """Bytes of the model's parameters and buffers, each tensor counted once (a lazy
+    module's uninitialized ones have no size yet: 0)."""
+    from torch.nn.parameter import is_lazy
+
     seen: set[int] = set()
     total = 0
     for t in _tensors(model):
-        if id(t) not in seen:
+        if id(t) not in seen and not is_lazy(t):
             seen.add(id(t))
             total += t.numel() * t.element_size()
     return total

@@ -6,6 +6,7 @@ Nothing here imports torch: the CLI imports this module at start-up.
 from __future__ import annotations
 
 from enum import IntEnum
+from typing import Any
 
 
 class ExitStatus(IntEnum):
@@ -35,6 +36,16 @@ def is_out_of_memory(exc: BaseException) -> bool:
     (matched by name: no torch import here), or a RuntimeError carrying an allocator message."""
     return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
             or (isinstance(exc, RuntimeError) and any(s in str(exc) for s in _OOM_SIGNS)))
+
+
+def as_list(value: Any) -> list[Any]:
+    """A parameter that takes several texts (``layers``, ``select``, ``inputs`` ...): one
+    string is one item, not its characters; None is none."""
+    if value is None:
+        return []
+    if isinstance(value, (str, bytes)):
+        return [value]
+    return list(value)
 
 
 class InspectError(Exception):

@@ -28,7 +28,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, as_list
 
 DTYPE_ALIASES: dict[str, str] = {
     "float": "float32",
@@ -278,6 +278,7 @@ def parse_inputs(
     if batch is not None and no_batch:
         raise InspectError("--batch and --no-batch exclude each other",
                            hint="--no-batch takes --input shapes as written, batch included")
+    specs = as_list(specs)  # one "3,224,224" text is one input
     if not specs:
         if default is None or batch is None:
             return default

@@ -331,7 +331,8 @@ def measure(mb: ModelBudget, options: Any = None) -> ModelCheck:
         results.append(Measured(metric, limit, value, ok,
                                 f"{metric.value} {fmt_value(metric, value, exact=True)} "
                                 f"{'<=' if ok else '>'} budget {fmt_value(metric, limit)}"))
-    return ModelCheck(mb.model, case.name, case.describe_inputs() if case.example is not None else "-",
+    model = mb.model if isinstance(mb.model, str) else case.name  # a module: its class name
+    return ModelCheck(model, case.name, case.describe_inputs() if case.example is not None else "-",
                       results, time.perf_counter() - start, mb.source)
 
 
@@ -363,7 +364,9 @@ def check_budgets(models: str | list[str] | None = None, *, max_params: Any = No
     given = {Metric.params: max_params, Metric.macs: max_macs, Metric.size_mb: max_size_mb,
              Metric.activation_mb: max_activation_mb, Metric.latency_ms: max_latency_ms}
     cli = {m: parse_budget(v, m) for m, v in given.items() if v is not None}
-    names = [models] if isinstance(models, str) else list(models or [])
+    # one name or one module is one model (an nn.Sequential is iterable, over its layers)
+    one = isinstance(models, str) or hasattr(models, "named_parameters")
+    names = [models] if one else list(models or [])
     chosen, path = plan(names, cli, config=config, cwd=cwd)
     return CheckResult([measure(mb, options) for mb in chosen], path)
 

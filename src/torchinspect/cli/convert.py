@@ -41,20 +41,6 @@ ShardSizeOpt = Annotated[str | None, typer.Option(
     "(e.g. 5GB, 500MB) plus OUT.index.json.")]
 
 
-def parse_size(text: str) -> int:
-    """``5GB``/``500MB``/``2GiB``/``1000`` -> bytes."""
-    import re
-
-    from torchinspect.errors import InspectError
-
-    m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*", text, flags=re.IGNORECASE)
-    if not m:
-        raise InspectError(f"--shard-size {text!r}: expected a size like 5GB or 500MB",
-                           hint="units: KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB")
-    base = 1024 if m[3] else 1000
-    return int(float(m[1]) * base ** " KMGT".index(m[2].upper() or " "))
-
-
 @output_command
 def convert(
     src: InArg,
@@ -92,7 +78,7 @@ def convert(
         src, dst, key=key, strip_prefix=strip_prefix or (), rename=rename or (),
         auto_prefix=auto_prefix, target=target, target_name=arch, allow_partial=allow_partial,
         keep_extra=keep_extra, dtype=dtype, allow_overflow=allow_overflow,
-        shard_size=parse_size(shard_size) if shard_size is not None else None,
+        shard_size=shard_size,
         force=force, trust_pickle=trust_pickle, protect=[out.output] if out.output else [],
     )
     emit(convert_report(result), out, [src, dst, arch])

@@ -157,95 +157,100 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
 
     args, kwargs = pytree.tree_map(leafify, (tuple(args), kwargs))
     input_names = {id(t): f"input {i}" for i, t in enumerate(_tensors((args, kwargs)))}
-    with _eval_mode(model), torch.enable_grad():
-        try:
-            if state:
-                out = torch.func.functional_call(model, state, args, kwargs, strict=False)
+    from torchinspect.trace.engine import model_kept
+
+    # what the forward assigns is put back after the walk: restoring a buffer earlier would
+    # invalidate the tensors the graph saved (their version changes)
+    with model_kept(model):
+        with _eval_mode(model), torch.enable_grad():
+            try:
+                if state:
+                    out = torch.func.functional_call(model, state, args, kwargs, strict=False)
+                else:
+                    out = model(*args, **kwargs)
+            except (InspectError, MemoryError, KeyboardInterrupt):
+                raise
+            except Exception as exc:  # the model's forward on these inputs: a user error
+                from torchinspect.trace.policy import forward_error
+
+                if is_out_of_memory(exc):
+                    raise  # the CLI says "ran out of memory", with its own hint
+
+                raise forward_error(exc, (args, kwargs) if kwargs else args) from None
+        graph = Graph(GraphKind.autograd, name or type(model).__name__, device=_device_of(out))
+        nodes: dict[int, GraphNode] = {}
+        edges: set[tuple[str, str]] = set()
+        edge_list: list[GraphEdge] = []
+
+        def add_edge(src: str, dst: str) -> None:
+            if (src, dst) not in edges:
+                edges.add((src, dst))
+                edge_list.append(GraphEdge(src, dst))
+
+        def node_for(fn: Any) -> GraphNode:
+            node = nodes.get(id(fn))
+            if node is not None:
+                return node
+            nid = f"n{len(nodes)}"
+            var = getattr(fn, "variable", None)
+            if var is not None:  # AccumulateGrad: a leaf tensor
+                pname = names.get(id(var))
+                if pname is not None:
+                    node = GraphNode(nid, f"{pname} {_fmt_shape(_shape(var))}", "param", pname,
+                                     "Parameter", _shape(var))
+                else:
+                    label = input_names.get(id(var), "leaf tensor")
+                    node = GraphNode(nid, f"{label}\n{_fmt_shape(_shape(var))}", "input", label,
+                                     None, _shape(var))
             else:
-                out = model(*args, **kwargs)
-        except (InspectError, MemoryError, KeyboardInterrupt):
-            raise
-        except Exception as exc:  # the model's forward on these inputs: a user error
-            from torchinspect.trace.policy import forward_error
-
-            if is_out_of_memory(exc):
-                raise  # the CLI says "ran out of memory", with its own hint
-
-            raise forward_error(exc, (args, kwargs) if kwargs else args) from None
-    graph = Graph(GraphKind.autograd, name or type(model).__name__, device=_device_of(out))
-    nodes: dict[int, GraphNode] = {}
-    edges: set[tuple[str, str]] = set()
-    edge_list: list[GraphEdge] = []
-
-    def add_edge(src: str, dst: str) -> None:
-        if (src, dst) not in edges:
-            edges.add((src, dst))
-            edge_list.append(GraphEdge(src, dst))
-
-    def node_for(fn: Any) -> GraphNode:
-        node = nodes.get(id(fn))
-        if node is not None:
+                kind = type(fn).__name__
+                node = GraphNode(nid, kind, "op", None, kind)
+            nodes[id(fn)] = node
             return node
-        nid = f"n{len(nodes)}"
-        var = getattr(fn, "variable", None)
-        if var is not None:  # AccumulateGrad: a leaf tensor
-            pname = names.get(id(var))
-            if pname is not None:
-                node = GraphNode(nid, f"{pname} {_fmt_shape(_shape(var))}", "param", pname,
-                                 "Parameter", _shape(var))
-            else:
-                label = input_names.get(id(var), "leaf tensor")
-                node = GraphNode(nid, f"{label}\n{_fmt_shape(_shape(var))}", "input", label,
-                                 None, _shape(var))
-        else:
-            kind = type(fn).__name__
-            node = GraphNode(nid, kind, "op", None, kind)
-        nodes[id(fn)] = node
-        return node
 
-    outputs = [t for t in _tensors(out) if t.grad_fn is not None or t.requires_grad]
-    if not outputs:
-        raise InspectError(f"{graph.model}: the output does not depend on anything that "
-                           "requires a gradient, so it has no autograd graph",
-                           hint="use --kind module for the module graph")
-    stack: list[Any] = []
-    seen: set[int] = set()
-    saved_count = 0
-    for i, t in enumerate(outputs):
-        onode = GraphNode(f"out{i}", f"output {i}\n{_fmt_shape(_shape(t))}", "output",
-                          f"output {i}", None, _shape(t))
-        graph.nodes.append(onode)
-        fn = t.grad_fn
-        if fn is None:
-            continue
-        add_edge(node_for(fn).id, onode.id)
-        if id(fn) not in seen:
-            seen.add(id(fn))
-            stack.append(fn)
-    while stack:
-        fn = stack.pop()
-        here = node_for(fn)
-        if saved:
-            for attr in dir(fn):
-                if not attr.startswith("_saved_"):
-                    continue
-                val = getattr(fn, attr, None)
-                if isinstance(val, torch.Tensor):
-                    saved_count += 1
-                    sid = f"s{saved_count}"
-                    graph.nodes.append(GraphNode(sid, f"{attr[7:]}\n{_fmt_shape(_shape(val))}",
-                                                 "saved", attr[7:], "Tensor", _shape(val)))
-                    add_edge(sid, here.id)
-        for nxt, _ in getattr(fn, "next_functions", ()):
-            if nxt is None:
+        outputs = [t for t in _tensors(out) if t.grad_fn is not None or t.requires_grad]
+        if not outputs:
+            raise InspectError(f"{graph.model}: the output does not depend on anything that "
+                               "requires a gradient, so it has no autograd graph",
+                               hint="use --kind module for the module graph")
+        stack: list[Any] = []
+        seen: set[int] = set()
+        saved_count = 0
+        for i, t in enumerate(outputs):
+            onode = GraphNode(f"out{i}", f"output {i}\n{_fmt_shape(_shape(t))}", "output",
+                              f"output {i}", None, _shape(t))
+            graph.nodes.append(onode)
+            fn = t.grad_fn
+            if fn is None:
                 continue
-            add_edge(node_for(nxt).id, here.id)
-            if id(nxt) not in seen:
-                seen.add(id(nxt))
-                stack.append(nxt)
-    graph.nodes[:0] = list(nodes.values())
-    graph.edges = edge_list
-    del out, outputs
+            add_edge(node_for(fn).id, onode.id)
+            if id(fn) not in seen:
+                seen.add(id(fn))
+                stack.append(fn)
+        while stack:
+            fn = stack.pop()
+            here = node_for(fn)
+            if saved:
+                for attr in dir(fn):
+                    if not attr.startswith("_saved_"):
+                        continue
+                    val = getattr(fn, attr, None)
+                    if isinstance(val, torch.Tensor):
+                        saved_count += 1
+                        sid = f"s{saved_count}"
+                        graph.nodes.append(GraphNode(sid, f"{attr[7:]}\n{_fmt_shape(_shape(val))}",
+                                                     "saved", attr[7:], "Tensor", _shape(val)))
+                        add_edge(sid, here.id)
+            for nxt, _ in getattr(fn, "next_functions", ()):
+                if nxt is None:
+                    continue
+                add_edge(node_for(nxt).id, here.id)
+                if id(nxt) not in seen:
+                    seen.add(id(nxt))
+                    stack.append(nxt)
+        graph.nodes[:0] = list(nodes.values())
+        graph.edges = edge_list
+        del out, outputs
     _big_note(graph)
     return graph
 
@@ -339,7 +344,9 @@ def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
             handles.append(m.register_forward_hook(flow.post, with_kwargs=True, always_call=True))
         import torch
 
-        with _eval_mode(model), torch.no_grad(), _flow_mode(flow):
+        from torchinspect.trace.engine import model_kept
+
+        with model_kept(model), _eval_mode(model), torch.no_grad(), _flow_mode(flow):
             if state:
                 out = torch.func.functional_call(model, state, args, kwargs, strict=False)
             else:
@@ -502,7 +509,12 @@ def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str
     """
     from torchinspect.sources.case import ModelCase, make_case
 
+    if str(kind) not in {k.value for k in GraphKind}:
+        raise InspectError(f"kind={kind!r}: unknown graph kind", hint="use 'autograd' or 'module'")
     kind = GraphKind(kind)
+    if depth is not None and depth < 0:  # as summarize's check_depth (a sibling core)
+        raise InspectError(f"depth={depth}: the depth must be 0 or more",
+                           hint="e.g. depth=2 (0 draws the model as one node)")
     case = case_or_model if isinstance(case_or_model, ModelCase) else make_case(case_or_model, inputs, options=options)
     if kind is GraphKind.autograd:
         from torchinspect import device as devices

@@ -28,7 +28,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, as_list
 from torchinspect.io.atomic import check_target
 
 TWO_GB = 2 * 1024**3
@@ -204,7 +204,7 @@ def _bound(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
 def parse_dynamic(specs: Sequence[str]) -> list[tuple[str, int]]:
     """``NAME:DIM`` texts -> (input name, dim index)."""
     out = []
-    for s in specs:
+    for s in as_list(specs):  # one "NAME:DIM" text is one spec
         name, _, dim = s.rpartition(":")
         if not name or not dim.lstrip("-").isdigit():
             raise InspectError(f"--dynamic {s!r} is not NAME:DIM",
@@ -428,7 +428,9 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     seconds: dict[str, float] = {}
     notes: list[str] = list(case.notes)
     report_path = target.with_name(target.stem + ".export-report.md")
-    with _eval(model):
+    from torchinspect.trace.engine import model_kept
+
+    with model_kept(model), _eval(model):  # attributes and buffers a forward sets are put back
         dyn, marked = _dynamic_shapes(model, args, kwargs, static=static, extra=extra)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=".torchinspect-export-",
@@ -486,7 +488,7 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
         import onnxruntime as ort
 
         session = _session(target, ort)
-        with _eval(model):
+        with model_kept(model), _eval(model):
             # the last run also moves every --dynamic dim (the first keeps the example's)
             result.verify = [_verify_run(model, session, args, kwargs, b, batch0, marked,
                                          extra if b == sizes[-1] else [], atol, rtol)

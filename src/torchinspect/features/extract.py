@@ -22,7 +22,7 @@ from typing import Any
 import torch
 
 from torchinspect import device as devices
-from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.errors import ExitStatus, InspectError, as_list
 from torchinspect.features import store
 from torchinspect.features.gpu import BackgroundWriter, GpuImages
 from torchinspect.features.inputs import (
@@ -35,6 +35,7 @@ from torchinspect.features.inputs import (
     split_jpegs,
 )
 from torchinspect.features.layers import LayerCapture, check_layer_names
+from torchinspect.io.writers import parse_size
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
           "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -148,19 +149,38 @@ def _init_dist(device: str) -> _Dist:
 # ------------------------------------------------------------------ the model
 
 
+def _callers(model: Any) -> Any:
+    """The caller's own module, when ``model`` is one or a ModelCase holding one."""
+    return model if isinstance(model, torch.nn.Module) else getattr(model, "model", None)
+
+
 def _resolve_model(model: Any, device: str, options: Any) -> tuple[Any, str, Any, list[str], bool]:
     """(real model on device, name, example, notes, owned) for a spec, a ModelCase or a
     module; ``owned``: built or copied here, so its memory format may be changed."""
     if isinstance(model, torch.nn.Module):
+        from torchinspect.sources.materialize import has_lazy
+
         here = devices.model_device(model, default=device)
         if devices.has_meta_tensors(model):
             raise InspectError("the model's weights are on meta", hint="pass a model with real weights")
+        # options.inputs: the example, as for a spec
+        example = None
+        if options is not None and getattr(options, "inputs", None):
+            from torchinspect.sources.case import resolve_inputs
+
+            example = resolve_inputs(list(options.inputs), None, batch=options.batch,
+                                     no_batch=options.no_batch)
         if torch.device(here) != torch.device(device):
             import copy
 
-            return copy.deepcopy(model).to(device), type(model).__name__, None, \
+            return copy.deepcopy(model).to(device), type(model).__name__, example, \
                 [f"the model was copied from {here} to {device}"], True
-        return model, type(model).__name__, None, [], False
+        if has_lazy(model):  # the first batch sizes the lazy modules: of a copy
+            import copy
+
+            return copy.deepcopy(model), type(model).__name__, example, \
+                ["lazy modules are sized on a copy (the model passed in stays lazy)"], False
+        return model, type(model).__name__, example, [], False
     if isinstance(model, str):
         from torchinspect.sources.case import make_case
 
@@ -395,27 +415,6 @@ def _postprocess(outs: dict[str, Any], pool: str | None, save: torch.dtype,
 # ------------------------------------------------------------------ main entry
 
 
-def _parse_size(text: str | int) -> int:
-    if isinstance(text, int):
-        return text
-    t = str(text).strip().upper().replace(" ", "")
-    units = {"KB": 1000, "MB": 1000**2, "GB": 1000**3, "TB": 1000**4, "KIB": 1024,
-             "MIB": 1024**2, "GIB": 1024**3, "B": 1, "K": 1000, "M": 1000**2, "G": 1000**3}
-    for u in sorted(units, key=len, reverse=True):
-        if t.endswith(u):
-            num = t[: -len(u)]
-            break
-    else:
-        u, num = "B", t
-    try:
-        value = float(num)
-    except ValueError:
-        raise InspectError(f"--shard-size {text!r} is not a size", hint="e.g. 1GB, 500MB, 2GiB") from None
-    if value <= 0:
-        raise InspectError(f"--shard-size {text!r} must be positive", hint="e.g. 1GB")
-    return int(value * units[u])
-
-
 def _dtype(text: str, option: str) -> torch.dtype:
     key = str(text).lower()
     if key not in DTYPES:
@@ -479,8 +478,10 @@ def extract_features(
     save = _dtype(save_dtype, "--save-dtype") if save_dtype else compute
     if file_format == "npy" and save == torch.bfloat16:
         raise InspectError("--format npy cannot hold bfloat16", hint="use --format safetensors or pt, or --save-dtype fp32")
-    shard_bytes = _parse_size(shard_size)
-    layers = [n.strip() for n in layers if n.strip()]
+    shard_bytes = parse_size(shard_size)
+    # one text is one input / a comma-separated list of layers, as on the command line
+    inputs = as_list(inputs)
+    layers = [n.strip() for spec in as_list(layers) for n in str(spec).split(",") if n.strip()]
     if not layers:
         raise InspectError("no layers given", hint="pass --layers NAME[,NAME...]; --list shows them")
     out_dir = Path(output)
@@ -494,7 +495,12 @@ def extract_features(
         net, name, case_example, notes, owned = _resolve_model(model, dev, options)
         if dist.world > 1 and not isinstance(model, torch.nn.Module):
             _broadcast_weights(net)  # a random init differs per process: use rank 0's
-        example = example if example is not None else case_example
+        if example is not None:  # "3,224,224", shapes, tensors: as every other API takes them
+            from torchinspect.sources.case import resolve_inputs
+
+            example = resolve_inputs(example, None)
+        else:
+            example = case_example
         check_layer_names(net, layers)
         sample_rank, hw, first = _example_info(example)
         prep = make_preprocess(name if isinstance(model, str) else None, hw, mode=preprocess,
@@ -515,9 +521,13 @@ def extract_features(
                     "folders are searched recursively for .jpg/.png/... and .pt/.npy/.safetensors")
         else:
             items, ignored = _random_items(example, first), 0
+        # tensor files are fed as they are: the image preprocessing is recorded only when
+        # some input is an image
+        images = any(it.kind == "image" for it in items)
         settings = {"model": name, "layers": layers, "pool": pool,
                     "save_dtype": DTYPE_NAMES[save], "file_format": file_format,
-                    "preprocess": prep.to_dict() if inputs else {"mode": "random"}}
+                    "preprocess": prep.to_dict() if images else
+                    {"mode": "tensors"} if inputs else {"mode": "random"}}
         settings = json.loads(json.dumps(settings))  # as the manifest holds them (lists)
         if dist.rank == 0:
             manifest = store.recover(out_dir, settings, force=force, fmt=file_format,
@@ -547,7 +557,11 @@ def extract_features(
                    and bool(mine) and all(it.kind == "image" for _, it in mine))
         tensors_meta: dict[str, dict[str, Any]] = dict(manifest.get("tensors") or {})
         interrupted = False
-        with LayerCapture(net, layers) as cap:
+        from torchinspect.trace.engine import model_kept
+
+        # a caller's module: what its forward assigns (attributes, buffers) is put back
+        kept = model_kept(net) if net is _callers(model) else contextlib.nullcontext()
+        with kept, LayerCapture(net, layers) as cap:
             method = cap.method
             try:
                 _run(cap, mine, items, prep, dev, batch_size, workers, compute, pool, save,

@@ -350,6 +350,10 @@ class FeatureFolder:
         return cls(folder, manifest)
 
     def rows(self, layer: str) -> torch.Tensor:
+        saved = list(self.manifest.get("tensors") or {})
+        if layer not in saved:
+            raise InspectError(f"{self.path}: no layer {layer!r} saved here",
+                               hint=f"saved layers: {', '.join(saved) or 'none'}")
         parts = []
         for s in self.manifest["shards"]:
             f = self.path / s["files"][layer]

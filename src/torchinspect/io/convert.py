@@ -20,7 +20,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.errors import ExitStatus, InspectError, as_list
 from torchinspect.io.atomic import atomic_path
 from torchinspect.io.formats import detect_format
 from torchinspect.io.safetensors import encode_header, scalar_metadata
@@ -34,6 +34,7 @@ from torchinspect.io.state_dict import (
 )
 from torchinspect.io.tensors import FilePool, LoadedInput, TensorSource, open_input
 from torchinspect.io.torchzip import DTYPE_SIZES
+from torchinspect.io.writers import parse_size
 
 
 class CastDtype(StrEnum):
@@ -160,7 +161,7 @@ def convert_checkpoint(
     keep_extra: bool = False,
     dtype: CastDtype | str | None = None,
     allow_overflow: bool = False,
-    shard_size: int | None = None,
+    shard_size: int | str | None = None,
     force: bool = False,
     trust_pickle: bool = False,
     protect: Sequence[str | os.PathLike[str]] = (),
@@ -177,7 +178,8 @@ def convert_checkpoint(
     ``allow_overflow``. Training state is dropped unless ``keep_extra``; scalar entries go to
     a safetensors ``__metadata__``. Modules' ``_extra_state`` entries are kept. Tied tensors
     stay shared in ``.pt`` and are copies in safetensors. ``shard_size`` (bytes, safetensors
-    only) writes ``NAME-0000i-of-0000N.safetensors`` plus ``NAME.safetensors.index.json``.
+    only; or a text such as ``"5GB"``) writes ``NAME-0000i-of-0000N.safetensors`` plus
+    ``NAME.safetensors.index.json``. ``strip_prefix`` and ``rename`` take one text or several.
 
     ``target`` (key -> tensor or TensorMeta, e.g. an architecture's ``state_dict()`` on meta,
     built by the caller) checks that the result loads with strict=True by PyTorch's rules
@@ -190,10 +192,13 @@ def convert_checkpoint(
     kind = output_kind(dst)
     if shard_size is not None and kind is not OutputKind.safetensors:
         raise InspectError("--shard-size writes sharded safetensors", hint="name OUT *.safetensors")
-    if shard_size is not None and shard_size <= 0:
-        raise InspectError(f"--shard-size {shard_size}: must be positive", hint="e.g. --shard-size 5GB")
+    if shard_size is not None:
+        shard_size = parse_size(shard_size)
+    if dtype and str(dtype) not in {d.value for d in CastDtype}:
+        raise InspectError(f"--dtype {dtype!r} is not supported", hint="use fp16, bf16 or fp32")
     cast_to = CastDtype(dtype).torch_name if dtype else None
-    renames = [parse_rename(r) for r in rename]
+    strip_prefix = as_list(strip_prefix)
+    renames = [parse_rename(r) for r in as_list(rename)]
     keep_container = keep_extra and kind is OutputKind.pt
     inp = open_input(src, key=key, trust_pickle=trust_pickle, need_objects=keep_container)
     _check_conflicts(dst, inp, protect, force, shard_size)

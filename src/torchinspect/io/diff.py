@@ -9,11 +9,13 @@ data, no torch import); ``values=True`` loads data (memory-mapped) to compare nu
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
+from torchinspect.errors import InspectError
 from torchinspect.io.formats import CheckpointFormat
 from torchinspect.io.keys import KeyGroup, group_keys
 from torchinspect.io.meta import TensorMeta, TensorSet, read_checkpoint_meta
@@ -228,15 +230,35 @@ def _is_folded(key: str) -> bool:
     return key.endswith(FOLDED_SUFFIXES)
 
 
-def diff_state_dicts(a: DiffSide, b: DiffSide, *, auto_prefix: bool = False,
+def as_side(value: Any, label: str) -> DiffSide:
+    """A DiffSide from a checkpoint path, a state_dict (any mapping) or a module."""
+    if isinstance(value, DiffSide):
+        return value
+    if isinstance(value, (str, os.PathLike)):
+        return checkpoint_side(value)
+    if isinstance(value, Mapping):
+        return model_side(label, dict(value))
+    state_dict = getattr(value, "state_dict", None)
+    if callable(state_dict) and hasattr(value, "named_parameters"):
+        return model_side(type(value).__name__, state_dict(), tied=tied_groups(value))
+    raise InspectError(f"diff side {label}: expected a checkpoint path, a state_dict or a "
+                       f"module, got {type(value).__name__}",
+                       hint="e.g. diff_state_dicts(model, 'ckpt.pth')")
+
+
+def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
                      fold_batch_counters: bool = True) -> DiffResult:
     """Compare B (weights) against A (target) by key, shape and dtype.
+
+    ``a`` and ``b``: a checkpoint path, a state_dict, a module, or a :class:`DiffSide`
+    (:func:`checkpoint_side`/:func:`model_side` give options such as a container key).
 
     ``auto_prefix`` applies the best prefix remap of B's keys (see
     :func:`find_prefix_remaps`) before comparing; candidates are reported either way.
     ``num_batches_tracked`` entries missing on one side are folded (BatchNorm fills them
     in) rather than listed. Values are compared separately by :func:`compare_values`.
     """
+    a, b = as_side(a, "A"), as_side(b, "B")
     remaps = find_prefix_remaps(a.tensors.keys(), b.tensors.keys())
     applied = remaps[0] if auto_prefix and remaps else None
     renamed: dict[str, str] = {}
@@ -314,7 +336,6 @@ def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: floa
     quantized tensors are compared dequantized."""
     import torch
 
-    from torchinspect.errors import InspectError
     from torchinspect.io.tensors import FilePool, open_input
 
     if result.a.path is None or result.b.path is None:

@@ -173,6 +173,9 @@ def model_archive_error(path: str | os.PathLike[str], fmt: CheckpointFormat) -> 
 
 def weights_file(path: str | os.PathLike[str]) -> tuple[Path, CheckpointFormat, int]:
     """``(path, format, size)`` of a file that must hold weights (not a model archive)."""
+    if not isinstance(path, (str, os.PathLike)):
+        raise InspectError(f"expected a checkpoint path, got {type(path).__name__}",
+                           hint="pass the file's path; a model's weights are model.state_dict()")
     path = Path(path)
     fmt = detect_format(path)
     if fmt.is_model_archive:

@@ -28,6 +28,24 @@ FORMATS = ("safetensors", "pt", "npy")
 SUFFIX = {"safetensors": ".safetensors", "pt": ".pt", "npy": ".npy"}
 
 
+def parse_size(text: str | int, option: str = "--shard-size") -> int:
+    """``5GB``/``500MB``/``2GiB``/``1000``/an int -> bytes (positive)."""
+    import re
+
+    if isinstance(text, int) and not isinstance(text, bool):
+        value = float(text)
+    else:
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*", str(text), flags=re.IGNORECASE)
+        if not m or (m[3] and not m[2]):
+            raise InspectError(f"{option} {text!r}: expected a size like 5GB or 500MB",
+                               hint="units: KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB")
+        base = 1024 if m[3] else 1000
+        value = float(m[1]) * base ** " KMGT".index(m[2].upper() or " ")
+    if value < 1:
+        raise InspectError(f"{option} {text!r}: must be at least 1 byte", hint="e.g. 5GB or 500MB")
+    return int(value)
+
+
 def tensor_nbytes(t: Any) -> int:
     return int(t.numel()) * int(t.element_size())
 

@@ -81,6 +81,8 @@ def _prep(p: dict[str, Any]) -> str:
         return "random input (--input)"
     if p.get("mode") == "none":
         return "none (pixels in [0, 1])"
+    if p.get("mode") == "tensors":
+        return "none: tensor files as they are"
     parts = []
     if p.get("resize"):
         parts.append(f"resize {p['resize']}")

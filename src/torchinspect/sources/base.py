@@ -10,7 +10,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from torchinspect.errors import InspectError, first_line
+from torchinspect.errors import InspectError, as_list, first_line
 from torchinspect.inputs import ExampleInputs
 
 
@@ -58,7 +58,7 @@ def parse_kwargs(pairs: Sequence[str] | dict[str, Any] | None) -> dict[str, Any]
     if isinstance(pairs, dict):
         return dict(pairs)
     out: dict[str, Any] = {}
-    for pair in pairs:
+    for pair in as_list(pairs):  # one "k=v" text is one pair
         key, sep, raw = pair.partition("=")
         key = key.strip()
         if not sep or not key.isidentifier():

@@ -40,6 +40,13 @@ class ModelOptions:
     weights_config: str | None = None  # --weights-config NAME, "default" for --published
     python_path: tuple[str, ...] = ()  # --python-path DIR: on sys.path while the model loads
 
+    def __post_init__(self) -> None:
+        # one text is one --input / --arg, not a sequence of characters
+        if isinstance(self.inputs, str):
+            self.inputs = [self.inputs]
+        if isinstance(self.args, str):
+            self.args = [self.args]
+
     def files(self) -> tuple[str | None, ...]:
         """Files named by these options (outputs must never overwrite them)."""
         return (self.arch, self.weights)
@@ -82,12 +89,20 @@ class ModelCase:
 
         Returns ``self.model`` when it already lives there (the caller must not mutate it),
         else a rebuild. A model on another real device is never moved: that would mutate it.
+        Lazy modules (``nn.LazyLinear``) are sized on a copy (or the rebuild) by one forward
+        on the example: the caller's stay lazy.
         """
         device = devices.parse_device(device)
         target = devices.real_device(device)
         devices.check_available(target)
+        from torchinspect.sources.materialize import has_lazy
+
         here = devices.model_device(self.model, default=target)
         if not self.on_meta and devices.same_device(here, target):
+            if has_lazy(self.model):  # a forward would size the caller's lazy modules
+                import copy
+
+                return self._sized(copy.deepcopy(self.model), target)
             return self.model
         if self.rebuild is None:
             if self.on_meta:
@@ -96,7 +111,38 @@ class ModelCase:
                     f"{target}", hint="pass a model with real weights, or load it by name/spec")
             raise InspectError(f"{self.name}: the model's weights are on {here}, not {target}",
                                hint=f"use --device {here.split(':')[0]}, or move the model first")
-        return self.rebuild(target)
+        model = self.rebuild(target)
+        return self._sized(model, target) if has_lazy(model) else model
+
+    def _sized(self, model: Any, target: str) -> Any:
+        """``model`` (a copy or a rebuild) with its lazy modules sized by one eval-mode forward
+        on the example, as its first real forward would."""
+        if self.example is None:
+            return model
+        import torch
+
+        from torchinspect.sources.materialize import lazy_names
+
+        names = lazy_names(model)
+        args, kwargs = self.inputs_on(target)
+        flags = [(m, m.training) for m in model.modules()]
+        try:
+            for m, _ in flags:
+                m.training = False
+            with torch.no_grad():
+                model(*args, **kwargs)
+        except Exception as exc:
+            from torchinspect.errors import first_line
+
+            raise InspectError(
+                f"{self.name}: the lazy modules ({', '.join(names[:3])}"
+                f"{', ...' if len(names) > 3 else ''}) could not be sized with input "
+                f"{self.describe_inputs()}: {first_line(exc)}",
+                hint="pass the input the model expects, or run one forward before inspecting it") from None
+        finally:
+            for m, flag in flags:
+                m.training = flag
+        return model
 
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example materialized on ``device`` as ``(args, kwargs)``."""

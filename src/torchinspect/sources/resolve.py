@@ -76,6 +76,10 @@ def load_model(
     the architecture. ``weights_config`` applies a torchvision weights' published builder
     settings and input size ("default" for the first weights).
     """
+    if not isinstance(spec, str):
+        raise InspectError(f"load_model takes a MODEL text, got {type(spec).__name__}",
+                           hint="e.g. 'resnet18', 'zoo:gpt', 'file.py:Net'; the analysis "
+                           "functions (summarize, ...) take a module as it is")
     devices.check_available(device)
     kwargs = parse_kwargs(args)
     spec = spec.strip()

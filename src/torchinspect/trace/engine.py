@@ -134,6 +134,37 @@ def _attributes_kept(model: nn.Module) -> Iterator[None]:
 _MISSING = object()
 
 
+@contextlib.contextmanager
+def model_kept(model: nn.Module) -> Iterator[None]:
+    """The caller's model as it was given after real forwards run on it (graph, export,
+    features, doctor): attributes and parameter/buffer/submodule tables put back
+    (:func:`_attributes_kept`), and buffer values a forward changed in place (a step
+    counter's ``+= 1``, a cache filled with ``copy_``) copied back. TorchScript modules
+    are left alone (their attributes are not a ``__dict__``)."""
+    if isinstance(model, torch.jit.ScriptModule):
+        yield
+        return
+    from torch.nn.parameter import is_lazy
+
+    seen: set[int] = set()
+    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+    for b in model.buffers():
+        if id(b) in seen or b.is_meta or is_lazy(b):
+            continue
+        seen.add(id(b))
+        saved.append((b, b.detach().clone()))
+    with _attributes_kept(model):
+        try:
+            yield
+        finally:
+            for b, value in saved:
+                # only a changed buffer is written (a write bumps its version, which tensors
+                # saved for backward check)
+                if b.shape == value.shape and b.dtype == value.dtype and not torch.equal(b, value):
+                    with torch.inference_mode() if b.is_inference() else torch.no_grad():
+                        b.copy_(value)
+
+
 def _buffer_copies(model: nn.Module) -> dict[str, torch.Tensor]:
     """Copies of every buffer (ties kept): a training-mode forward updates these instead."""
     by_id: dict[int, torch.Tensor] = {}
@@ -199,7 +230,9 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     scriptable = not isinstance(model, torch.jit.ScriptModule)
     if state is None and train and scriptable:
         state = _buffer_copies(model)  # batch-norm statistics move on copies, not the model's
-    kept = _attributes_kept(model) if scriptable else contextlib.nullcontext()
+    # a real forward on the model's own tensors: buffer values it changes are put back too
+    kept = (_attributes_kept(model) if state else model_kept(model)) if scriptable \
+        else contextlib.nullcontext()
     try:
         if scriptable:
             rec.install()

@@ -79,7 +79,7 @@ def trace_model(
     notes: list[str] = []
     subject = model
     if has_lazy(model):  # the caller's lazy modules stay lazy: a copy is materialized
-        subject = _materialized_lazy(model, inputs, train, notes)
+        subject = materialized_lazy(model, inputs, train, notes)
     target, reason = _start_device(subject, device)
     infos, stats = collect_static(subject)
     result = None
@@ -140,7 +140,7 @@ def _fake_attempt(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: d
     return result
 
 
-def _materialized_lazy(model: nn.Module, inputs: Any, train: bool, notes: list[str]) -> nn.Module:
+def materialized_lazy(model: nn.Module, inputs: Any, train: bool, notes: list[str]) -> nn.Module:
     """A copy of ``model`` whose lazy modules took their shapes from a forward on ``inputs``."""
     names = lazy_names(model)
     copy = lazy_copy(model)

@@ -74,6 +74,12 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     findings: list[Finding] = []
     notes: list[str] = []
     skipped: dict[str, str] = {}
+    from torchinspect.sources.materialize import has_lazy
+
+    if has_lazy(model):  # the checks read sizes: a meta copy sized by the example (the
+        from torchinspect.trace.policy import materialized_lazy  # caller's stays lazy)
+
+        model = materialized_lazy(model, case.require_example(), False, notes)
 
     if "TI001" in chosen:
         findings += structure.unregistered(model)

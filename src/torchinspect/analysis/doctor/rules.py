@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, as_list
 
 
 class Severity(StrEnum):
@@ -191,6 +191,6 @@ def _normalize(part: str) -> str:
 
 
 def selected_codes(select: Iterable[str] | None, ignore: Iterable[str] | None) -> list[str]:
-    chosen = parse_codes(list(select), option="--select") if select else list(RULES)
-    dropped = set(parse_codes(list(ignore), option="--ignore")) if ignore else set()
+    chosen = parse_codes(as_list(select), option="--select") if select else list(RULES)
+    dropped = set(parse_codes(as_list(ignore), option="--ignore")) if ignore else set()
     return [c for c in chosen if c not in dropped]

@@ -173,9 +173,12 @@ class _Probe:
 
 @contextlib.contextmanager
 def _restored(model: nn.Module) -> Iterator[None]:
-    """Restore every module's training flag and the RNG state afterwards."""
+    """Restore every module's training flag, its attributes and buffers (what a forward
+    assigns), and the RNG state afterwards."""
+    from torchinspect.trace.engine import model_kept
+
     flags = [(m, m.training) for m in model.modules()]
-    with torch.random.fork_rng(devices=[]):
+    with model_kept(model), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         try:
             yield
