@@ -45,6 +45,31 @@ def _is_tensor(value: Any) -> bool:
     return isinstance(value, torch.Tensor)
 
 
+def dataclass_fields(value: Any) -> dict[str, Any] | None:
+    """A dataclass instance's fields by name (a model may return one); None otherwise."""
+    import dataclasses
+
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: getattr(value, f.name, None) for f in dataclasses.fields(value)}
+    return None
+
+
+def tensor_leaves(value: Any, depth: int = 0) -> list[Any]:
+    """Every tensor in a nested value (tuples, lists, dicts, namedtuples, dataclasses)."""
+    if _is_tensor(value):
+        return [value]
+    if depth > 8:
+        return []
+    if isinstance(value, (tuple, list)):
+        return [t for v in value for t in tensor_leaves(v, depth + 1)]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in tensor_leaves(v, depth + 1)]
+    fields = dataclass_fields(value)
+    if fields is not None:
+        return [t for v in fields.values() for t in tensor_leaves(v, depth + 1)]
+    return []
+
+
 def shape_tree(value: Any, depth: int = 0) -> ShapeTree:
     """Tensors -> TensorMeta, containers kept; other values shown by type."""
     if _is_tensor(value):
@@ -62,18 +87,15 @@ def shape_tree(value: Any, depth: int = 0) -> ShapeTree:
         return value
     if hasattr(value, "tensors") and _is_tensor(value.tensors):  # ImageList
         return shape_tree(value.tensors, depth + 1)
+    fields = dataclass_fields(value)
+    if fields is not None:
+        return {f: shape_tree(v, depth + 1) for f, v in fields.items()}
     return type(value).__name__
 
 
 def tensor_bytes(value: Any) -> int:
-    """Bytes of every tensor in a (nested) value."""
-    if _is_tensor(value):
-        return value.numel() * value.element_size()
-    if isinstance(value, (tuple, list)):
-        return sum(tensor_bytes(v) for v in value)
-    if isinstance(value, dict):
-        return sum(tensor_bytes(v) for v in value.values())
-    return 0
+    """Bytes of every tensor in a (nested) value (dataclass fields included)."""
+    return sum(t.numel() * t.element_size() for t in tensor_leaves(value))
 
 
 def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:

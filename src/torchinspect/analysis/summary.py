@@ -154,8 +154,12 @@ def _kernel(info: ModuleInfo | None) -> str | None:
     text = dims(lay["kernel_size"])
     if "stride" in lay and not trivial(lay["stride"], 1):
         text += f" s{one(lay['stride'])}"
-    if "padding" in lay and not trivial(lay["padding"], 0):
+    if "padding" in lay and not isinstance(lay["padding"], str) and not trivial(lay["padding"], 0):
         text += f" p{one(lay['padding'])}"
+    elif isinstance(lay.get("padding"), str) and lay["padding"] != "valid":
+        text += f" p={lay['padding']}"  # padding="same"
+    if "dilation" in lay and not trivial(lay["dilation"], 1):
+        text += f" d{one(lay['dilation'])}"
     if lay.get("groups", 1) not in (1, None):
         text += f" g{lay['groups']}"
     return text

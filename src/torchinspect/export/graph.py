@@ -25,7 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError, is_out_of_memory
-from torchinspect.shapes import first_tensor
+from torchinspect.shapes import first_tensor, tensor_leaves
 
 BIG_GRAPH = 2000  # nodes; above this the result suggests --depth
 RENDER_FORMATS = ("svg", "png", "pdf")
@@ -101,10 +101,11 @@ def _fmt_shape(shape: list[int] | tuple[int, ...] | None) -> str:
 
 
 def _tensors(value: Any) -> list[Any]:
-    import torch
+    """Every tensor in a value: pytree containers, and dataclass fields (a model may return
+    a dataclass, which pytree sees as one leaf)."""
     from torch.utils import _pytree as pytree
 
-    return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+    return [t for leaf in pytree.tree_leaves(value) for t in tensor_leaves(leaf)]
 
 
 @contextlib.contextmanager
@@ -162,12 +163,23 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     # what the forward assigns is put back after the walk: restoring a buffer earlier would
     # invalidate the tensors the graph saved (their version changes)
     with model_kept(model):
+        def forward(a: tuple[Any, ...], k: dict[str, Any]) -> Any:
+            if state:
+                return torch.func.functional_call(model, state, a, k, strict=False)
+            return model(*a, **k)
+
         with _eval_mode(model), torch.enable_grad():
             try:
-                if state:
-                    out = torch.func.functional_call(model, state, args, kwargs, strict=False)
-                else:
-                    out = model(*args, **kwargs)
+                try:
+                    out = forward(args, kwargs)
+                except RuntimeError as exc:
+                    if "leaf Variable that requires grad" not in str(exc):
+                        raise
+                    # the forward edits an input in place: it gets a copy of the input leaf
+                    # (a CloneBackward node after it in the graph)
+                    out = forward(*pytree.tree_map_only(
+                        torch.Tensor, lambda t: t.clone() if t.requires_grad else t,
+                        (tuple(args), dict(kwargs))))
             except (InspectError, MemoryError, KeyboardInterrupt):
                 raise
             except Exception as exc:  # the model's forward on these inputs: a user error
@@ -339,7 +351,9 @@ def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     flow.mark((args, kwargs), frozenset({INPUT}))
     handles = []
     try:
-        for m in model.modules():
+        from torchinspect.trace.static import hookable_modules
+
+        for m in hookable_modules(model):
             handles.append(m.register_forward_pre_hook(flow.pre, with_kwargs=True))
             handles.append(m.register_forward_hook(flow.post, with_kwargs=True, always_call=True))
         import torch

@@ -201,6 +201,37 @@ def _bound(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
     return dict(b.arguments)
 
 
+def _specialized(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                 marked: dict[str, list[int]], extra: list[tuple[str, int]],
+                 inputs: list[Any]) -> tuple[dict[str, list[int]], list[tuple[str, int]],
+                                             list[tuple[str, int, int]]]:
+    """``marked`` without the batch dims the written file keeps static, and those dims as
+    (input, dim, size); ``extra`` as given. ONNX inputs follow the order of the tensor leaves."""
+    if not marked:
+        return marked, extra, []
+    leaves = _tensor_leaves((args, kwargs))
+    if len(inputs) != len(leaves):
+        return marked, extra, []
+    position = {id(t): i for i, t in enumerate(leaves)}
+    bound = _bound(model, args, kwargs) or {}
+    kept: dict[str, list[int]] = {}
+    fixed: list[tuple[str, int, int]] = []
+    for pname, dims in marked.items():
+        tensors = _tensor_leaves(bound.get(pname))
+        i = position.get(id(tensors[0])) if tensors else None
+        onnx_dims = inputs[i].shape if i is not None else None
+        asked = {d % tensors[0].dim() for n, d in extra if n == pname} if tensors else set()
+        for d in dims:
+            # only the batch dims marked here: a --dynamic dim the file did not keep dynamic
+            # stays a verification failure (the user asked for it)
+            if d not in asked and onnx_dims is not None and d < len(onnx_dims) \
+                    and isinstance(onnx_dims[d], int):
+                fixed.append((pname, d, onnx_dims[d]))
+            else:
+                kept.setdefault(pname, []).append(d)
+    return kept, extra, fixed
+
+
 def parse_dynamic(specs: Sequence[str]) -> list[tuple[str, int]]:
     """``NAME:DIM`` texts -> (input name, dim index)."""
     out = []
@@ -467,6 +498,12 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     _check(target)
     seconds["check"] = time.perf_counter() - t0
     result = _describe(case.name, target, data_path, "legacy" if legacy else "dynamo", atol, rtol)
+    # dims asked to be dynamic that the exporter kept fixed (the model's code specialized
+    # them): the file takes only the example's size there, so verification keeps it too
+    marked, extra, fixed = _specialized(model, args, kwargs, marked, extra, result.inputs)
+    for pname, dim, size in fixed:
+        notes.append(f"{pname} dim {dim}: kept fixed at {size} by the exporter (the model's code "
+                     "specializes it), so the file accepts only that size there")
     result.seconds = seconds
     result.report_path = str(report) if report else None
     if opset is not None and result.opset is not None and result.opset != opset:
@@ -477,7 +514,7 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
                      "(re-export it with dynamic shapes, or pass --dynamic to try)")
     elif static:
         notes.append("shapes fixed (--static): the file accepts only the example's shapes")
-    elif not marked:
+    elif not marked and not fixed:
         notes.append("no input has a batch dimension to make dynamic; shapes are fixed")
     if verify:
         t0 = time.perf_counter()
@@ -487,12 +524,20 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
         sizes = list(VERIFY_BATCHES) if has_batch else [batch0]
         import onnxruntime as ort
 
-        session = _session(target, ort)
-        with model_kept(model), _eval(model):
-            # the last run also moves every --dynamic dim (the first keeps the example's)
-            result.verify = [_verify_run(model, session, args, kwargs, b, batch0, marked,
-                                         extra if b == sizes[-1] else [], atol, rtol)
-                             for b in sizes]
+        try:
+            session = _session(target, ort)
+        except Exception as exc:  # noqa: BLE001 - e.g. no CPU kernel for a bf16 Gemm
+            shown = ", ".join(str(tuple(t.shape)) for t in leaves)
+            result.verify = [VerifyRun(batch0, shown, error=(
+                f"onnxruntime (CPU) cannot run the file: {_first_line(exc)}; the file is "
+                "written and passes the ONNX checker (--no-verify skips this step)"))]
+            session = None
+        if session is not None:
+            with model_kept(model), _eval(model):
+                # the last run also moves every --dynamic dim (the first keeps the example's)
+                result.verify = [_verify_run(model, session, args, kwargs, b, batch0, marked,
+                                             extra if b == sizes[-1] else [], atol, rtol)
+                                 for b in sizes]
         seconds["verify"] = time.perf_counter() - t0
     result.notes = notes
     return result
@@ -663,8 +708,12 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
     shown = ", ".join("(" + ", ".join(str(d) for d in t.shape) + ")" for t in leaves)
     run = VerifyRun(batch, shown)
     try:
+        from torch.utils import _pytree as pytree
+
+        # copies: a forward that edits its input in place must not change onnxruntime's feed
+        ca, ck = pytree.tree_map_only(torch.Tensor, torch.clone, (tuple(a), dict(k)))
         with torch.no_grad():
-            expected = [t.detach().cpu() for t in _tensor_leaves(model(*a, **k))]
+            expected = [t.detach().cpu() for t in _tensor_leaves(model(*ca, **ck))]
     except Exception as exc:  # noqa: BLE001 - the model's own forward at the moved sizes
         run.error = (f"PyTorch itself fails at these sizes ({_first_line(exc)}): a dimension "
                      "made dynamic is not free in this model; drop it from --dynamic or pass "

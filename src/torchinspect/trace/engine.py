@@ -20,7 +20,25 @@ from torch import nn
 from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.trace.counting import MacCounter, counting
 from torchinspect.trace.records import CallRecord, ModuleInfo
-from torchinspect.trace.static import is_quantized_module, module_names
+from torchinspect.trace.static import hookable_modules, is_quantized_module, module_names
+
+
+class _ScriptCall(nn.Module):
+    """A Python stand-in for a TorchScript submodule during one traced forward: TorchScript
+    modules take no hooks, so its call is recorded through this one (under its name)."""
+
+    def __init__(self, inner: nn.Module) -> None:
+        super().__init__()
+        object.__setattr__(self, "_inner", inner)  # not registered: the module tree is unchanged
+
+    def forward(self, *args: Any, **kwargs: Any) -> Any:
+        return self._inner(*args, **kwargs)
+
+    def __getattr__(self, name: str) -> Any:  # "inner.l.weight" still resolves (functional_call)
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            return getattr(object.__getattribute__(self, "_inner"), name)
 
 
 class _Recorder:
@@ -33,13 +51,23 @@ class _Recorder:
         self.stack: list[CallRecord] = []
         self.outside: dict[str, int] = {}  # MACs run outside any module (root not running)
         self.handles: list[Any] = []
+        self.swapped: list[tuple[nn.Module, str, nn.Module]] = []  # TorchScript children
         self.model = model
 
     def sink(self) -> dict[str, int]:
         return self.stack[-1].macs if self.stack else self.outside
 
     def install(self) -> None:
-        for module in self.model.modules():
+        modules = hookable_modules(self.model)
+        for parent in modules:  # a TorchScript child is called through a stand-in
+            for key, child in list(parent._modules.items()):
+                if isinstance(child, torch.jit.ScriptModule):
+                    stand_in = _ScriptCall(child)
+                    self.names[id(stand_in)] = self.names.get(id(child), key)
+                    parent._modules[key] = stand_in
+                    self.swapped.append((parent, key, child))
+                    modules.append(stand_in)
+        for module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._post, with_kwargs=True,
                                                              always_call=True))
@@ -48,13 +76,16 @@ class _Recorder:
         for h in self.handles:
             h.remove()
         self.handles.clear()
+        for parent, key, child in self.swapped:
+            parent._modules[key] = child
+        self.swapped.clear()
 
     def _pre(self, module: nn.Module, args: Any, kwargs: Any) -> None:
         name = self.names.get(id(module), "?")
         info = self.infos.get(name)
         parent = self.stack[-1] if self.stack else None
         rec = CallRecord(
-            index=len(self.calls), name=name, type=type(module).__name__,
+            index=len(self.calls), name=name, type=info.type if info else type(module).__name__,
             depth=info.depth if info else (parent.depth + 1 if parent else 0),
             parent=parent.index if parent else None,
             call_number=info.calls if info else 0,

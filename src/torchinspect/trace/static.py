@@ -58,6 +58,20 @@ def is_quantized_module(module: nn.Module) -> bool:
     return path.startswith("torch.ao.nn.") and ".quantized" in path
 
 
+def hookable_modules(model: nn.Module) -> list[nn.Module]:
+    """The modules that take forward hooks: all but TorchScript ones (``torch.jit.script``
+    submodules refuse hooks; their work is counted in the module that calls them)."""
+    return [m for m in model.modules() if not isinstance(m, torch.jit.ScriptModule)]
+
+
+def type_name(module: nn.Module) -> str:
+    """The class name; for a TorchScript module the scripted class's (``Inner``, not
+    ``RecursiveScriptModule``)."""
+    if isinstance(module, torch.jit.ScriptModule):
+        return str(getattr(module, "original_name", "") or type(module).__name__)
+    return type(module).__name__
+
+
 def module_names(model: nn.Module) -> dict[int, str]:
     """id(module) -> its first qualified name."""
     names: dict[int, str] = {}
@@ -76,7 +90,7 @@ def collect_static(model: nn.Module) -> tuple[dict[str, ModuleInfo], ParamStats]
 
     for mname, module in model.named_modules():
         depth = 0 if mname == "" else mname.count(".") + 1
-        info = ModuleInfo(name=mname, type=type(module).__name__, depth=depth,
+        info = ModuleInfo(name=mname, type=type_name(module), depth=depth,
                           layer=_layer_settings(module))
         infos[mname] = info
         own: list[torch.Tensor] = []

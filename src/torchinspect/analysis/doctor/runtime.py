@@ -15,6 +15,7 @@ NaN gradient first appears.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -41,6 +42,9 @@ def tensors_in(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
             yield from tensors_in(v, depth + 1)
     elif hasattr(value, "to_tuple"):  # transformers ModelOutput
         yield from tensors_in(value.to_tuple(), depth + 1)
+    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
+        for f in dataclasses.fields(value):
+            yield from tensors_in(getattr(value, f.name, None), depth + 1)
 
 
 def _fingerprint(value: Any) -> tuple[float, ...]:
@@ -58,14 +62,17 @@ def _fingerprint(value: Any) -> tuple[float, ...]:
             t = torch.view_as_real(t)
         if not t.is_floating_point():
             t = t.to(torch.float32)
-        parts.append(t.sum(dtype=torch.float32))
-        parts.append(torch.linalg.vector_norm(t, dtype=torch.float32))
+        acc = torch.float64 if t.dtype == torch.float64 else torch.float32  # never narrowing
+        parts.append(t.sum(dtype=acc).to(torch.float64))
+        parts.append(torch.linalg.vector_norm(t, dtype=acc).to(torch.float64))
     return tuple(torch.stack(parts).tolist()) if parts else ()
 
 
 def _all_finite(t: torch.Tensor) -> bool:
     """No NaN/Inf in ``t`` (a NaN or Inf makes the sum non-finite; one reduction, fast)."""
     t = t.detach()
+    if t.is_complex():  # both parts (a cast to real would drop the imaginary one)
+        t = torch.view_as_real(t)
     if math.isfinite(float(t.sum(dtype=torch.float32))):
         return True
     return bool(torch.isfinite(t).all())  # confirm: a huge finite sum may overflow
@@ -117,9 +124,9 @@ class _Probe:
 
     def __enter__(self) -> _Probe:
         names = {id(m): n for n, m in self.model.named_modules()}
-        if isinstance(self.model, torch.jit.ScriptModule):
-            return self
-        for module in self.model.modules():
+        from torchinspect.trace.static import hookable_modules
+
+        for module in hookable_modules(self.model):  # a TorchScript root: none
             name = names.get(id(module), "?")
             self.handles.append(module.register_forward_pre_hook(
                 self._pre(name, type(module).__name__), with_kwargs=True))
@@ -196,7 +203,12 @@ def _set_mode(model: nn.Module, train: bool) -> None:
 
 
 def _forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """A forward that cannot change the model's buffers (they are copied for the call)."""
+    """A forward that cannot change the model's buffers (they are copied for the call) nor
+    the inputs: a forward that edits its input in place (``x.mul_(2)``) gets a copy, so two
+    runs see the same values."""
+    from torch.utils import _pytree as pytree
+
+    args, kwargs = pytree.tree_map_only(torch.Tensor, torch.clone, (tuple(args), dict(kwargs)))
     if isinstance(model, torch.jit.ScriptModule):
         return model(*args, **kwargs)
     copies: dict[int, torch.Tensor] = {}

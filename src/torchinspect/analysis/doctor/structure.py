@@ -88,14 +88,27 @@ def unregistered(model: nn.Module) -> list[Finding]:
     return out
 
 
+def _hook_managed(module: nn.Module) -> set[str]:
+    """Attributes recomputed before every forward by torch's own hooks: the legacy
+    ``torch.nn.utils.weight_norm``/``spectral_norm`` set ``module.weight`` as a plain tensor
+    from their parameters (registering it as a buffer would break them)."""
+    names = set()
+    for hook in module._forward_pre_hooks.values():
+        if type(hook).__module__.startswith("torch.nn.utils") and isinstance(
+                getattr(hook, "name", None), str):
+            names.add(hook.name)
+    return names
+
+
 def tensor_attributes(model: nn.Module) -> list[Finding]:
     """TI002: tensors held as plain attributes (or in plain containers), not buffers."""
     internals = _internals()
     registered = {id(t) for t in [*model.parameters(), *model.buffers()]}
     out: list[Finding] = []
     for name, module in model.named_modules():
+        managed = _hook_managed(module)
         for attr, value in vars(module).items():
-            if attr in internals:
+            if attr in internals or attr in managed:
                 continue
             if isinstance(value, torch.Tensor):
                 tensors = [value]

@@ -1,0 +1,161 @@
+"""Valid but unusual models through every command: float64 and complex weights, forwards that
+edit their input in place, TorchScript submodules, dataclass outputs, the legacy
+weight_norm, a rank-1 example whose only dim the exporter fixes, dilated convolutions."""
+
+from __future__ import annotations
+
+import dataclasses
+import warnings
+
+import pytest
+import torch
+from torch import nn
+
+import torchinspect as ti
+
+
+class InPlace(nn.Module):
+    """Deterministic; edits its input in place."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x.mul_(2).add_(1)
+        return torch.relu(self.fc(x))
+
+
+class Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l = nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.relu(self.l(x))
+
+
+class WithScripted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.pre = nn.Linear(8, 8)
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # torch.jit.script is deprecated in new torch
+            self.inner = torch.jit.script(Inner())
+        self.post = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.post(self.inner(self.pre(x)))
+
+
+@dataclasses.dataclass
+class Out:
+    logits: torch.Tensor
+    n: int = 3
+
+
+class DataOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.a = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> Out:
+        return Out(self.a(x))
+
+
+def test_doctor_on_float64_and_complex_models():
+    m = nn.Sequential(nn.Linear(8, 4), nn.ReLU()).double()
+    r = ti.diagnose(m, torch.randn(2, 8, dtype=torch.float64))  # raised on a float32 norm
+    assert not r.findings and "TI004" in r.checked
+
+    class Complex(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.w = nn.Parameter(torch.randn(4, 4, dtype=torch.cfloat))
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return (x.to(torch.cfloat) @ self.w).abs()
+
+    m = Complex()
+    with torch.no_grad():
+        m.w[0, 0] = complex(1.0, float("nan"))  # NaN in the imaginary part only
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # "casting complex values to real" is not printed
+        r = ti.diagnose(m, torch.randn(1, 4))
+    assert any(f.code == "TI005" and "hold NaN/Inf: w" in f.what for f in r.findings)
+
+
+def test_a_forward_editing_its_input_is_no_false_finding(tmp_path):
+    r = ti.diagnose(InPlace(), torch.randn(1, 8))
+    assert not [f for f in r.findings if f.code == "TI004"]  # the two runs saw equal inputs
+    g = ti.build_graph(InPlace(), torch.randn(1, 8))  # no "leaf Variable ... in-place" error
+    assert g.count("input") == 1 and any(n.type == "CloneBackward0" for n in g.nodes)
+    pytest.importorskip("onnxruntime")
+    e = ti.export_onnx(InPlace(), tmp_path / "i.onnx", torch.randn(1, 8))
+    assert e.verified  # onnxruntime got the inputs PyTorch got
+
+
+def test_torchscript_submodule_is_one_row_and_stays_scripted():
+    m = WithScripted()
+    s = ti.summarize(m, torch.randn(1, 8))
+    rows = {r.name: r for r in s.rows}
+    assert rows["inner"].type == "Inner" and rows["inner"].macs == 64
+    assert s.totals.macs == 64 + 64 + 16
+    assert isinstance(m.inner, torch.jit.ScriptModule)  # the stand-in is gone
+    assert not m._forward_hooks and not m.pre._forward_pre_hooks
+    cpu = ti.summarize(m, torch.randn(1, 8), device="cpu")
+    assert cpu.totals.macs == s.totals.macs
+    assert ti.diagnose(m, torch.randn(1, 8)).findings == []
+
+
+def test_dataclass_outputs_have_shapes_and_a_graph():
+    s = ti.summarize(DataOut(), torch.randn(1, 8))
+    assert s.rows[0].output == "{logits: [1, 4], n: 3}"
+    g = ti.build_graph(DataOut(), torch.randn(1, 8))
+    assert g.count("output") == 1 and g.count("param") == 2
+
+
+def test_legacy_weight_norm_is_not_a_tensor_attribute_finding():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated in favour of parametrizations
+        conv = torch.nn.utils.weight_norm(nn.Conv1d(4, 4, 3))
+    r = ti.diagnose(nn.Sequential(conv), torch.randn(1, 4, 16), select=["TI002"])
+    assert r.findings == []
+    plain = nn.Linear(2, 2)
+    plain.cache = torch.zeros(3)  # a real plain tensor attribute is still found
+    assert [f.code for f in ti.diagnose(plain, torch.randn(1, 2), select="TI002").findings] == ["TI002"]
+
+
+def test_export_verifies_a_batch_dim_the_exporter_fixed_at_its_size(tmp_path):
+    pytest.importorskip("onnxruntime")
+
+    class Rank1(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x)
+
+    r = ti.export_onnx(Rank1(), tmp_path / "r.onnx", torch.randn(8))
+    assert r.verified and [v.batch for v in r.verify] == [8]
+    assert any("x dim 0: kept fixed at 8 by the exporter" in n for n in r.notes)
+
+
+def test_export_verification_cannot_load_is_a_failed_run(tmp_path, monkeypatch):
+    pytest.importorskip("onnxruntime")
+    from torchinspect.export import onnx as ex
+
+    def no_kernel(target, ort):
+        raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : no Gemm(13) for bfloat16")
+
+    monkeypatch.setattr(ex, "_session", no_kernel)
+    r = ti.export_onnx(nn.Linear(8, 2), tmp_path / "b.onnx", torch.randn(1, 8))
+    assert r.verified is False and (tmp_path / "b.onnx").is_file()
+    assert "onnxruntime (CPU) cannot run the file: [ONNXRuntimeError]" in r.verify[0].error
+
+
+def test_kernel_column_shows_dilation_and_same_padding():
+    m = nn.Sequential(nn.Conv2d(3, 4, 3, dilation=2, padding=2), nn.Conv2d(4, 4, 3, padding="same"))
+    rows = {r.name: r for r in ti.summarize(m, torch.randn(1, 3, 16, 16)).rows}
+    assert rows["0"].kernel == "3×3 p2 d2" and rows["1"].kernel == "3×3 p=same"
