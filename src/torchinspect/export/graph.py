@@ -228,17 +228,19 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
         stack: list[Any] = []
         seen: set[int] = set()
         saved_count = 0
+
+        def follow(fn: Any, dst: str) -> None:  # an edge fn -> dst; fn's inputs walked once
+            add_edge(node_for(fn).id, dst)
+            if id(fn) not in seen:
+                seen.add(id(fn))
+                stack.append(fn)
+
         for i, t in enumerate(outputs):
             onode = GraphNode(f"out{i}", f"output {i}\n{_fmt_shape(_shape(t))}", "output",
                               f"output {i}", None, _shape(t))
             graph.nodes.append(onode)
-            fn = t.grad_fn
-            if fn is None:
-                continue
-            add_edge(node_for(fn).id, onode.id)
-            if id(fn) not in seen:
-                seen.add(id(fn))
-                stack.append(fn)
+            if t.grad_fn is not None:
+                follow(t.grad_fn, onode.id)
         while stack:
             fn = stack.pop()
             here = node_for(fn)
@@ -254,12 +256,8 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
                                                      "saved", attr[7:], "Tensor", _shape(val)))
                         add_edge(sid, here.id)
             for nxt, _ in getattr(fn, "next_functions", ()):
-                if nxt is None:
-                    continue
-                add_edge(node_for(nxt).id, here.id)
-                if id(nxt) not in seen:
-                    seen.add(id(nxt))
-                    stack.append(nxt)
+                if nxt is not None:
+                    follow(nxt, here.id)
         graph.nodes[:0] = list(nodes.values())
         graph.edges = edge_list
         del out, outputs
