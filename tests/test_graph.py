@@ -240,3 +240,17 @@ def test_cli_autograd_refuses_weights_that_do_not_fit(invoke, tmp_path) -> None:
     assert r.exit_code == 2
     assert f"needs {devices.fmt_size(need)}" in r.stderr and "--kind module" in r.stderr
     assert not (tmp_path / "l.svg").exists()
+
+
+def test_every_parameter_and_input_is_one_node() -> None:
+    """Autograd nodes' Python objects can be made on access and freed (torch 2.11 reused the
+    id() of one AccumulateGrad for the next, so parameters vanished from the graph): each leaf
+    tensor is one node, a weight used twice included."""
+    shared = nn.Linear(6, 6)
+    model = nn.Sequential(nn.Linear(4, 6), nn.ReLU(), shared, nn.ReLU(), shared)
+    g = autograd_graph(model, (torch.randn(2, 4),))
+    params = sorted(n.name for n in g.nodes if n.kind == "param")
+    assert params == ["0.bias", "0.weight", "2.bias", "2.weight"]
+    assert g.count("input") == 1 and len({n.id for n in g.nodes}) == len(g.nodes)
+    linear_ops = [n for n in g.nodes if n.kind == "op" and n.type == "AddmmBackward0"]
+    assert len(linear_ops) == 3

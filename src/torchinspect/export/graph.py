@@ -191,6 +191,11 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
                 raise forward_error(exc, (args, kwargs) if kwargs else args) from None
         graph = Graph(GraphKind.autograd, name or type(model).__name__, device=_device_of(out))
         nodes: dict[int, GraphNode] = {}
+        # the Python objects of autograd nodes are made on access and freed when unreferenced
+        # (torch 2.11: AccumulateGrad): kept alive here, an id() is never reused by another node
+        alive: list[Any] = []
+        by_leaf: dict[int, GraphNode] = {}
+        made: list[GraphNode] = []  # each node once, in creation order
         edges: set[tuple[str, str]] = set()
         edge_list: list[GraphEdge] = []
 
@@ -203,8 +208,12 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
             node = nodes.get(id(fn))
             if node is not None:
                 return node
-            nid = f"n{len(nodes)}"
+            alive.append(fn)
             var = getattr(fn, "variable", None)
+            if var is not None and id(var) in by_leaf:  # one node per leaf tensor
+                nodes[id(fn)] = by_leaf[id(var)]
+                return by_leaf[id(var)]
+            nid = f"n{len(made)}"
             if var is not None:  # AccumulateGrad: a leaf tensor
                 pname = names.get(id(var))
                 if pname is not None:
@@ -218,6 +227,9 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
                 kind = type(fn).__name__
                 node = GraphNode(nid, kind, "op", None, kind)
             nodes[id(fn)] = node
+            made.append(node)
+            if var is not None:
+                by_leaf[id(var)] = node
             return node
 
         outputs = [t for t in _tensors(out) if t.grad_fn is not None or t.requires_grad]
@@ -258,7 +270,7 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
             for nxt, _ in getattr(fn, "next_functions", ()):
                 if nxt is not None:
                     follow(nxt, here.id)
-        graph.nodes[:0] = list(nodes.values())
+        graph.nodes[:0] = made
         graph.edges = edge_list
         del out, outputs
     _big_note(graph)
