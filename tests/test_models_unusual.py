@@ -5,6 +5,7 @@ weight_norm, a rank-1 example whose only dim the exporter fixes, dilated convolu
 from __future__ import annotations
 
 import dataclasses
+import json
 import warnings
 
 import pytest
@@ -12,6 +13,7 @@ import torch
 from torch import nn
 
 import torchinspect as ti
+from torchinspect.errors import InspectError
 
 
 class InPlace(nn.Module):
@@ -159,3 +161,136 @@ def test_kernel_column_shows_dilation_and_same_padding():
     m = nn.Sequential(nn.Conv2d(3, 4, 3, dilation=2, padding=2), nn.Conv2d(4, 4, 3, padding="same"))
     rows = {r.name: r for r in ti.summarize(m, torch.randn(1, 3, 16, 16)).rows}
     assert rows["0"].kernel == "3×3 p2 d2" and rows["1"].kernel == "3×3 p=same"
+
+
+class Aliased(nn.Module):
+    """One TorchScript module registered under two names."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            self.enc = torch.jit.script(Inner())
+        self.encoder = self.enc
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.enc(x))
+
+
+class RopeCache(nn.Module):
+    """Rotary tables cached in a plain dict by sequence length (filled in forward)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 8)
+        self._cache: dict[int, torch.Tensor] = {}
+        self.seen: list[int] = []
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        n = x.shape[1]
+        if n not in self._cache:
+            self._cache[n] = torch.arange(n, device=x.device, dtype=x.dtype).unsqueeze(-1)
+        self.seen.append(n)
+        return self.fc(x) * self._cache[n]
+
+
+def test_a_scripted_module_registered_twice_keeps_its_weights():
+    m = Aliased()
+    x = torch.randn(1, 8)
+    ref = m(x)
+    assert ti.summarize(m, x).totals.macs == 64 + 16
+    assert {p.device.type for p in m.parameters()} == {"cpu"}
+    assert torch.equal(m(x), ref)
+
+
+def test_a_cache_filled_in_forward_is_emptied_again():
+    m = RopeCache()
+    x = torch.randn(1, 5, 8)
+    for run in (lambda: ti.summarize(m, x), lambda: ti.summarize(m, x, device="cpu"),
+                lambda: ti.diagnose(m, x), lambda: ti.build_graph(m, x)):
+        run()
+        assert m._cache == {} and m.seen == []
+    m(x)  # the model still works (no meta tensor left in its cache)
+    assert m._cache[5].device.type == "cpu"
+
+
+LAZY_SPEC = ("import torch.nn as nn\n"
+             "class Net(nn.Sequential):\n"
+             "    example_input = '1,3,16,16'\n"
+             "    def __init__(self):\n"
+             "        super().__init__(nn.LazyConv2d(4, 3), nn.LazyBatchNorm2d(), nn.Flatten(),\n"
+             "                         nn.LazyLinear(2))\n")
+
+
+def test_lazy_spec_on_a_device_with_weights_and_budgets(invoke, tmp_path):
+    spec = tmp_path / "lazy.py"
+    spec.write_text(LAZY_SPEC)
+    total = 4 * 3 * 9 + 4 + 4 + 4 + 4 * 14 * 14 * 2 + 2  # conv, bn (w, b), linear
+    for extra in ((), ("--device", "cpu"), ("--device", "cpu", "--train")):
+        r = invoke("summary", f"{spec}:Net", *extra, "-f", "json")
+        assert r.exit_code == 0, r.output
+        assert json.loads(r.stdout)["totals"]["params"] == total, extra
+    import importlib.util
+
+    mod_spec = importlib.util.spec_from_file_location("lazy_spec", spec)
+    mod = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(mod)
+    net = mod.Net()
+    net(torch.randn(1, 3, 16, 16))
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    r = invoke("params", f"{spec}:Net", "--weights", tmp_path / "w.pt")
+    assert r.exit_code == 0 and f"{total:,}" in r.output, r.output
+    r = invoke("check", f"{spec}:Net", "--max-params", "100")
+    assert r.exit_code == 1 and "1.69K" in r.output, r.output  # lazy parameters counted
+
+
+def test_lazy_batch_norm_models_copy_for_every_api(tmp_path):
+    def lazy_bn() -> nn.Sequential:
+        return nn.Sequential(nn.LazyConv2d(4, 3), nn.LazyBatchNorm2d(), nn.Flatten(), nn.LazyLinear(2))
+
+    x = torch.randn(1, 3, 16, 16)
+    for run in (lambda m: ti.build_graph(m, x), lambda m: ti.diagnose(m, x),
+                lambda m: ti.extract_features(m, [], layers=["3"], output=tmp_path / "f", example=x,
+                                              workers=0, force=True)):
+        m = lazy_bn()
+        run(m)
+        assert type(m[1]) is nn.LazyBatchNorm2d
+
+
+def test_sixteen_bit_png_decodes_like_eight_bit(tmp_path):
+    from PIL import Image
+
+    from torchinspect.features.inputs import decode_cpu
+
+    ramp = torch.arange(64 * 64, dtype=torch.int32).reshape(64, 64) * 16  # 0..65520
+    Image.fromarray(ramp.numpy().astype("uint16")).save(tmp_path / "g16.png")
+    Image.fromarray((ramp // 257).numpy().astype("uint8")).save(tmp_path / "g8.png")
+    a = decode_cpu((tmp_path / "g16.png").read_bytes(), "g16.png")
+    b = decode_cpu((tmp_path / "g8.png").read_bytes(), "g8.png")
+    assert a.dtype == torch.uint8 and a.shape == b.shape == (3, 64, 64)
+    assert (a.int() - b.int()).abs().max() <= 1
+
+
+def test_features_of_a_dataclass_layer_and_a_scripted_layer(tmp_path):
+    class Block(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(8, 4)
+
+        def forward(self, x: torch.Tensor) -> Out:
+            return Out(self.fc(x))
+
+    net = nn.Sequential(Block())
+    r = ti.extract_features(net, [], layers=["0"], output=tmp_path / "d", example=torch.randn(2, 8),
+                            workers=0)
+    assert r.layers["0.logits"]["shape"] == [4]
+    with pytest.raises(InspectError, match="TorchScript module takes no forward hooks"):
+        ti.extract_features(WithScripted(), [], layers=["inner"], output=tmp_path / "s",
+                            example=torch.randn(1, 8), workers=0)
+    from pathlib import Path
+
+    torch.save(torch.randn(3, 8), tmp_path / "xs.pt")
+    r = ti.extract_features(net, Path(tmp_path / "xs.pt"), layers="0", output=tmp_path / "p",
+                            workers=0, example=torch.randn(1, 8))
+    assert r.rows == 3  # one Path is one input

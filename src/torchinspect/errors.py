@@ -5,6 +5,7 @@ Nothing here imports torch: the CLI imports this module at start-up.
 
 from __future__ import annotations
 
+import os
 from enum import IntEnum
 from typing import Any
 
@@ -43,7 +44,7 @@ def as_list(value: Any) -> list[Any]:
     string is one item, not its characters; None is none."""
     if value is None:
         return []
-    if isinstance(value, (str, bytes)):
+    if isinstance(value, (str, bytes, os.PathLike)):  # one path is one item too
         return [value]
     return list(value)
 

@@ -303,9 +303,14 @@ def measure(mb: ModelBudget, options: Any = None) -> ModelCheck:
 
     start = time.perf_counter()
     opts = _options_for(mb, options or ModelOptions())
+    from torchinspect.sources.materialize import has_lazy
+
     need_trace = bool({Metric.macs, Metric.activation_mb} & set(mb.limits))
     case = make_case(mb.model, options=opts,
                      need_inputs=need_trace or Metric.latency_ms in mb.limits)
+    if not need_trace and has_lazy(case.model):  # sizes come from a forward (on a copy)
+        need_trace = True
+        case.require_example()
     values: dict[Metric, float] = {}
     if need_trace:
         from torchinspect.trace import trace_case

@@ -36,6 +36,7 @@ from torchinspect.features.inputs import (
 )
 from torchinspect.features.layers import LayerCapture, check_layer_names
 from torchinspect.io.writers import parse_size
+from torchinspect.shapes import dataclass_fields
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
           "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -176,9 +177,9 @@ def _resolve_model(model: Any, device: str, options: Any) -> tuple[Any, str, Any
             return copy.deepcopy(model).to(device), type(model).__name__, example, \
                 [f"the model was copied from {here} to {device}"], True
         if has_lazy(model):  # the first batch sizes the lazy modules: of a copy
-            import copy
+            from torchinspect.sources.materialize import lazy_real_copy
 
-            return copy.deepcopy(model), type(model).__name__, example, \
+            return lazy_real_copy(model), type(model).__name__, example, \
                 ["lazy modules are sized on a copy (the model passed in stays lazy)"], False
         return model, type(model).__name__, example, [], False
     if isinstance(model, str):
@@ -392,6 +393,9 @@ def _flatten(name: str, out: Any) -> dict[str, torch.Tensor]:
         for k, v in out.items():
             got.update(_flatten(f"{name}.{k}", v))
         return got
+    fields = dataclass_fields(out)  # a layer may return a dataclass: its tensor fields
+    if fields is not None:
+        return _flatten(name, fields)
     return {}
 
 
@@ -480,7 +484,7 @@ def extract_features(
         raise InspectError("--format npy cannot hold bfloat16", hint="use --format safetensors or pt, or --save-dtype fp32")
     shard_bytes = parse_size(shard_size)
     # one text is one input / a comma-separated list of layers, as on the command line
-    inputs = as_list(inputs)
+    inputs = [os.fspath(i) for i in as_list(inputs)]
     layers = [n.strip() for spec in as_list(layers) for n in str(spec).split(",") if n.strip()]
     if not layers:
         raise InspectError("no layers given", hint="pass --layers NAME[,NAME...]; --list shows them")

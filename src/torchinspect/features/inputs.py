@@ -278,7 +278,10 @@ def decode_cpu(data: bytes, path: str) -> torch.Tensor:
     buf = torch.frombuffer(bytearray(data), dtype=torch.uint8)
     try:
         img = decode_image(buf, mode=ImageReadMode.RGB)
-        return img[0] if img.ndim == 4 else img
+        img = img[0] if img.ndim == 4 else img
+        if img.dtype == torch.uint16:  # a 16-bit PNG: 0..65535 onto 0..255 like 8-bit ones
+            img = (img.to(torch.float32) / 257.0).round_().to(torch.uint8)
+        return img
     except (RuntimeError, ValueError):
         pass
     import io

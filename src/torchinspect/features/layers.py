@@ -271,7 +271,14 @@ def _unknown_layers(bad: Sequence[str], known: Sequence[str]) -> InspectError:
 
 
 def check_layer_names(model: nn.Module, names: Sequence[str]) -> None:
-    """Fail early (before any input is read) on names that are neither modules nor nodes."""
+    """Fail early (before any input is read) on names that are neither modules nor nodes,
+    and on TorchScript modules (they take no forward hooks)."""
+    scripted = [n for n, m in model.named_modules() if n in names
+                and isinstance(m, torch.jit.ScriptModule)]
+    if scripted:
+        raise InspectError(f"--layers {', '.join(scripted)}: a TorchScript module takes no "
+                           "forward hooks, so its output cannot be captured",
+                           hint="pick the Python module that calls it, or a layer after it")
     modules = {n for n, _ in model.named_modules() if n}
     if all(n in modules for n in names):
         return

@@ -100,9 +100,9 @@ class ModelCase:
         here = devices.model_device(self.model, default=target)
         if not self.on_meta and devices.same_device(here, target):
             if has_lazy(self.model):  # a forward would size the caller's lazy modules
-                import copy
+                from torchinspect.sources.materialize import lazy_real_copy
 
-                return self._sized(copy.deepcopy(self.model), target)
+                return self._sized(lazy_real_copy(self.model), target)
             return self.model
         if self.rebuild is None:
             if self.on_meta:
@@ -119,30 +119,10 @@ class ModelCase:
         on the example, as its first real forward would."""
         if self.example is None:
             return model
-        import torch
+        from torchinspect.sources.materialize import size_lazy
 
-        from torchinspect.sources.materialize import lazy_names
-
-        names = lazy_names(model)
         args, kwargs = self.inputs_on(target)
-        flags = [(m, m.training) for m in model.modules()]
-        try:
-            for m, _ in flags:
-                m.training = False
-            with torch.no_grad():
-                model(*args, **kwargs)
-        except Exception as exc:
-            from torchinspect.errors import first_line
-
-            raise InspectError(
-                f"{self.name}: the lazy modules ({', '.join(names[:3])}"
-                f"{', ...' if len(names) > 3 else ''}) could not be sized with input "
-                f"{self.describe_inputs()}: {first_line(exc)}",
-                hint="pass the input the model expects, or run one forward before inspecting it") from None
-        finally:
-            for m, flag in flags:
-                m.training = flag
-        return model
+        return size_lazy(model, args, kwargs, name=self.name, inputs=self.describe_inputs())
 
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example materialized on ``device`` as ``(args, kwargs)``."""

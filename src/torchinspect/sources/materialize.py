@@ -16,7 +16,7 @@ import copy
 from typing import Any
 
 from torchinspect import device as devices
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 
 INIT_STD = 0.02  # the usual transformer init; only values feeding data-dependent checks matter
 
@@ -114,3 +114,48 @@ def lazy_copy(model: Any) -> Any:
             memo[id(t)] = t.detach().to("meta")
     with torch.device("meta"):
         return _deepcopy(model, memo, "meta")
+
+
+def lazy_real_copy(model: Any) -> Any:
+    """A copy of a model with lazy modules on its own device, still lazy: the caller's stays
+    lazy when the copy is sized. (A plain deepcopy fails on ``UninitializedBuffer``: each
+    lazy tensor gets a fresh uninitialized one instead.)"""
+    from torch import nn
+    from torch.nn.parameter import UninitializedBuffer, UninitializedParameter, is_lazy
+
+    memo: dict[int, Any] = {}
+    for t in (*model.parameters(), *model.buffers()):
+        if id(t) in memo or not is_lazy(t):
+            continue
+        if isinstance(t, nn.Parameter):
+            memo[id(t)] = UninitializedParameter(requires_grad=t.requires_grad, device=t.device,
+                                                 dtype=t.dtype)
+        else:
+            memo[id(t)] = UninitializedBuffer(requires_grad=False, device=t.device, dtype=t.dtype)
+    return _deepcopy(model, memo, "a lazy copy")
+
+
+def size_lazy(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, name: str,
+              inputs: str) -> Any:
+    """``model`` (a copy or a rebuild, never the caller's) with its lazy modules sized by one
+    eval-mode forward, as its first real forward would; ``inputs`` describes them for errors."""
+    import torch
+
+    names = lazy_names(model)
+    if not names:
+        return model
+    flags = [(m, m.training) for m in model.modules()]
+    try:
+        for m, _ in flags:
+            m.training = False
+        with torch.no_grad():
+            model(*args, **kwargs)
+    except Exception as exc:
+        raise InspectError(
+            f"{name}: the lazy modules ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) "
+            f"could not be sized with input {inputs}: {first_line(exc)}",
+            hint="pass the input the model expects, or run one forward before inspecting it") from None
+    finally:
+        for m, flag in flags:
+            m.training = flag
+    return model

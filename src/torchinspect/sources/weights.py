@@ -22,7 +22,10 @@ def load_weights(model: Any, path: str, *, key: str | None, strict: bool, trust_
     state, used_key = extract_state_dict(ckpt.obj, key=key, source=path)
     if used_key:
         notes.append(f"weights taken from checkpoint key {used_key!r}")
-    shapes = {k: tuple(v.shape) for k, v in model.state_dict().items()}
+    from torch.nn.parameter import is_lazy
+
+    # a lazy module's tensors have no shape yet: load_state_dict sizes them from the file
+    shapes = {k: None if is_lazy(v) else tuple(v.shape) for k, v in model.state_dict().items()}
     model_keys = set(shapes)
     state = _remap_keys(state, shapes, notes)
     on_meta = devices.has_meta_tensors(model)
@@ -133,6 +136,6 @@ def _remap_keys(state: dict[str, Any], shapes: dict[str, tuple[int, ...]],
 def _shapes_agree(remap: Any, state: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> bool:
     for k, v in state.items():
         new = remap.apply(k)
-        if new in shapes and hasattr(v, "shape") and tuple(v.shape) != shapes[new]:
+        if shapes.get(new) is not None and hasattr(v, "shape") and tuple(v.shape) != shapes[new]:
             return False
     return True

@@ -30,6 +30,10 @@ class _ScriptCall(nn.Module):
     def __init__(self, inner: nn.Module) -> None:
         super().__init__()
         object.__setattr__(self, "_inner", inner)  # not registered: the module tree is unchanged
+        # the scripted module's own tables: names ("enc.l.weight"), ties (a module registered
+        # twice) and functional_call's swaps see the same tensors as without the stand-in
+        for table in ("_parameters", "_buffers", "_modules"):
+            object.__setattr__(self, table, getattr(inner, table))
 
     def forward(self, *args: Any, **kwargs: Any) -> Any:
         return self._inner(*args, **kwargs)
@@ -59,14 +63,17 @@ class _Recorder:
 
     def install(self) -> None:
         modules = hookable_modules(self.model)
-        for parent in modules:  # a TorchScript child is called through a stand-in
+        stand_ins: dict[int, _ScriptCall] = {}  # one per scripted module (it may be shared)
+        for parent in list(modules):  # a TorchScript child is called through a stand-in
             for key, child in list(parent._modules.items()):
                 if isinstance(child, torch.jit.ScriptModule):
-                    stand_in = _ScriptCall(child)
-                    self.names[id(stand_in)] = self.names.get(id(child), key)
+                    stand_in = stand_ins.get(id(child))
+                    if stand_in is None:
+                        stand_in = stand_ins[id(child)] = _ScriptCall(child)
+                        self.names[id(stand_in)] = self.names.get(id(child), key)
+                        modules.append(stand_in)
                     parent._modules[key] = stand_in
                     self.swapped.append((parent, key, child))
-                    modules.append(stand_in)
         for module in modules:
             self.handles.append(module.register_forward_pre_hook(self._pre, with_kwargs=True))
             self.handles.append(module.register_forward_hook(self._post, with_kwargs=True,
@@ -142,11 +149,34 @@ def _attributes_kept(model: nn.Module) -> Iterator[None]:
     (same objects) when the forward ends, so the caller's model is left as it was given.
     """
     saved = []
+    scripted = []  # TorchScript modules keep their tensors in C++, not in __dict__
+    contents = []  # plain list/dict/set attributes: a cache filled in place (self._cache[n] = t)
     for m in model.modules():
         saved.append((m, dict(m.__dict__), [dict(m.__dict__.get(k, {})) for k in _SLOTS]))
+        for key, value in m.__dict__.items():
+            if key not in _MODULE_INTERNALS and type(value) in (list, dict, set):
+                contents.append((value, type(value)(value)))
+        if isinstance(m, torch.jit.ScriptModule):
+            scripted.append((m, dict([*m.named_parameters(recurse=False),
+                                      *m.named_buffers(recurse=False)])))
     try:
         yield
     finally:
+        for value, before in contents:
+            if _changed(value, before):
+                value.clear()
+                if isinstance(value, list):
+                    value.extend(before)
+                else:
+                    value.update(before)
+        # functional_call cannot always put a scripted module's tensors back (one registered
+        # under two names): the originals are set again where another tensor was left
+        for m, tensors in scripted:
+            for key, t in tensors.items():
+                now = getattr(m, key, None)
+                if not isinstance(now, torch.Tensor) or now.device != t.device or (
+                        not t.is_meta and now.data_ptr() != t.data_ptr()):
+                    setattr(m, key, t)
         for m, attrs, slots in saved:
             state = m.__dict__
             for key in [k for k in state if k not in attrs]:
@@ -163,6 +193,18 @@ def _attributes_kept(model: nn.Module) -> Iterator[None]:
 
 
 _MISSING = object()
+_MODULE_INTERNALS = frozenset(nn.Module().__dict__)  # _parameters, _forward_hooks, training...
+
+
+def _changed(value: Any, before: Any) -> bool:
+    """A list/dict/set whose items (by identity) differ from its shallow copy ``before``."""
+    if len(value) != len(before):
+        return True
+    if isinstance(value, list):
+        return any(a is not b for a, b in zip(value, before, strict=True))
+    if isinstance(value, dict):
+        return value.keys() != before.keys() or any(value[k] is not before[k] for k in before)
+    return value != before
 
 
 @contextlib.contextmanager
@@ -212,12 +254,31 @@ def is_quantized(model: nn.Module) -> bool:
     return any(is_quantized_module(m) for m in model.modules())
 
 
+def _named_state(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
+    """Every parameter and buffer by every name, for ``functional_call``. A TorchScript
+    module's tensors are new Python objects on each access, so functional_call cannot see
+    that two names of a scripted module registered twice are one tensor, and swapping both
+    would leave a stand-in behind: those repeats (same storage, offset, shape) are left out."""
+    scripted = [n + "." for n, m in model.named_modules(remove_duplicate=False)
+                if n and isinstance(m, torch.jit.ScriptModule)]
+    seen: set[tuple[Any, ...]] = set()
+    out = []
+    for name, t in [*model.named_parameters(remove_duplicate=False),
+                    *model.named_buffers(remove_duplicate=False)]:
+        if scripted and any(name.startswith(p) for p in scripted) and not t.is_meta:
+            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
+            if key in seen:
+                continue
+            seen.add(key)
+        out.append((name, t))
+    return out
+
+
 def meta_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Meta stand-ins for every parameter and buffer, keyed by every name (ties kept)."""
     by_id: dict[int, torch.Tensor] = {}
     out: dict[str, torch.Tensor] = {}
-    for name, t in [*model.named_parameters(remove_duplicate=False),
-                    *model.named_buffers(remove_duplicate=False)]:
+    for name, t in _named_state(model):
         if t.is_meta:
             continue
         stand_in = by_id.get(id(t))
@@ -238,8 +299,7 @@ def fake_forward_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[st
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     by_id: dict[int, torch.Tensor] = {}
     state: dict[str, torch.Tensor] = {}
-    for name, t in [*model.named_parameters(remove_duplicate=False),
-                    *model.named_buffers(remove_duplicate=False)]:
+    for name, t in _named_state(model):
         stand_in = by_id.get(id(t))
         if stand_in is None:
             stand_in = by_id[id(t)] = mode.from_tensor(t.detach().to("meta"))

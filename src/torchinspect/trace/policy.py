@@ -102,6 +102,12 @@ def trace_model(
                 target = "cpu"
     if result is None:
         run_model, target = _real_model(subject, target, reason, rebuild, notes)
+        if run_model is not subject and run_model is not model and has_lazy(run_model):
+            # a rebuild of a lazy spec: sized like the meta copy was
+            from torchinspect.sources.materialize import size_lazy
+
+            run_model = size_lazy(run_model, *materialize(inputs, target),
+                                  name=type(model).__name__, inputs=describe_inputs(inputs))
         if run_model is not subject:
             infos, stats = collect_static(run_model)
         args, kwargs = materialize(inputs, target)
