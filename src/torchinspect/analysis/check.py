@@ -95,8 +95,19 @@ class Measured:
     message: str
 
     def to_dict(self) -> dict[str, Any]:
-        return {"metric": self.metric.value, "limit": self.limit, "value": self.value,
+        def num(v: float | None) -> float | int | None:  # counts as integers, as elsewhere
+            return int(v) if v is not None and self.metric.counted and float(v).is_integer() else v
+
+        return {"metric": self.metric.value, "limit": num(self.limit), "value": num(self.value),
                 "passed": self.passed, "message": self.message}
+
+    def shown(self) -> tuple[str, str]:
+        """(measured, limit) as text whose comparison reads right: ``11.69M`` against a
+        limit of ``11.6895M`` would look exceeded, so close counts are shown in full."""
+        value = self.value or 0
+        if self.metric.counted and abs(value - self.limit) < 0.01 * max(abs(self.limit), 1):
+            return f"{value:,.0f}", f"{self.limit:,.0f}"
+        return fmt_value(self.metric, value, exact=True), fmt_value(self.metric, self.limit)
 
 
 @dataclass
@@ -272,8 +283,8 @@ def fmt_value(metric: Metric, v: float, *, exact: bool = False) -> str:
             if abs(v) >= scale:
                 return f"{v / scale:.2f}{unit}" if exact else f"{v / scale:g}{unit}"
         return f"{v:g}"
-    if metric is Metric.latency_ms:
-        return f"{v:.3g} ms"
+    if metric is Metric.latency_ms:  # 1,000 ms, 12.5 ms, 0.873 ms (never 1e+03)
+        return f"{v:,.0f} ms" if abs(v) >= 100 else f"{v:.3g} ms"
     return fmt_size(v * 1e6)
 
 
@@ -333,9 +344,10 @@ def measure(mb: ModelBudget, options: Any = None) -> ModelCheck:
             continue
         limit, value = mb.limits[metric], values[metric]
         ok = value <= limit
-        results.append(Measured(metric, limit, value, ok,
-                                f"{metric.value} {fmt_value(metric, value, exact=True)} "
-                                f"{'<=' if ok else '>'} budget {fmt_value(metric, limit)}"))
+        result = Measured(metric, limit, value, ok, "")
+        shown_value, shown_limit = result.shown()
+        result.message = f"{metric.value} {shown_value} {'<=' if ok else '>'} budget {shown_limit}"
+        results.append(result)
     model = mb.model if isinstance(mb.model, str) else case.name  # a module: its class name
     return ModelCheck(model, case.name, case.describe_inputs() if case.example is not None else "-",
                       results, time.perf_counter() - start, mb.source)

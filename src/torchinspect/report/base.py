@@ -116,7 +116,20 @@ class Report:
         return f"torchinspect/{self.command}/v{self.version}"
 
     def to_json(self, indent: int | None = 2) -> str:
-        return json.dumps({"schema": self.schema, **self.data}, indent=indent, default=_json_default)
+        """Strict JSON: a NaN or infinity (a diff of NaN weights, a NaN output) is null, as
+        JSON has no such numbers and parsers other than Python's reject them."""
+        doc = json.loads(json.dumps({"schema": self.schema, **self.data}, default=_json_default))
+        return json.dumps(_finite(doc), indent=indent, allow_nan=False)
+
+
+def _finite(obj: Any) -> Any:
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    if isinstance(obj, dict):
+        return {k: _finite(v) for k, v in obj.items()}
+    if isinstance(obj, list):
+        return [_finite(v) for v in obj]
+    return obj
 
 
 def _json_default(obj: Any) -> Any:

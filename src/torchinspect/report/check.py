@@ -11,13 +11,12 @@ if TYPE_CHECKING:
 
 
 def check_report(r: CheckResult) -> Report:
-    from torchinspect.analysis.check import fmt_value
-
     rows = []
     for m in r.models:
         for x in m.results:
-            rows.append([m.model, x.metric.option, Shown(x.value, fmt_value(x.metric, x.value or 0, exact=True)),
-                         Shown(x.limit, fmt_value(x.metric, x.limit)), "PASS" if x.passed else "FAIL"])
+            shown_value, shown_limit = x.shown()
+            rows.append([m.model, x.metric.option, Shown(x.value, shown_value),
+                         Shown(x.limit, shown_limit), "PASS" if x.passed else "FAIL"])
     sections: list[Any] = []
     if r.config:
         sections.append(Text([f"budgets from {r.config} (command-line options win)"]))

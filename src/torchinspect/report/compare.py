@@ -1,4 +1,9 @@
-"""Several models in one call: one comparison table, one row per model."""
+"""Several models in one call: one comparison table, one row per model.
+
+Its JSON is a document of its own, ``torchinspect/<command>-comparison/v1``: ``{"models":
+[...]}`` with one entry per model (for summary and flops: ``"totals": {"params", "macs",
+"flops"}`` as in their single-model documents).
+"""
 
 from __future__ import annotations
 
@@ -32,12 +37,13 @@ def comparison_report(command: str, results: list[Any]) -> Report:
             else:
                 params, macs, dev = r.totals.params, r.totals.macs, r.device
             rows.append([r.model, r.input, params, si(macs), si(2 * macs), dev])
-            data.append({"model": r.model, "input": r.input, "params": params, "macs": macs,
-                         "flops": 2 * macs, "device": dev, "fallback_reason": r.fallback_reason})
+            data.append({"model": r.model, "input": r.input,
+                         "totals": {"params": params, "macs": macs, "flops": 2 * macs},
+                         "device": dev, "fallback_reason": r.fallback_reason})
             if r.fallback_reason:
                 notes.append(f"{r.model}: traced on {dev}: {r.fallback_reason}")
         head = [MACS_CONVENTION, COUNTED_CONVENTION]
     sections: list[Any] = [Text(head), Table(None, cols, rows, primary=True)]
     if notes:
         sections.append(Text([f"note: {n}" for n in notes], style="yellow"))
-    return Report(command, {"models": data}, sections)
+    return Report(f"{command}-comparison", {"models": data}, sections)

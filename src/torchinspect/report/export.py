@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes, nbytes
+from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
 
 if TYPE_CHECKING:
     from torchinspect.export.onnx import ExportResult
@@ -46,8 +46,9 @@ def export_report(r: ExportResult) -> Report:
             if run.error:
                 rows.append([run.batch, run.inputs, "-", "-", "-", "-", f"error: {run.error}"])
             for o in run.outputs:
-                rows.append([run.batch, run.inputs, o.name, _dims(o.shape), f"{o.max_abs:.3g}",
-                             f"{o.max_rel:.3g}", "ok" if o.ok else "FAIL"])
+                rows.append([run.batch, run.inputs, o.name, _dims(o.shape),
+                             Shown(o.max_abs, f"{o.max_abs:.3g}"), Shown(o.max_rel, f"{o.max_rel:.3g}"),
+                             "ok" if o.ok else "FAIL"])
         sections.append(Table(
             f"onnxruntime vs PyTorch (atol {r.atol:g}, rtol {r.rtol:g})",
             ["Batch", "Inputs", "Output", "Shape", "Max abs diff", "Max rel diff", "Result"], rows,

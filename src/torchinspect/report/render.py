@@ -97,7 +97,7 @@ def render_csv(report: Report) -> str:
         w.writerow(["key", "value"])
         for s in kv:
             for k, v in s.items:
-                w.writerow([k, v])
+                w.writerow([k, v.value if isinstance(v, Shown) else v])
         return buf.getvalue()
     w.writerow(primary.columns)
     for row in primary.rows:
@@ -166,8 +166,8 @@ def render_markdown(report: Report) -> str:
             out.append("|:---|---:|")
             for k, v in s.items:
                 out.append(f"| {_md_escape(str(k))} | {_md_escape(_cell(v))} |")
-        else:
-            out.extend(_md_text(line) for line in s.lines)
+        else:  # one line each (a Markdown viewer joins plain consecutive lines)
+            out.extend(f"{_md_text(line)}  " for line in s.lines)
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
@@ -200,8 +200,9 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
             t = RichTable(title=plain(s.title, "bold") if s.title else None, box=box.SIMPLE_HEAD,
                           title_justify="left", show_edge=False, pad_edge=False)
             for c, a in zip(s.columns, _aligns(s), strict=True):
+                # numbers never wrap ("147,96" over "8"); text columns fold when COLUMNS is set
                 t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
-                             no_wrap=width is None)
+                             no_wrap=width is None or a == "right")
             for row in s.rows:
                 t.add_row(*[plain(_cell(v)) for v in row])
             console.print(t)

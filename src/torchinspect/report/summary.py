@@ -24,8 +24,8 @@ if TYPE_CHECKING:
 def summary_cell(row: SummaryRow, col: Column) -> Any:
     """The display value of one cell (numbers stay numbers for CSV)."""
     name = col.value
-    if name == "layer":
-        return row.label
+    if name == "layer":  # the tree for people, the full dotted name for CSV
+        return Shown(row.name or row.label, row.label)
     if name == "macs":
         return si(row.macs, empty="--")
     if name == "params_pct":
@@ -73,21 +73,22 @@ def header_lines(model: str, inputs: str, device: str, fallback: str | None, tra
 
 
 def totals_section(t: Totals) -> KeyValues:
+    # Shown: the text for people, the raw number for CSV
     items: list[tuple[str, Any]] = [
-        ("Total params", f"{t.params:,}"),
-        ("Trainable params", f"{t.trainable:,}"),
-        ("Non-trainable params", f"{t.frozen:,}"),
-        ("Buffers (elements)", f"{t.buffers:,}"),
-        ("MACs", f"{fmt_si(t.macs)} ({t.macs:,})"),
-        ("FLOPs (2 x MACs)", f"{fmt_si(t.flops)} ({t.flops:,})"),
+        ("Total params", Shown(t.params, f"{t.params:,}")),
+        ("Trainable params", Shown(t.trainable, f"{t.trainable:,}")),
+        ("Non-trainable params", Shown(t.frozen, f"{t.frozen:,}")),
+        ("Buffers (elements)", Shown(t.buffers, f"{t.buffers:,}")),
+        ("MACs", Shown(t.macs, f"{fmt_si(t.macs)} ({t.macs:,})")),
+        ("FLOPs (2 x MACs)", Shown(t.flops, f"{fmt_si(t.flops)} ({t.flops:,})")),
     ]
     for dt, b in t.param_bytes_by_dtype.items():
-        items.append((f"Param memory ({dt})", fmt_bytes(b)))
+        items.append((f"Param memory ({dt})", Shown(b, fmt_bytes(b))))
     items += [
-        ("Buffer memory", fmt_bytes(t.buffer_bytes)),
-        ("Input size", fmt_bytes(t.input_bytes)),
-        ("Activation memory (forward, est.)", fmt_bytes(t.activation_bytes)),
-        ("Estimated total size", fmt_bytes(t.total_bytes)),
+        ("Buffer memory", Shown(t.buffer_bytes, fmt_bytes(t.buffer_bytes))),
+        ("Input size", Shown(t.input_bytes, fmt_bytes(t.input_bytes))),
+        ("Activation memory (forward, est.)", Shown(t.activation_bytes, fmt_bytes(t.activation_bytes))),
+        ("Estimated total size", Shown(t.total_bytes, fmt_bytes(t.total_bytes))),
     ]
     return KeyValues("Totals", items)
 
