@@ -294,3 +294,45 @@ def test_features_of_a_dataclass_layer_and_a_scripted_layer(tmp_path):
     r = ti.extract_features(net, Path(tmp_path / "xs.pt"), layers="0", output=tmp_path / "p",
                             workers=0, example=torch.randn(1, 8))
     assert r.rows == 3  # one Path is one input
+
+
+def test_sparse_buffers_and_scripted_layers_in_train_mode():
+    class Graphy(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.register_buffer("adj", torch.eye(4).to_sparse())
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return torch.sparse.mm(self.adj, self.fc(x))
+
+    g = Graphy()
+    assert ti.summarize(g, torch.randn(4, 4), device="cpu").totals.params == 20
+    assert ti.build_graph(g, torch.randn(4, 4)).count("param") == 2
+
+    class WithScriptedNorm(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            with warnings.catch_warnings():
+                warnings.simplefilter("ignore")
+                self.norm = torch.jit.script(nn.BatchNorm1d(8))
+                self.shared = torch.jit.script(nn.Linear(8, 8))
+            self.alias = self.shared
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.shared(self.norm(x))
+
+    m = WithScriptedNorm()  # built in train mode; the trace runs eval mode, batch 1
+    s = ti.summarize(m, "8")
+    assert s.totals.macs == 64 and m.norm.training and m.training
+    assert {p.device.type for p in m.parameters()} == {"cpu"}  # the shared scripted Linear too
+    ti.summarize(m, "8", device="meta")
+    assert m.shared.weight.device.type == "cpu"
+
+
+def test_size_and_budget_texts():
+    from torchinspect.analysis.check import Measured, Metric
+    from torchinspect.io.writers import parse_size
+
+    assert parse_size("1e9") == 10**9 and parse_size("2GiB") == 2 * 1024**3
+    assert Measured(Metric.latency_ms, 12.5, 12.503, False, "").shown() == ("12.5030 ms", "12.5000 ms")

@@ -105,9 +105,13 @@ class Measured:
         """(measured, limit) as text whose comparison reads right: ``11.69M`` against a
         limit of ``11.6895M`` would look exceeded, so close counts are shown in full."""
         value = self.value or 0
-        if self.metric.counted and abs(value - self.limit) < 0.01 * max(abs(self.limit), 1):
+        shown = fmt_value(self.metric, value, exact=True), fmt_value(self.metric, self.limit)
+        if abs(value - self.limit) >= 0.01 * max(abs(self.limit), 1e-9) and shown[0] != shown[1]:
+            return shown
+        if self.metric.counted:
             return f"{value:,.0f}", f"{self.limit:,.0f}"
-        return fmt_value(self.metric, value, exact=True), fmt_value(self.metric, self.limit)
+        unit = " ms" if self.metric is Metric.latency_ms else " MB"
+        return f"{value:,.4f}{unit}", f"{self.limit:,.4f}{unit}"
 
 
 @dataclass

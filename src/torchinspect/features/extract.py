@@ -171,16 +171,16 @@ def _resolve_model(model: Any, device: str, options: Any) -> tuple[Any, str, Any
 
             example = resolve_inputs(list(options.inputs), None, batch=options.batch,
                                      no_batch=options.no_batch)
+        if has_lazy(model):  # the first batch sizes the lazy modules: of a copy
+            from torchinspect.sources.materialize import lazy_real_copy
+
+            return lazy_real_copy(model).to(device), type(model).__name__, example, \
+                ["lazy modules are sized on a copy (the model passed in stays lazy)"], False
         if torch.device(here) != torch.device(device):
             import copy
 
             return copy.deepcopy(model).to(device), type(model).__name__, example, \
                 [f"the model was copied from {here} to {device}"], True
-        if has_lazy(model):  # the first batch sizes the lazy modules: of a copy
-            from torchinspect.sources.materialize import lazy_real_copy
-
-            return lazy_real_copy(model), type(model).__name__, example, \
-                ["lazy modules are sized on a copy (the model passed in stays lazy)"], False
         return model, type(model).__name__, example, [], False
     if isinstance(model, str):
         from torchinspect.sources.case import make_case

@@ -35,7 +35,8 @@ def parse_size(text: str | int, option: str = "--shard-size") -> int:
     if isinstance(text, int) and not isinstance(text, bool):
         value = float(text)
     else:
-        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?)\s*([KMGT]?)(i?)B?\s*", str(text), flags=re.IGNORECASE)
+        m = re.fullmatch(r"\s*(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*([KMGT]?)(i?)B?\s*", str(text),
+                         flags=re.IGNORECASE)
         if not m or (m[3] and not m[2]):
             raise InspectError(f"{option} {text!r}: expected a size like 5GB or 500MB",
                                hint="units: KB, MB, GB, TB (powers of 1000) or KiB, MiB, GiB")

@@ -150,19 +150,20 @@ def _attributes_kept(model: nn.Module) -> Iterator[None]:
     """
     saved = []
     scripted = []  # TorchScript modules keep their tensors in C++, not in __dict__
-    contents = []  # plain list/dict/set attributes: a cache filled in place (self._cache[n] = t)
+    contents = {}  # plain list/dict/set attributes: a cache filled in place (self._cache[n] = t)
     for m in model.modules():
         saved.append((m, dict(m.__dict__), [dict(m.__dict__.get(k, {})) for k in _SLOTS]))
         for key, value in m.__dict__.items():
-            if key not in _MODULE_INTERNALS and type(value) in (list, dict, set):
-                contents.append((value, type(value)(value)))
+            if key not in _MODULE_INTERNALS and type(value) in (list, dict, set) \
+                    and id(value) not in contents:  # one copy per container, however shared
+                contents[id(value)] = (value, type(value)(value))
         if isinstance(m, torch.jit.ScriptModule):
             scripted.append((m, dict([*m.named_parameters(recurse=False),
                                       *m.named_buffers(recurse=False)])))
     try:
         yield
     finally:
-        for value, before in contents:
+        for value, before in contents.values():
             if _changed(value, before):
                 value.clear()
                 if isinstance(value, list):
@@ -220,20 +221,25 @@ def model_kept(model: nn.Module) -> Iterator[None]:
     from torch.nn.parameter import is_lazy
 
     seen: set[int] = set()
-    saved: list[tuple[torch.Tensor, torch.Tensor]] = []
+    # (buffer, its version counter, a copy in host memory): the device keeps its memory for
+    # the run, and only a buffer whose version moved (an in-place write) is copied back
+    saved: list[tuple[torch.Tensor, int | None, torch.Tensor]] = []
     for b in model.buffers():
-        if id(b) in seen or b.is_meta or is_lazy(b):
-            continue
+        if id(b) in seen or b.is_meta or is_lazy(b) or b.layout != torch.strided:
+            continue  # sparse buffers: no in-place writes to undo (and no version to read)
         seen.add(id(b))
-        saved.append((b, b.detach().clone()))
+        version = None if b.is_inference() else b._version  # inference tensors have none
+        saved.append((b, version, b.detach().to("cpu", copy=True)))
     with _attributes_kept(model):
         try:
             yield
         finally:
-            for b, value in saved:
-                # only a changed buffer is written (a write bumps its version, which tensors
-                # saved for backward check)
-                if b.shape == value.shape and b.dtype == value.dtype and not torch.equal(b, value):
+            for b, version, value in saved:
+                if b.shape != value.shape or b.dtype != value.dtype:
+                    continue
+                moved = (not torch.equal(b.detach().cpu(), value)) if version is None \
+                    else b._version != version
+                if moved:
                     with torch.inference_mode() if b.is_inference() else torch.no_grad():
                         b.copy_(value)
 
@@ -324,18 +330,20 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     # a real forward on the model's own tensors: buffer values it changes are put back too
     kept = (_attributes_kept(model) if state else model_kept(model)) if scriptable \
         else contextlib.nullcontext()
-    try:
-        if scriptable:
-            rec.install()
-        with kept, _preserved(model, train), torch.no_grad(), \
-                fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter):
+    # the snapshot and the train/eval flags come first: the hooks (and the TorchScript
+    # stand-ins swapped into the tree) are installed inside them and removed before they end
+    with kept, _preserved(model, train), torch.no_grad(), \
+            fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter):
+        try:
+            if scriptable:
+                rec.install()
             if state:
                 out = torch.func.functional_call(model, state, args, kwargs, tie_weights=True,
                                                  strict=False)
             else:
                 out = model(*args, **kwargs)
-    finally:
-        rec.remove()
+        finally:
+            rec.remove()
     if not scriptable:  # TorchScript: no hooks, one root record
         rec.calls.append(CallRecord(0, "", type(model).__name__, 0, None, 0,
                                     shape_tree(args), shape_tree(out), rec.outside.copy(),
