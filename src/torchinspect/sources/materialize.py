@@ -135,10 +135,11 @@ def lazy_real_copy(model: Any) -> Any:
     return _deepcopy(model, memo, "a lazy copy")
 
 
-def size_lazy(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, name: str,
-              inputs: str) -> Any:
+def size_lazy(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, name: str | None,
+              inputs: str, train: bool = False) -> Any:
     """``model`` (a copy or a rebuild, never the caller's) with its lazy modules sized by one
-    eval-mode forward, as its first real forward would; ``inputs`` describes them for errors."""
+    forward (eval mode unless ``train``), as its first real forward would; ``inputs``
+    describes them for errors."""
     import torch
 
     names = lazy_names(model)
@@ -147,13 +148,14 @@ def size_lazy(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, name
     flags = [(m, m.training) for m in model.modules()]
     try:
         for m, _ in flags:
-            m.training = False
+            m.training = train
         with torch.no_grad():
             model(*args, **kwargs)
     except Exception as exc:
         raise InspectError(
-            f"{name}: the lazy modules ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) "
-            f"could not be sized with input {inputs}: {first_line(exc)}",
+            f"{name + ': ' if name else ''}the lazy modules ({', '.join(names[:3])}"
+            f"{', ...' if len(names) > 3 else ''}) could not be materialized with input "
+            f"{inputs}: {first_line(exc)}",
             hint="pass the input the model expects, or run one forward before inspecting it") from None
     finally:
         for m, flag in flags:

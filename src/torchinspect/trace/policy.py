@@ -148,18 +148,12 @@ def _fake_attempt(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: d
 
 def materialized_lazy(model: nn.Module, inputs: Any, train: bool, notes: list[str]) -> nn.Module:
     """A copy of ``model`` whose lazy modules took their shapes from a forward on ``inputs``."""
+    from torchinspect.sources.materialize import size_lazy
+
     names = lazy_names(model)
     copy = lazy_copy(model)
-    try:
-        args, kwargs = materialize(inputs, "meta")
-        copy.train(train)
-        with torch.no_grad():
-            copy(*args, **kwargs)
-    except Exception as exc:
-        raise InspectError(
-            f"the lazy modules ({', '.join(names[:3])}{', ...' if len(names) > 3 else ''}) could not "
-            f"be materialized with input {describe_inputs(inputs)}: {_first_line(exc)}",
-            hint="pass the input the model expects, or run one forward before inspecting it") from None
+    size_lazy(copy, *materialize(inputs, "meta"), name=None, inputs=describe_inputs(inputs),
+              train=train)
     shown = ", ".join(names[:4]) + (f" and {len(names) - 4} more" if len(names) > 4 else "")
     notes.append(f"lazy parameters ({shown}) took their shapes from a forward on the example "
                  "input (on a copy; the model passed in stays lazy)")
