@@ -97,19 +97,18 @@ def test_check_shows_close_counts_in_full_and_integers_in_json(invoke):
     assert fmt_value(Metric.latency_ms, 12.5) == "12.5 ms"
 
 
-def test_export_csv_diffs_are_raw(invoke, tmp_path):
+def test_export_csv_diffs_are_raw(tmp_path):
     pytest.importorskip("onnxruntime")
-    (tmp_path / "lin.py").write_text("from torch import nn\nclass Net(nn.Sequential):\n"
-                                     "    example_input = '8'\n"
-                                     "    def __init__(self):\n"
-                                     "        super().__init__(nn.Linear(8, 4))\n")
-    r = invoke("export", f"{tmp_path / 'lin.py'}:Net", "-o", tmp_path / "l.onnx", "-f", "csv")
-    rows = list(csv.DictReader(io.StringIO(r.stdout.split("\n", 1)[1]
-                                           if r.stdout.startswith("wrote") else r.stdout)))
-    assert rows and all("e" not in row["Max abs diff"] or float(row["Max abs diff"]) >= 0
-                        for row in rows)
-    value = float(rows[0]["Max abs diff"])
-    assert value == 0.0 or len(rows[0]["Max abs diff"]) > 8  # full precision, not "1.76e-07"
+    from torchinspect.export.onnx import export_onnx
+    from torchinspect.report import render
+    from torchinspect.report.export import export_report
+
+    result = export_onnx(nn.Linear(8, 4), tmp_path / "l.onnx", torch.randn(1, 8))
+    buf = io.StringIO()
+    render(export_report(result), "csv", buf)
+    rows = list(csv.DictReader(io.StringIO(buf.getvalue())))
+    expected = [o.max_abs for run in result.verify for o in run.outputs]
+    assert [float(row["Max abs diff"]) for row in rows] == expected  # not rounded to 3 digits
 
 
 @pytest.mark.parametrize("fmt", ["json", "csv", "markdown", "table"])
@@ -121,5 +120,14 @@ def test_comparison_renders_in_every_format(fmt):
     results = [ti.count_params(nn.Linear(4, 2)), ti.count_params(nn.Linear(4, 3))]
     buf = io.StringIO()
     render(comparison_report("params", results), fmt, buf)
+    out = buf.getvalue()
     if fmt == "json":
-        assert _strict(buf.getvalue())["schema"] == "torchinspect/params-comparison/v1"
+        doc = _strict(out)
+        assert doc["schema"] == "torchinspect/params-comparison/v1"
+        assert [m["params"] for m in doc["models"]] == [10, 15]
+    elif fmt == "csv":
+        rows = list(csv.DictReader(io.StringIO(out)))
+        assert [r["Params"] for r in rows] == ["10", "15"]
+    else:  # one line per model, both counts shown
+        lines = [line for line in out.splitlines() if "Linear" in line]
+        assert len(lines) == 2 and " 10 " in lines[0] + " " and " 15 " in lines[1] + " "
