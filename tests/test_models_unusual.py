@@ -28,6 +28,12 @@ class InPlace(nn.Module):
         return torch.relu(self.fc(x))
 
 
+def scripted(module: nn.Module) -> torch.jit.ScriptModule:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.jit.script is deprecated in new torch
+        return torch.jit.script(module)
+
+
 class Inner(nn.Module):
     def __init__(self) -> None:
         super().__init__()
@@ -41,9 +47,7 @@ class WithScripted(nn.Module):
     def __init__(self) -> None:
         super().__init__()
         self.pre = nn.Linear(8, 8)
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # torch.jit.script is deprecated in new torch
-            self.inner = torch.jit.script(Inner())
+        self.inner = scripted(Inner())
         self.post = nn.Linear(8, 2)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
@@ -168,9 +172,7 @@ class Aliased(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            self.enc = torch.jit.script(Inner())
+        self.enc = scripted(Inner())
         self.encoder = self.enc
         self.head = nn.Linear(8, 2)
 
@@ -313,10 +315,8 @@ def test_sparse_buffers_and_scripted_layers_in_train_mode():
     class WithScriptedNorm(nn.Module):
         def __init__(self) -> None:
             super().__init__()
-            with warnings.catch_warnings():
-                warnings.simplefilter("ignore")
-                self.norm = torch.jit.script(nn.BatchNorm1d(8))
-                self.shared = torch.jit.script(nn.Linear(8, 8))
+            self.norm = scripted(nn.BatchNorm1d(8))
+            self.shared = scripted(nn.Linear(8, 8))
             self.alias = self.shared
 
         def forward(self, x: torch.Tensor) -> torch.Tensor:

@@ -49,6 +49,13 @@ def as_list(value: Any) -> list[Any]:
     return list(value)
 
 
+def check_depth(depth: int) -> None:
+    """The one depth check of the Python API (the CLI's --depth has min=0)."""
+    if depth < 0:
+        raise InspectError(f"depth={depth}: the depth must be 0 or more",
+                           hint="e.g. depth=3 (0 shows the model as one row)")
+
+
 class InspectError(Exception):
     """A user-facing error: one line saying what is wrong, plus a hint saying how to fix it.
 

@@ -10,7 +10,7 @@ from typing import Any
 
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.tree import ShownCall, fold_repeats, shown_tree
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, check_depth
 from torchinspect.shapes import format_shape_tree
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.trace import trace_case
@@ -227,13 +227,6 @@ def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
         totals=totals_of(trace), not_counted=dict(trace.uncounted),
         notes=[*(notes or []), *trace.notes], folded=fold, trace=trace,
     )
-
-
-def check_depth(depth: int) -> None:
-    """The one depth check of the Python API (the CLI's --depth has min=0)."""
-    if depth < 0:
-        raise InspectError(f"depth={depth}: the depth must be 0 or more",
-                           hint="e.g. depth=3 (0 shows the model as one row)")
 
 
 def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,

@@ -24,7 +24,7 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError, is_out_of_memory
+from torchinspect.errors import InspectError, check_depth, is_out_of_memory
 from torchinspect.shapes import first_tensor, tensor_leaves
 
 BIG_GRAPH = 2000  # nodes; above this the result suggests --depth
@@ -536,9 +536,8 @@ def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str
     if str(kind) not in {k.value for k in GraphKind}:
         raise InspectError(f"kind={kind!r}: unknown graph kind", hint="use 'autograd' or 'module'")
     kind = GraphKind(kind)
-    if depth is not None and depth < 0:  # as summarize's check_depth (a sibling core)
-        raise InspectError(f"depth={depth}: the depth must be 0 or more",
-                           hint="e.g. depth=2 (0 draws the model as one node)")
+    if depth is not None:
+        check_depth(depth)
     case = case_or_model if isinstance(case_or_model, ModelCase) else make_case(case_or_model, inputs, options=options)
     if kind is GraphKind.autograd:
         from torchinspect import device as devices

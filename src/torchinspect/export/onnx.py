@@ -203,15 +203,14 @@ def _bound(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
 
 def _specialized(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                  marked: dict[str, list[int]], extra: list[tuple[str, int]],
-                 inputs: list[Any]) -> tuple[dict[str, list[int]], list[tuple[str, int]],
-                                             list[tuple[str, int, int]]]:
+                 inputs: list[Any]) -> tuple[dict[str, list[int]], list[tuple[str, int, int]]]:
     """``marked`` without the batch dims the written file keeps static, and those dims as
-    (input, dim, size); ``extra`` as given. ONNX inputs follow the order of the tensor leaves."""
+    (input, dim, size). ONNX inputs follow the order of the tensor leaves."""
     if not marked:
-        return marked, extra, []
+        return marked, []
     leaves = _tensor_leaves((args, kwargs))
     if len(inputs) != len(leaves):
-        return marked, extra, []
+        return marked, []
     position = {id(t): i for i, t in enumerate(leaves)}
     bound = _bound(model, args, kwargs) or {}
     kept: dict[str, list[int]] = {}
@@ -229,7 +228,7 @@ def _specialized(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                 fixed.append((pname, d, onnx_dims[d]))
             else:
                 kept.setdefault(pname, []).append(d)
-    return kept, extra, fixed
+    return kept, fixed
 
 
 def parse_dynamic(specs: Sequence[str]) -> list[tuple[str, int]]:
@@ -500,7 +499,7 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     result = _describe(case.name, target, data_path, "legacy" if legacy else "dynamo", atol, rtol)
     # dims asked to be dynamic that the exporter kept fixed (the model's code specialized
     # them): the file takes only the example's size there, so verification keeps it too
-    marked, extra, fixed = _specialized(model, args, kwargs, marked, extra, result.inputs)
+    marked, fixed = _specialized(model, args, kwargs, marked, extra, result.inputs)
     for pname, dim, size in fixed:
         notes.append(f"{pname} dim {dim}: kept fixed at {size} by the exporter (the model's code "
                      "specializes it), so the file accepts only that size there")

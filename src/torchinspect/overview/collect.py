@@ -14,8 +14,8 @@ from torchinspect import __version__
 from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.flops import FlopsResult, flops_from_trace
-from torchinspect.analysis.summary import Summary, check_depth, summary_from_trace
-from torchinspect.errors import InspectError
+from torchinspect.analysis.summary import Summary, summary_from_trace
+from torchinspect.errors import InspectError, check_depth
 from torchinspect.overview import parts
 from torchinspect.sources.case import ModelCase, ModelOptions, make_case
 from torchinspect.trace import trace_case

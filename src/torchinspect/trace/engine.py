@@ -209,12 +209,13 @@ def _changed(value: Any, before: Any) -> bool:
 
 
 @contextlib.contextmanager
-def model_kept(model: nn.Module) -> Iterator[None]:
+def model_kept(model: nn.Module, *, buffers: bool = True) -> Iterator[None]:
     """The caller's model as it was given after real forwards run on it (graph, export,
     features, doctor): attributes and parameter/buffer/submodule tables put back
     (:func:`_attributes_kept`), and buffer values a forward changed in place (a step
-    counter's ``+= 1``, a cache filled with ``copy_``) copied back. TorchScript modules
-    are left alone (their attributes are not a ``__dict__``)."""
+    counter's ``+= 1``, a cache filled with ``copy_``) copied back. ``buffers=False`` when
+    the forwards run on buffer copies (``functional_call``): attributes only. TorchScript
+    modules are left alone (their attributes are not a ``__dict__``)."""
     if isinstance(model, torch.jit.ScriptModule):
         yield
         return
@@ -224,7 +225,7 @@ def model_kept(model: nn.Module) -> Iterator[None]:
     # (buffer, its version counter, a copy in host memory): the device keeps its memory for
     # the run, and only a buffer whose version moved (an in-place write) is copied back
     saved: list[tuple[torch.Tensor, int | None, torch.Tensor]] = []
-    for b in model.buffers():
+    for b in model.buffers() if buffers else ():
         if id(b) in seen or b.is_meta or is_lazy(b) or b.layout != torch.strided:
             continue  # sparse buffers: no in-place writes to undo (and no version to read)
         seen.add(id(b))
@@ -260,31 +261,12 @@ def is_quantized(model: nn.Module) -> bool:
     return any(is_quantized_module(m) for m in model.modules())
 
 
-def _named_state(model: nn.Module) -> list[tuple[str, torch.Tensor]]:
-    """Every parameter and buffer by every name, for ``functional_call``. A TorchScript
-    module's tensors are new Python objects on each access, so functional_call cannot see
-    that two names of a scripted module registered twice are one tensor, and swapping both
-    would leave a stand-in behind: those repeats (same storage, offset, shape) are left out."""
-    scripted = [n + "." for n, m in model.named_modules(remove_duplicate=False)
-                if n and isinstance(m, torch.jit.ScriptModule)]
-    seen: set[tuple[Any, ...]] = set()
-    out = []
-    for name, t in [*model.named_parameters(remove_duplicate=False),
-                    *model.named_buffers(remove_duplicate=False)]:
-        if scripted and any(name.startswith(p) for p in scripted) and not t.is_meta:
-            key = (t.untyped_storage().data_ptr(), t.storage_offset(), tuple(t.shape), t.stride())
-            if key in seen:
-                continue
-            seen.add(key)
-        out.append((name, t))
-    return out
-
-
 def meta_state(model: nn.Module) -> dict[str, torch.Tensor]:
     """Meta stand-ins for every parameter and buffer, keyed by every name (ties kept)."""
     by_id: dict[int, torch.Tensor] = {}
     out: dict[str, torch.Tensor] = {}
-    for name, t in _named_state(model):
+    for name, t in [*model.named_parameters(remove_duplicate=False),
+                    *model.named_buffers(remove_duplicate=False)]:
         if t.is_meta:
             continue
         stand_in = by_id.get(id(t))
@@ -305,7 +287,8 @@ def fake_forward_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[st
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     by_id: dict[int, torch.Tensor] = {}
     state: dict[str, torch.Tensor] = {}
-    for name, t in _named_state(model):
+    for name, t in [*model.named_parameters(remove_duplicate=False),
+                    *model.named_buffers(remove_duplicate=False)]:
         stand_in = by_id.get(id(t))
         if stand_in is None:
             stand_in = by_id[id(t)] = mode.from_tensor(t.detach().to("meta"))
@@ -328,8 +311,7 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     if state is None and train and scriptable:
         state = _buffer_copies(model)  # batch-norm statistics move on copies, not the model's
     # a real forward on the model's own tensors: buffer values it changes are put back too
-    kept = (_attributes_kept(model) if state else model_kept(model)) if scriptable \
-        else contextlib.nullcontext()
+    kept = model_kept(model, buffers=not state) if scriptable else contextlib.nullcontext()
     # the snapshot and the train/eval flags come first: the hooks (and the TorchScript
     # stand-ins swapped into the tree) are installed inside them and removed before they end
     with kept, _preserved(model, train), torch.no_grad(), \

@@ -185,7 +185,8 @@ def _restored(model: nn.Module) -> Iterator[None]:
     from torchinspect.trace.engine import model_kept
 
     flags = [(m, m.training) for m in model.modules()]
-    with model_kept(model), torch.random.fork_rng(devices=[]):
+    # the forwards run on buffer copies (_forward): attributes are what can change
+    with model_kept(model, buffers=False), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         try:
             yield
