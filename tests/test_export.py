@@ -36,7 +36,7 @@ def _onnx_ops(path) -> set[str]:
 
 def test_zoo_gpt_exports_and_verifies_at_batch_1_and_3(tmp_path) -> None:
     out = tmp_path / "gpt.onnx"
-    r = export_onnx("zoo:gpt-tiny", out)
+    r = export_onnx("zoo:gpt-tiny", out, report=True)
     assert r.verified is True and [v.batch for v in r.verify] == [1, 3]
     assert r.inputs[0].shape[0] == "batch" and r.outputs[0].shape[0] == "batch"
     assert all(o.max_abs <= r.atol + r.rtol * 10 for v in r.verify for o in v.outputs)
@@ -67,7 +67,7 @@ def test_extra_dynamic_dim_and_external_data(tmp_path) -> None:
     assert r.data_path == str(data) and data.stat().st_size == r.data_bytes
     weight = Functional().qkv.weight  # tiny tensors (the bias) may stay inline
     assert r.data_bytes >= weight.numel() * weight.element_size()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.export-report.md", "f.onnx", "f.onnx.data"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.onnx", "f.onnx.data"]  # no report unasked
 
 
 def test_static_export_and_a_failed_comparison(tmp_path) -> None:
@@ -126,7 +126,7 @@ def test_cli_unexportable_model_names_the_construct(invoke, tmp_path) -> None:
     spec = tmp_path / "net.py"
     spec.write_text(UNEXPORTABLE)
     out = tmp_path / "net.onnx"
-    r = invoke("export", f"{spec}:Net", "--input", "4", "-o", out)
+    r = invoke("export", f"{spec}:Net", "--input", "4", "-o", out, "--exporter-report")
     assert r.exit_code == 2
     err = r.stderr
     assert err.count("\n") == 2 and "Traceback" not in r.output

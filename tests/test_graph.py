@@ -65,7 +65,9 @@ class Looped(nn.Module):
 
 
 def _edges(g: Graph) -> set[tuple[str, str]]:
-    name = {n.id: (n.name or n.kind) for n in g.nodes}
+    """Edges by name: modules by qualified name, functions as ``op@module``."""
+    name = {n.id: (f"{n.type}@{n.name}" if n.kind == "function" else (n.name or n.kind))
+            for n in g.nodes}
     return {(name[e.src], name[e.dst]) for e in g.edges}
 
 
@@ -78,27 +80,27 @@ def _module_graph(model: nn.Module, x: torch.Tensor, **kw) -> Graph:
 
 
 def test_module_graph_edges_follow_tensors_through_functional_ops() -> None:
-    g = _module_graph(Skip(), torch.randn(2, 4))
+    g = _module_graph(Skip(), torch.randn(2, 4), functions=False)
     assert _edges(g) == {("input", "a"), ("a", "b"), ("b", "c"), ("input", "c"), ("c", "output")}
 
 
 def test_module_graph_of_a_modulelist_loop_folds_and_collapses() -> None:
     model, x = Looped(3), torch.randn(2, 4)
-    folded = _module_graph(model, x)
+    folded = _module_graph(model, x, functions=False)
     block = [n for n in folded.nodes if n.type == "Block"]
     assert len(block) == 1 and block[0].fold == len(model.blocks)
     assert "Block ×3" in block[0].label
     assert _edges(folded) == {("input", "embed"), ("embed", "blocks.0"), ("blocks.0", "head"),
                               ("head", "output")}
     # unfolded, every level: each block's Linear and GELU, residual edges around them
-    full = _module_graph(model, x, fold=False)
+    full = _module_graph(model, x, fold=False, functions=False)
     assert {n.name for n in full.nodes if n.kind == "module"} == {
         "embed", "head", *(f"blocks.{i}.{m}" for i in range(3) for m in ("fc", "act"))}
     edges = _edges(full)
     assert ("embed", "blocks.1.fc") in edges  # block 0's residual: embed's output skips ahead
     assert ("blocks.0.act", "blocks.1.fc") in edges
     # depth 1: the never-called ModuleList is one node between embed and head
-    shallow = _module_graph(model, x, depth=1)
+    shallow = _module_graph(model, x, depth=1, functions=False)
     assert [n.type for n in shallow.nodes] == [None, "Linear", "ModuleList", "Linear", None]
     assert _edges(shallow) == {("input", "embed"), ("embed", "blocks"), ("blocks", "head"),
                                ("head", "output")}
