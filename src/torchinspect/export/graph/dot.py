@@ -47,8 +47,35 @@ def tooltip(node: GraphNode) -> str:
     return node.label.replace("\n", " ")
 
 
+def dot_ids(graph: Graph) -> dict[str, str]:
+    """Node id -> the id written in the DOT source: what the node is, by name (``layer1.0``,
+    ``add in layer1.0``, ``conv1.weight``), numbered when repeated. Graphviz shows it as the
+    SVG element's title, so hovering a node names it instead of an internal ``m3``."""
+    out: dict[str, str] = {}
+    used: set[str] = set()
+    for n in graph.nodes:
+        if n.kind == "module":
+            base = (n.name or "(model)") + (f" ×{n.fold}" if n.fold > 1 else "")
+        elif n.kind == "function":
+            base = f"{n.type} in {n.name}"
+        elif n.kind == "op":
+            base = str(n.type)
+        elif n.kind == "saved":
+            base = f"saved {n.name}"
+        else:
+            base = n.name or n.label.split("\n")[0]
+        key, k = base, 1
+        while key in used:
+            k += 1
+            key = f"{base} #{k}"
+        used.add(key)
+        out[n.id] = key
+    return out
+
+
 def to_dot(graph: Graph) -> str:
-    """Graphviz source for ``graph`` (UTF-8; every label escaped)."""
+    """Graphviz source for ``graph`` (UTF-8; every label escaped; nodes named by what they
+    are, see :func:`dot_ids`)."""
     lines = [f"digraph {dot_quote(graph.model)} {{",
              '  graph [rankdir=TB fontname="Helvetica" charset="UTF-8"];',
              '  node [fontname="Helvetica" fontsize=10];',
@@ -59,27 +86,28 @@ def to_dot(graph: Graph) -> str:
     inner: dict[str | None, list[GraphCluster]] = {}
     for c in graph.clusters:
         inner.setdefault(c.parent, []).append(c)
-    _emit(lines, None, members, inner, "  ")
+    ids = dot_ids(graph)
+    _emit(lines, None, members, inner, ids, "  ")
     for e in graph.edges:
-        lines.append(f"  {dot_quote(e.src)} -> {dot_quote(e.dst)};")
+        lines.append(f"  {dot_quote(ids.get(e.src, e.src))} -> {dot_quote(ids.get(e.dst, e.dst))};")
     lines.append("}")
     return "\n".join(lines) + "\n"
 
 
 def _emit(lines: list[str], cluster: str | None, members: dict[str | None, list[GraphNode]],
-          inner: dict[str | None, list[GraphCluster]], pad: str) -> None:
+          inner: dict[str | None, list[GraphCluster]], ids: dict[str, str], pad: str) -> None:
     """The nodes of ``cluster`` (None: the top level), then its clusters, nested."""
     for n in members.get(cluster, []):
         style = _STYLE.get(n.kind, "shape=box")
         if n.fold > 1:
             style = style.replace("rounded,filled", "rounded,filled,bold")
-        lines.append(f"{pad}{dot_quote(n.id)} [label={dot_quote(n.label)} {style} "
+        lines.append(f"{pad}{dot_quote(ids[n.id])} [label={dot_quote(n.label)} {style} "
                      f"tooltip={dot_quote(tooltip(n))}];")
     for c in inner.get(cluster, []):
         lines.append(f"{pad}subgraph {dot_quote('cluster_' + c.id)} {{")
         lines.append(f"{pad}  label={dot_quote(c.label)} tooltip={dot_quote(c.label)} "
                      f"{_CLUSTER_STYLE};")
-        _emit(lines, c.id, members, inner, pad + "  ")
+        _emit(lines, c.id, members, inner, ids, pad + "  ")
         lines.append(f"{pad}}}")
 
 

@@ -53,9 +53,11 @@ def function_name(func: Any) -> str | None:
         elif core.startswith("r") and core[1:] in _BINARY:
             core = core[1:]
         name = core
-    return None if name in LAYOUT_OPS else name
+    return None if name in LAYOUT_OPS else _SPELLED.get(name, name)
 
 
+_SPELLED = {"truediv": "div", "truediv_": "div_", "floordiv": "floor_divide",
+            "invert": "bitwise_not"}
 _BINARY = frozenset({"add", "sub", "mul", "matmul", "truediv", "floordiv", "mod", "pow", "and",
                      "or", "xor", "lshift", "rshift", "div"})
 

@@ -20,7 +20,6 @@ from torchinspect.export.graph.model import (
     GraphKind,
     GraphNode,
     _big_note,
-    _fmt_shape,
 )
 from torchinspect.shapes import first_tensor
 
@@ -154,9 +153,14 @@ def _add_functions(view: _View) -> None:
         where = calls[fc.parent].name if fc.parent is not None else ""
         nid = f"f{j}"
         view.graph.nodes.append(GraphNode(
-            nid, f"{fc.name}\n{_fmt_shape(fc.shape)}", "function", where or "(model)", fc.name,
+            nid, f"{fc.name}\n{_dims(fc.shape)}", "function", where or "(model)", fc.name,
             fc.shape, 1, view.cluster_of.get(fc.parent) if fc.parent is not None else None))
         view.owner[FUNC + j] = nid
+
+
+def _dims(shape: list[int] | None) -> str:
+    """``[1, 64, 128]``, as the module nodes write their output shapes."""
+    return "" if shape is None else "[" + ", ".join(str(d) for d in shape) + "]"
 
 
 def _flow_edges(view: _View) -> None:
