@@ -25,7 +25,7 @@ VerifyOpt = Annotated[bool | None, typer.Option(
 AtolOpt = Annotated[float, typer.Option("--atol", min=0, help="absolute tolerance of the verification.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", min=0, help="relative tolerance of the verification.")]
 ExternalOpt = Annotated[bool, typer.Option(
-    "--external-data", help="store the weights in FILE.data beside the .onnx (automatic over 2 GB).")]
+    "--external-data", help="store the weights in FILE.onnx.data beside the .onnx (automatic over 2 GB).")]
 InputNamesOpt = Annotated[str | None, typer.Option(
     "--input-names", metavar="A,B", help="names of the ONNX inputs, in order (default: the "
     "forward's parameter names).", show_default=False)]

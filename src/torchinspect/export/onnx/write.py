@@ -66,8 +66,8 @@ def _run_exporter(plan: ExportPlan, tmpdir: Path) -> Any:
         if saved:
             hint = f"the exporter's report: {saved}"
         elif not plan.legacy:
-            hint = ("--exporter-report keeps the exporter's own report beside the output; "
-                    "TORCHINSPECT_DEBUG=1 shows its traceback")
+            hint = ("rerun with --exporter-report for the exporter's own report beside the "
+                    "output, or TORCHINSPECT_DEBUG=1 for its traceback")
         else:
             hint = "rerun with TORCHINSPECT_DEBUG=1 for the exporter's traceback"
         if plan.marked and "dynamic dims" in what:
