@@ -384,7 +384,7 @@ def test_nested_modules_are_clusters_in_the_dot_source() -> None:
     src = to_dot(g)
     lines = src.splitlines()
     for c in g.clusters:
-        start = lines.index(f'  subgraph "cluster_{c.id}" {{')
+        start = lines.index(f'  subgraph "cluster {c.name} (Residual)" {{')
         end = lines.index("  }", start)
         inside = "\n".join(lines[start:end])
         assert f'label="{c.name} (Residual)"' in inside
@@ -397,6 +397,7 @@ def test_nested_modules_are_clusters_in_the_dot_source() -> None:
                              check=True).stdout.decode()
         assert svg.count('class="cluster"') == 2
         assert "<title>r1.fc1</title>" in svg and "<title>m" not in svg  # names, not ids
+        assert "<title>cluster r1 (Residual)</title>" in svg
         assert 'xlink:title="add() in r1"' in svg
 
 
@@ -408,7 +409,8 @@ def test_nested_clusters_have_parents() -> None:
     assert parents == {"0": None, "0.attn": ids["0"]}
     assert _node(g, "0.attn.qkv").cluster == ids["0.attn"]
     src = to_dot(g)
-    assert src.index('subgraph "cluster_' + ids["0.attn"]) > src.index('subgraph "cluster_' + ids["0"])
+    assert src.index('  subgraph "cluster 0.attn (Attention)"') > \
+        src.index('subgraph "cluster 0 (AttnModel)"')
 
 
 def test_cli_functions_option(invoke) -> None:

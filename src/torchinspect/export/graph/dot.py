@@ -64,13 +64,19 @@ def dot_ids(graph: Graph) -> dict[str, str]:
             base = f"saved {n.name}"
         else:
             base = n.name or n.label.split("\n")[0]
-        key, k = base, 1
-        while key in used:
-            k += 1
-            key = f"{base} #{k}"
-        used.add(key)
-        out[n.id] = key
+        out[n.id] = _unique(base, used)
+    for c in graph.clusters:  # Graphviz draws a box only for names that start with "cluster"
+        out[c.id] = _unique(f"cluster {c.label}", used)
     return out
+
+
+def _unique(base: str, used: set[str]) -> str:
+    key, k = base, 1
+    while key in used:
+        k += 1
+        key = f"{base} #{k}"
+    used.add(key)
+    return key
 
 
 def to_dot(graph: Graph) -> str:
@@ -104,7 +110,7 @@ def _emit(lines: list[str], cluster: str | None, members: dict[str | None, list[
         lines.append(f"{pad}{dot_quote(ids[n.id])} [label={dot_quote(n.label)} {style} "
                      f"tooltip={dot_quote(tooltip(n))}];")
     for c in inner.get(cluster, []):
-        lines.append(f"{pad}subgraph {dot_quote('cluster_' + c.id)} {{")
+        lines.append(f"{pad}subgraph {dot_quote(ids[c.id])} {{")
         lines.append(f"{pad}  label={dot_quote(c.label)} tooltip={dot_quote(c.label)} "
                      f"{_CLUSTER_STYLE};")
         _emit(lines, c.id, members, inner, ids, pad + "  ")
