@@ -55,7 +55,7 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     result.report_path = str(report_path) if report_path else None
     _settle_dynamic(plan, result)
     if plan.verify:
-        result.verify = verify_export(plan, result)
+        result.verify = verify_export(plan)
     result.seconds = plan.seconds
     result.notes = plan.notes
     return result

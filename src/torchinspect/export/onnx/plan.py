@@ -20,6 +20,8 @@ from torchinspect.io.atomic import check_target
 
 @contextlib.contextmanager
 def _eval(model: Any) -> Iterator[None]:
+    """Eval for the export and the verification (BatchNorm must not update running stats);
+    every module's flag restored."""
     flags = [(m, m.training) for m in model.modules()]
     try:
         for m, _ in flags:

@@ -10,12 +10,12 @@ from typing import Any
 from torchinspect.errors import is_out_of_memory
 from torchinspect.export.onnx.explain import _first_line
 from torchinspect.export.onnx.plan import ExportPlan, _bound, _eval, _tensor_leaves
-from torchinspect.export.onnx.result import ExportResult, OutputDiff, VerifyRun
+from torchinspect.export.onnx.result import OutputDiff, VerifyRun
 
 VERIFY_BATCHES = (1, 3)
 
 
-def verify_export(plan: ExportPlan, result: ExportResult) -> list[VerifyRun]:
+def verify_export(plan: ExportPlan) -> list[VerifyRun]:
     """One :class:`VerifyRun` per batch size; a file onnxruntime cannot load is one failed run."""
     from torchinspect.trace.engine import model_kept
 
