@@ -28,16 +28,16 @@ def _shown_path(path: str) -> str:
 
 
 def _row(m: ModelCheck, x: Measured, compare: bool) -> list[Any]:
+    from torchinspect.analysis.check.metrics import fmt_full, fmt_value
+
     shown_value, shown_limit = x.shown()
+    base = "-" if x.baseline is None else fmt_value(x.metric, x.baseline, exact=True)
+    if base == shown_value and x.value != x.baseline:  # 29.03K -> 29.03K reads "unchanged"
+        shown_value, base = fmt_full(x.metric, x.value or 0), fmt_full(x.metric, x.baseline or 0)
     if x.noise is not None:
         shown_value += f" ({x.shown_noise()})"
     row: list[Any] = [m.model, x.metric.value, Shown(x.value, shown_value)]
     if compare:
-        from torchinspect.analysis.check.metrics import fmt_full, fmt_value
-
-        base = "-" if x.baseline is None else fmt_value(x.metric, x.baseline, exact=True)
-        if base == shown_value and x.value != x.baseline:  # 29.03K -> 29.03K reads "unchanged"
-            shown_value, base = fmt_full(x.metric, x.value or 0), fmt_full(x.metric, x.baseline or 0)
         row += [Shown(x.baseline if x.baseline is not None else "", base), _percent(x.change)]
     return row + [Shown(x.limit if x.limit is not None else "", shown_limit),
                   _percent(x.headroom), x.origin, x.result]
@@ -61,7 +61,9 @@ def _problems(r: CheckResult) -> list[str]:
     lines = []
     for m in r.models:
         if m.error is not None:
-            lines.append(f"{m.model}: ERROR {m.error}" + (f" (hint: {m.hint})" if m.hint else ""))
+            lines.append(f"{m.model}: ERROR {m.error}")
+            if m.hint:
+                lines.append(f"{m.model}: hint: {m.hint}")
         lines.extend(f"{m.model}: {x.message}" for x in m.results if not x.passed)
     return lines
 

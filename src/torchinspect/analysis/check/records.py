@@ -80,7 +80,7 @@ class Measured:
         limit of ``11.6895M`` would look exceeded, so close values are shown in full."""
         value = self.value or 0
         if self.kind is not Kind.budget or self.limit is None:
-            limit = fmt_percent(self.limit) if self.limit is not None else "-"
+            limit = f"+{self.limit * 100:g}%" if self.limit is not None else "-"
             return fmt_value(self.metric, value, exact=True), limit
         shown = fmt_value(self.metric, value, exact=True), fmt_value(self.metric, self.limit)
         if abs(value - self.limit) >= 0.01 * max(abs(self.limit), 1e-9) and shown[0] != shown[1]:
