@@ -19,7 +19,8 @@ MaybeModelsArg = Annotated[list[str] | None, typer.Argument(
 
 
 def _opt(name: str, units: str) -> object:
-    return Annotated[str | None, typer.Option(f"--max-{name}", metavar=units.split()[0],
+    metavar = {"latency-ms": "MS"}.get(name, units.split()[0])
+    return Annotated[str | None, typer.Option(f"--max-{name}", metavar=metavar,
                                               help=f"budget: {units}.")]
 
 

@@ -27,6 +27,13 @@ def _shown_path(path: str) -> str:
     return rel if len(rel) < len(path) else path
 
 
+def _raw(x: Measured, v: float | None) -> Any:
+    """The CSV value: counts as integers (29034, not 29034.0), nothing as empty."""
+    if v is None:
+        return ""
+    return int(v) if x.metric.counted and float(v).is_integer() else v
+
+
 def _row(m: ModelCheck, x: Measured, compare: bool) -> list[Any]:
     from torchinspect.analysis.check.metrics import fmt_full, fmt_value
 
@@ -36,10 +43,11 @@ def _row(m: ModelCheck, x: Measured, compare: bool) -> list[Any]:
         shown_value, base = fmt_full(x.metric, x.value or 0), fmt_full(x.metric, x.baseline or 0)
     if x.noise is not None:
         shown_value += f" ({x.shown_noise()})"
-    row: list[Any] = [m.model, x.metric.value, Shown(x.value, shown_value)]
+    row: list[Any] = [m.model, x.metric.value, Shown(_raw(x, x.value), shown_value)]
     if compare:
-        row += [Shown(x.baseline if x.baseline is not None else "", base), _percent(x.change)]
-    return row + [Shown(x.limit if x.limit is not None else "", shown_limit),
+        row += [Shown(_raw(x, x.baseline), base), _percent(x.change)]
+    limit = _raw(x, x.limit) if x.kind == "budget" else x.limit if x.limit is not None else ""
+    return row + [Shown(limit, shown_limit),
                   _percent(x.headroom), x.origin, x.result]
 
 
