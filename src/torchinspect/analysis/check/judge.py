@@ -101,6 +101,8 @@ def _growth(metric: Metric, old: Reading, new: Reading) -> str:
 
 def _baseline_notes(check: ModelCheck, base: BaselineModel, plan: CheckPlan) -> list[str]:
     notes = []
+    if base.error:
+        notes.append(f"the baseline has no numbers for it: it failed there ({base.error})")
     if base.inputs and check.inputs not in ("-", base.inputs):
         notes.append(f"inputs differ from the baseline ({base.inputs} -> {check.inputs}): "
                      "MACs and activations compare different inputs")
