@@ -224,9 +224,10 @@ def test_broken_model_is_an_error_and_the_others_are_checked(invoke, tmp_path: P
     assert error is not None
     message = error.get("message")
     assert message.startswith("models/nets.py:Broken: ") and "example_input 3,16,16" in message
-    assert "without a batch dimension" in message
+    assert "no batch dimension is added" in message
     hint = error.text.split("hint: ", 1)[1]
-    assert "--input" not in hint and '"1,3,16,16"' in hint and 'input = "3,16,16"' in hint
+    assert "--input" not in hint and 'example_input with its batch dimension ("1,3,16,16")' in hint
+    assert 'input = "1,3,16,16" and no-batch = true' in hint
     # the good models were measured
     for name in ("models/nets.py:Tiny", "zoo:convnet"):
         suite = root.find(f"testsuite[@name='{name}']")
@@ -234,6 +235,18 @@ def test_broken_model_is_an_error_and_the_others_are_checked(invoke, tmp_path: P
     data = json.loads(invoke("check", "-f", "json").stdout)
     assert (data["errors"], data["failures"], data["passed"]) == (1, 0, False)
     assert [m["error"] is None for m in data["models"]] == [True, False, True]
+    # a baseline keeps the error; the fix the hint names works, and the comparison says why
+    # the model has nothing to compare with
+    assert invoke("check", "--save-baseline", "main.json").exit_code == 1
+    saved = json.loads((tmp_path / "main.json").read_text())["models"]["models/nets.py:Broken"]
+    assert "example_input" in saved["error"] and saved["metrics"] == {}
+    config = tmp_path / "pyproject.toml"
+    config.write_text(config.read_text().replace('model = "models/nets.py:Broken"\n',
+                                                 'model = "models/nets.py:Broken"\n'
+                                                 'input = "1,3,16,16"\nno-batch = true\n'))
+    r = invoke("check", "--baseline", "main.json")
+    assert r.exit_code == 0, r.output
+    assert "models/nets.py:Broken: the baseline has no numbers for it: it failed there" in r.output
 
 
 def test_a_model_that_cannot_be_built_is_an_error(tmp_path: Path) -> None:

@@ -57,7 +57,7 @@ def _targets(out: OutputOptions, junit: str | None, save: str | None,
     """Refuse, before any work, outputs that collide or would replace an input."""
     from torchinspect.io.atomic import check_target
 
-    named = [("--output", out.output), ("--junit", junit), ("--save-baseline", save)]
+    named = [("--junit", junit), ("--save-baseline", save), ("--output", out.output)]
     named = [(opt, path) for opt, path in named if path]
     for i, (opt, path) in enumerate(named):
         for other, path2 in named[i + 1:]:

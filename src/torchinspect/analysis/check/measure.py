@@ -140,8 +140,8 @@ _FORWARD = "the model's forward failed for input "
 
 def explain(exc: InspectError, mb: ModelBudget, base: Any, case: Any) -> tuple[str, str | None]:
     """The message and hint for a model that failed, saying where its input came from:
-    ``--input``, its config entry's ``input``, or the model's own ``example_input`` (taken
-    without a batch dimension, while the other two add one)."""
+    ``--input``, its config entry's ``input``, or the model's own ``example_input`` (the
+    full shape: no batch dimension is added to it, unlike ``--input``)."""
     if not exc.message.startswith(_FORWARD) or case is None:
         return exc.message, exc.hint
     if "input" in mb.options:
@@ -159,7 +159,7 @@ def explain(exc: InspectError, mb: ModelBudget, base: Any, case: Any) -> tuple[s
                 "this model's default input does not suit its forward; check the model")
     fix = f'declare example_input with its batch dimension ("1,{shown}")'
     if in_config:
-        fix += f', or set input = "{shown}" in its [[tool.torchinspect.check.models]] entry'
+        fix += (f', or set input = "1,{shown}" and no-batch = true in its '
+                "[[tool.torchinspect.check.models]] entry")
     return (f"the model's forward failed for its example_input {shown}: {reason} (example_input "
-            "is taken as the full shape, without a batch dimension; --input and a config "
-            "entry's input = ... add one)", fix)
+            "is the full input shape: unlike --input, no batch dimension is added to it)", fix)
