@@ -135,6 +135,12 @@ def test_api_twin() -> None:
     import torchinspect
 
     assert torchinspect.check_budgets is check_budgets
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    model[0].requires_grad_(False)  # 40 frozen, 18 trainable
+    r = check_budgets(model, budgets={"trainable": 17})
+    assert [(x.metric, x.value, x.passed) for x in r.models[0].results] == [(Metric.trainable, 18, False)]
+    with pytest.raises(InspectError, match="unknown metric 'trainables'"):
+        check_budgets(model, budgets={"trainables": 17})
 
 
 # ---------------------------------------------------------------- a team's project

@@ -29,6 +29,7 @@ from torchinspect.analysis.check.metrics import (
     Reading,
     Unit,
     fmt_value,
+    metric_named,
     parse_budget,
     parse_increases,
 )
@@ -63,16 +64,20 @@ def check_budgets(models: Any = None, *, max_params: Any = None, max_macs: Any =
                   max_latency_ms: Any = None, config: str | None = None, options: Any = None,
                   cwd: str | None = None, baseline: str | None = None,
                   max_increase: str | dict[Metric, float] | None = None, latency: bool = False,
-                  save_baseline: str | None = None) -> CheckResult:
+                  save_baseline: str | None = None,
+                  budgets: dict[str, Any] | None = None) -> CheckResult:
     """Check models against size budgets; ``CheckResult.passed`` is the verdict.
 
     ``models`` may be empty when ``config`` (or the nearest pyproject.toml) lists them.
     Budgets take human units: ``max_params="25M"``, ``max_macs="5G"``, ``max_macs=1.5e9``.
     ``baseline="main.json", max_increase="params=2%"`` compares with a saved baseline;
     ``save_baseline="main.json"`` writes one (every metric; latency with ``latency=True``).
+    ``budgets={"trainable": "10M"}`` budgets any metric by its key.
     """
     given = {Metric.params: max_params, Metric.macs: max_macs, Metric.size_mb: max_size_mb,
              Metric.activation_mb: max_activation_mb, Metric.latency_ms: max_latency_ms}
+    for key, value in (budgets or {}).items():
+        given[metric_named(key, "budgets")] = value
     # one name or one module is one model (an nn.Sequential is iterable, over its layers)
     one = isinstance(models, str) or hasattr(models, "named_parameters")
     names = [models] if one else list(models or [])
