@@ -15,16 +15,16 @@ The core returns a :class:`Graph` dataclass and never prints.
 
 from __future__ import annotations
 
-import contextlib
 import os
 import shutil
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError, check_depth, is_out_of_memory
+from torchinspect.arguments import check_depth
+from torchinspect.errors import InspectError, is_out_of_memory
+from torchinspect.guard import training_mode
 from torchinspect.shapes import first_tensor, tensor_leaves
 
 BIG_GRAPH = 2000  # nodes; above this the result suggests --depth
@@ -108,19 +108,6 @@ def _tensors(value: Any) -> list[Any]:
     return [t for leaf in pytree.tree_leaves(value) for t in tensor_leaves(leaf)]
 
 
-@contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
-    """Eval for the run (BatchNorm must not update running stats); every flag restored."""
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        for m, _ in flags:
-            m.training = False
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
-
-
 # ------------------------------------------------------------------ autograd graph
 
 
@@ -168,7 +155,7 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
                 return torch.func.functional_call(model, state, a, k, strict=False)
             return model(*a, **k)
 
-        with _eval_mode(model), torch.enable_grad():
+        with training_mode(model), torch.enable_grad():
             try:
                 try:
                     out = forward(args, kwargs)
@@ -370,7 +357,7 @@ def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
         from torchinspect.trace.engine import model_kept
 
-        with model_kept(model), _eval_mode(model), torch.no_grad(), _flow_mode(flow):
+        with model_kept(model), training_mode(model), torch.no_grad(), _flow_mode(flow):
             if state:
                 out = torch.func.functional_call(model, state, args, kwargs, strict=False)
             else:

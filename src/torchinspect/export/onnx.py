@@ -28,7 +28,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError, as_list
+from torchinspect.arguments import as_list
+from torchinspect.errors import InspectError, first_line
+from torchinspect.guard import training_mode
 from torchinspect.io.atomic import check_target
 
 TWO_GB = 2 * 1024**3
@@ -170,18 +172,6 @@ def _native_stdout_to_stderr() -> Iterator[None]:
         fflush(None)  # what C stdio buffered while redirected goes to stderr
         os.dup2(saved, 1)
         os.close(saved)
-
-
-@contextlib.contextmanager
-def _eval(model: Any) -> Iterator[None]:
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        for m, _ in flags:
-            m.training = False
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
 
 
 def _tensor_leaves(value: Any) -> list[Any]:
@@ -356,8 +346,8 @@ def explain_failure(exc: BaseException, model: Any, opset: int | None) -> str:
                 f"no ONNX translation at opset {opset if opset is not None else _default_opset()}")
     if "ConstraintViolation" in text or "Constraints violated" in text or \
             "specialized" in text.lower():
-        return f"the dynamic dims conflict with the model{mod}{at}: {_first_line(chain[-1])}"
-    return f"{type(chain[-1]).__name__}{mod}{at}: {_first_line(chain[-1])}"
+        return f"the dynamic dims conflict with the model{mod}{at}: {first_line(chain[-1])}"
+    return f"{type(chain[-1]).__name__}{mod}{at}: {first_line(chain[-1])}"
 
 
 def _default_opset() -> str:
@@ -366,14 +356,6 @@ def _default_opset() -> str:
     except ImportError:  # pragma: no cover - private constant moved
         return "default"
     return str(ONNX_DEFAULT_OPSET)
-
-
-def _first_line(exc: BaseException) -> str:
-    for line in str(exc).splitlines():
-        line = re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
-        if line:
-            return line[:300]
-    return type(exc).__name__
 
 
 # ------------------------------------------------------------------ export
@@ -460,7 +442,7 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     report_path = target.with_name(target.stem + ".export-report.md")
     from torchinspect.trace.engine import model_kept
 
-    with model_kept(model), _eval(model):  # attributes and buffers a forward sets are put back
+    with model_kept(model), training_mode(model):  # attributes and buffers a forward sets are put back
         dyn, marked = _dynamic_shapes(model, args, kwargs, static=static, extra=extra)
         t0 = time.perf_counter()
         with tempfile.TemporaryDirectory(prefix=".torchinspect-export-",
@@ -528,11 +510,11 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
         except Exception as exc:  # noqa: BLE001 - e.g. no CPU kernel for a bf16 Gemm
             shown = ", ".join(str(tuple(t.shape)) for t in leaves)
             result.verify = [VerifyRun(batch0, shown, error=(
-                f"onnxruntime (CPU) cannot run the file: {_first_line(exc)}; the file is "
+                f"onnxruntime (CPU) cannot run the file: {first_line(exc)}; the file is "
                 "written and passes the ONNX checker (--no-verify skips this step)"))]
             session = None
         if session is not None:
-            with model_kept(model), _eval(model):
+            with model_kept(model), training_mode(model):
                 # the last run also moves every --dynamic dim (the first keeps the example's)
                 result.verify = [_verify_run(model, session, args, kwargs, b, batch0, marked,
                                              extra if b == sizes[-1] else [], atol, rtol)
@@ -589,7 +571,7 @@ def _check(target: Path) -> None:
     try:
         onnx.checker.check_model(str(target), full_check=True)
     except Exception as exc:  # noqa: BLE001 - the checker raises several types
-        raise InspectError(f"{target}: onnx.checker rejected the exported file: {_first_line(exc)}",
+        raise InspectError(f"{target}: onnx.checker rejected the exported file: {first_line(exc)}",
                            hint="try another --opset, or --legacy", status=1) from exc
 
 
@@ -714,7 +696,7 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
         with torch.no_grad():
             expected = [t.detach().cpu() for t in _tensor_leaves(model(*ca, **ck))]
     except Exception as exc:  # noqa: BLE001 - the model's own forward at the moved sizes
-        run.error = (f"PyTorch itself fails at these sizes ({_first_line(exc)}): a dimension "
+        run.error = (f"PyTorch itself fails at these sizes ({first_line(exc)}): a dimension "
                      "made dynamic is not free in this model; drop it from --dynamic or pass "
                      "--static")
         return run
@@ -727,7 +709,7 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
         feeds = {i.name: t.detach().cpu().numpy() for i, t in zip(feeds_spec, leaves, strict=True)}
         got = sess.run(None, feeds)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
-        run.error = f"onnxruntime: {_first_line(exc)}"
+        run.error = f"onnxruntime: {first_line(exc)}"
         return run
     if len(got) != len(expected):
         run.error = f"onnxruntime returned {len(got)} outputs, PyTorch {len(expected)}"

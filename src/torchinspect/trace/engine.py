@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchinspect.guard import training_mode
 from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.trace.counting import MacCounter, counting
 from torchinspect.trace.records import CallRecord, ModuleInfo
@@ -116,21 +117,14 @@ class _Recorder:
 @contextlib.contextmanager
 def _preserved(model: nn.Module, train: bool) -> Iterator[None]:
     """Set train/eval for the run and restore every module's flag (and MHA fast path)."""
-    flags = [(m, m.training) for m in model.modules()]
     mha = getattr(torch.backends, "mha", None)
     fastpath = mha.get_fastpath_enabled() if mha is not None else None
     try:
         if mha is not None:
             mha.set_fastpath_enabled(False)  # count MHA through its matmuls, as torchvision does
-        try:
-            model.train(train)  # honours models that override train()
-        except NotImplementedError:  # exported GraphModules refuse .train(): set the flags
-            for m, _ in flags:
-                m.training = train
-        yield
+        with training_mode(model, train):
+            yield
     finally:
-        for m, flag in flags:
-            m.training = flag
         if mha is not None and fastpath is not None:
             mha.set_fastpath_enabled(fastpath)
 
