@@ -35,26 +35,11 @@ _LAZY = {
 __all__ = ["__version__", *_LAZY]
 
 
-# the entry points that run the model's own code: torch's switches it sets (default dtype,
-# grad mode, threads ...), the working folder, and a sys.exit in it are contained
-# (torchinspect.guard); the caller's stdout is left alone (torchinspect never prints)
-_RUNS_MODEL_CODE = frozenset({
-    "summarize", "count_params", "count_flops", "trace_model", "load_model", "make_case",
-    "build_graph", "export_onnx", "diagnose", "check_budgets", "benchmark", "extract_features",
-    "collect_overview"})
-
-
 def __getattr__(name: str) -> Any:
     if name in _LAZY:
         import importlib
 
-        value = getattr(importlib.import_module(_LAZY[name]), name)
-        if name in _RUNS_MODEL_CODE:
-            from torchinspect.guard import contained
-
-            value = contained(value)
-        globals()[name] = value  # once
-        return value
+        return getattr(importlib.import_module(_LAZY[name]), name)
     raise AttributeError(f"module 'torchinspect' has no attribute {name!r}")
 
 

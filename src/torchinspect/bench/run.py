@@ -30,7 +30,7 @@ from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
 from torchinspect.errors import InspectError, first_line, is_out_of_memory
-from torchinspect.guard import training_mode
+from torchinspect.guard import model_code, training_mode
 from torchinspect.inputs import ExampleInputs, TensorSpec, rebatch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -500,7 +500,7 @@ def run_bench(case: Any, options: BenchOptions | None = None, *,
         owned = base is not case.model
         runner = _Runner(case, opts, device, progress, clock)
         try:
-            with training_mode(base):
+            with training_mode(base), model_code():
                 _sweep(runner, base, owned, result)
         finally:
             del base
@@ -518,7 +518,7 @@ def _sweep(runner: _Runner, base: Any, owned: bool, result: BenchResult) -> None
             import torch
 
             fn = torch.compile(model, mode=None if opts.compile == "default" else opts.compile)
-        with training_mode(model):
+        with training_mode(model), model_code():
             if opts.max_batch:
                 result.max_batch, row = _max_batch(runner, model, fn, dtype)
                 if row is not None:

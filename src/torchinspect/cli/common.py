@@ -271,15 +271,35 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
 _OUTPUT_NAMES = ("output", "junit", "trace")
 
 
+class OutputPath(str):
+    """An output path anchored before any model code runs: its value (what ``open``,
+    ``os.fspath`` and path operations see) is absolute, so a model's ``os.chdir`` cannot move
+    where the command writes; messages (``f"wrote {path}"``) still show it as the user
+    wrote it."""
+
+    shown: str
+
+    def __new__(cls, given: str) -> OutputPath:
+        anchored = super().__new__(cls, os.path.abspath(given))
+        anchored.shown = given
+        return anchored
+
+    def __format__(self, spec: str) -> str:
+        return format(self.shown, spec)
+
+    def __repr__(self) -> str:
+        return repr(self.shown)
+
+
 def _outputs_absolute(injected: dict[str, Any], kwargs: dict[str, Any]) -> None:
-    """Output paths made absolute before any model code runs: a model's ``os.chdir`` must
-    not move where the command writes."""
+    """Output paths (``--output``, ``--junit``, ``--trace``) anchored before any model code
+    runs (:class:`OutputPath`)."""
     out = injected.get("out")
     if out is not None and out.output:
-        out.output = os.path.abspath(out.output)
+        out.output = OutputPath(out.output)
     for name in _OUTPUT_NAMES:
         if isinstance(kwargs.get(name), str) and kwargs[name]:
-            kwargs[name] = os.path.abspath(kwargs[name])
+            kwargs[name] = OutputPath(kwargs[name])
 
 
 def _check_output(injected: dict[str, Any], values: list[Any]) -> None:

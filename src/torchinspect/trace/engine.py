@@ -17,7 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchinspect.guard import training_mode
+from torchinspect.guard import model_code, training_mode
 from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.trace.counting import MacCounter, counting
 from torchinspect.trace.records import CallRecord, ModuleInfo
@@ -209,7 +209,16 @@ def model_kept(model: nn.Module, *, buffers: bool = True) -> Iterator[None]:
     (:func:`_attributes_kept`), and buffer values a forward changed in place (a step
     counter's ``+= 1``, a cache filled with ``copy_``) copied back. ``buffers=False`` when
     the forwards run on buffer copies (``functional_call``): attributes only. TorchScript
-    modules are left alone (their attributes are not a ``__dict__``)."""
+    modules are left alone (their attributes are not a ``__dict__``). The process around the
+    model is kept too: the forwards run as the model's own code
+    (:class:`torchinspect.guard.model_code`: torch's switches and the working folder put back,
+    a ``sys.exit`` is the model's error), for the Python API as for the CLI."""
+    with model_code(type(model).__name__), _state_kept(model, buffers=buffers):
+        yield
+
+
+@contextlib.contextmanager
+def _state_kept(model: nn.Module, *, buffers: bool) -> Iterator[None]:
     if isinstance(model, torch.jit.ScriptModule):
         yield
         return
