@@ -321,3 +321,21 @@ def test_one_first_line():
     assert first_line(ValueError("a. b"), typed=True, sentence=True) == "ValueError: a."
     long = first_line(ValueError("x" * 500), limit=100)
     assert len(long) == 100 and long.endswith("...")
+
+
+def test_a_generator_of_ours_closed_inside_the_guard_is_not_the_models_error():
+    """gen.close() throws GeneratorExit at the yield of a generator of torchinspect (here one
+    compiled as if it lived in the package): not the model's doing, so not converted."""
+    import torchinspect.guard as guard
+
+    code = textwrap.dedent("""
+        def batches():
+            with model_code("x"):
+                yield 1
+                yield 2
+    """)
+    space = {"model_code": guard.model_code}
+    exec(compile(code, guard.__file__, "exec"), space)
+    it = space["batches"]()
+    assert next(it) == 1
+    it.close()  # converting it would raise ModelCodeError out of close()

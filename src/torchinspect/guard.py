@@ -132,10 +132,26 @@ def origin(tb: TracebackType | None) -> str | None:
     """``file:line`` where an exception was raised, preferring the innermost frame outside
     torchinspect, the standard library and installed packages (the model's own file)."""
     frames = traceback.extract_tb(tb)
-    for frame in reversed(frames):
-        if not os.path.realpath(frame.filename).startswith(_LIBRARY_DIRS):
-            return f"{frame.filename}:{frame.lineno}"
-    return f"{frames[-1].filename}:{frames[-1].lineno}" if frames else None
+    if not frames:
+        return None
+    chosen = next((f for f in reversed(frames)
+                   if not os.path.realpath(f.filename).startswith(_LIBRARY_DIRS)), frames[-1])
+    return f"{_shown_path(chosen.filename)}:{chosen.lineno}"
+
+
+def _model_frames(tb: TracebackType | None) -> bool:
+    """Whether the traceback passes through code outside torchinspect, the standard library
+    and installed packages: the model's own file."""
+    return any(not os.path.realpath(f.filename).startswith(_LIBRARY_DIRS)
+               for f in traceback.extract_tb(tb))
+
+
+def _shown_path(path: str) -> str:
+    """``path`` relative to the working folder when it lies inside it (as the user wrote it)."""
+    here = _cwd()
+    if here and os.path.isabs(path) and path.startswith(here + os.sep):
+        return os.path.relpath(path, here)
+    return path
 
 
 def _ended(exc: BaseException, what: str | None) -> ModelCodeError:
@@ -175,7 +191,7 @@ class _StdoutToStderr:
 
 def _caller() -> str | None:
     frame = sys._getframe(2)
-    return f"{frame.f_code.co_filename}:{frame.f_lineno}" if frame else None
+    return f"{_shown_path(frame.f_code.co_filename)}:{frame.f_lineno}" if frame else None
 
 
 class model_code:  # noqa: N801 - used as a context manager, reads as one
@@ -206,7 +222,9 @@ class model_code:  # noqa: N801 - used as a context manager, reads as one
         restore_torch_state(self._torch)
         if exc is None or isinstance(exc, (Exception, KeyboardInterrupt)):
             return False  # errors keep their own handling; Ctrl-C stays Ctrl-C
-        raise _ended(exc, self.what) from None
+        if not isinstance(exc, SystemExit) and not _model_frames(tb):
+            return False  # a generator of ours closed (GeneratorExit), a library's own signal
+        raise _ended(exc, self.what) from exc
 
 
 def _cwd() -> str | None:
