@@ -86,7 +86,7 @@ def test_sys_exit_in_a_forward_outside_the_trace(invoke, tmp_path):
 
 def test_api_turns_sys_exit_into_model_code_error(tmp_path):
     import torchinspect
-    from torchinspect.guard import ModelCodeError
+    from torchinspect.errors import ModelCodeError
 
     spec = model_file(tmp_path, "exits_api", init="sys.exit(5)")
     with pytest.raises(ModelCodeError, match=r"sys.exit\(5\)") as info:

@@ -71,6 +71,16 @@ class InspectError(Exception):
         return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
 
 
+class ModelCodeError(InspectError):
+    """The model's own code ended the run (``sys.exit``, a ``BaseException``) or broke the
+    process around it (closed stdout): an error of the model, exit 70. Raised by
+    ``torchinspect.guard.model_code``."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint or "fix the model's code; --debug shows the traceback",
+                         ExitStatus.INTERNAL)
+
+
 class UnsafeCheckpointError(InspectError):
     """A checkpoint needs globals that `weights_only=True` refuses (a full pickle)."""
 

@@ -36,7 +36,7 @@ from collections.abc import Callable, Iterator
 from types import TracebackType
 from typing import Any
 
-from torchinspect.errors import ExitStatus, InspectError, first_line
+from torchinspect.errors import ModelCodeError, first_line
 
 # (what, getter, setter) over the torch module; a setter gets what the getter returned
 Switch = tuple[str, Callable[[Any], Any], Callable[[Any, Any], None]]
@@ -112,15 +112,6 @@ def restore_torch_state(saved: dict[str, Any]) -> list[str]:
             except (RuntimeError, ValueError, TypeError):
                 stuck.append(name)
     return stuck
-
-
-class ModelCodeError(InspectError):
-    """The model's own code ended the run (``sys.exit``, a ``BaseException``) or broke the
-    process around it (closed stdout): an error of the model, exit 70."""
-
-    def __init__(self, message: str, hint: str | None = None) -> None:
-        super().__init__(message, hint or "fix the model's code; --debug shows the traceback",
-                         ExitStatus.INTERNAL)
 
 
 _LIBRARY_DIRS = tuple(os.path.realpath(p) + os.sep for p in {

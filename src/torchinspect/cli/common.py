@@ -280,7 +280,10 @@ class OutputPath(str):
     shown: str
 
     def __new__(cls, given: str) -> OutputPath:
-        anchored = super().__new__(cls, os.path.abspath(given))
+        try:
+            anchored = super().__new__(cls, os.path.abspath(given))
+        except OSError:  # the working folder is gone: nothing to anchor to
+            anchored = super().__new__(cls, given)
         anchored.shown = given
         return anchored
 

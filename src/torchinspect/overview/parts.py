@@ -15,8 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from torchinspect.errors import InspectError, first_line
-from torchinspect.guard import ModelCodeError, model_code
+from torchinspect.errors import InspectError, ModelCodeError, first_line
+from torchinspect.guard import model_code
 
 T = TypeVar("T")
 DOT_TIMEOUT_S = 60
