@@ -119,22 +119,19 @@ _LIBRARY_DIRS = tuple(os.path.realpath(p) + os.sep for p in {
     *(sysconfig.get_paths().get(k, "") for k in ("stdlib", "purelib", "platlib"))} if p)
 
 
+def _is_model_file(filename: str) -> bool:
+    """Code outside torchinspect, the standard library and installed packages: the model's."""
+    return not os.path.realpath(filename).startswith(_LIBRARY_DIRS)
+
+
 def origin(tb: TracebackType | None) -> str | None:
-    """``file:line`` where an exception was raised, preferring the innermost frame outside
-    torchinspect, the standard library and installed packages (the model's own file)."""
+    """``file:line`` where an exception was raised, preferring the innermost frame of the
+    model's own file (:func:`_is_model_file`)."""
     frames = traceback.extract_tb(tb)
     if not frames:
         return None
-    chosen = next((f for f in reversed(frames)
-                   if not os.path.realpath(f.filename).startswith(_LIBRARY_DIRS)), frames[-1])
+    chosen = next((f for f in reversed(frames) if _is_model_file(f.filename)), frames[-1])
     return f"{_shown_path(chosen.filename)}:{chosen.lineno}"
-
-
-def _model_frames(tb: TracebackType | None) -> bool:
-    """Whether the traceback passes through code outside torchinspect, the standard library
-    and installed packages: the model's own file."""
-    return any(not os.path.realpath(f.filename).startswith(_LIBRARY_DIRS)
-               for f in traceback.extract_tb(tb))
 
 
 def _shown_path(path: str) -> str:
@@ -196,10 +193,7 @@ class model_code:  # noqa: N801 - used as a context manager, reads as one
 
     def __enter__(self) -> model_code:
         self._torch = torch_state()
-        try:
-            self._cwd: str | None = os.getcwd()
-        except OSError:  # the folder was removed under us: nothing to go back to
-            self._cwd = None
+        self._cwd = _cwd()  # None when the folder was removed under us: nothing to go back to
         self._stdout = sys.stdout
         if self.stdout:
             sys.stdout = _StdoutToStderr(sys.stderr)  # type: ignore[assignment]
@@ -213,12 +207,14 @@ class model_code:  # noqa: N801 - used as a context manager, reads as one
         restore_torch_state(self._torch)
         if exc is None or isinstance(exc, (Exception, KeyboardInterrupt)):
             return False  # errors keep their own handling; Ctrl-C stays Ctrl-C
-        if not isinstance(exc, SystemExit) and not _model_frames(tb):
+        if not isinstance(exc, SystemExit) and not any(
+                _is_model_file(f.filename) for f in traceback.extract_tb(tb)):
             return False  # a generator of ours closed (GeneratorExit), a library's own signal
         raise _ended(exc, self.what) from exc
 
 
 def _cwd() -> str | None:
+    """The working folder, or None when it was removed."""
     try:
         return os.getcwd()
     except OSError:
