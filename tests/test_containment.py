@@ -167,6 +167,28 @@ def test_model_prints_go_to_stderr(invoke, tmp_path, command, fmt):
         assert r.stdout.splitlines()[0].count(",") >= 1
 
 
+@pytest.mark.parametrize("args", [
+    ("check", "--max-params", "1M"),
+    ("bench", "--device", "cpu", "--max-time", "0.1", "--min-time", "0", "--warmup", "0"),
+    ("graph", "--kind", "module"),
+])
+def test_model_prints_leave_json_of_other_commands_valid(invoke, tmp_path, args):
+    spec = model_file(tmp_path, "prints_more", init="print('BUILT')", forward="print('FORWARD')")
+    r = invoke(args[0], spec, *args[1:], "-f", "json")
+    assert r.exit_code == 0, r.output
+    json.loads(r.stdout)
+    assert "BUILT" in r.stderr and "FORWARD" not in r.stdout
+
+
+def test_api_leaves_the_callers_stdout_to_the_model(tmp_path, capsys):
+    """The documented choice: the Python caller owns stdout, so model prints stay there."""
+    import torchinspect
+
+    spec = model_file(tmp_path, "prints_api", init="print('BUILT')")
+    torchinspect.count_params(spec)
+    assert "BUILT" in capsys.readouterr().out
+
+
 # ------------------------------------------------------------------ torch switches and cwd
 
 SETS_GLOBALS = """
