@@ -64,14 +64,22 @@ def test_sys_exit_in_model_code_is_exit_70_naming_file_and_code(invoke, tmp_path
     assert r.stdout == ""
 
 
-def test_sys_exit_in_forward_fails_check_and_writes_no_junit(invoke, tmp_path):
-    """`check --max-macs 1 --junit j.xml` once passed (exit 0) with no JUnit file."""
+def test_sys_exit_in_forward_is_a_check_error_with_junit_written(invoke, tmp_path):
+    """`check --max-macs 1 --junit j.xml` once passed (exit 0) with no JUnit file. A model
+    whose code calls sys.exit is a model that can't be run: an <error> testcase naming the
+    call, the JUnit file written, exit 1 (issue 23: every model checked, one report)."""
+    import xml.etree.ElementTree as ET
+
     spec = model_file(tmp_path, "exits_check", forward="sys.exit(0)")
     junit = tmp_path / "j.xml"
     r = invoke("check", spec, "--max-macs", "1", "--junit", junit)
-    assert r.exit_code == ExitStatus.INTERNAL, r.output
-    assert "sys.exit(0)" in _one_line_error(r)
-    assert not junit.exists()
+    assert r.exit_code == ExitStatus.CHECK_FAILED, r.output
+    assert "called sys.exit(0)" in r.output
+    suite = ET.parse(junit).getroot()
+    suite = suite if suite.tag == "testsuite" else suite.find("testsuite")
+    assert suite.get("errors") == "1"
+    errors = [e.get("message", "") + (e.text or "") for e in suite.iter("error")]
+    assert any("sys.exit(0)" in e for e in errors), errors
 
 
 def test_sys_exit_in_a_forward_outside_the_trace(invoke, tmp_path):
