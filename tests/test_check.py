@@ -261,7 +261,7 @@ def test_a_model_that_cannot_be_built_is_an_error(tmp_path: Path) -> None:
     r = check_budgets([f"{nets}:Unbuildable", "zoo:convnet"], max_params="1M")
     assert [m.error is not None for m in r.models] == [True, False]
     assert "missing config file" in r.models[0].error and r.errors == 1 and not r.passed
-    import models_zoo
+    import torchinspect.zoo as models_zoo
 
     assert r.models[1].results[0].value == sum(p.numel() for p in models_zoo.get("convnet").build().parameters())
 
