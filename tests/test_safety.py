@@ -215,3 +215,11 @@ def test_safetensors_library_agrees_on_the_rule(tmp_path: Path) -> None:
             load_file(bad)
         with pytest.raises(InspectError):
             read_checkpoint_meta(bad)
+
+
+def test_deeply_nested_shard_index_is_a_clean_error(tmp_path: Path, invoke) -> None:
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"weight_map": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    good = tmp_path / "good_ref.pt"
+    save_plain(good)
+    _assert_clean_failure(invoke("diff", good, index), "not a readable JSON index")

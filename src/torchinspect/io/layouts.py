@@ -90,7 +90,7 @@ def read_hf_index(index: Path) -> dict[str, str]:
     """``weight_map`` of a Hugging Face index: tensor name -> shard file name."""
     try:
         data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InspectError(f"{index}: not a readable JSON index ({type(exc).__name__})",
                            hint="pass the model.safetensors.index.json written with the shards") from None
     wm = data.get("weight_map") if isinstance(data, dict) else None

@@ -308,8 +308,10 @@ def _with_local_header(fd: int, e: _Entry, cd_offset: int) -> ZipMember:
     if method != e.method or (flags ^ e.flags) & 0x849:
         raise ZipError(f"{where}: the local header's compression or flags differ from the central directory's")
     data_offset = e.header_offset + 30 + name_len + extra_len
-    if flags & 0x08:  # sizes and CRC follow the data, in a data descriptor
-        if (crc, csize, usize) != (0, 0, 0) and (crc, csize, usize) != (e.crc, e.compressed_size, e.file_size):
+    if flags & 0x08:  # sizes and CRC follow the data, in a data descriptor; the local header
+        # holds zeros (or the ZIP64 placeholder), or the same values
+        if crc not in (0, e.crc) or csize not in (0, _U32_MAX, e.compressed_size) \
+                or usize not in (0, _U32_MAX, e.file_size):
             raise ZipError(f"{where}: the local header's CRC-32 or sizes differ from the central directory's")
         _check_descriptor(fd, e, data_offset + e.compressed_size, where)
     else:
