@@ -292,3 +292,19 @@ def test_deflated_checkpoint_within_limits_is_read(tmp_path: Path) -> None:
     assert {k: t.shape for k, t in meta.tensors.items()} == {"w": (4, 4), "b": (4,)}
     loaded = read_checkpoint(path).obj
     assert torch.equal(loaded["w"], _sd()["w"])
+
+
+def test_pt2_sample_inputs_zip_is_validated_too(tmp_path: Path, pt2_members) -> None:
+    """The sample inputs are a torch.save zip inside the archive: a compression bomb (or a
+    duplicated member) there is refused before torch.load sees those bytes."""
+    from torchinspect.sources.pt2 import check_pt2
+
+    inner = torch_members(((torch.randn(1, 2),), {}))
+    k = next(j for j, m in enumerate(inner) if m.name.endswith("data.pkl"))
+    inner[k] = Member(inner[k].name, bomb_stream(inner[k].data, 64), 8, len(inner[k].data) + (64 << 20), crc=0)
+    members = [Member(m.name, build_zip(inner)) if m.name.endswith("sample_inputs/model.pt") else m
+               for m in pt2_members]
+    path = tmp_path / "nested.pt2"
+    path.write_bytes(build_zip(members))
+    with pytest.raises(InspectError, match="sample_inputs/model.pt: invalid zip archive.*compression bomb"):
+        check_pt2(str(path), trust_pickle=False)

@@ -56,6 +56,10 @@ _PIECE = 1 << 20  # compressed bytes fed to zlib at a time
 _CORRUPT_HINT = "the file is corrupt or was built to fool zip readers; fetch it again from its source"
 
 
+#: An archive open for reading (a file descriptor) or held in memory.
+Source = int | bytes
+
+
 class ZipError(ValueError):
     """The archive breaks :func:`open_zip`'s rule (``str`` says how); raised by the parser."""
 
@@ -137,9 +141,19 @@ def open_zip(path: str | os.PathLike[str]) -> ZipArchive:
     return ZipArchive(path, {m.name: m for m in members}, size)
 
 
-def parse_zip(fd: int) -> list[ZipMember]:
-    """Every member of the archive open as ``fd``, checked; :class:`ZipError` otherwise."""
-    size = os.fstat(fd).st_size
+def check_zip_bytes(data: bytes, what: str) -> None:
+    """:func:`open_zip`'s rule for an archive held in memory (a zip inside a zip, e.g. a
+    ``.pt2``'s sample inputs); ``what`` names it in the :class:`InspectError`."""
+    try:
+        parse_zip(data)
+    except ZipError as exc:
+        raise InspectError(f"{what}: invalid zip archive: {exc}", hint=_CORRUPT_HINT) from None
+
+
+def parse_zip(fd: Source) -> list[ZipMember]:
+    """Every member of the archive (open as ``fd``, or in memory), checked; :class:`ZipError`
+    otherwise."""
+    size = len(fd) if isinstance(fd, bytes) else os.fstat(fd).st_size
     cd_offset, cd_size, count = _end_records(fd, size)
     entries = _central_entries(fd, cd_offset, cd_size, count)
     _check_names(entries)
@@ -148,16 +162,20 @@ def parse_zip(fd: int) -> list[ZipMember]:
     return members
 
 
-def _pread(fd: int, n: int, pos: int) -> bytes:
+def _pread_some(fd: Source, n: int, pos: int) -> bytes:
+    return fd[pos:pos + n] if isinstance(fd, bytes) else os.pread(fd, n, pos)
+
+
+def _pread(fd: Source, n: int, pos: int) -> bytes:
     if pos < 0 or n < 0:
         raise ZipError(f"negative offset or size ({pos}, {n})")
-    data = os.pread(fd, n, pos)
+    data = _pread_some(fd, n, pos)
     if len(data) != n:
         raise ZipError(f"the file ends before byte {pos + n:,} (truncated?)")
     return data
 
 
-def _end_records(fd: int, size: int) -> tuple[int, int, int]:
+def _end_records(fd: Source, size: int) -> tuple[int, int, int]:
     """(offset, size, entry count) of the central directory; the end records checked."""
     tail_len = min(size, 22 + _U16_MAX)
     tail = _pread(fd, tail_len, size - tail_len)
@@ -233,7 +251,7 @@ def _has_extra(extra: bytes, tag: int) -> bool:
     return False
 
 
-def _central_entries(fd: int, cd_offset: int, cd_size: int, count: int) -> list[_Entry]:
+def _central_entries(fd: Source, cd_offset: int, cd_size: int, count: int) -> list[_Entry]:
     if count > cd_size // 46:
         raise ZipError(f"the central directory claims {count:,} entries in {cd_size:,} bytes")
     cd = _pread(fd, cd_size, cd_offset)
@@ -293,7 +311,7 @@ def _check_names(entries: list[_Entry]) -> None:
                            f"{EXPAND_RATIO} times)")
 
 
-def _with_local_header(fd: int, e: _Entry, cd_offset: int) -> ZipMember:
+def _with_local_header(fd: Source, e: _Entry, cd_offset: int) -> ZipMember:
     if e.header_offset + 30 > cd_offset:
         raise ZipError(f"{e.name!r}: local header offset {e.header_offset:,} is not before the central directory")
     local = _pread(fd, 30, e.header_offset)
@@ -324,8 +342,8 @@ def _with_local_header(fd: int, e: _Entry, cd_offset: int) -> ZipMember:
                      e.header_offset, data_offset, e.offset)
 
 
-def _check_descriptor(fd: int, e: _Entry, at: int, where: str) -> None:
-    head = os.pread(fd, 28, at)
+def _check_descriptor(fd: Source, e: _Entry, at: int, where: str) -> None:
+    head = _pread_some(fd, 28, at)
     body = head[4:] if head[:4] == _DESCRIPTOR else head
     fields4 = struct.unpack_from("<III", body) if len(body) >= 12 else None
     fields8 = struct.unpack_from("<IQQ", body) if len(body) >= 20 else None
@@ -334,16 +352,16 @@ def _check_descriptor(fd: int, e: _Entry, at: int, where: str) -> None:
         raise ZipError(f"{where}: the data descriptor's CRC-32 or sizes differ from the central directory's")
 
 
-def _descriptor_len(fd: int, m: ZipMember) -> int:
+def _descriptor_len(fd: Source, m: ZipMember) -> int:
     if not m.flags & 0x08:
         return 0
     end = m.data_offset + m.compressed_size
-    sig = 4 if os.pread(fd, 4, end) == _DESCRIPTOR else 0
+    sig = 4 if _pread_some(fd, 4, end) == _DESCRIPTOR else 0
     big = m.compressed_size >= _U32_MAX or m.file_size >= _U32_MAX
     return sig + (20 if big else 12)
 
 
-def _check_layout(fd: int, members: list[ZipMember], cd_offset: int) -> None:
+def _check_layout(fd: Source, members: list[ZipMember], cd_offset: int) -> None:
     """Members lie before the central directory, one after another, never overlapping."""
     spans = sorted((m.header_offset, m.data_offset + m.compressed_size + _descriptor_len(fd, m), m.name)
                    for m in members)
@@ -354,7 +372,7 @@ def _check_layout(fd: int, members: list[ZipMember], cd_offset: int) -> None:
         raise ZipError(f"{spans[-1][2]!r} runs into the central directory")
 
 
-def _inflate(fd: int, m: ZipMember) -> bytes:
+def _inflate(fd: Source, m: ZipMember) -> bytes:
     """Decompress a deflated member in pieces, never producing more than its declared size."""
     d = zlib.decompressobj(-15)
     out = bytearray()

@@ -14,7 +14,7 @@ import json
 from pathlib import PurePosixPath
 
 from torchinspect.errors import UnsafeCheckpointError
-from torchinspect.io.zipcheck import open_zip
+from torchinspect.io.zipcheck import check_zip_bytes, open_zip
 
 _PICKLE_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
 
@@ -43,7 +43,10 @@ def unsafe_payloads(path: str) -> list[str]:
             elif PurePosixPath(rel).suffix == ".pt":
                 bad.append(f"{rel} (legacy pickled payload)")
         elif rel.startswith("data/sample_inputs/"):
-            if not _weights_only_loadable(archive.read(root + rel, limit=_MAX_MEMBER_BYTES)):
+            data = archive.read(root + rel, limit=_MAX_MEMBER_BYTES)
+            if data.startswith(b"PK"):  # a torch.save zip inside the archive: the same rule
+                check_zip_bytes(data, f"{path}: {rel}")
+            if not _weights_only_loadable(data):
                 bad.append(f"{rel} (sample inputs need an unrestricted unpickler)")
     return bad
 
