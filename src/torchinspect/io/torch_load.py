@@ -20,6 +20,7 @@ from typing import Any
 
 from torchinspect.errors import InspectError, UnsafeCheckpointError, first_line
 from torchinspect.io.formats import CheckpointFormat, zip_prefix
+from torchinspect.io.state_dict import extract_state_dict
 from torchinspect.io.torchzip import MAX_PICKLE_BYTES, NeedsTorch, read_torch_zip_structure
 from torchinspect.io.zipcheck import open_zip
 
@@ -286,8 +287,6 @@ def load_state_dict_with_devices(path: Path, fmt: CheckpointFormat, key: str | N
 
     Returns ``(obj, state_dict, key_used, saved_location_by_storage_data_ptr)``.
     """
-    from torchinspect.io.state_dict import extract_state_dict
-
     locations: dict[int, str] = {}
 
     def record(storage: Any, location: str) -> Any:
