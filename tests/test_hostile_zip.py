@@ -308,3 +308,18 @@ def test_pt2_sample_inputs_zip_is_validated_too(tmp_path: Path, pt2_members) -> 
     path.write_bytes(build_zip(members))
     with pytest.raises(InspectError, match="sample_inputs/model.pt: invalid zip archive.*compression bomb"):
         check_pt2(str(path), trust_pickle=False)
+
+
+def test_damaged_members_lists_records_whose_bytes_changed(tmp_path: Path) -> None:
+    """The streaming CRC pass a copier (convert) can run: a flipped data byte is named."""
+    members = torch_members(_sd())
+    path = tmp_path / "ok.pt"
+    path.write_bytes(build_zip(members))
+    assert open_zip(path).damaged_members() == []
+    k = next(j for j, m in enumerate(members) if m.name.endswith("data/0"))
+    flipped = bytes([members[k].data[0] ^ 1]) + members[k].data[1:]
+    import zlib
+
+    members[k] = Member(members[k].name, flipped, crc=zlib.crc32(members[k].data))
+    path.write_bytes(build_zip(members))
+    assert open_zip(path).damaged_members() == [members[k].name]
