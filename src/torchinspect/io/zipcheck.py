@@ -96,9 +96,6 @@ class ZipArchive:
         first = next(iter(self.members), "")
         return first.split("/", 1)[0] + "/" if "/" in first else None
 
-    def member(self, name: str) -> ZipMember | None:
-        return self.members.get(name)
-
     def read(self, name: str, *, limit: int | None = None) -> bytes:
         """The member's bytes, exactly as torch reads them; ``limit`` refuses larger members."""
         m = self.members[name]
@@ -115,7 +112,6 @@ class ZipArchive:
         if m.crc and zlib.crc32(data) != m.crc:
             raise _error(self.path, f"{name}: CRC-32 does not match its bytes (damaged file)")
         return data
-
 
     def damaged_members(self) -> list[str]:
         """Members whose bytes do not match their recorded CRC-32 (one streaming pass over
