@@ -87,7 +87,7 @@ def test_resnet_stages_and_gap_cli(invoke, tmp_path):
     torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "w.pt")
     r = invoke("features", "resnet18", "--weights", tmp_path / "w.pt", "--input", "2,3,64,64",
                "-l", "layer1,layer2,layer3,layer4", "-l", "avgpool", "--pool", "gap",
-               "-o", tmp_path / "out", "--report", "json")
+               "-o", tmp_path / "out", "--format", "json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     shapes = {k: v["shape"] for k, v in data["layers"].items()}
@@ -105,7 +105,7 @@ def test_resnet_stages_and_gap_cli(invoke, tmp_path):
 
 
 def test_list_shows_modules_and_fx_nodes(invoke):
-    r = invoke("features", "resnet18", "--list", "--report", "json")
+    r = invoke("features", "resnet18", "--list", "--format", "json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     mods = {m["name"]: m for m in data["modules"]}
@@ -202,10 +202,10 @@ def test_collect_inputs_order_exclusion_and_explicit_files(tmp_path):
     rel = [os.path.relpath(it.path, root) for it in items]
     assert rel == ["a/b/c.jpg", "a/z.png", "a2.jpg", "b.jpg", "out2/y.jpg", "t.pt"]
     assert [it.kind for it in items] == ["image"] * 5 + ["tensor"]
-    assert ignored == 2  # .dot.jpg and readme.txt (.hidden/ is not walked)
+    assert sorted(os.path.basename(f) for f in ignored) == [".dot.jpg", "readme.txt"]  # .hidden/ is not walked
     assert items[0].id == (root / "a" / "b" / "c.jpg").as_posix()
     # the output folder given as an input is not read at all
-    assert collect_inputs([str(root / "out")], exclude=root / "out") == ([], 0)
+    assert collect_inputs([str(root / "out")], exclude=root / "out") == ([], [])
 
 
 def test_published_transforms_match_torchvision(tmp_path):
@@ -338,7 +338,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
     torch.save(Tiny().state_dict(), tmp_path / "w.pt")
     spec = f"{ROOT / 'tests' / 'features_tiny.py'}:Tiny"
     args = ["-m", "torchinspect", "features", spec, "--weights", str(tmp_path / "w.pt"), str(folder),
-            "-l", "relu,fc", "--resize", "24", "--crop", "20", "--batch-size", "2", "--workers", "0"]
+            "-l", "relu,fc", "--resize", "24", "--crop", "20", "--batch", "2", "--workers", "0"]
     a, b = _one_and_two_ranks(args, tmp_path, OMP_NUM_THREADS="1")
     assert b.manifest["runs"][0]["world_size"] == 2 and b.manifest["runs"][0]["rows"] == 9
     assert {s["file"].split("-")[2] for s in b.manifest["shards"]} == {"r000", "r001"}
@@ -359,7 +359,7 @@ def test_cuda_two_gpu_ranks_match_one_gpu(tmp_path):
     torch.save(Tiny().state_dict(), tmp_path / "w.pt")
     spec = f"{ROOT / 'tests' / 'features_tiny.py'}:Tiny"
     args = ["-m", "torchinspect", "features", spec, "--weights", str(tmp_path / "w.pt"), str(folder),
-            "-l", "relu,fc", "--resize", "40", "--crop", "32", "--batch-size", "2", "--workers", "1",
+            "-l", "relu,fc", "--resize", "40", "--crop", "32", "--batch", "2", "--workers", "1",
             "--device", "cuda", "--no-progress"]
     a, b = _one_and_two_ranks(args, tmp_path)
     run = b.manifest["runs"][0]
