@@ -73,7 +73,7 @@ def read_file(path: str, max_bytes: int) -> bytes:
         if why:
             raise ValueError(why)
         if st.st_size > max_bytes:
-            raise ValueError(f"{st.st_size:,} bytes, over the limit of {max_bytes:,} for one "
+            raise ValueError(f"{st.st_size:,} bytes, over the {max_bytes:,}-byte limit for one "
                              "image file (--max-image-size)")
         with os.fdopen(fd, "rb", closefd=False) as fh:
             data = fh.read(max_bytes + 1)

@@ -90,18 +90,24 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
 def _umask_mode(*paths: Path) -> None:
     """Every file of the folder gets the mode a new file gets here (0666 less the umask),
     whatever mode a writer's temporary file had."""
-    mode = 0o666 & ~_UMASK
+    mode = 0o666 & ~_umask()
     for p in paths:
         os.chmod(p, mode)
 
 
-def _read_umask() -> int:
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (os.umask sets
+    it, and writer threads create files meanwhile)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return mask
-
-
-_UMASK = _read_umask()
 
 
 def tensors_info(tensors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
