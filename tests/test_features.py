@@ -750,3 +750,27 @@ def test_random_init_is_said_and_transforms_do_not_claim_weights(invoke, tmp_pat
                "-o", tmp_path / "o", "--format", "json")
     data = json.loads(r.stdout)
     assert any("random init" in n for n in data["notes"]) and data["weights"]["source"] == "random-init"
+
+
+def test_a_default_batch_too_big_for_memory_runs_in_smaller_forwards(tmp_path, monkeypatch):
+    from torchinspect.features import memory
+
+    _images(tmp_path / "imgs", n=5)
+    net = _tiny()
+    kw = dict(layers=["relu"], resize=24, crop=20, workers=0)
+    full = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "a", **kw)
+    assert not any("--batch" in n for n in full.notes)  # plenty of memory here
+    forwards = []
+    net.conv.register_forward_hook(lambda m, a, o: forwards.append(len(a[0])))
+    # conv input 3x20x20 + output 8x20x20 (fp32) is the largest leaf: 17,600 B a row
+    per_row = 4 * (3 * 20 * 20 + 8 * 20 * 20) + 4 * 8 * 20 * 20 + 4 * 3 * 20 * 20
+    monkeypatch.setattr(memory.devices, "available_bytes", lambda dev: 4 * per_row)  # 2 rows fit
+    small = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "b", **kw)
+    assert forwards == [1, 2, 2, 1]  # the measuring row, then forwards of 2 rows for the batch of 5
+    note = next(n for n in small.notes if "--batch 64" in n)
+    assert f"({per_row / 1000:.2f} KB per row)" in note and "forwards of 2 rows" in note
+    torch.testing.assert_close(FeatureFolder.open(small.output).rows("relu"),
+                               FeatureFolder.open(full.output).rows("relu"))
+    forwards.clear()
+    given = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "c", batch_size=5, **kw)
+    assert forwards == [1, 5] and any("kept as given (--batch 2 would fit)" in n for n in given.notes)

@@ -178,7 +178,7 @@ def features(
     with _progress_bar(show and rank0) as on_progress:
         result = extract_features(
             model, inputs or [], layers=names, output=output, options=opts, device=opts.device,
-            batch_size=batch or 64, workers=workers, dtype=dtype.value,
+            batch_size=batch, workers=workers, dtype=dtype.value,
             save_dtype=save_dtype.value if save_dtype else None, pool=pool.value,
             file_format=save_format.value, shard_size=shard_size, preprocess=preprocess.value,
             resize=resize, crop=crop, mean=_floats(mean, "--mean"), std=_floats(std, "--std"),

@@ -103,7 +103,7 @@ def extract_features(
     options: Any = None,
     example: Any = None,
     device: str = "cpu",
-    batch_size: int = 64,
+    batch_size: int | None = None,
     workers: int | None = None,
     dtype: str = "fp32",
     save_dtype: str | None = None,
@@ -128,7 +128,8 @@ def extract_features(
     files; none: one random batch from the model's example (or ``example``). Rerunning
     with the same ``output`` adds the inputs not there yet, after checking the model's
     weights and the settings are the same (``restart=True`` discards the earlier rows).
-    ``batch_size``: inputs per forward. ``skip_unreadable``: unreadable inputs are listed,
+    ``batch_size``: inputs per forward (None: 64, in smaller forwards when a forward of 64
+    would take more than half the available memory). ``skip_unreadable``: unreadable inputs are listed,
     not a failure. Raises KeyboardInterrupt after flushing what was done when interrupted.
     """
     t0 = time.perf_counter()
@@ -273,6 +274,6 @@ def _versions() -> dict[str, Any]:
 
 def _run_info(plan: ExtractPlan, runner: Runner, method: str, t0: float) -> dict[str, Any]:
     return {"world_size": plan.ranks.world, "device": plan.device.split(":")[0], "method": method,
-            "dtype": DTYPE_NAMES[plan.compute], "batch": plan.opts.batch_size,
+            "dtype": DTYPE_NAMES[plan.compute], "batch": plan.batch,
             "skip_unreadable": plan.opts.skip_unreadable,
             "seconds": round(time.perf_counter() - t0, 3)}

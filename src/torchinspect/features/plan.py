@@ -36,6 +36,7 @@ DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16
 DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
 RANDOM_INIT_SEED = 0  # a model built here without --weights: the same weights every run
 MAX_IMAGE_BYTES = 256 * 2**20
+DEFAULT_BATCH = 64
 
 
 @dataclass
@@ -47,7 +48,7 @@ class FeatureOptions:
     options: Any = None  # ModelOptions: --weights, --input, ...
     example: Any = None
     device: str = "cpu"
-    batch_size: int = 64
+    batch_size: int | None = None  # inputs per forward; None: DEFAULT_BATCH, reduced to fit memory
     workers: int | None = None
     dtype: str = "fp32"
     save_dtype: str | None = None
@@ -93,6 +94,10 @@ class ExtractPlan:
     settings: dict[str, Any] = field(default_factory=dict)
 
     @property
+    def batch(self) -> int:
+        return self.opts.batch_size or DEFAULT_BATCH
+
+    @property
     def out_dir(self) -> Path:
         return self.opts.output
 
@@ -103,7 +108,7 @@ class ExtractPlan:
 
 def check_options(opts: FeatureOptions) -> tuple[torch.dtype, torch.dtype, str | None, int, int]:
     """(compute dtype, storage dtype, pool, shard bytes, image size cap) of valid options."""
-    if opts.batch_size <= 0:
+    if opts.batch_size is not None and opts.batch_size <= 0:
         raise InspectError(f"--batch {opts.batch_size} must be positive", hint="e.g. --batch 64")
     if opts.pool not in (None, "none", "gap"):
         raise InspectError(f"--pool {opts.pool!r}: unknown pooling", hint="use gap (global average pool) or none")

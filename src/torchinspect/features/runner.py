@@ -30,6 +30,7 @@ from torchinspect.features.batches import (
 from torchinspect.features.gpu import BackgroundWriter, GpuImages
 from torchinspect.features.inputs import InputItem, RowDataset, collate_rows
 from torchinspect.features.layers import LayerCapture
+from torchinspect.features.memory import BatchFit, fit_batch, per_row_bytes
 from torchinspect.features.plan import ExtractPlan
 
 
@@ -70,6 +71,7 @@ class Runner:
         self.loop_end: float | None = None
         self.warmup: float | None = None
         self.tensors: dict[str, dict[str, Any]] = {}
+        self.fit: BatchFit | None = None  # rows per forward, once measured on the first batch
         self.channels_last = channels_last(plan)
         compute = plan.compute
         self.autocast = (torch.autocast(device_type="cuda" if self.cuda else "cpu", dtype=compute)
@@ -100,14 +102,27 @@ class Runner:
             writer.fail(rid, err)
             self.failed += 1
         if ready.x is not None:
-            feats = postprocess(self._forward(ready.x), self.plan.pool, self.plan.save,
-                                to_cpu=not self.cuda)
+            feats = self._features(ready.x)
             if not self.tensors:
                 self.tensors = store.tensors_info(feats)
             writer.add(ready.ids, feats)
             self.rows += len(ready.ids)
         if ready.last_of_segment:
             writer.flush()
+
+    def _features(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The rows of one batch, in forwards as large as the memory allows."""
+        if self.fit is None and len(x) > 1:
+            self.fit = fit_batch(per_row_bytes(self.cap, x[:1]), self.plan.batch, self.plan.device,
+                                 explicit=self.plan.opts.batch_size is not None)
+            if self.fit.note:
+                self.plan.notes.append(self.fit.note)
+        step = self.fit.forward_rows if self.fit is not None else len(x)
+        parts = [postprocess(self._forward(x[i:i + step]), self.plan.pool, self.plan.save,
+                             to_cpu=not self.cuda) for i in range(0, len(x), step)]
+        if len(parts) == 1:
+            return parts[0]
+        return {k: torch.cat([p[k] for p in parts]) for k in parts[0]}
 
     def _forward(self, x: torch.Tensor) -> dict[str, Any]:
         shape = list(x.shape)
@@ -137,7 +152,7 @@ class Runner:
             idx = [it.index or 0 for _, it in mine]
             return iter([Ready(x[idx], [it.id for _, it in mine], [], True)])
         sub = [it for _, it in mine]
-        batches = segments([pos for pos, _ in mine], plan.opts.batch_size)
+        batches = segments([pos for pos, _ in mine], plan.batch)
         lasts = [last for _, last in batches]
         workers = plan.opts.workers
         n_workers = default_workers(plan.device, plan.ranks.world) if workers is None else workers
