@@ -62,7 +62,8 @@ SaveFormatOpt = Annotated[FileFormat, typer.Option("--save-format", case_sensiti
 ReportOpt = Annotated[str | None, typer.Option("--report", hidden=True)]  # old name of --format
 BatchOpt = Annotated[int | None, typer.Option(
     "--batch", "-b", min=1, show_default=False,
-    help="the batch a forward runs with: inputs per forward [default: 64]; with no INPUTS, "
+    help="the batch a forward runs with: inputs per forward [default: 64, in smaller forwards "
+    "when 64 would not fit in memory]; with no INPUTS, "
     "the number of random rows (prepended to --input shapes).")]
 BatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", min=1, hidden=True)]  # old --batch
 WorkersOpt = Annotated[int | None, typer.Option(
