@@ -622,6 +622,9 @@ def test_foreign_manifest_is_kept_and_files_follow_the_umask(invoke, tmp_path):
         r = invoke("features", TINY, tmp_path / "imgs", "-l", "relu", "-o", tmp_path / "o", *extra)
         assert r.exit_code == 2 and "not a torchinspect features manifest" in r.stderr
     assert (tmp_path / "o" / "manifest.json").read_text() == "[1, 2, 3]"
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["manifest.json"]  # no lock file left
+    with pytest.raises(InspectError, match="not a torchinspect features manifest"):
+        FeatureFolder.open(tmp_path / "o")
     old = os.umask(0o027)
     try:
         r = invoke("features", TINY, tmp_path / "imgs", "-l", "relu", "-o", tmp_path / "n",

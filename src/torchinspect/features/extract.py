@@ -162,6 +162,7 @@ def _locked(plan: ExtractPlan) -> Iterator[None]:
     with contextlib.ExitStack() as stack:
         if plan.ranks.rank == 0:
             try:
+                resume.refuse_foreign(plan.out_dir)
                 with store.writing(plan.out_dir):
                     plan.out_dir.mkdir(parents=True, exist_ok=True)
                 stack.enter_context(resume.FolderLock(plan.out_dir))

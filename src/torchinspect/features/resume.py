@@ -121,8 +121,21 @@ def read_manifest(folder: Path, *, restart: bool) -> dict[str, Any] | None:
     return data
 
 
+def refuse_foreign(folder: Path) -> None:
+    """Before the lock file is created: a folder holding another tool's manifest.json (valid
+    JSON, not ours) is left exactly as it is."""
+    try:
+        data = json.loads((folder / store.MANIFEST).read_text())
+    except (OSError, ValueError):
+        return  # none, or unreadable: read_manifest decides under the lock
+    if not isinstance(data, dict) or data.get("format") != store.FORMAT_ID:
+        raise InspectError(f"{folder / store.MANIFEST} is not a torchinspect features manifest: "
+                           "refusing to replace it", hint="write to another folder")
+
+
 def _has_our_files(folder: Path) -> bool:
-    return any(store.SHARD_RE.match(f.name) or f.name in (store.PARTS, LOCK)
+    """Shards, parts or progress files: the lock file is no evidence (taken before this)."""
+    return any(store.SHARD_RE.match(f.name) or f.name == store.PARTS
                or f.name.startswith(".progress-r") for f in folder.iterdir())
 
 

@@ -288,9 +288,12 @@ class FeatureFolder:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> FeatureFolder:
         folder = Path(path)
-        manifest = read_json(folder / MANIFEST)
-        if manifest is None:
+        if not (folder / MANIFEST).exists():
             raise InspectError(f"{folder}: no {MANIFEST}", hint="pass the -o folder of inspect features")
+        manifest = read_json(folder / MANIFEST)
+        if manifest is None or manifest.get("format") != FORMAT_ID:
+            raise InspectError(f"{folder / MANIFEST} is not a torchinspect features manifest",
+                               hint="pass the -o folder of inspect features")
         return cls(folder, manifest)
 
     def ids(self) -> list[str]:
