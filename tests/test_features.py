@@ -777,3 +777,29 @@ def test_a_default_batch_too_big_for_memory_runs_in_smaller_forwards(tmp_path, m
     forwards.clear()
     given = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "c", batch_size=5, **kw)
     assert forwards == [1, 5] and any("kept as given (--batch 2 would fit)" in n for n in given.notes)
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_stop_together_when_the_folder_is_locked(tmp_path):
+    """Rank 0 takes the lock for every rank; when it cannot, rank 1 does not wait forever at
+    a barrier: both stop with the holder's message."""
+    _images(tmp_path / "imgs", n=4)
+    out = tmp_path / "o"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK.format(src=str(ROOT / "src"), out=str(out))],
+                              stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                              "--nproc-per-node", "2", "-m", "torchinspect", "features", TINY,
+                              str(tmp_path / "imgs"), "-l", "relu", "-o", str(out), "--workers", "0",
+                              "--no-progress"], env={**_env(), "OMP_NUM_THREADS": "1"},
+                             capture_output=True, text=True, timeout=240)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert two.returncode != 0
+    assert f"being written by another `inspect features` run (pid {holder.pid}" in two.stderr
+    assert "rank 0 stopped: " in two.stderr  # rank 1's own message
+    assert not (out / "manifest.json").exists()
