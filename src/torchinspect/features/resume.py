@@ -47,7 +47,8 @@ class FolderLock:
             import fcntl
         except ImportError:  # no flock on this platform: one writer is up to the user
             return self
-        fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        with store.writing(self.path):
+            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -75,13 +75,12 @@ def features_report(r: FeatureResult) -> Report:
 
 
 def weights_text(w: dict[str, Any]) -> str:
-    """``random init (seed 0)``, or the weights file and the start of its sha256."""
-    if not w:
-        return "not recorded"
-    digest = f"sha256 {str(w['sha256'])[:12]}" if w.get("sha256") else ""
-    if w.get("source") == "random-init":
-        return f"random init (seed {w.get('seed')}): no weights loaded"
-    return f"{w.get('source')}" + (f" ({digest})" if digest else "")
+    """``random init (seed 0, sha256 ...): no weights loaded``, or the weights file and the
+    start of its sha256."""
+    from torchinspect.features.resume import describe_weights
+
+    text = describe_weights(w)
+    return text + ": no weights loaded" if w.get("source") == "random-init" else text
 
 
 def _unreadable(r: FeatureResult) -> str:
