@@ -54,7 +54,7 @@ def channels_last(plan: ExtractPlan) -> bool:
     """NHWC convolutions (tensor cores without layout transposes): CUDA image runs of a
     model built here; a caller's module is never touched."""
     return (plan.device.startswith("cuda") and plan.owned and plan.sample_rank == 3
-            and plan.prep.mode == "image" and any(it.kind == "image" for it in plan.items))
+            and plan.prep.mode == "image" and any(it.kind != "random" for it in plan.items))
 
 
 class Runner:
