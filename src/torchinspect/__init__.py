@@ -29,6 +29,7 @@ _LAZY = {
     "check_budgets": "torchinspect.analysis.check",
     "benchmark": "torchinspect.bench",
     "extract_features": "torchinspect.features",
+    "FeatureFolder": "torchinspect.features",
     "collect_overview": "torchinspect.overview",
 }
 
