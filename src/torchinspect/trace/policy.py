@@ -42,7 +42,9 @@ def _first_line(exc: BaseException) -> str:
     line = text.splitlines()[0] if text else ""
     sentence = re.split(r"(?<=[.!?])\s", line, maxsplit=1)[0]
     out = f"{type(exc).__name__}: {sentence}"
-    return out if len(out) <= 160 else out[:157] + "..."
+    if len(out) <= 240:
+        return out
+    return out[:240].rsplit(" ", 1)[0] + " ..."  # cut between words, never inside one
 
 
 def _start_device(model: nn.Module, device: str) -> tuple[str, str | None]:
@@ -223,5 +225,13 @@ def forward_error(exc: BaseException, inputs: Any) -> InspectError:
     shown = describe_inputs(inputs)  # shapes and dtypes only, never tensor values
     return InspectError(
         f"the model's forward failed for input {shown}: {_first_line(exc)}",
-        hint="check --input (shape, dtype, how many inputs) against what the model's forward expects",
+        hint=("token ids need an integer dtype: --input long:... (e.g. long:1,128)"
+              if _wants_integers(exc) else
+              "check --input (shape, dtype, how many inputs) against what the model's forward expects"),
     )
+
+
+def _wants_integers(exc: BaseException) -> bool:
+    """An embedding (or gather) given floats: the input was token ids written as floats."""
+    text = str(exc)
+    return "'indices'" in text and ("Long" in text or "Int" in text)
