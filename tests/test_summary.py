@@ -67,6 +67,15 @@ def test_totals_for_several_models(invoke) -> None:
     assert "conv1" not in result.output  # one row per model, no layer tree
 
 
+def test_totals_only_promises_no_list_it_does_not_show(invoke) -> None:
+    result = invoke("summary", "zoo:mnist-net", "zoo:convnet", "--totals")
+    assert result.exit_code == 0, result.output
+    assert "listed below" not in result.output
+    single = invoke("summary", "zoo:mnist-net", "--totals")
+    assert "listed below" not in single.output
+    assert "not counted (no MAC formula): relu" in single.output  # the list itself is shown
+
+
 def test_single_model_totals_only(invoke) -> None:
     result = invoke("summary", "resnet18", "--totals")
     assert result.exit_code == 0
