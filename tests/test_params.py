@@ -22,8 +22,10 @@ def test_cli_params_resnet18(invoke, golden) -> None:
 def test_params_json(invoke) -> None:
     result = invoke("params", "resnet18", "--format", "json", "--depth", "1")
     data = json.loads(result.output)
-    assert data["schema"] == "torchinspect/params/v1"
-    assert sum(r["params"] for r in data["modules"]) == data["total"]
+    assert data["schema"] == "torchinspect/params/v2"
+    root, *rest = data["modules"]
+    assert root["name"] == "" and root["params"] == data["total"]  # inclusive: the root is all
+    assert root["self_params"] + sum(r["params"] for r in rest) == data["total"]  # depth 1
     assert data["by_dtype"]["float32"]["bytes"] == 4 * data["total"]
 
 
@@ -65,6 +67,9 @@ def test_container_rows_match_summary() -> None:
     from torchinspect import summarize
 
     for depth in (1, 2):
-        p = {r.name: r.params for r in count_params("zoo:llama-tiny", depth=depth).rows}
-        s = {r.name: r.params or 0 for r in summarize("zoo:llama-tiny", depth=depth).rows}
+        p = {r.name: (r.params, r.self_params)
+             for r in count_params("zoo:llama-tiny", depth=depth).rows}
+        s = {r.name: (r.params, r.self_params)
+             for r in summarize("zoo:llama-tiny", depth=depth).rows if r.params}
         assert p == s
+        assert p["layers"][0] > 0  # a container shows what it holds, not 0

@@ -16,10 +16,12 @@ def params_report(r: ParamsResult) -> Report:
                                  "(tied weights once); bytes at each tensor's dtype"])]
     sections.append(Table(
         f"Parameters by module (depth {r.depth})",
-        ["Module", "Type", "Params", "Trainable", "Frozen", "Bytes", "Buffers"],
-        [[m.name or "(model)", m.type, m.params, m.trainable, m.frozen, nbytes(m.bytes),
-          m.buffers] for m in r.rows],
-        align=["left", "left", "right", "right", "right", "right", "right"], primary=True))
+        ["Module", "Type", "Params", "Self", "Trainable", "Frozen", "Bytes", "Buffers"],
+        [[m.name or "(model)", m.type, m.params, m.self_params, m.trainable, m.frozen,
+          nbytes(m.bytes), m.buffers] for m in r.rows],
+        align=["left", "left"] + ["right"] * 6, primary=True,
+        footer=["Params, Trainable, Frozen, Bytes and Buffers include the modules inside; "
+                "Self: parameters registered on the module itself."]))
     sections.append(Table("By dtype", ["Dtype", "Params", "Bytes"],
                           [[k, v.count, nbytes(v.bytes)] for k, v in s.by_dtype.items()],
                           align=["left", "right", "right"]))
@@ -40,4 +42,4 @@ def params_report(r: ParamsResult) -> Report:
                              title="Tied parameters"))
     if r.notes:
         sections.append(Text([f"note: {n}" for n in r.notes], style="yellow"))
-    return Report("params", r.to_dict(), sections)
+    return Report("params", r.to_dict(), sections, version=2)  # v2: inclusive rows, self_params
