@@ -277,3 +277,56 @@ def test_csv_has_raw_numbers(invoke) -> None:
     assert int(rows["resnet18"]["MACs"]) == data["totals"]["macs"]  # the root row: the total
     assert int(rows["resnet18"]["Params"]) == data["totals"]["params"]
     assert sum(int(r["MACs"]) for n, r in rows.items() if n != "resnet18") == data["totals"]["macs"]
+
+
+def test_parameters_of_modules_that_never_ran_are_named(invoke) -> None:
+    """zoo:pitfall-unused-branch: the root used to absorb aux_head's 4,290 params silently."""
+    from models_zoo.pitfalls import UnusedBranch
+
+    aux = _n(UnusedBranch().aux_head)
+    s = summarize("zoo:pitfall-unused-branch")
+    row = next(r for r in s.rows if r.name == "aux_head")
+    assert (row.params, row.ran, row.macs) == (aux, False, 0)
+    assert row.label.endswith("aux_head (not run)")
+    assert any("aux_head" in n and f"{aux:,}" in n for n in s.notes)
+    check_inclusive(s.rows, depth=1)
+    for fmt in ("table", "csv", "markdown", "html"):
+        out = invoke("summary", "zoo:pitfall-unused-branch", "-f", fmt).stdout
+        assert "aux_head" in out and (f"{aux:,}" in out or str(aux) in out), fmt
+    flops = invoke("flops", "zoo:pitfall-unused-branch").output
+    assert "aux_head (Sequential, 4,290 params)" in flops.replace(f"{aux:,}", "4,290")
+
+
+def test_parameters_in_plain_lists_are_noted_as_left_out(invoke) -> None:
+    from models_zoo.pitfalls import LayerList
+
+    model = LayerList()
+    lost = sum(p.numel() for layer in model.layers for p in layer.parameters())
+    for command in ("summary", "flops", "params"):
+        r = invoke(command, "zoo:pitfall-layer-list")
+        assert r.exit_code == 0, r.output
+        text = " ".join(r.output.split())
+        assert f"{lost:,} parameters left out of the totals" in text, command
+
+
+def test_shapes_are_exact_in_json_and_csv(invoke, tmp_path) -> None:
+    import csv
+    import io
+
+    net = tmp_path / "many.py"
+    net.write_text(
+        "import torch\nfrom torch import nn\nEXAMPLE_INPUT = '1,4'\n"
+        "class Many(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        y = self.fc(x)\n"
+        "        return {'first_output': y, 'second_output': y, 'third_output': y}\n")
+    data = json.loads(invoke("summary", f"{net}:Many", "-f", "json").stdout)
+    exact = "{first_output: [1, 4], second_output: [1, 4], third_output: [1, 4]}"
+    assert data["layers"][0]["output"] == exact
+    rows = list(csv.DictReader(io.StringIO(invoke("summary", f"{net}:Many", "-f", "csv").stdout)))
+    assert rows[0]["Output shape"] == exact
+    table = invoke("summary", f"{net}:Many").stdout
+    assert exact not in table and "{first_output: [1, 4], second_output:" in table  # shortened

@@ -252,7 +252,6 @@ def _positional_name(default: ExampleInputs | None, index: int) -> str | None:
 
 def _rank_error(text: str, spec: TensorSpec, rank: int, what: str) -> InspectError:
     full = ",".join(["N", *(["D"] * (rank - 1))]) if rank > 1 else "N"
-    without = ",".join(["D"] * (rank - 1)) if rank > 1 else "(nothing)"
     return InspectError(
         f"--input {text!r}: {len(spec.shape)} dimension(s), but the model's example {what} has "
         f"rank {rank}: give {rank} dimensions ({full}, batch included) or {rank - 1} (batch "

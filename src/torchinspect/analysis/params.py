@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchinspect.analysis.saved_params import SavedParams, is_bare_checkpoint, saved_params
 from torchinspect.errors import check_depth
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.trace.records import ModuleInfo, ParamStats
@@ -109,8 +110,15 @@ def params_from_model(model: Any, *, name: str, depth: int = 3,
 
 
 def count_params(model_or_spec: Any, *, depth: int = 3, device: str | None = None,
-                 options: ModelOptions | None = None) -> ParamsResult:
-    """Count parameters: ``count_params("resnet18").total == 11_689_512`` (no forward)."""
+                 options: ModelOptions | None = None) -> ParamsResult | SavedParams:
+    """Count parameters: ``count_params("resnet18").total == 11_689_512`` (no forward).
+
+    A weights file without ``--arch`` is counted from its metadata instead (a
+    :class:`SavedParams`: tensors, elements, bytes per dtype, key tree; parameters cannot
+    be told from buffers without the architecture)."""
     check_depth(depth)
-    case = make_case(model_or_spec, options=options, device=device, need_inputs=False)
+    opts = options or ModelOptions()
+    if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
+        return saved_params(model_or_spec, depth=depth, key=opts.key)
+    case = make_case(model_or_spec, options=opts, device=device, need_inputs=False)
     return params_from_model(case.model, name=case.name, depth=depth, notes=case.notes)

@@ -257,6 +257,23 @@ def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
     )
 
 
+def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> None:
+    """A summary runs the model (shapes, MACs): a weights file alone has none to run. The
+    error points to ``params``, which counts its tensors from the file's metadata, rather
+    than showing that view here: a summary whose rows are key prefixes instead of layers,
+    with no shapes or MACs, would be a different table under the same name and schema."""
+    from torchinspect.analysis.saved_params import is_bare_checkpoint
+
+    opts = options or ModelOptions()
+    if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
+        raise InspectError(
+            f"{model_or_spec}: a weights file without an architecture: summary needs a model "
+            "to run (shapes, MACs)",
+            hint=f"`inspect params {model_or_spec}` counts its tensors, bytes and keys from the "
+            f"file alone; `inspect summary {model_or_spec} --arch resnet18` (or zoo:NAME, "
+            "file.py:Name) runs it")
+
+
 def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
               columns: str | list[str] | tuple[Column, ...] | None = None, fold: bool = False,
               device: str | None = None, train: bool = False,
@@ -264,6 +281,7 @@ def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
     """Summarize a model: ``summarize("resnet18", "3,224,224")`` or ``summarize(model, x)``."""
     check_depth(depth)
     cols = columns if isinstance(columns, tuple) else parse_columns(columns)
+    refuse_bare_checkpoint(model_or_spec, options)
     case = make_case(model_or_spec, inputs, options=options, device=device)
     trace = trace_case(case, train=train)
     return summary_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
