@@ -68,7 +68,9 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
         cols = list(s.columns)
         rows = [[summary_cell(r, c) for c in cols] for r in s.rows]
         align = ["right" if c.value in _NUMERIC else "left" for c in cols]
-        footer = ["Params and MACs include the modules inside; Self: the module's own."]
+        selves = any(c.value.startswith("self_") for c in cols)
+        footer = ["Params and MACs include the modules inside"
+                  + ("; Self: the module's own." if selves else ".")]
         if any(r.recursive for r in s.rows):
             footer.append("(call k/N): a module run N times has a row per call; its params "
                           "are on its first row, later ones say (recursive).")
