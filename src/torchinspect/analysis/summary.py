@@ -244,7 +244,7 @@ def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
                        columns: tuple[Column, ...] = DEFAULT_COLUMNS, fold: bool = False,
                        notes: list[str] | None = None) -> Summary:
     check_depth(depth)
-    root = shown_tree(trace, depth)
+    root = shown_tree(trace, depth, not_run=True)
     if root is None:
         raise InspectError(f"{model}: the forward ran no module", hint="is the model callable?")
     if fold:

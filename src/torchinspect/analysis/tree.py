@@ -130,9 +130,10 @@ def never_ran_notes(trace: Trace) -> list[str]:
             f"{', '.join(parts)}; counted in the totals, no MACs"]
 
 
-def shown_tree(trace: Trace, depth: int) -> ShownCall | None:
-    """The call tree (uncalled containers and never-run modules included) cut at ``depth``,
-    with inclusive and self numbers."""
+def shown_tree(trace: Trace, depth: int, *, not_run: bool = False) -> ShownCall | None:
+    """The call tree (uncalled containers included) cut at ``depth``, with inclusive and self
+    numbers; ``not_run`` adds a row for each module that never ran (tables of parameters;
+    a graph of the computation leaves them out)."""
     if not trace.calls:
         return None
 
@@ -143,7 +144,8 @@ def shown_tree(trace: Trace, depth: int) -> ShownCall | None:
         return node
 
     root = build(_call_tree(trace))
-    _add_never_ran(trace, root, depth)
+    if not_run:
+        _add_never_ran(trace, root, depth)
     seen: set[str] = set()
 
     def attach(node: ShownCall) -> None:
