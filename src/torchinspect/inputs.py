@@ -251,11 +251,11 @@ def _positional_name(default: ExampleInputs | None, index: int) -> str | None:
 
 
 def _rank_error(text: str, spec: TensorSpec, rank: int, what: str) -> InspectError:
-    full = ",".join(["N", *(["D"] * (rank - 1))]) if rank > 1 else "N"
+    full = ",".join(["N", *(["D"] * (rank - 1))])
+    fewer = f" or {rank - 1} (batch prepended)" if rank > 1 else ""
     return InspectError(
         f"--input {text!r}: {len(spec.shape)} dimension(s), but the model's example {what} has "
-        f"rank {rank}: give {rank} dimensions ({full}, batch included) or {rank - 1} (batch "
-        "prepended)",
+        f"rank {rank}: give {rank} dimension(s) ({full}, batch included){fewer}",
         hint="--no-batch passes the shape exactly as written")
 
 
@@ -295,7 +295,7 @@ def fit_to_example(text: str, spec: TensorSpec, like: Any, *, batch: int | None 
             if batch is not None:
                 return TensorSpec((batch, *spec.shape[1:]), spec.dtype, spec.name, spec.high)
             return spec
-        if len(spec.shape) == rank - 1:
+        if len(spec.shape) == rank - 1 or rank == 0:  # a scalar example says nothing of rank
             return TensorSpec((batch or 1, *spec.shape), spec.dtype, spec.name, spec.high)
         raise _rank_error(text, spec, rank, f"input {like.shape}")
     return TensorSpec((batch or 1, *spec.shape), spec.dtype, spec.name, spec.high)
