@@ -16,7 +16,7 @@ from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.tree import macs_by_op, never_ran_notes, shown_tree
-from torchinspect.errors import check_depth
+from torchinspect.arguments import check_depth
 from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import Trace

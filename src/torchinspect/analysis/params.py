@@ -11,7 +11,7 @@ from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from torchinspect.analysis.saved_params import SavedParams, is_bare_checkpoint, saved_params
-from torchinspect.errors import check_depth
+from torchinspect.arguments import check_depth
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.trace.records import ModuleInfo, ParamStats
 

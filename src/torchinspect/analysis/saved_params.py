@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import check_depth
+from torchinspect.arguments import check_depth
 
 # state_dict names torch's own modules give their buffers (BatchNorm, HF position ids, ...)
 BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked", "position_ids",

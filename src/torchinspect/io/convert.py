@@ -20,7 +20,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import ExitStatus, InspectError, as_list
+from torchinspect.arguments import as_list
+from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.io.atomic import atomic_path
 from torchinspect.io.formats import detect_format
 from torchinspect.io.safetensors import encode_header, scalar_metadata
@@ -813,7 +814,7 @@ def _verify(tmp: Path, kind: OutputKind, entries: list[_Entry], files: FilePool,
                 torch.load(tmp, weights_only=True, map_location="cpu", mmap=True)
         except Exception as exc:  # noqa: BLE001 - any failure means the output is unusable
             raise _fail(f"the written file does not load with weights_only=True "
-                        f"({str(exc).splitlines()[0][:200]})") from None
+                        f"({first_line(exc, limit=200)})") from None
     else:
         from safetensors import safe_open
 

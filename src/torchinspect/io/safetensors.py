@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 from torchinspect.io.formats import SAFETENSORS_MAX_HEADER
 
 # safetensors dtype code -> (torch dtype name, bytes per element)
@@ -118,7 +118,7 @@ def load_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
     try:
         tensors = load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
-        raise _bad(Path(path), str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        raise _bad(Path(path), first_line(exc)) from None
     return tensors, header.metadata
 
 
