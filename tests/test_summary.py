@@ -281,7 +281,7 @@ def test_csv_has_raw_numbers(invoke) -> None:
 
 def test_parameters_of_modules_that_never_ran_are_named(invoke) -> None:
     """zoo:pitfall-unused-branch: the root used to absorb aux_head's 4,290 params silently."""
-    from models_zoo.pitfalls import UnusedBranch
+    from torchinspect.zoo.pitfalls import UnusedBranch
 
     aux = _n(UnusedBranch().aux_head)
     s = summarize("zoo:pitfall-unused-branch")
@@ -298,7 +298,7 @@ def test_parameters_of_modules_that_never_ran_are_named(invoke) -> None:
 
 
 def test_parameters_in_plain_lists_are_noted_as_left_out(invoke) -> None:
-    from models_zoo.pitfalls import LayerList
+    from torchinspect.zoo.pitfalls import LayerList
 
     model = LayerList()
     lost = sum(p.numel() for layer in model.layers for p in layer.parameters())
