@@ -21,8 +21,8 @@ from test_checkpoint_helpers import (
     save_plain,
     save_simulated_gpu,
 )
+from torchinspect.checkpoints import convert_checkpoint
 from torchinspect.errors import InspectError
-from torchinspect.io.convert import convert_checkpoint
 from torchinspect.io.zipcrc import (
     ZipPatchError,
     crc_mismatches,

@@ -348,7 +348,7 @@ def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: floa
     out = []
     with FilePool() as files:
         for k in result.matched:
-            x, y = _comparable(_value(sa[k], files)), _comparable(_value(sb[k], files))
+            x, y = _comparable(tensor_value(sa[k], files)), _comparable(tensor_value(sb[k], files))
             if x is None or y is None:
                 continue  # extra state / packing dtype: not numbers
             if x.shape != y.shape:
@@ -369,7 +369,7 @@ def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: floa
     return out
 
 
-def _value(src: Any, files: Any) -> Any:
+def tensor_value(src: Any, files: Any) -> Any:
     """The torch value of one TensorSource (read from the file when streamed)."""
     import torch
 
