@@ -35,14 +35,13 @@ def fail(what: str) -> InspectError:
 def verify(plan: ConvertPlan, files: FilePool) -> None:
     """Compare every staged output with IN; check it against --arch; record the sizes."""
     result = plan.result
-    if plan.kind is OutputKind.dcp:
-        _verify_dcp(plan)
-    else:
-        with SourceReader(plan) as reference:
-            for out, tmp in plan.staged.items():
-                if out != index_path(plan.dst) or not plan.shards:
-                    _verify_file(plan, tmp, _entries_of(plan, out), files, reference)
-        result.verified = "exact after cast" if plan.cast_any else "bit-exact"
+    with SourceReader(plan) as reference:
+        if plan.kind is OutputKind.dcp:
+            _verify_dcp(plan, files, reference)
+        for out, tmp in plan.staged.items():
+            if plan.kind is not OutputKind.dcp and (out != index_path(plan.dst) or not plan.shards):
+                _verify_file(plan, tmp, _entries_of(plan, out), files, reference)
+    result.verified = "exact after cast" if plan.cast_any else "bit-exact"
     if plan.target is not None:
         result.arch_check = _check_target(plan)
     result.file_size_after = sum(_size(p) for p in plan.staged.values())
@@ -72,6 +71,7 @@ class SourceReader(contextlib.AbstractContextManager["SourceReader"]):
         self.trust_pickle = plan.trust_pickle
         self.container_key = plan.inp.container_key
         self._opened: dict[Path, Any] = {}
+        self._records: dict[Path, ZipRecords] = {}
         self._stack = contextlib.ExitStack()
 
     def __exit__(self, *exc: object) -> None:
@@ -90,6 +90,9 @@ class SourceReader(contextlib.AbstractContextManager["SourceReader"]):
         opened = self._opened[src.path]
         if isinstance(opened, ZipRecords):
             return opened.tensor(src)
+        records = self._records.get(src.path)
+        if records is not None:  # torch.load(mmap=True) does not check record sizes
+            records.check_size(src)
         if isinstance(opened, Mapping):
             return opened.get(src.name)
         return opened.get_tensor(src.name) if src.name in opened.keys() else None
@@ -100,6 +103,8 @@ class SourceReader(contextlib.AbstractContextManager["SourceReader"]):
         fmt = detect_format(path)
         if fmt is CheckpointFormat.safetensors:
             return self._stack.enter_context(safe_open(str(path), framework="pt"))
+        if fmt is CheckpointFormat.torch_zip:
+            self._records[path] = self._stack.enter_context(ZipRecords(path))
         try:
             obj = load_independently(path, trust_pickle=self.trust_pickle, what="IN")
         except InspectError:
@@ -108,7 +113,7 @@ class SourceReader(contextlib.AbstractContextManager["SourceReader"]):
             # checks each record's size and CRC-32 against the zip directory
             if fmt is not CheckpointFormat.torch_zip:
                 return {}
-            return self._stack.enter_context(ZipRecords(path))
+            return self._records[path]
         for part in (self.container_key or "").split("/"):
             if part and isinstance(obj, Mapping):
                 obj = obj.get(part, {})
@@ -129,21 +134,32 @@ class ZipRecords(contextlib.AbstractContextManager["ZipRecords"]):
     def __exit__(self, *exc: object) -> None:
         self._zip.close()
 
-    def tensor(self, src: TensorSource) -> Any:
-        import torch
-
-        key, offset = src.tie.split(":")[:2] if src.nbytes else ("", "0")
-        if not src.nbytes:
-            return torch.empty(src.shape, dtype=torch_dtype(src.dtype))
+    def _member(self, src: TensorSource) -> tuple[str, int]:
+        """The zip member of ``src``'s storage and the view's first byte in it; a view that
+        reaches past the record's size (in the zip directory) is refused."""
+        key, offset = src.tie.rsplit("|", 1)[-1].split(":")[:2]  # shards prefix "FILE|"
         member = self._members.get(key)
         if member is None:
             raise _damaged(self.path, f"no zip record data/{key} for {src.name!r}")
         start = int(offset) * torch_dtype(src.dtype).itemsize
-        with self._zip.open(member) as fh:  # zipfile checks the size and CRC-32 at the end
-            data = fh.read()
-        if start + src.nbytes > len(data):
+        size = self._zip.getinfo(member).file_size
+        if start + src.nbytes > size:
             raise _damaged(self.path, f"{src.name!r} needs {start + src.nbytes:,} bytes of record "
-                           f"data/{key}, which holds {len(data):,}")
+                           f"data/{key}, which holds {size:,}")
+        return member, start
+
+    def check_size(self, src: TensorSource) -> None:
+        if src.nbytes:
+            self._member(src)
+
+    def tensor(self, src: TensorSource) -> Any:
+        import torch
+
+        if not src.nbytes:
+            return torch.empty(src.shape, dtype=torch_dtype(src.dtype))
+        member, start = self._member(src)
+        with self._zip.open(member) as fh:  # zipfile checks the CRC-32 at the end
+            data = fh.read()
         buf = bytearray(data[start:start + src.nbytes])
         return torch.frombuffer(buf, dtype=torch_dtype(src.dtype)).reshape(src.shape)
 
@@ -276,14 +292,19 @@ def same_object(a: Any, b: Any) -> bool:
 # ------------------------------------------------------------------ DCP and --arch
 
 
-def _verify_dcp(plan: ConvertPlan) -> None:
+def _verify_dcp(plan: ConvertPlan, files: FilePool, reference: SourceReader) -> None:
+    """Every tensor of the staged DCP folder, loaded by torch.distributed.checkpoint, against
+    IN's independent read."""
     back = open_dcp(Layout("dcp", plan.staged[plan.dst]), key=None)
     got = {t.name: t for t in back.tensors}
-    for e in plan.tensors:
-        if e.name not in got or got[e.name].shape != e.src.shape:
-            raise InspectError(f"verification failed for {e.name!r} in the DCP folder",
-                               hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
-    plan.result.verified = "keys and shapes (DCP metadata)"
+    with FilePool() as out_files:
+        for e in plan.tensors:
+            t = got.get(e.name)
+            if t is None or t.shape != e.src.shape or t.dtype != e.dtype:
+                raise fail(f"{e.name!r}: missing or wrong shape/dtype in the DCP folder")
+            if not _same_tensor_as_source(e, reference, t.loader() if t.loader else None, files,
+                                          t, out_files):
+                raise fail(f"{e.name!r} differs after reload")
 
 
 def _written_meta(plan: ConvertPlan) -> dict[str, Any]:
