@@ -267,10 +267,11 @@ def test_stale_temporary_folders_of_dead_runs_are_removed_others_kept(tmp_path):
         os.utime(folders["old"] / TEMP_MARK, (past, past))
         foreign = tmp_path / ".out.pt.someone-else.tmp"  # same pattern, no mark: not ours
         foreign.mkdir()
-        other_name = temp_of("other.pt", int(dead.stdout))  # another output's temp
-        removed = clean_stale_temps(target)
-        assert sorted(removed) == sorted([folders["dead"], folders["old"]])
-        assert folders["live"].is_dir() and foreign.is_dir() and other_name.is_dir()
+        other_name = temp_of("other.pt", int(dead.stdout))  # another output's, also dead
+        (tmp_path / "keep.tmp").mkdir()  # a folder of the user's
+        removed = clean_stale_temps(tmp_path)
+        assert sorted(removed) == sorted([folders["dead"], folders["old"], other_name])
+        assert folders["live"].is_dir() and foreign.is_dir() and (tmp_path / "keep.tmp").is_dir()
     finally:
         live.kill()
         live.wait()

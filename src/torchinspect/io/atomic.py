@@ -10,7 +10,6 @@ from __future__ import annotations
 import contextlib
 import ctypes
 import errno
-import glob
 import os
 import shutil
 import socket
@@ -110,7 +109,7 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
     still atomic when the process is killed (the data is in the page cache), but an OS crash
     may leave a truncated file. Only for files a reader checks and can redo (the per-batch
     parts of ``inspect features``). Temporary folders of killed runs are removed by the next
-    write to the same name (see :func:`clean_stale_temps`).
+    run that writes into the same folder (see :func:`clean_stale_temps`).
     """
     target = check_target(target, force=force, protect=protect)
     tmp_dir = make_temp_dir(target)
@@ -164,10 +163,13 @@ STALE_AFTER_S = 24 * 3600  # a temp folder whose writer may still run is kept th
 
 
 def make_temp_dir(target: Path) -> Path:
-    """``.NAME.<random>.tmp`` beside ``target``, marked as this process's (and first the
-    stale temporary folders of earlier runs for the same name are removed)."""
+    """``.NAME.<random>.tmp`` beside ``target``, marked as this process's (the first time a
+    process writes into a folder, the stale temporary folders of earlier runs are removed)."""
     parent = target.parent if str(target.parent) else Path(".")
-    clean_stale_temps(target)
+    key = os.path.realpath(parent)
+    if key not in _CLEANED:  # once per folder and process: a folder of 10,000 parts
+        _CLEANED.add(key)
+        clean_stale_temps(parent)
     try:
         tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     except OSError as exc:
@@ -178,29 +180,33 @@ def make_temp_dir(target: Path) -> Path:
     return tmp_dir
 
 
-def clean_stale_temps(target: Path) -> list[Path]:
-    """Remove ``.NAME.*.tmp`` folders beside ``target`` that this tool created (they hold
+_CLEANED: set[str] = set()  # folders this process has cleaned
+
+
+def clean_stale_temps(folder: Path) -> list[Path]:
+    """Remove the ``.*.tmp`` folders in ``folder`` that this tool created (they hold
     :data:`TEMP_MARK`) and whose writer is gone: its process no longer runs on this host,
-    or the folder is older than :data:`STALE_AFTER_S`. Returns what was removed."""
-    parent = target.parent if str(target.parent) else Path(".")
+    or the folder is older than :data:`STALE_AFTER_S`. Anything else is never touched.
+    Returns what was removed."""
     removed = []
     try:
-        candidates = list(parent.glob(f".{glob.escape(target.name)}.*.tmp"))
+        candidates = list(folder.glob(".*.tmp"))
     except OSError:
         return removed
-    for folder in candidates:
-        mark = folder / TEMP_MARK
+    for tmp in candidates:
+        mark = tmp / TEMP_MARK
         try:
-            if folder.is_symlink() or not mark.is_file():
+            if tmp.is_symlink() or not mark.is_file():
                 continue  # not ours: never touched
             pid_text, _, host = mark.read_text(encoding="utf-8").strip().partition(" ")
             age = time.time() - mark.stat().st_mtime
         except (OSError, UnicodeDecodeError):
             continue
-        alive = host == socket.gethostname() and pid_text.isdigit() and _alive(int(pid_text))
-        if (not alive and host == socket.gethostname()) or age > STALE_AFTER_S:
-            shutil.rmtree(folder, ignore_errors=True)
-            removed.append(folder)
+        here = host == socket.gethostname()
+        alive = here and pid_text.isdigit() and _alive(int(pid_text))
+        if (here and not alive) or age > STALE_AFTER_S:
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
     return removed
 
 
