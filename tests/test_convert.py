@@ -335,8 +335,9 @@ def test_force_never_deletes_an_input_inside_the_output_folder(tmp_path: Path, i
     folder.mkdir()
     sd = save_plain(folder / "in.pt")
     (folder / "notes.txt").write_text("mine")
-    result = invoke("convert", folder / "in.pt", folder, "--force")
-    assert result.exit_code == 2 and "holds the input" in result.output, result.output
+    for out in (folder, f"{folder}/"):  # NAME.dcp, or any NAME/ with its slash
+        result = invoke("convert", folder / "in.pt", out, "--force")
+        assert result.exit_code == 2 and "holds the input" in result.output, result.output
     assert (folder / "notes.txt").read_text() == "mine"
     _assert_equal(_load(folder / "in.pt"), sd)
     # a folder that is not this tool's DCP output is refused by name, even with --force

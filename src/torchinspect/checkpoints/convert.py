@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 from torchinspect.checkpoints.plan import (
@@ -73,7 +72,7 @@ def convert_checkpoint(
     options = ConvertOptions(key, strip_prefix, rename, auto_prefix, target, target_name,
                              allow_partial, keep_extra, dtype, allow_overflow, shard_size, force,
                              trust_pickle, protect)
-    plan = plan_convert(Path(src), Path(dst), options)
+    plan = plan_convert(src, dst, options)
     check_source(plan)
     with FilePool() as files, staged_outputs(plan):
         write(plan, files)

@@ -62,12 +62,16 @@ DCP_MARK = ".torchinspect-convert"
 _DCP_FILE = re.compile(r"^(\.metadata|__\d+_\d+\.distcp)$")
 
 
-def output_kind(path: Path) -> OutputKind:
+def output_kind(dst: str | os.PathLike[str]) -> OutputKind:
+    """The output format from OUT's name (``NAME/`` with its slash: a DCP folder)."""
+    path = Path(dst)
+    if str(dst).endswith(("/", os.sep)):
+        return OutputKind.dcp
     if path.suffix == ".safetensors":
         return OutputKind.safetensors
     if path.suffix in _PT_SUFFIXES:
         return OutputKind.pt
-    if path.suffix == ".dcp" or str(path).endswith(("/", os.sep)):
+    if path.suffix == ".dcp":
         return OutputKind.dcp
     raise InspectError(f"{path}: unknown output format {path.suffix or '(no extension)'!r}",
                        hint="name OUT *.safetensors, *.pt / *.pth for a torch.save state_dict, "
@@ -241,11 +245,10 @@ class ConvertOptions:
     protect: Sequence[str | os.PathLike[str]] = ()
 
 
-def plan_convert(src: Path, dst: Path, opts: ConvertOptions) -> ConvertPlan:
+def plan_convert(src: str | os.PathLike[str], out: str | os.PathLike[str],
+                 opts: ConvertOptions) -> ConvertPlan:
     """Check the options and the outputs, open IN and plan every entry."""
-    kind = output_kind(dst)
-    if kind is OutputKind.dcp:
-        dst = Path(str(dst).rstrip("/" + os.sep))
+    src, kind, dst = Path(src), output_kind(out), Path(out)
     if opts.shard_size is not None and kind is not OutputKind.safetensors:
         raise InspectError("--shard-size writes sharded safetensors", hint="name OUT *.safetensors")
     shard_size = parse_size(opts.shard_size) if opts.shard_size is not None else None
