@@ -612,3 +612,21 @@ def test_enospc_from_the_writer_names_the_file(tmp_path: Path, invoke, monkeypat
         result = invoke("convert", tmp_path / "a.pt", tmp_path / out)
         assert result.exit_code == 2 and f"{tmp_path / out}: no space left" in result.output
         assert not (tmp_path / out).exists() and not _temps(tmp_path)
+
+
+def test_a_foreign_folder_that_appears_at_out_meanwhile_is_not_swapped_out(tmp_path, monkeypatch):
+    from torchinspect.checkpoints import convert as convert_mod
+
+    save_plain(tmp_path / "a.pt")
+    out = tmp_path / "o.dcp"
+    real_verify = convert_mod.verify
+
+    def verify_while_someone_writes_there(plan, files):
+        out.mkdir()
+        (out / "mine.txt").write_text("theirs")
+        real_verify(plan, files)
+
+    monkeypatch.setattr(convert_mod, "verify", verify_while_someone_writes_there)
+    with pytest.raises(InspectError, match="'mine.txt'"):
+        convert_checkpoint(tmp_path / "a.pt", out, force=True)
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and not _temps(tmp_path)

@@ -69,9 +69,11 @@ def convert_checkpoint(
     The result is verified before it replaces ``dst``: reloaded with torch.load /
     safetensors and compared with IN, read the same way, tensor by tensor.
     """
-    options = ConvertOptions(key, strip_prefix, rename, auto_prefix, target, target_name,
-                             allow_partial, keep_extra, dtype, allow_overflow, shard_size, force,
-                             trust_pickle, protect)
+    options = ConvertOptions(
+        key=key, strip_prefix=strip_prefix, rename=rename, auto_prefix=auto_prefix, target=target,
+        target_name=target_name, allow_partial=allow_partial, keep_extra=keep_extra, dtype=dtype,
+        allow_overflow=allow_overflow, shard_size=shard_size, force=force,
+        trust_pickle=trust_pickle, protect=protect)
     plan = plan_convert(src, dst, options)
     check_source(plan)
     with FilePool() as files, staged_outputs(plan):

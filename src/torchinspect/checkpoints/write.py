@@ -19,6 +19,7 @@ from torchinspect.checkpoints.plan import (
     ConvertPlan,
     Entry,
     OutputKind,
+    check_dcp_target,
     index_path,
     needs_materialized,
 )
@@ -36,7 +37,10 @@ def staged_outputs(plan: ConvertPlan) -> Iterator[ConvertPlan]:
     protect = (plan.src, *plan.inp.files, *plan.protect)
     with contextlib.ExitStack() as stack:
         if plan.kind is OutputKind.dcp:
-            plan.staged[plan.dst] = stack.enter_context(atomic_folder(plan.dst, force=plan.force))
+            # with --force, what is at OUT is checked again just before the swap
+            recheck = (lambda d: check_dcp_target(d, force=True)) if plan.force else None
+            plan.staged[plan.dst] = stack.enter_context(atomic_folder(
+                plan.dst, force=plan.force, replaceable=recheck))
         elif plan.shards:  # entered first, so the index is committed last
             index = index_path(plan.dst)
             plan.staged[index] = stack.enter_context(atomic_path(index, force=plan.force,

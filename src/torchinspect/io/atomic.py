@@ -16,7 +16,7 @@ import socket
 import stat
 import tempfile
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from torchinspect.errors import InspectError
@@ -131,7 +131,8 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
 
 
 @contextlib.contextmanager
-def atomic_folder(target: str | os.PathLike[str], *, force: bool) -> Iterator[Path]:
+def atomic_folder(target: str | os.PathLike[str], *, force: bool,
+                  replaceable: Callable[[Path], None] | None = None) -> Iterator[Path]:
     """Yield a new empty folder; on success it takes ``target``'s place in one step.
 
     The folder is written under a unique temporary name beside ``target`` and swapped in
@@ -139,7 +140,8 @@ def atomic_folder(target: str | os.PathLike[str], *, force: bool) -> Iterator[Pa
     the new one, and the old one is deleted only after the swap. Without that call the old
     folder is first moved into the temporary folder (a kill in that instant leaves it there,
     not at ``target``). ``force=False`` refuses a folder that appears meanwhile. The caller
-    checks what ``target`` holds before (only outputs of this tool may be replaced)."""
+    checks what ``target`` holds before (only outputs of this tool may be replaced), and
+    ``replaceable(target)`` checks it again just before the swap (it raises to refuse)."""
     target = Path(target)
     tmp_dir = make_temp_dir(target)
     new = tmp_dir / target.name
@@ -148,6 +150,8 @@ def atomic_folder(target: str | os.PathLike[str], *, force: bool) -> Iterator[Pa
         with disk_full_names(target):
             yield new
         os.chmod(new, _mode_for(target, 0o777))
+        if replaceable is not None:
+            replaceable(target)
         if target.exists() and force:
             exchange(new, target)  # the old folder is now at ``new``, removed with tmp_dir
         else:
@@ -331,7 +335,8 @@ def is_disk_full(exc: BaseException | None) -> bool:
         failures = getattr(exc, "failures", None)
         if isinstance(failures, dict):
             return any(is_disk_full(f[0] if isinstance(f, tuple) else f) for f in failures.values())
-        exc, seen = exc.__cause__ or exc.__context__, seen + 1
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        seen += 1
     return False
 
 
