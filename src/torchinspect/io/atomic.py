@@ -20,6 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from torchinspect.errors import InspectError
+from torchinspect.io.layouts import read_hf_index
 
 
 def check_target(target: str | os.PathLike[str], *, force: bool = True,
@@ -85,13 +86,9 @@ def protected(target: Path, protect: Sequence[str | os.PathLike[str] | None]) ->
 
 def _index_files(index: str | os.PathLike[str]) -> set[str]:
     """The shard file names a Hugging Face ``*.index.json`` lists (empty if unreadable)."""
-    import json
-
     try:
-        with open(index, encoding="utf-8") as fh:
-            weight_map = json.load(fh).get("weight_map") or {}
-        return {str(v) for v in weight_map.values()}
-    except (OSError, ValueError, AttributeError):
+        return set(read_hf_index(Path(index)).values())
+    except InspectError:
         return set()
 
 
