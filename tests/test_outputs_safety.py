@@ -290,8 +290,13 @@ def test_a_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch):
     assert list(tmp_path.iterdir()) == []
 
 
-def test_folders_are_swapped_in_one_step(tmp_path):
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "fallback"])
+def test_folders_are_swapped_in_one_step(tmp_path, monkeypatch, renameat2):
+    from torchinspect.io import atomic
     from torchinspect.io.atomic import atomic_folder
+
+    if not renameat2:  # a C library or file system without it
+        monkeypatch.setattr(atomic, "_renameat2", lambda src, dst, flags: False)
 
     target = tmp_path / "ckpt.dcp"
     with atomic_folder(target, force=False) as new:
