@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import json
 
-import models_zoo
 import pytest
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+import torchinspect.zoo as models_zoo
 from torchinspect.analysis.doctor import RULES, diagnose
 from torchinspect.analysis.doctor.runtime import check_eval, check_gradients
 from torchinspect.analysis.doctor.shapes import dropped_edges

@@ -113,7 +113,7 @@ def test_model_code_failures_say_where(tmp_path, invoke):
      "every value must be a finite number"),
     (["check", "zoo:convnet", "--max-params", "1M", "--junit", "j.xml", "-o", "j.xml"],
      "--junit j.xml and --output name the same file"),
-    (["bench", "zoo:convnet", "--profile", "--trace", "nodir/t.json"], "folder nodir does not exist"),
+    (["bench", "zoo:convnet", "--profile", "--trace", "nodir/t.json"], "nodir does not exist"),
     (["graph", "zoo:convnet", "--input", "3,28,28", "-o", "g.dot"],
      "the model's forward failed for input"),
     (["bench", "zoo:convnet", "--input", "3,28,28", "--min-time", "0.05", "--max-time", "0.2"],
@@ -189,7 +189,7 @@ def test_a_dynamic_dim_the_model_cannot_move_fails_verification_not_the_tool(tmp
     (["check", "zoo:convnet", "--config", "folder"], "--config folder: is a folder"),
     (["bench", "zoo:convnet", "--compare", "folder"], "--compare folder: is a folder"),
     (["features", "zoo:convnet", "-l", "fc", "-o", "folder", "folder/t.pt"],
-     "inside the output folder folder, which is never read as input"),
+     "folder, which is never read as input"),
 ])
 def test_messages_name_the_real_mistake(args, text, invoke, tmp_path, monkeypatch):
     from safetensors.torch import save_file

@@ -197,7 +197,7 @@ def test_shared_block_with_an_uncalled_container() -> None:
 
 
 def test_llama_tiny_layers_row(invoke) -> None:
-    from models_zoo.llama import llama
+    from torchinspect.zoo.llama import llama
 
     model = llama("llama-tiny")
     result = invoke("summary", "zoo:llama-tiny", "--depth", "1")

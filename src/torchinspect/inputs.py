@@ -28,7 +28,8 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchinspect.errors import InspectError, as_list
+from torchinspect.arguments import as_list
+from torchinspect.errors import InspectError
 
 DTYPE_ALIASES: dict[str, str] = {
     "float": "float32",

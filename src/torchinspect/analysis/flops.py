@@ -15,7 +15,7 @@ from typing import Any
 from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.tree import ShownCall, macs_by_op, shown_tree
-from torchinspect.errors import check_depth
+from torchinspect.arguments import check_depth
 from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import Trace

@@ -8,7 +8,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchinspect.errors import check_depth
+from torchinspect.arguments import check_depth
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.trace.records import ModuleInfo, ParamStats
 

@@ -10,7 +10,8 @@ from typing import Any
 
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.tree import ShownCall, fold_repeats, shown_tree
-from torchinspect.errors import InspectError, check_depth
+from torchinspect.arguments import check_depth
+from torchinspect.errors import InspectError
 from torchinspect.shapes import format_shape_tree
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.trace import trace_case

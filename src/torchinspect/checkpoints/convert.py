@@ -24,7 +24,7 @@ from torchinspect.checkpoints.plan import (
 )
 from torchinspect.checkpoints.verify import check_source, verify
 from torchinspect.checkpoints.write import staged_outputs, write
-from torchinspect.io.tensors import FilePool
+from torchinspect.io.entries import FilePool
 
 
 def convert_checkpoint(

@@ -18,9 +18,11 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError, as_list
+from torchinspect.arguments import as_list
+from torchinspect.errors import InspectError
 from torchinspect.io.atomic import protected
 from torchinspect.io.diff import entry_meta
+from torchinspect.io.entries import FilePool, LoadedInput, TensorSource
 from torchinspect.io.meta import TensorMeta
 from torchinspect.io.safetensors import scalar_metadata
 from torchinspect.io.state_dict import (
@@ -31,7 +33,7 @@ from torchinspect.io.state_dict import (
     find_prefix_remaps,
     strip_prefixes,
 )
-from torchinspect.io.tensors import FilePool, LoadedInput, TensorSource, open_input
+from torchinspect.io.tensors import open_input
 from torchinspect.io.torchzip import DTYPE_SIZES, PlainNamespace
 from torchinspect.io.writers import OutTensor, parse_size, plan_shards, torch_dtype
 

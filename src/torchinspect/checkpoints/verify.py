@@ -18,11 +18,12 @@ from typing import Any
 from torchinspect.checkpoints.plan import ConvertPlan, Entry, OutputKind, index_path
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.io.diff import DiffSide, Verdict, diff_state_dicts, tensor_value
+from torchinspect.io.entries import FilePool, TensorSource
 from torchinspect.io.formats import CheckpointFormat, detect_format
 from torchinspect.io.layouts import Layout, open_dcp
 from torchinspect.io.meta import TensorMeta, read_checkpoint_meta
 from torchinspect.io.safetensors import read_safetensors_header
-from torchinspect.io.tensors import FilePool, TensorSource, open_input
+from torchinspect.io.tensors import open_input
 from torchinspect.io.torch_load import torch_load
 from torchinspect.io.writers import torch_dtype
 

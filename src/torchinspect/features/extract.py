@@ -22,7 +22,8 @@ from typing import Any
 import torch
 
 from torchinspect import device as devices
-from torchinspect.errors import ExitStatus, InspectError, as_list
+from torchinspect.arguments import as_list
+from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.features import store
 from torchinspect.features.gpu import BackgroundWriter, GpuImages
 from torchinspect.features.inputs import (
@@ -730,9 +731,8 @@ def _run(cap: LayerCapture, mine: list[tuple[int, InputItem]], items: list[Input
                     except InspectError:
                         raise
                     except Exception as exc:
-                        msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
                         raise InspectError(f"the model's forward failed on a batch of shape "
-                                           f"{list(ready.x.shape)}: {type(exc).__name__}: {msg[:200]}",
+                                           f"{list(ready.x.shape)}: {first_line(exc, typed=True)}",
                                            hint="check the preprocessing (--resize/--crop, --preprocess) "
                                            "against the input the model expects") from None
                     if not cuda:

@@ -21,7 +21,7 @@ from typing import Any
 
 import torch
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm",
                   ".pgm", ".pbm", ".jfif")
@@ -295,8 +295,7 @@ def decode_cpu(data: bytes, path: str) -> torch.Tensor:
     except UnidentifiedImageError:
         raise ValueError("not a readable image (unknown or corrupt format)") from None
     except (OSError, ValueError, SyntaxError) as exc:
-        why = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
-        raise ValueError(f"not a readable image ({why})") from None
+        raise ValueError(f"not a readable image ({first_line(exc)})") from None
     import numpy as np
 
     return torch.from_numpy(np.asarray(rgb).copy()).permute(2, 0, 1).contiguous()
@@ -326,8 +325,7 @@ class RowDataset(torch.utils.data.Dataset):
                 return i, "jpeg", torch.frombuffer(bytearray(data), dtype=torch.uint8)
             return i, "image", self.prep.geometry(decode_cpu(data, item.path))
         except Exception as exc:  # reported and skipped, never a crash
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-            return i, "error", msg[:300]
+            return i, "error", first_line(exc)
 
 
 def collate_rows(batch: list[tuple[int, str, Any]]) -> dict[str, Any]:

@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 from torchinspect.shapes import first_tensor
 
 
@@ -55,11 +55,6 @@ class LayerListing:
                 "modules": [m.to_dict() for m in self.modules],
                 "nodes": [n.to_dict() for n in self.nodes], "fx_error": self.fx_error,
                 "notes": list(self.notes)}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 
 
 def _shape_of(value: Any) -> tuple[list[int] | None, str | None]:
@@ -127,7 +122,7 @@ def list_layers(model: Any, *, options: Any = None) -> LayerListing:
             shape, dtype = _shape_of(outs.get(n))
             nodes.append(LayerInfo(n, "node", "", shape, dtype))
     except Exception as exc:  # FX cannot trace this model: module names still work
-        fx_error = _first_line(exc)
+        fx_error = first_line(exc, typed=True)
     notes = []
     if trace.fallback_reason:
         notes.append(f"shapes from a real CPU run: {trace.fallback_reason}")
@@ -214,7 +209,7 @@ class LayerCapture:
             bad = [n for n in self.names if n not in self._modules]
             raise InspectError(
                 f"layer {', '.join(bad)}: not a module name, and FX node names are not "
-                f"available for this model ({_first_line(exc)})",
+                f"available for this model ({first_line(exc, typed=True)})",
                 hint="use module names (see `inspect features MODEL --list`)") from None
         prefixes = set()
         for k in known:
@@ -230,7 +225,7 @@ class LayerCapture:
             return fx
         except Exception as exc:
             raise InspectError(f"cannot build an FX feature extractor for {', '.join(self.names)}: "
-                               f"{_first_line(exc)}",
+                               f"{first_line(exc, typed=True)}",
                                hint="use module names (see `inspect features MODEL --list`)") from None
 
     def _hook(self, name: str) -> Any:

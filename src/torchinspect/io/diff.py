@@ -16,11 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.io.entries import FilePool
 from torchinspect.io.formats import CheckpointFormat
 from torchinspect.io.keys import KeyGroup, group_keys
 from torchinspect.io.meta import TensorMeta, TensorSet, read_checkpoint_meta
 from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps, state_entry_kind
-from torchinspect.io.tensors import FilePool, open_input
+from torchinspect.io.tensors import open_input
 
 FOLDED_SUFFIXES = (".num_batches_tracked",)
 

@@ -15,7 +15,8 @@ from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.flops import FlopsResult, flops_from_trace
 from torchinspect.analysis.summary import Summary, summary_from_trace
-from torchinspect.errors import InspectError, check_depth
+from torchinspect.arguments import check_depth
+from torchinspect.errors import InspectError
 from torchinspect.overview import parts
 from torchinspect.sources.case import ModelCase, ModelOptions, make_case
 from torchinspect.trace import trace_case

@@ -26,6 +26,17 @@ def _examples(pairs: list[tuple[str, str]], limit: int = 8) -> list[str]:
     return lines
 
 
+#: Characters of one metadata/dropped line shown in the table (the JSON report keeps all):
+#: rendering wraps a line in time quadratic in its length, and a 16 MB value took 8 s.
+SHOWN_CHARS = 200
+
+
+def _shown(line: str, limit: int = SHOWN_CHARS) -> str:
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]}... ({len(line):,} characters; --format json shows all)"
+
+
 def convert_report(r: ConvertResult) -> Report:
     sections: list[Any] = []
     facts: list[tuple[str, Any]] = [
@@ -58,9 +69,9 @@ def convert_report(r: ConvertResult) -> Report:
     if r.renamed:
         sections.append(Text(_examples(r.renamed), title="Renamed keys"))
     if r.dropped:
-        sections.append(Text([f"{k}: {v}" for k, v in r.dropped.items()], title="Dropped"))
+        sections.append(Text([_shown(f"{k}: {v}") for k, v in r.dropped.items()], title="Dropped"))
     if r.metadata:
-        sections.append(Text([f"{k} = {v}" for k, v in r.metadata.items()],
+        sections.append(Text([_shown(f"{k} = {v}") for k, v in r.metadata.items()],
                              title="Kept as safetensors metadata"))
     if r.tied:
         sections.append(Text([" = ".join(g) for g in r.tied], title="Tied tensors"))
