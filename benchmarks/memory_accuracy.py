@@ -124,6 +124,92 @@ def worker(name: str, measure: bool) -> list[dict[str, Any]]:
     return rows
 
 
+def opdiff(name: str, mode: str) -> None:
+    """Bytes allocated per (phase, op) on fake CPU vs fake CUDA tensors, where they differ."""
+    from collections import Counter
+
+    from torchinspect.memory import predict as p
+    from torchinspect.memory.gpu import cublas_workspace, parse_gpu
+    from torchinspect.memory.step import StepConfig
+
+    case = build_case(name)
+    kw = MODES[mode]
+    cfg = StepConfig(train=kw["train"], optimizer=kw.get("optimizer", "adamw"), amp=kw.get("amp"))
+    gpu = parse_gpu(None)
+    tallies = []
+    for fake in ("cpu", "cuda"):
+        target = p.Target("cuda", gpu, cublas_workspace(gpu), fake)
+        logs: list = []
+        original = p.replay
+
+        def keep(log, end, _logs=logs, _original=original, **k):
+            _logs.append((log, end))
+            return _original(log, end, **k)
+
+        p.replay = keep
+        try:
+            p.track(case, p.example_at(case, None), cfg, target,
+                    "training" if cfg.train else "inference", 10)
+        finally:
+            p.replay = original
+        log, end = logs[0]
+        tally: Counter = Counter()
+        phase = "setup:0"
+        for ev in log.events[:end]:
+            if ev.serial == 0:
+                phase = ev.op
+            elif ev.alloc and phase in ("forward:1", "backward:1", "inference:0"):
+                tally[(phase, ev.op)] += log.allocs[ev.serial].nbytes
+        tallies.append(tally)
+    for key in sorted(set(tallies[0]) | set(tallies[1])):
+        a, b = tallies[0][key], tallies[1][key]
+        if a != b:
+            print(f"{name} {mode} {key[0]:12} {key[1]:40} cpu {a / 2**20:10.1f} MiB  cuda {b / 2**20:10.1f} MiB")
+
+
+def gpu_trace(name: str, mode: str, phase: str, top: int = 8) -> None:
+    """What the GPU had allocated at the peak of ``phase`` that the phase itself allocated:
+    the largest blocks and the C++/Python frames that allocated them."""
+    import torch
+
+    from torchinspect.memory.predict import example_at
+    from torchinspect.memory.step import StepConfig
+    from torchinspect.memory.verify import measure as measure_case
+
+    case = build_case(name)
+    kw = MODES[mode]
+    cfg = StepConfig(train=kw["train"], optimizer=kw.get("optimizer", "adamw"), amp=kw.get("amp"))
+    marks: dict[str, int] = {}
+    torch.cuda.memory._record_memory_history(max_entries=500000, stacks="all")
+
+    def mark(p: str) -> None:
+        marks[p] = len(torch.cuda.memory._snapshot()["device_traces"][0])
+
+    measure_case(case, example_at(case, None), cfg, "training" if cfg.train else "inference", mark)
+    trace = torch.cuda.memory._snapshot()["device_traces"][0]
+    torch.cuda.memory._record_memory_history(enabled=None)
+    order = sorted(marks.items(), key=lambda kv: kv[1])
+    start = marks[phase]
+    end = next((i for p, i in order if i > start), len(trace))
+    live: dict[int, dict] = {}
+    best, best_live = -1, {}
+    total = 0
+    for i, e in enumerate(trace[:end]):
+        if e["action"] == "alloc":
+            total += e["size"]
+            if i >= start:
+                live[e["addr"]] = e
+        elif e["action"] == "free_requested":
+            total -= e["size"]
+            live.pop(e["addr"], None)
+        if i >= start and total > best:
+            best, best_live = total, dict(live)
+    print(f"== {name} {mode} {phase}: peak {best / 2**20:.1f} MiB; largest blocks allocated in the phase and live then:")
+    for e in sorted(best_live.values(), key=lambda e: -e["size"])[:top]:
+        frames = [f["name"] for f in e.get("frames", []) if not f["name"].startswith(("c10::", "std::", "_", "torch::autograd::python"))]
+        print(f"  {e['size'] / 2**20:9.2f} MiB  " + " < ".join(fr[:60] for fr in frames[:7]))
+
+
 def calibrate() -> dict[str, int]:
     """cuBLAS workspace bytes: allocated after one matmul, and after its backward."""
     import torch
@@ -188,7 +274,20 @@ def main() -> int:
     ap.add_argument("--worker")
     ap.add_argument("--predict-only", action="store_true")
     ap.add_argument("--calibrate", action="store_true")
+    ap.add_argument("--opdiff", nargs=2, action="append", metavar=("NAME", "MODE"))
+    ap.add_argument("--trace", nargs=3, action="append", metavar=("NAME", "MODE", "PHASE"))
     a = ap.parse_args()
+    if a.trace:
+        for name, mode, phase in a.trace:
+            try:
+                gpu_trace(name, mode, phase)
+            except Exception as exc:  # a debugging aid: report and go on
+                print(f"== {name} {mode} {phase}: {type(exc).__name__}: {exc}")
+        return 0
+    if a.opdiff:
+        for name, mode in a.opdiff:
+            opdiff(name, mode)
+        return 0
     if a.worker:
         print("ROWS " + json.dumps(worker(a.worker, not a.predict_only)), flush=True)
         return 0

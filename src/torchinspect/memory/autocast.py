@@ -65,11 +65,19 @@ def _eligible(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64
 
 
-def _cast(value: Any, dtype: torch.dtype) -> Any:
+def _cast(value: Any, dtype: torch.dtype, cache: dict[int, Any] | None = None) -> Any:
     if _eligible(value) and value.dtype != dtype:
+        # autocast caches the low-precision copy of a weight (an fp32 leaf that requires grad)
+        # for the whole autocast region: a module called 100 times casts its weight once
+        if cache is not None and value.dtype == torch.float32 and value.requires_grad \
+                and value.is_leaf and not value._is_view():
+            hit = cache.get(id(value))
+            if hit is None or hit[0] is not value:
+                hit = cache[id(value)] = (value, value.to(dtype))
+            return hit[1]
         return value.to(dtype)
     if isinstance(value, (list, tuple)):
-        return type(value)(_cast(v, dtype) for v in value)
+        return type(value)(_cast(v, dtype, cache) for v in value)
     return value
 
 
@@ -81,7 +89,7 @@ def _widest(args: tuple[Any, ...], kwargs: dict[str, Any]) -> torch.dtype | None
     return widest
 
 
-def _kernel(op: Any, policy: str) -> Any:
+def _kernel(op: Any, policy: str, cache: dict[int, Any]) -> Any:
     names = [a.name for a in op._schema.arguments]
     dtype_at = names.index("dtype") if "dtype" in names else None
 
@@ -89,7 +97,8 @@ def _kernel(op: Any, policy: str) -> Any:
         with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
             if policy == "lower":
                 low = torch.get_autocast_dtype("cpu")
-                args, kwargs = _cast(args, low), {k: _cast(v, low) for k, v in kwargs.items()}
+                args = _cast(args, low, cache)
+                kwargs = {k: _cast(v, low, cache) for k, v in kwargs.items()}
             elif policy == "fp32":
                 args = _cast(args, torch.float32)
                 kwargs = {k: _cast(v, torch.float32) for k, v in kwargs.items()}
@@ -128,14 +137,16 @@ def policies() -> dict[str, str]:
 def cuda_autocast_on_cpu(dtype: torch.dtype) -> Iterator[None]:
     """CPU autocast to ``dtype`` with CUDA's op lists, for the duration of the block."""
     lib = torch.library.Library("aten", "IMPL")
+    cache: dict[int, Any] = {}
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
             for name, policy in policies().items():
                 op = _resolve(name)
                 if op is not None:
-                    lib.impl(op, _kernel(op, policy), "AutocastCPU")
+                    lib.impl(op, _kernel(op, policy, cache), "AutocastCPU")
         with torch.autocast("cpu", dtype=dtype):
             yield
     finally:
+        cache.clear()
         lib._destroy()

@@ -23,8 +23,8 @@ from torchinspect.memory.result import MemoryResult, RunMemory
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.timeline import replay
 from torchinspect.memory.tracker import StorageTracker
-from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
 from torchinspect.shapes import map_tensors
+from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
 
 
 @dataclass(frozen=True)
@@ -34,7 +34,9 @@ class Target:
     device: str  # cuda: caching allocator, CUDA autocast lists, cuBLAS workspace; cpu: bytes
     gpu: str | None
     workspace: int
-    fake_device: str  # cuda where a GPU is present (its autograd needs a context), else cpu
+    # the fake tensors' device: cpu (the backward of fake CUDA tensors needs a live CUDA
+    # context, and CPU fake tensors give one answer everywhere); cuda for comparisons on a GPU
+    fake_device: str
 
     @property
     def emulated(self) -> bool:
@@ -42,16 +44,13 @@ class Target:
 
 
 def make_target(device: str = "cuda", gpu: str | None = None) -> Target:
-    import torch
-
     if device not in ("cuda", "cpu"):
         raise InspectError(f"--device {device!r}: memory predicts for cuda or cpu",
                            hint="--device cuda (the default) or --device cpu")
     if device == "cpu":
         return Target("cpu", None, 0, "cpu")
     name = parse_gpu(gpu)
-    return Target("cuda", name, cublas_workspace(name),
-                  "cuda" if torch.cuda.is_available() else "cpu")
+    return Target("cuda", name, cublas_workspace(name), "cpu")
 
 
 def predict_memory(model_or_case: Any, inputs: Any = None, *, train: bool = True,
@@ -155,10 +154,10 @@ def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[
          name: str) -> None:
     from torch.distributed._tools.mod_tracker import ModTracker
 
-    from torchinspect.memory.attention import CudaAttention
+    from torchinspect.memory.kernels import CudaKernels
 
     autocast = autocast_factory(cfg.amp, target)
-    kernels = CudaAttention() if target.device == "cuda" else contextlib.nullcontext()
+    kernels = CudaKernels() if target.device == "cuda" else contextlib.nullcontext()
     with fake, tracker, ModTracker() as modules, kernels:
         tracker.modules = modules
         if mode == "inference":

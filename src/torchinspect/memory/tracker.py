@@ -104,7 +104,16 @@ class StorageTracker(TorchDispatchMode):
 
     # -- the dispatch hook
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        out = func(*args, **(kwargs or {}))
+        kwargs = kwargs or {}
+        if _composite(func):
+            # under inference_mode/no_grad a composite op (linear, layer_norm, the math
+            # attention) reaches the mode whole: decompose it here so that its temporaries
+            # pass through the tracker as they pass through the caching allocator
+            with self:
+                out = func.decompose(*args, **kwargs)
+            if out is not NotImplemented:
+                return out
+        out = func(*args, **kwargs)
         self.log.ops += 1
         name = func.overloadpacket.__name__
         if self.workspace and name in _CUBLAS_OPS:
@@ -113,7 +122,20 @@ class StorageTracker(TorchDispatchMode):
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self._see(t, self.phase, module, name)
+        if self.workspace and name in _MATRIX_ARGS:
+            self._cublas_copies(name, args, module)
         return out
+
+    def _cublas_copies(self, name: str, args: Any, module: str) -> None:
+        """cuBLAS takes a matrix with one unit stride; any other (an expanded gradient, a
+        strided slice) is copied contiguous for the call and freed after it
+        (``prepare_matrix_for_cublas`` in aten/src/ATen/native/cuda/Blas.cpp)."""
+        for i in _MATRIX_ARGS[name]:
+            t = args[i] if i < len(args) else None
+            if isinstance(t, torch.Tensor) and t.dim() >= 2 and not _cublas_ready(t):
+                serial = self._new(t.numel() * t.element_size(), self.phase, module)
+                self.log.events.append(Event(serial, True, f"{name} (copy for cuBLAS)"))
+                self.log.events.append(Event(serial, False, name))
 
     def _cublas_workspace(self) -> None:
         """cuBLAS keeps one workspace per (handle, stream); autograd runs on its own thread."""
@@ -154,6 +176,31 @@ class StorageTracker(TorchDispatchMode):
         if self._live.get(key) == serial:
             del self._live[key]
         self.log.events.append(Event(serial, False))
+
+
+# the matrix operands of the cuBLAS ops, by position
+_MATRIX_ARGS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2),
+                "addbmm": (1, 2), "_addmm_activation": (1, 2)}
+
+
+def _cublas_ready(t: Any) -> bool:
+    """A matrix (or a batch of them) cuBLAS can read in place: row- or column-major with a
+    leading dimension at least as large as the rows it spans."""
+    rows, cols = t.shape[-2], t.shape[-1]
+    s_rows, s_cols = t.stride(-2), t.stride(-1)
+    return (s_cols == 1 and s_rows >= max(1, cols)) or (s_rows == 1 and s_cols >= max(1, rows))
+
+
+_CIA = torch._C.DispatchKey.CompositeImplicitAutograd
+_COMPOSITE: dict[Any, bool] = {}
+
+
+def _composite(func: Any) -> bool:
+    known = _COMPOSITE.get(func)
+    if known is None:
+        known = _COMPOSITE[func] = func.namespace == "aten" and \
+            torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _CIA)
+    return known
 
 
 def _address(t: Any) -> int:

@@ -63,8 +63,10 @@ def require_cuda() -> None:
                            hint="leave out --verify for the prediction alone")
 
 
-def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str) -> dict[str, int]:
-    """Peak allocated bytes per phase (``forward:1``...; ``inference:0``) and ``peak``."""
+def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str,
+            on_mark: Any = None) -> dict[str, int]:
+    """Peak allocated bytes per phase (``forward:1``...; ``inference:0``) and ``peak``.
+    ``on_mark(phase)`` is called at each phase mark (a memory-history tool's bookmark)."""
     import torch
 
     model = case.real_model("cpu")
@@ -83,6 +85,8 @@ def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str) -> dict[s
         peaks[current[0]] = max(peaks.get(current[0], 0), torch.cuda.max_memory_allocated())
         current[0] = f"{phase}:{n if n is not None else current[0].split(':')[1]}"
         torch.cuda.reset_peak_memory_stats()
+        if on_mark is not None:
+            on_mark(current[0])
 
     torch.cuda.synchronize()
     torch._C._cuda_clearCublasWorkspaces()
