@@ -106,7 +106,12 @@ def worker(name: str, measure: bool) -> list[dict[str, Any]]:
         row: dict[str, Any] = {"model": name, "mode": mode}
         for label, target in targets.items():
             t0 = time.perf_counter()
-            r = predict_case(case, cfg, target, inference=not cfg.train)
+            try:
+                r = predict_case(case, cfg, target, inference=not cfg.train)
+            except Exception as exc:  # one failing path is a row's note, not a lost model
+                row[f"{label}-error"] = f"{type(exc).__name__}: {exc}"[:200]
+                row[label] = None
+                continue
             run = r.training if cfg.train else r.inference
             row[label] = run.peak
             row[f"{label}-s"] = round(time.perf_counter() - t0, 2)
@@ -206,8 +211,12 @@ def gpu_trace(name: str, mode: str, phase: str, top: int = 8) -> None:
             best, best_live = total, dict(live)
     print(f"== {name} {mode} {phase}: peak {best / 2**20:.1f} MiB; largest blocks allocated in the phase and live then:")
     for e in sorted(best_live.values(), key=lambda e: -e["size"])[:top]:
-        frames = [f["name"] for f in e.get("frames", []) if not f["name"].startswith(("c10::", "std::", "_", "torch::autograd::python"))]
-        print(f"  {e['size'] / 2**20:9.2f} MiB  " + " < ".join(fr[:60] for fr in frames[:7]))
+        skip = ("unwind", "CapturedTraceback", "gather_with_cpp", "empty_generic", "empty_cuda",
+                "empty_strided", "c10::", "std::", "at::_ops::", "c10d", "wrap_kernel",
+                "make_boxed", "call_functor", "Dispatcher", "redispatch", "_call_impl",
+                "_wrapped_call_impl", "TypedOperatorHandle")
+        frames = [f["name"] for f in e.get("frames", []) if not any(k in f["name"] for k in skip)]
+        print(f"  {e['size'] / 2**20:9.2f} MiB  " + " < ".join(fr[:70] for fr in frames[:5]))
 
 
 def calibrate() -> dict[str, int]:
@@ -240,11 +249,16 @@ def table(rows: list[dict[str, Any]]) -> str:
             lines.append(f"| {r['model']} | {r.get('mode', '-')} | error: {r['error'][:80]} | | | | | |")
             continue
         m = r.get("measured")
+        if r.get("cpu-fake") is None:
+            lines.append(f"| {r['model']} | {r['mode']} | {m / 2**20 if m else 0:,.0f} | error: "
+                         f"{r.get('cpu-fake-error', '')[:80]} | | | | |")
+            continue
         lines.append(
             f"| {r['model']} | {r['mode']} | {m / mib if m else 0:,.0f} | {r['cpu-fake'] / mib:,.0f} | "
-            f"{_pct(r['cpu-fake'], m)} | {r.get('cuda-fake', 0) / mib:,.0f} | "
+            f"{_pct(r['cpu-fake'], m)} | {(r.get('cuda-fake') or 0) / mib:,.0f} | "
             f"{_pct(r.get('cuda-fake'), m)} | {r['cpu-fake-where']} |")
-    errs = [abs(r["cpu-fake"] - r["measured"]) / r["measured"] for r in rows if r.get("measured")]
+    errs = [abs(r["cpu-fake"] - r["measured"]) / r["measured"] for r in rows
+            if r.get("measured") and r.get("cpu-fake")]
     if errs:
         lines.append("")
         lines.append(f"no-GPU prediction: median |error| {100 * statistics.median(errs):.2f}%, "

@@ -1,44 +1,30 @@
 """CUDA's choice of kernels where it changes memory, for a prediction on fake CPU tensors.
 
-Dropout: on CUDA ``F.dropout`` runs the fused ``native_dropout`` (a 1-byte mask saved for
-backward); on CPU it multiplies by a float noise tensor (4 bytes an element). Routed to
-``native_dropout`` as CUDA does.
+On CPU fake tensors some composite ops take their CPU route, which allocates and saves
+differently from the GPU. For the time of a prediction, :func:`cuda_kernels` registers
+CompositeImplicitAutograd kernels (removed afterwards) that take the GPU's route, so every
+caller (Python, ``nn.MultiheadAttention``, C++ composites) gets it:
 
-Attention:
-``F.scaled_dot_product_attention`` picks its kernel by device: on CPU fake tensors it takes
-the math path (the full ``T x S`` score matrix, saved for backward), on a GPU flash attention
-(fp16/bf16, no mask) or memory-efficient attention (fp32, masks), which keep only the output
-and a log-sum-exp per row. :class:`CudaAttention` (a ``TorchFunctionMode``) calls the same
-aten kernel CUDA would choose (``sdp_utils.cpp``: flash, then efficient, then math); their
-fake-tensor implementations give the right shapes and their autograd formulas save what the
-GPU saves. Anything the GPU kernels refuse goes to the explicit math path
-(``_scaled_dot_product_attention_math``: the score matrix, as the GPU's math path keeps it).
+* ``dropout``: CUDA runs the fused ``native_dropout`` (a 1-byte mask saved for backward); the
+  CPU route multiplies by a float noise tensor (4 bytes an element).
+* ``rms_norm``: CUDA runs one fused kernel that saves the input and a per-row ``rstd``; the CPU
+  route saves the intermediate products of its composite.
+* ``scaled_dot_product_attention``: CUDA picks flash attention (fp16/bf16, no mask) or
+  memory-efficient attention (fp32, masks), which keep only the output and a log-sum-exp per
+  row (``sdp_utils.cpp``: flash, then efficient, then math); the CPU route may build the full
+  ``T x S`` score matrix. The same aten kernels are called here: their fake-tensor
+  implementations give the shapes and their autograd formulas save what the GPU saves. What
+  the GPU kernels refuse takes the explicit math path, as on the GPU.
 """
 
 from __future__ import annotations
 
+import contextlib
+import warnings
+from collections.abc import Iterator
 from typing import Any
 
 import torch
-import torch.nn.functional as F
-from torch.overrides import TorchFunctionMode
-
-_SDPA = {F.scaled_dot_product_attention, torch._C._nn.scaled_dot_product_attention}
-_DROPOUT = {F.dropout, torch.dropout, torch._C._VariableFunctions.dropout}
-
-
-def _autocast_dtype(q: Any) -> Any:
-    for kind in ("cpu", "cuda"):
-        if q.device.type == kind and torch.is_autocast_enabled(kind):
-            return torch.get_autocast_dtype(kind)
-    return q.dtype
-
-
-def _flat(args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any]:
-    names = ("query", "key", "value", "attn_mask", "dropout_p", "is_causal", "scale", "enable_gqa")
-    out = dict(zip(names, args, strict=False))
-    out.update(kwargs)
-    return out
 
 
 def choose(q: Any, k: Any, v: Any, mask: Any, gqa: bool, dtype: Any) -> str:
@@ -54,38 +40,13 @@ def choose(q: Any, k: Any, v: Any, mask: Any, gqa: bool, dtype: Any) -> str:
     return "efficient" if dtype in (torch.float16, torch.bfloat16, torch.float32) else "math"
 
 
-class CudaKernels(TorchFunctionMode):
-    """Route dropout and ``scaled_dot_product_attention`` to the kernels CUDA would run."""
-
-    def __torch_function__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-        kwargs = kwargs or {}
-        if func in _DROPOUT:
-            return _dropout(func, args, kwargs)
-        if func not in _SDPA:
-            return func(*args, **kwargs)
-        return _attention(func, args, kwargs)
-
-
-def _dropout(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    names = ("input", "p", "training", "inplace") if func is F.dropout else ("input", "p", "train")
-    a = {**dict(zip(names, args, strict=False)), **kwargs}
-    x, p = a["input"], float(a.get("p", 0.5))
-    train = a.get("training", a.get("train", True))
-    if not (train and 0.0 < p < 1.0 and x.numel() and x.is_floating_point()):
-        return func(*args, **kwargs)
-    out = torch.ops.aten.native_dropout(x, p, True)[0]
-    return x.copy_(out) if a.get("inplace") else out
-
-
-def _attention(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    a = _flat(args, kwargs)
-    q, k, v, mask = a["query"], a["key"], a["value"], a.get("attn_mask")
-    dropout, causal, scale = a.get("dropout_p", 0.0), a.get("is_causal", False), a.get("scale")
-    gqa = bool(a.get("enable_gqa"))
-    dtype = _autocast_dtype(q)
-    kernel = choose(q, k, v, mask, gqa, dtype)
-    if dtype != q.dtype:  # autocast casts the inputs of every attention kernel
-        q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+def attention(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+              is_causal: bool = False, *, scale: float | None = None,
+              enable_gqa: bool = False) -> Any:
+    """``scaled_dot_product_attention`` through the kernel CUDA picks (autocast has already
+    cast the inputs: it sits above this kernel)."""
+    mask, dropout, causal, gqa = attn_mask, dropout_p, is_causal, enable_gqa
+    kernel = choose(q, k, v, mask, gqa, q.dtype)
     if kernel == "math":
         return torch.ops.aten._scaled_dot_product_attention_math(
             q, k, v, mask, dropout, causal, scale=scale, enable_gqa=gqa)[0]
@@ -100,3 +61,51 @@ def _attention(func: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
     return torch.ops.aten._scaled_dot_product_efficient_attention(
         q, k, v, mask, grad, dropout, causal, scale=scale)[0]
+
+
+def dropout(x: Any, p: float, train: bool) -> Any:
+    """``dropout`` as CUDA runs it: ``native_dropout`` with a bool mask."""
+    if not train or p == 0.0 or x.numel() == 0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    return torch.ops.aten.native_dropout(x, p, True)[0]
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    """What CUDA's fused RMSNorm allocates and saves: the output, and per row an fp32 rstd."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, weight: Any, dims: int) -> Any:
+        acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+        rstd = x.new_empty((*x.shape[:x.dim() - dims], *([1] * dims)), dtype=acc)
+        ctx.save_for_backward(x, rstd, weight)
+        out = torch.empty_like(x)
+        if weight is not None:
+            out = out.to(torch.promote_types(x.dtype, weight.dtype))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, _, weight = ctx.saved_tensors
+        grad_w = torch.empty_like(weight) if weight is not None and ctx.needs_input_grad[1] else None
+        return torch.empty_like(x), grad_w, None
+
+
+def rms_norm(x: Any, shape: Any, weight: Any = None, eps: float | None = None) -> Any:
+    return _FusedRMSNorm.apply(x, weight, len(shape))
+
+
+@contextlib.contextmanager
+def cuda_kernels() -> Iterator[None]:
+    """The GPU's route for dropout, rms_norm and attention, for the duration of the block."""
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+            lib.impl("scaled_dot_product_attention", attention, "CompositeImplicitAutograd")
+            lib.impl("dropout", dropout, "CompositeImplicitAutograd")
+            lib.impl("rms_norm", rms_norm, "CompositeImplicitAutograd")
+        yield
+    finally:
+        lib._destroy()

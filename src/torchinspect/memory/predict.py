@@ -154,10 +154,10 @@ def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[
          name: str) -> None:
     from torch.distributed._tools.mod_tracker import ModTracker
 
-    from torchinspect.memory.kernels import CudaKernels
+    from torchinspect.memory.kernels import cuda_kernels
 
     autocast = autocast_factory(cfg.amp, target)
-    kernels = CudaKernels() if target.device == "cuda" else contextlib.nullcontext()
+    kernels = cuda_kernels() if target.emulated else contextlib.nullcontext()
     with fake, tracker, ModTracker() as modules, kernels:
         tracker.modules = modules
         if mode == "inference":

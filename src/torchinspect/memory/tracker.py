@@ -109,10 +109,9 @@ class StorageTracker(TorchDispatchMode):
             # under inference_mode/no_grad a composite op (linear, layer_norm, the math
             # attention) reaches the mode whole: decompose it here so that its temporaries
             # pass through the tracker as they pass through the caching allocator
+            # (the C++ kernel, as on the GPU: not a Python decomposition registered for tracing)
             with self:
-                out = func.decompose(*args, **kwargs)
-            if out is not NotImplemented:
-                return out
+                return func._op_dk(_CIA, *args, **kwargs)
         out = func(*args, **kwargs)
         self.log.ops += 1
         name = func.overloadpacket.__name__
