@@ -30,6 +30,7 @@ _LAZY = {
     "benchmark": "torchinspect.bench",
     "extract_features": "torchinspect.features",
     "collect_overview": "torchinspect.overview",
+    "predict_memory": "torchinspect.memory",
 }
 
 __all__ = ["__version__", *_LAZY]

@@ -41,11 +41,13 @@ def replay(log: Log, end: int, *, mode: str, device: str, root: str, top: int = 
     saved: list[tuple[str, int]] = []
     timeline: list[tuple[str, int, int]] = []
     for ev in log.events[:end]:
-        if ev.serial == 0:  # a phase mark
+        if ev.serial == 0:  # a phase mark: the phase starts with what is allocated now
             phase, _, n = ev.op.partition(":")
             step = int(n)
             if phase == "backward" and step == 1:
                 saved = _saved(log, placed)
+            if phase != "end" and (phase, step) not in peaks:
+                peaks[(phase, step)] = PhasePeak(phase, step, allocator.allocated, "", dict(totals))
             continue
         a = log.allocs[ev.serial]
         if ev.alloc:
@@ -71,10 +73,11 @@ def _run_memory(log: Log, mode: str, phases: list[PhasePeak], saved: list[tuple[
                 timeline: list[tuple[str, int, int]], root: str, top: int) -> RunMemory:
     best = max(phases, key=lambda p: p.peak)
     named = [(_short(m, root) or "(outside modules)", b) for m, b in saved]
-    kinds = {k: sum(a.nbytes for a in log.allocs.values() if a.kind == k) for k in ("grad", "state")}
+    held = {c: max((p.breakdown.get(c, 0) for p in phases), default=0)
+            for c in ("optimizer state", "gradients")}
     return RunMemory(mode, best.peak, best.phase, best.step, best.module, best.breakdown,
                      phases, named[:top], sum(b for _, b in saved), _downsample(timeline),
-                     log.ops, kinds["state"], kinds["grad"])
+                     log.ops, held["optimizer state"], held["gradients"])
 
 
 def _saved(log: Log, placed: dict[int, tuple[int, str]]) -> list[tuple[str, int]]:
