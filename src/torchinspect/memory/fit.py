@@ -71,9 +71,14 @@ def _search(peak: Callable[[int], int], budget: int, limit: int) -> tuple[int | 
 
     def fits(batch: int) -> bool:
         return peak(batch) <= budget
-    if not fits(1):
-        return None, False
+
     lo = 1
+    try:
+        first = fits(1)
+    except InspectError:  # e.g. BatchNorm refuses to train on one sample: start at 2
+        lo, first = 2, fits(2)
+    if not first:
+        return None, False
     while lo * 2 <= limit and fits(lo * 2):
         lo *= 2
     if lo * 2 > limit:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes, pct
 
 if TYPE_CHECKING:
-    from torchinspect.memory.result import MemoryResult, MemorySweep, PhasePeak, RunMemory
+    from torchinspect.memory.result import MemoryResult, MemorySweep, RunMemory
     from torchinspect.memory.verify import Verification
 
 _COLUMNS = ("weights", "buffers", "input", "gradients", "optimizer state", "activations",
