@@ -105,6 +105,9 @@ class StorageTracker(TorchDispatchMode):
     # -- the dispatch hook
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
+        if func in _EXPLICIT:  # a composite the GPU runs too: its temporaries are real
+            with self:
+                return func._op_dk(_CEA, *args, **kwargs)
         if _composite(func):
             # under inference_mode/no_grad a composite op (linear, layer_norm, the math
             # attention) reaches the mode whole: decompose it here so that its temporaries
@@ -191,6 +194,10 @@ def _cublas_ready(t: Any) -> bool:
 
 
 _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
+_CEA = torch._C.DispatchKey.CompositeExplicitAutograd
+# ops with no CUDA kernel of their own whose composite allocates temporaries on the GPU too
+# (the math attention's softmax builds a full-size bool mask of -inf positions)
+_EXPLICIT = frozenset({torch.ops.aten._safe_softmax.default})
 _COMPOSITE: dict[Any, bool] = {}
 
 
