@@ -455,3 +455,28 @@ def test_prediction_matches_the_gpu(cfg):
     result = predict_case(case, cfg, make_target("cuda"))
     checked = verify(result, case, example_at(case, None), cfg, tolerance=0.05)
     assert checked.ok, [(c.mode, c.phase, c.error) for c in checked.checks]
+
+
+def test_cli_verify_reports_each_phase_and_fails_beyond_tolerance(runner, monkeypatch):
+    """The --verify wiring without a GPU: the measurement is replaced, the comparison is real."""
+    import torchinspect.memory.verify as verify_mod
+    from torchinspect.cli.app import app
+
+    monkeypatch.setattr(verify_mod, "require_cuda", lambda: None)
+    monkeypatch.setattr(torch.cuda, "get_device_name", lambda *a: "Fake GPU")
+
+    def measured(case, example, cfg, mode, on_mark=None):  # 10% above every predicted phase
+        r = predict_case(case, cfg, make_target("cuda"), inference=mode == "inference")
+        run = r.inference if mode == "inference" else r.training
+        out = {f"{p.phase}:{p.step}": int(p.peak * 1.1) for p in run.phases}
+        out["peak"] = max(out.values())
+        return out
+
+    monkeypatch.setattr(verify_mod, "measure", measured)
+    args = ["memory", "zoo:llama-tiny", "--optimizer", "sgd", "--verify"]
+    loose = runner.invoke(app, [*args, "--tolerance", "0.2"])
+    assert loose.exit_code == 0, loose.output
+    assert "Predicted vs torch.cuda.max_memory_allocated on Fake GPU" in loose.output
+    assert "-9.09%" in loose.output and "verification passed" in loose.output
+    strict = runner.invoke(app, args)
+    assert strict.exit_code == 1 and "FAIL" in strict.output
