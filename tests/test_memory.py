@@ -480,3 +480,18 @@ def test_cli_verify_reports_each_phase_and_fails_beyond_tolerance(runner, monkey
     assert "-9.09%" in loose.output and "verification passed" in loose.output
     strict = runner.invoke(app, args)
     assert strict.exit_code == 1 and "FAIL" in strict.output
+
+
+def test_value_dependent_forward_is_refused_clearly():
+    class Masked(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.lin = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            y = self.lin(x)
+            return y[y > 0].sum()  # the shape depends on the values
+
+    with pytest.raises(InspectError, match="depends on tensor values") as info:
+        predict_memory(Masked(), ExampleInputs((TensorSpec((2, 4)),)))
+    assert info.value.status == 70
