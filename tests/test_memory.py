@@ -495,3 +495,13 @@ def test_value_dependent_forward_is_refused_clearly():
     with pytest.raises(InspectError, match="depends on tensor values") as info:
         predict_memory(Masked(), ExampleInputs((TensorSpec((2, 4)),)))
     assert info.value.status == 70
+
+
+def test_batch_of_one_with_batchnorm_predicts_inference_and_says_why_not_training(runner):
+    from torchinspect.cli.app import app
+
+    res = runner.invoke(app, ["memory", "resnet18", "--input", "3,32,32", "-f", "json"])
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    assert data["training"] is None and data["inference"]["peak"] > 0
+    assert "pass --batch 2 or more" in data["notes"][0]

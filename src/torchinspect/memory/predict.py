@@ -80,15 +80,22 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
     started = time.perf_counter()
     check_checkpointing(case, cfg)
     example = example_at(case, batch)
-    runs = {mode: track(case, example, cfg, target, mode, top)
-            for mode in ("inference", "training")
-            if (mode == "inference" and inference) or (mode == "training" and cfg.train)}
+    notes = _notes(cfg, target)
+    runs = {}
+    for mode in ("inference", "training"):
+        if (mode == "inference" and inference) or (mode == "training" and cfg.train):
+            try:
+                runs[mode] = track(case, example, cfg, target, mode, top)
+            except TrainingNeedsBatch as exc:
+                if not runs:  # nothing else to report: the error is the answer
+                    raise
+                notes.insert(0, f"training step not predicted: {exc.message}; {exc.hint}")
     sizes = runs[next(iter(runs))][1]
     result = MemoryResult(
         case.name, _describe(example), batch, target.device, target.gpu, _config(cfg, target),
         sizes["params"], sizes["weights"], sizes["buffers"], sizes["input"],
         runs["inference"][0] if "inference" in runs else None,
-        runs["training"][0] if "training" in runs else None, notes=_notes(cfg, target))
+        runs["training"][0] if "training" in runs else None, notes=notes)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -278,10 +285,17 @@ def _sizes(state: dict[str, Any], kinds: dict[str, str], args: Any, kwargs: Any)
             "input": sum(t.numel() * t.element_size() for t in _leaves((args, kwargs)))}
 
 
+class TrainingNeedsBatch(InspectError):
+    """BatchNorm refuses to train on one value per channel (a batch of 1 at the end)."""
+
+
 def _run_error(name: str, mode: str, exc: Exception) -> InspectError:
     from torchinspect.errors import ExitStatus, first_line
 
     text = first_line(exc)
+    if mode == "training" and "more than 1 value per channel" in text:
+        return TrainingNeedsBatch(f"{name}: BatchNorm cannot train on this batch ({text})",
+                                  hint="pass --batch 2 or more")
     if "data-dependent" in text.lower() or type(exc).__name__ in (
             "DynamicOutputShapeException", "DataDependentOutputException"):
         return InspectError(f"{name}: the {mode} forward depends on tensor values "
