@@ -31,6 +31,7 @@ _LAZY = {
     "extract_features": "torchinspect.features",
     "FeatureFolder": "torchinspect.features",
     "collect_overview": "torchinspect.overview",
+    "predict_memory": "torchinspect.memory",
 }
 
 __all__ = ["__version__", *_LAZY]
