@@ -21,7 +21,7 @@ def doctor_report(r: DoctorResult) -> Report:
         sections.append(Table(
             "Findings", ["Code", "Severity", "Module", "What", "Fix"],
             [[f.code, str(f.severity), f.module or "(model)", f.what, f.fix] for f in r.findings],
-            align=["left"] * 5, primary=True))
+            align=["left"] * 5, primary=True, wrap=True))
         codes = list(dict.fromkeys(f.code for f in r.findings))
         sections.append(Text([f"{c} {RULES[c].name}: {RULES[c].why}" for c in codes],
                              title="Why it matters"))
