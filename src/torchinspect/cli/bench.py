@@ -76,7 +76,8 @@ SamplesOpt = Annotated[bool, typer.Option("--save-samples",
                                           help="keep raw per-iteration times in the JSON.")]
 CompareOpt = Annotated[str | None, typer.Option(
     "--compare", metavar="OLD.json", help="compare with an earlier `--format json` result; "
-    "exit 1 if a configuration got slower beyond the noise.")]
+    "exit 1 if a configuration got slower beyond the noise. With MODEL a saved result "
+    "(NEW.json), compares the two files and runs nothing.")]
 
 
 class _Progress:
@@ -159,13 +160,25 @@ def bench(
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """Latency and throughput: warm-up, synchronized timing until the median is stable."""
-    from torchinspect.bench.compare import compare_configs, load_bench_json, setup_differences
+    """Latency and throughput: warm-up, synchronized timing until the median is stable.
+
+    `inspect bench NEW.json --compare OLD.json` compares two saved results (`--format json`)
+    by the same rule, without running anything.
+    """
+    from torchinspect.bench.compare import (
+        compare_configs,
+        is_saved_result,
+        load_bench_json,
+        setup_differences,
+    )
     from torchinspect.bench.run import BenchOptions, parse_batches, parse_dtype, run_bench
     from torchinspect.bench.timing import TimingConfig
     from torchinspect.report.bench import bench_report
     from torchinspect.sources.case import make_case
 
+    if is_saved_result(model):
+        _compare_saved(model, compare, out)
+        return
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
                            hint="use --device cpu or --device cuda[:N]")
@@ -206,8 +219,29 @@ def bench(
                                hint="check --input (shape, dtype) against what the model takes")
         typer.echo("error: no configuration could be measured (see the status column)", err=True)
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+    _exit_if_slower(changes)
+    sys.stderr.flush()
+
+
+def _exit_if_slower(changes: list[Any] | None) -> None:
     if changes and any(c.verdict == "slower" for c in changes):
         typer.echo("slower than the earlier run beyond the noise (see the comparison)",
                    err=True)
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))
-    sys.stderr.flush()
+
+
+def _compare_saved(new_path: str, old_path: str | None, out: OutputOptions) -> None:
+    """`inspect bench NEW.json --compare OLD.json`: two saved results, no model run."""
+    from torchinspect.bench.compare import compare_configs, load_bench_json, setup_differences
+    from torchinspect.report.bench import saved_comparison_report
+
+    if not old_path:
+        raise InspectError(f"{new_path}: a saved result, not a model; nothing to compare it with",
+                           hint=f"inspect bench {new_path} --compare OLD.json (or pass a model "
+                           "to benchmark)")
+    new = load_bench_json(new_path, option="")
+    old = load_bench_json(old_path)
+    changes = compare_configs(old, new)
+    emit(saved_comparison_report(new_path, new, old_path, old, changes,
+                                 setup_differences(old, new)), out, inputs=[new_path, old_path])
+    _exit_if_slower(changes)
