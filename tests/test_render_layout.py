@@ -59,11 +59,12 @@ def test_table_rows_have_no_trailing_spaces() -> None:
 def test_sentence_tables_fold_without_a_terminal() -> None:
     what = "Linear out_features 172 -> 176 " * 6
     rows = [["TI006", "info", "layers.0.mlp.gate_proj", what, "use out_features 176 " * 3]]
-    folded = Table("Findings", ["Code", "Severity", "Module", "What", "Fix"], rows, wrap=True)
+    folded = Table("Findings", ["Code", "Severity", "Module", "What", "Fix"], rows,
+                   wrap=["What", "Fix"])
     plain = Table("Findings", ["Code", "Severity", "Module", "What", "Fix"], rows)
     text = _text(Report("x", {}, [folded]), None)
     assert max(len(line) for line in text.splitlines()) == WRAP_WIDTH
-    assert "layers.0.mlp.gate_proj" in text  # names stay whole
+    assert "layers.0.mlp.gate_proj" in text  # names stay whole: only What and Fix fold
     # a layer table keeps its natural width (one row per line)
     assert max(len(line) for line in _text(Report("x", {}, [plain]), None).splitlines()) > 200
     narrow = _text(Report("x", {}, [folded]), 72)

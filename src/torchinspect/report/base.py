@@ -52,7 +52,8 @@ class Table:
     footer: list[str] = field(default_factory=list)
     primary: bool = False  # the table written by --format csv
     depths: list[int] | None = None  # a tree table: each row's depth (html collapses by it)
-    wrap: bool = False  # a table of sentences: text columns fold to the terminal (or 100 columns)
+    # a table of sentences: these columns fold so the table fits the terminal (or 100 columns)
+    wrap: list[str] = field(default_factory=list)
 
 
 @dataclass

@@ -172,8 +172,8 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
-# the width a table of sentences (``Table.wrap``) folds to when neither a terminal nor
-# COLUMNS gives one: a CI log stays readable instead of 330 characters wide
+# the width a table of sentences (``Table.wrap`` names its columns) folds to when neither a
+# terminal nor COLUMNS gives one: a CI log stays readable instead of 330 characters wide
 WRAP_WIDTH = 100
 # trailing spaces (and the colour codes after them) at the end of a rendered line
 _TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
@@ -232,8 +232,9 @@ def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bo
                           title_justify="left", show_edge=False, pad_edge=False)
             for c, a in zip(s.columns, _aligns(s), strict=True):
                 # numbers never wrap ("147,96" over "8"); text columns fold when COLUMNS is set
+                folds = c in s.wrap or (width is not None and a != "right" and not s.wrap)
                 t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
-                             no_wrap=a == "right" or (width is None and not s.wrap))
+                             no_wrap=not folds)
             for row in s.rows:
                 t.add_row(*[plain(_cell(v)) for v in row])
             console.print(t, width=wrap if s.wrap else None)
