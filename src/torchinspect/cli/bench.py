@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from enum import StrEnum
@@ -11,7 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
+from torchinspect.cli.common import (
+    ModelArg,
+    OutputOptions,
+    emit,
+    input_files,
+    model_command,
+    model_file_stem,
+)
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
@@ -127,8 +133,7 @@ def _trace_path(trace: str | None, output: str | None, model: str) -> str:
         return trace
     if output:
         return f"{os.path.splitext(output)[0]}.trace.json"
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(model.split(":")[-1]))
-    return f"{safe or 'model'}-bench-trace.json"
+    return f"{model_file_stem(model)}-bench-trace.json"
 
 
 @model_command(device_default="cpu", batch=False,
