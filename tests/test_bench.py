@@ -348,6 +348,7 @@ def test_cli_compares_two_saved_results_without_running(invoke, tmp_path, monkey
     ("new", "not an `inspect bench` JSON result (schema 'torchinspect/summary/v"),
     ("old", "--compare {old}: not an `inspect bench` JSON result"),
     ("alone", "a saved result, not a model"),
+    ("other-alone", "not an `inspect bench` JSON result (schema 'torchinspect/summary/v"),
 ])
 def test_cli_saved_comparison_refuses_other_json(invoke, tmp_path, which, text):
     summary = tmp_path / "summary.json"
@@ -356,7 +357,7 @@ def test_cli_saved_comparison_refuses_other_json(invoke, tmp_path, which, text):
     bench = tmp_path / "bench.json"
     assert invoke("bench", "zoo:mnist-net", *FAST_ARGS, "-f", "json", "-o", bench).exit_code == 0
     args = {"new": [summary, "--compare", bench], "old": [bench, "--compare", summary],
-            "alone": [bench]}[which]
+            "alone": [bench], "other-alone": [summary]}[which]
     r = invoke("bench", *args)
     assert r.exit_code == 2, r.output
     assert text.format(old=summary) in r.stderr and "hint:" in r.stderr

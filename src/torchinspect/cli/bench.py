@@ -181,7 +181,7 @@ def bench(
     from torchinspect.report.bench import bench_report
     from torchinspect.sources.case import make_case
 
-    if is_saved_result(model):
+    if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
     if opts.device == "meta":
@@ -240,11 +240,11 @@ def _compare_saved(new_path: str, old_path: str | None, out: OutputOptions) -> N
     from torchinspect.bench.compare import compare_configs, load_bench_json, setup_differences
     from torchinspect.report.bench import saved_comparison_report
 
+    new = load_bench_json(new_path, option="")
     if not old_path:
         raise InspectError(f"{new_path}: a saved result, not a model; nothing to compare it with",
                            hint=f"inspect bench {new_path} --compare OLD.json (or pass a model "
                            "to benchmark)")
-    new = load_bench_json(new_path, option="")
     old = load_bench_json(old_path)
     changes = compare_configs(old, new)
     emit(saved_comparison_report(new_path, new, old_path, old, changes,
