@@ -43,7 +43,7 @@ test-slow: install
 test-all: test test-slow
 
 lint: install
-	$(VENV)/bin/ruff check src tests benchmarks models_zoo
+	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
 
 bench: install

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
@@ -59,9 +58,9 @@ def golden(request: pytest.FixtureRequest):
 
     def _check(name: str, text: str) -> None:
         path = GOLDEN_DIR / name
-        if update or not path.exists():
-            if not update and os.environ.get("CI"):
-                pytest.fail(f"golden file {path} is missing; run pytest --update-golden")
+        if not update and not path.exists():
+            pytest.fail(f"golden file {path} is missing; run pytest --update-golden to write it")
+        if update:
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_text(text)
             return

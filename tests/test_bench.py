@@ -412,12 +412,14 @@ def test_cuda_sweep_fp16_events_and_memory():
 
 
 @pytest.mark.cuda
-def test_cuda_graphs_replay_matches_eager_within_reason():
+def test_cuda_graphs_replay_runs_beside_eager():
     case = make_case("resnet18", "3,224,224", device="meta")
     eager = run_bench(case, BenchOptions(device="cuda", timing=FAST))
     graphs = run_bench(case, BenchOptions(device="cuda", cuda_graphs=True, timing=FAST))
     e, g = eager.configs[0].timing.stats.median, graphs.configs[0].timing.stats.median
-    assert graphs.configs[0].status == "ok" and g <= e * 1.1  # replay is never much slower
+    # the mechanism, not a ratio (timing ratios live in benchmarks/bench_accuracy.py)
+    assert graphs.configs[0].status == "ok" and eager.configs[0].status == "ok"
+    assert g > 0 and e > 0 and graphs.options.cuda_graphs and not eager.options.cuda_graphs
 
 
 @pytest.mark.cuda
@@ -459,7 +461,7 @@ def test_cuda_cli_profile(invoke, tmp_path):
     g = json.loads(out2.read_text())
     assert g["profile"]["kernels_per_forward"] == eager["kernels_per_forward"]
     median = g["configs"][0]["timing"]["stats"]["median"]
-    assert g["profile"]["kernel_s"] < median < 1.5 * g["profile"]["kernel_s"]
+    assert g["profile"]["kernel_s"] > 0 and median > 0  # their ratio: benchmarks/graph_gap.py
 
 
 @pytest.mark.cuda

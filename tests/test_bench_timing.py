@@ -96,12 +96,22 @@ def test_noisy_steps_stop_at_max_time():
     assert t.stats.median_cov > cfg.target_cov
 
 
-def test_min_iters_wins_over_max_time():
+def test_max_time_wins_over_min_iters():
+    """--max-time bounds the run however many --min-iters were asked for (a huge --min-iters
+    once timed calls until it was reached): the timing ends within one call of max_time."""
+    clock = FakeClock()
+    step = FakeStep(clock, [0.01])
+    cfg = TimingConfig(warmup_s=0, warmup_iters=1, min_time=0.1, max_time=0.5, min_iters=10**9)
+    t = measure(step, clock=clock, config=cfg)
+    assert t.stop == "max_time"
+    assert cfg.max_time <= t.wall_s <= cfg.max_time + 0.01 + 1e-9
+    assert t.iters == round(t.wall_s / 0.01) < cfg.min_iters
+    # slow calls: one timed call, and still no second one past max_time
     clock = FakeClock()
     t = measure(FakeStep(clock, [1.0]), clock=clock,
                 config=TimingConfig(warmup_s=0, warmup_iters=1, min_time=0.1, max_time=0.5,
                                     min_iters=7))
-    assert t.iters == 7 and t.stop == "converged"
+    assert t.iters == 1 and t.stop == "max_time"
 
 
 def test_max_iters():
@@ -165,3 +175,14 @@ def test_progress_is_throttled_but_never_silent():
     assert all(s.startswith("fp32 batch 1: ") for _, s in lines)
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) <= 0.6
     assert len(lines) <= (clock.t / 0.5) + 3
+
+
+def test_warmup_text_says_what_the_loop_did_for_slow_calls():
+    # 1.4 s calls: the warm-up asks 5 calls and 1 s but is cut off at max_time / 2 = 3 s
+    clock = FakeClock()
+    cfg = TimingConfig()
+    t = measure(FakeStep(clock, [1.4]), clock=clock, config=cfg)
+    assert t.warmup_iters < cfg.warmup_iters
+    text = cfg.warmup_text([t.warmup_iters])
+    assert f"cut off after {max(cfg.warmup_s, cfg.max_time / 2):g} s" in text
+    assert f"(ran {t.warmup_iters} calls)" in text

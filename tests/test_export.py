@@ -41,7 +41,7 @@ def test_zoo_gpt_exports_and_verifies_at_batch_1_and_3(tmp_path) -> None:
     assert r.inputs[0].shape[0] == "batch" and r.outputs[0].shape[0] == "batch"
     assert all(o.max_abs <= r.atol + r.rtol * 10 for v in r.verify for o in v.outputs)
     # tied weights: the LM head and the token embedding are one initializer, stored once
-    from models_zoo.gpt import GPT
+    from torchinspect.zoo.gpt import GPT
 
     model = GPT()
     unique = {id(p): p for p in model.parameters()}

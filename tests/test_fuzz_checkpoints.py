@@ -2,10 +2,13 @@
 
 Real checkpoints (torch.save zip and legacy, safetensors) are mutated — truncated, bytes
 flipped, safetensors header length/offsets forged, zip records corrupted, legacy storage
-counts forged — and read with the metadata reader (the restricted zip and legacy readers). Every outcome must be a result or a clean :class:`InspectError` (the
-CLI's exit 2), never another exception; on every file the reader accepts and
-``torch.load(map_location="meta", weights_only=True)`` also loads, both agree on every key,
-shape and dtype. A small sample runs in the normal suite; ``-m slow`` runs 10,000+ cases.
+counts forged, zip members duplicated, zip size fields lying, data.pkl turned into a
+compression bomb (issue 20) — and read with the metadata reader (the restricted zip and
+legacy readers). Every outcome must be a result or a clean :class:`InspectError` (the CLI's
+exit 2), never another exception; duplicated members and bombs must always be refused; on
+every file the reader accepts and ``torch.load(map_location="meta", weights_only=True)``
+also loads, both agree on every key, shape and dtype. A small sample runs in the normal
+suite; ``-m slow`` runs 10,000+ cases.
 """
 
 from __future__ import annotations
@@ -24,6 +27,10 @@ from hypothesis import strategies as st
 
 from torchinspect.errors import InspectError
 from torchinspect.io.checkpoint import read_checkpoint_meta
+from zip_forge import Member, bomb_stream, build_zip
+
+#: Mutations every reader must refuse (a later reader could see other bytes, or memory blows up).
+ALWAYS_REFUSED = ("dup_member", "bomb")
 
 
 def _seeds() -> dict[str, bytes]:
@@ -60,12 +67,45 @@ LEGACY_COUNTS = _legacy_counts()
 _DIR = Path(tempfile.mkdtemp(prefix="torchinspect-fuzz-"))
 
 
+def _zip_seed_members() -> list[Member]:
+    import zipfile
+
+    with zipfile.ZipFile(io.BytesIO(SEEDS["zip"])) as zf:
+        return [Member(i.filename, zf.read(i)) for i in zf.infolist()]
+
+
+def _forged_members(draw: st.DrawFn, how: str) -> list[Member]:
+    members = _zip_seed_members()
+    i = draw(st.integers(0, len(members) - 1))
+    m = members[i]
+    if how == "dup_member":  # the same name twice, the copy before or after, other bytes or the same
+        other = draw(st.one_of(st.binary(max_size=64), st.sampled_from([x.data for x in members])))
+        copy = Member(m.name.upper() if draw(st.booleans()) else m.name, other)
+        at = i if draw(st.booleans()) else draw(st.integers(i + 1, len(members)))
+        members.insert(at, copy)
+    elif how == "size_lie":
+        lie = draw(st.integers(0, 2 ** 32 - 2))
+        field = draw(st.sampled_from(["file_size", "local_sizes", "crc"]))
+        members[i] = Member(m.name, m.data, file_size=lie if field == "file_size" else None,
+                            local_sizes=(lie, lie) if field == "local_sizes" else None,
+                            crc=lie if field == "crc" else None)
+    else:  # bomb: data.pkl deflated and padded with zeros, size declared honestly or not
+        k = next(j for j, x in enumerate(members) if x.name.endswith("data.pkl"))
+        pkl = members[k].data
+        mib = draw(st.integers(17, 48))
+        declared = len(pkl) + (mib << 20 if draw(st.booleans()) else draw(st.integers(0, 1 << 20)))
+        members[k] = Member(members[k].name, bomb_stream(pkl, mib), 8, declared, crc=0)
+    return members
+
+
 @st.composite
-def mutated(draw: st.DrawFn) -> tuple[str, bytes]:
+def mutated(draw: st.DrawFn) -> tuple[str, bytes, str]:
     kind = draw(st.sampled_from(sorted(SEEDS)))
     data = bytearray(SEEDS[kind])
     how = draw(st.sampled_from(["truncate", "flip", "splice", "st_header", "st_offsets", "zip_record",
-                                   "legacy_count"]))
+                                   "legacy_count", "dup_member", "size_lie", "bomb"]))
+    if how in ALWAYS_REFUSED + ("size_lie",):
+        return ("zip", build_zip(_forged_members(draw, how)), how)
     if how == "truncate":
         data = data[: draw(st.integers(0, len(data) - 1))]
     elif how == "flip":
@@ -95,17 +135,18 @@ def mutated(draw: st.DrawFn) -> tuple[str, bytes]:
     elif how == "legacy_count" and kind == "legacy":  # forge a storage record's element count
         i = draw(st.sampled_from(LEGACY_COUNTS))
         data[i:i + 8] = struct.pack("<q", draw(st.integers(-(2 ** 63), 2 ** 63 - 1)))
-    return kind, bytes(data)
+    return kind, bytes(data), how
 
 
-def _check(case: tuple[str, bytes]) -> None:
-    kind, data = case
+def _check(case: tuple[str, bytes, str]) -> None:
+    kind, data, how = case
     path = _DIR / f"case.{ 'safetensors' if kind == 'safetensors' else 'pt'}"
     path.write_bytes(data)
     try:
         meta = read_checkpoint_meta(path)
     except InspectError:
         return  # the CLI prints it as error/hint and exits 2
+    assert how not in ALWAYS_REFUSED, f"{how} was accepted"
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
@@ -132,20 +173,20 @@ _SETTINGS = dict(deadline=None, suppress_health_check=[HealthCheck.too_slow, Hea
 
 @settings(max_examples=150, **_SETTINGS)
 @given(mutated())
-def test_fuzz_sample(case: tuple[str, bytes]) -> None:
+def test_fuzz_sample(case: tuple[str, bytes, str]) -> None:
     _check(case)
 
 
 @pytest.mark.slow
 @settings(max_examples=10_000, **_SETTINGS)
 @given(mutated())
-def test_fuzz_10k(case: tuple[str, bytes]) -> None:
+def test_fuzz_10k(case: tuple[str, bytes, str]) -> None:
     _check(case)
 
 
 def test_unmutated_seeds_agree_with_torch() -> None:
     for kind, data in SEEDS.items():
-        _check((kind, data))
+        _check((kind, data, "none"))
         path = _DIR / f"seed.{'safetensors' if kind == 'safetensors' else 'pt'}"
         path.write_bytes(data)
         assert len(read_checkpoint_meta(path).tensors) == 5, kind

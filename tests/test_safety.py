@@ -157,3 +157,69 @@ def test_torchscript_is_a_model_side_in_diff(tmp_path: Path, invoke) -> None:
     result = invoke("diff", scripted, weights)
     assert result.exit_code == 0, result.output
     assert "loads with strict=True (2 tensors)" in result.output
+
+
+# ------------------------------------------------------------------ one safetensors rule (issue 20)
+
+
+def _st_raw(tmp_path: Path, header: str, data: bytes) -> Path:
+    return _st(tmp_path, header.encode(), data=data)
+
+
+_A = '"a": {"dtype": "F32", "shape": [2], "data_offsets": [0, 8]}'
+_B_AT = '"b": {{"dtype": "F32", "shape": [2], "data_offsets": [{0}, {1}]}}'
+ST_INVALID = {
+    "trailing_bytes": (lambda t: _st_raw(t, "{" + _A + "}", b"\0" * 12), "trailing data"),
+    "gap": (lambda t: _st_raw(t, "{" + _A + ", " + _B_AT.format(12, 20) + "}", b"\0" * 20),
+            "gap in the data"),
+    "duplicate_keys": (lambda t: _st_raw(t, "{" + _A + ", " + _A + "}", b"\0" * 8), "names 'a' twice"),
+    "nested_json": (lambda t: _st_raw(t, '{"__metadata__": ' + "[" * 100_000 + "]" * 100_000 + "}", b""),
+                    "nested too deeply"),
+    "shape_2_63": (lambda t: _st_raw(t, '{"big": {"dtype": "U8", "shape": [0, 9223372036854775808], '
+                                     '"data_offsets": [0, 0]}}', b""), "tensor 'big' has an invalid shape"),
+    "shape_bool": (lambda t: _st_raw(t, '{"flag": {"dtype": "F32", "shape": [true, 2], '
+                                     '"data_offsets": [0, 8]}}', b"\0" * 8), "tensor 'flag' has an invalid shape"),
+    "shape_negative": (lambda t: _st_raw(t, '{"neg": {"dtype": "F32", "shape": [-1, -2], '
+                                         '"data_offsets": [0, 8]}}', b"\0" * 8), "tensor 'neg' has an invalid shape"),
+}
+
+
+@pytest.mark.parametrize("case", sorted(ST_INVALID))
+def test_every_reader_applies_one_safetensors_rule(tmp_path: Path, invoke, case: str) -> None:
+    """diff, convert and summary (and both library readers) refuse the same files, exit 2."""
+    make, needle = ST_INVALID[case]
+    bad = make(tmp_path)
+    good = tmp_path / "good_ref.pt"
+    save_plain(good)
+    _assert_clean_failure(invoke("diff", good, bad), needle)
+    _assert_clean_failure(invoke("convert", bad, tmp_path / "out.pt"), needle)
+    _assert_clean_failure(invoke("summary", bad), needle)
+    assert not (tmp_path / "out.pt").exists()
+    for read in (read_checkpoint, read_checkpoint_meta):
+        with pytest.raises(InspectError, match=needle):
+            read(bad)
+
+
+def test_safetensors_library_agrees_on_the_rule(tmp_path: Path) -> None:
+    """What the safetensors library itself refuses (trailing bytes, gaps), the rule refuses;
+    a file it writes passes."""
+    from safetensors import SafetensorError
+    from safetensors.torch import load_file, save_file
+
+    ok = tmp_path / "ok.safetensors"
+    save_file({"a": torch.ones(2), "b": torch.zeros(3, dtype=torch.float16)}, ok)
+    assert set(read_checkpoint_meta(ok).tensors) == {"a", "b"}
+    for case in ("trailing_bytes", "gap"):
+        bad = ST_INVALID[case][0](tmp_path)
+        with pytest.raises(SafetensorError):
+            load_file(bad)
+        with pytest.raises(InspectError):
+            read_checkpoint_meta(bad)
+
+
+def test_deeply_nested_shard_index_is_a_clean_error(tmp_path: Path, invoke) -> None:
+    index = tmp_path / "model.safetensors.index.json"
+    index.write_text('{"weight_map": ' + "[" * 100_000 + "]" * 100_000 + "}")
+    good = tmp_path / "good_ref.pt"
+    save_plain(good)
+    _assert_clean_failure(invoke("diff", good, index), "not a readable JSON index")

@@ -78,8 +78,8 @@ EQUIVALENT = {
 TYPE_EXCEPTIONS = {("bench", "--batch"): "a sweep: --batch 1,8,32"}
 # other helpers' areas that still break the vocabulary: xfail(strict) flips when fixed
 PENDING = {
-    "--format": "issue 24: features --format is the shard file type (to be --save-format)",
-    "--force": "issue 24: features --force deletes earlier shards (to be --restart)",
+    "--format": "issue 24: features --format is the report format now, but a str with its own "
+                "help instead of the shared OutputFormat option",
     "--dtype": "issue 24: --dtype is an enum in features, a string in convert and bench "
                "(one type: fp32|fp16|bf16, bench a comma list)",
 }
@@ -127,10 +127,7 @@ def test_format_is_the_report_format_everywhere() -> None:
 
 
 @pytest.mark.parametrize("command", sorted({o.command for o in OPTIONS}))
-def test_one_name_per_idea(command: str, request: pytest.FixtureRequest) -> None:
-    if command == "features":
-        request.applymarker(pytest.mark.xfail(strict=True, reason="issue 24: features has "
-                                              "--batch-size beside --batch and --report"))
+def test_one_name_per_idea(command: str) -> None:
     names = {o.name for o in OPTIONS if o.command == command}
     assert not {n: NOT_NAMES[n] for n in names & set(NOT_NAMES)}
 

@@ -1,4 +1,4 @@
-"""models_zoo: every entry builds on meta and CPU, runs its example, and is what it claims."""
+"""torchinspect.zoo: every entry builds on meta and CPU, runs its example, and is what it claims."""
 
 from __future__ import annotations
 
@@ -6,15 +6,15 @@ import subprocess
 import sys
 from dataclasses import asdict
 
-import models_zoo
 import pytest
 import torch
 import torch.nn.functional as F
-from models_zoo import REGISTRY, ZooEntry
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
+import torchinspect.zoo as models_zoo
 from torchinspect.inputs import ExampleInputs, example_from_strings
+from torchinspect.zoo import REGISTRY, ZooEntry
 
 CPU_ENTRIES = [name for name in REGISTRY if name != "llama-70b"]  # 282 GB in float32: meta only
 
@@ -101,14 +101,14 @@ def test_required_entries_present():
 
 
 def test_import_is_light():
-    code = "import sys, models_zoo; assert 'torch' not in sys.modules, 'torch imported'"
+    code = "import sys, torchinspect.zoo as models_zoo; assert 'torch' not in sys.modules, 'torch imported'"
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
 def test_meta_build_is_cheap():
     """No builder runs an init whose meta kernel imports torch._dynamo (~1.5 s)."""
     code = (
-        "import sys, torch, models_zoo\n"
+        "import sys, torch, torchinspect.zoo as models_zoo\n"
         "with torch.device('meta'):\n"
         "    for e in models_zoo.REGISTRY.values(): e.build()\n"
         "assert 'torch._dynamo' not in sys.modules, 'a meta build imported torch._dynamo'\n"
@@ -330,7 +330,7 @@ def test_llama_tiny_runs_causally_on_cpu():
 
 def test_llama_tiny_matches_reference_attention():
     """GQA via enable_gqa equals attention over explicitly repeated K/V heads."""
-    from models_zoo.llama import apply_rope, rope
+    from torchinspect.zoo.llama import apply_rope, rope
 
     torch.manual_seed(0)
     model = REGISTRY["llama-tiny"].build().eval()

@@ -78,13 +78,6 @@ def same_device(a: str, b: str) -> bool:
     return norm(a) == norm(b)
 
 
-def torch_device(device: str) -> Any:
-    """``torch.device`` for a canonical device word (auto -> meta)."""
-    import torch
-
-    return torch.device(build_device(parse_device(device)))
-
-
 # ------------------------------------------------------------------ where tensors are
 
 
@@ -95,10 +88,6 @@ def _tensors(model: Any) -> Iterator[Any]:
 
 def has_meta_tensors(model: Any) -> bool:
     return any(t.is_meta for t in _tensors(model))
-
-
-def has_tensors(model: Any) -> bool:
-    return any(True for _ in _tensors(model))
 
 
 def model_device(model: Any, default: str = "cpu") -> str:

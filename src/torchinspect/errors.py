@@ -5,9 +5,8 @@ Nothing here imports torch: the CLI imports this module at start-up.
 
 from __future__ import annotations
 
-import os
+import re
 from enum import IntEnum
-from typing import Any
 
 
 class ExitStatus(IntEnum):
@@ -20,10 +19,21 @@ class ExitStatus(IntEnum):
     INTERRUPTED = 130  # Ctrl-C
 
 
-def first_line(exc: BaseException) -> str:
-    """The first line of an exception's text (its type name when empty), for one output line."""
-    text = str(exc).strip()
-    return text.splitlines()[0][:300] if text else type(exc).__name__
+_ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")  # colour codes some libraries put in messages
+
+
+def first_line(exc: BaseException, *, limit: int = 300, typed: bool = False,
+               sentence: bool = False) -> str:
+    """The first non-empty line of an exception's text, for one output line: colour codes
+    dropped, at most ``limit`` characters (cut with "..."). ``typed`` puts the type name in
+    front (``ValueError: ...``); ``sentence`` keeps only the first sentence. An exception
+    without text is its type name."""
+    line = next((t for t in (_ANSI.sub("", raw).strip() for raw in str(exc).splitlines()) if t), "")
+    if sentence:
+        line = re.split(r"(?<=[.!?])\s", line, maxsplit=1)[0]
+    if typed or not line:
+        line = f"{type(exc).__name__}: {line}" if line else type(exc).__name__
+    return line if len(line) <= limit else line[:limit - 3] + "..."
 
 
 # allocator messages of torch (CPU, CUDA, cuBLAS, cuDNN) when something does not fit
@@ -37,23 +47,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     (matched by name: no torch import here), or a RuntimeError carrying an allocator message."""
     return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
             or (isinstance(exc, RuntimeError) and any(s in str(exc) for s in _OOM_SIGNS)))
-
-
-def as_list(value: Any) -> list[Any]:
-    """A parameter that takes several texts (``layers``, ``select``, ``inputs`` ...): one
-    string is one item, not its characters; None is none."""
-    if value is None:
-        return []
-    if isinstance(value, (str, bytes, os.PathLike)):  # one path is one item too
-        return [value]
-    return list(value)
-
-
-def check_depth(depth: int) -> None:
-    """The one depth check of the Python API (the CLI's --depth has min=0)."""
-    if depth < 0:
-        raise InspectError(f"depth={depth}: the depth must be 0 or more",
-                           hint="e.g. depth=3 (0 shows the model as one row)")
 
 
 class InspectError(Exception):
@@ -76,6 +69,16 @@ class InspectError(Exception):
 
     def __str__(self) -> str:
         return self.message if not self.hint else f"{self.message} (hint: {self.hint})"
+
+
+class ModelCodeError(InspectError):
+    """The model's own code ended the run (``sys.exit``, a ``BaseException``) or broke the
+    process around it (closed stdout): an error of the model, exit 70. Raised by
+    ``torchinspect.guard.model_code``."""
+
+    def __init__(self, message: str, hint: str | None = None) -> None:
+        super().__init__(message, hint or "fix the model's code; --debug shows the traceback",
+                         ExitStatus.INTERNAL)
 
 
 class UnsafeCheckpointError(InspectError):

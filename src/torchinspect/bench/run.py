@@ -29,7 +29,8 @@ from torchinspect.bench.precision import tf32_switch
 from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
-from torchinspect.errors import InspectError, is_out_of_memory
+from torchinspect.errors import InspectError, first_line, is_out_of_memory
+from torchinspect.guard import model_code, training_mode
 from torchinspect.inputs import ExampleInputs, TensorSpec, rebatch
 
 DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -176,11 +177,6 @@ class BenchResult:
 # ------------------------------------------------------------------ helpers
 
 
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0] if text else ''}"[:300]
-
-
 def _cast_inputs(value: Any, dtype: Any, channels_last: bool) -> Any:
     import torch
 
@@ -244,21 +240,6 @@ def _global_switches(opts: BenchOptions, device: str) -> Iterator[None]:
     finally:
         torch.set_num_threads(threads)
         torch.backends.cudnn.benchmark = cudnn
-
-
-@contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        try:
-            model.eval()
-        except NotImplementedError:  # a torch.export program (.pt2) refuses eval()
-            for m, _ in flags:
-                m.training = False
-        yield
-    finally:
-        for m, was in flags:
-            m.training = was
 
 
 def _free(device: str) -> None:
@@ -446,7 +427,7 @@ class _Runner:
         except Exception as exc:  # noqa: BLE001 - every failure becomes the row's status
             error = exc
             row.status = "oom" if is_out_of_memory(exc) else "error"
-            row.error = _first_line(exc)
+            row.error = first_line(exc, typed=True)
             row.timing = None
         if error is not None:
             del error  # drop the traceback (and the tensors its frames hold) before freeing
@@ -467,6 +448,10 @@ class _Runner:
         if s.cov > NOISY_COV:
             out.append(f"noisy: CoV {s.cov * 100:.1f}% > {NOISY_COV * 100:.1f}%; close other "
                        "programs, fix the clocks, or raise --min-time")
+        if t.stop == "max_time" and t.iters < self.opts.timing.min_iters:
+            out.append(f"--max-time {self.opts.timing.max_time:g} s ended the timing after "
+                       f"{t.iters} of --min-iters {self.opts.timing.min_iters} calls (--max-time "
+                       "wins); raise --max-time for more")
         if t.stop == "max_time" and s.median_cov > self.opts.timing.target_cov:
             out.append(f"median not converged (±{s.median_cov * 100:.2f}%) at --max-time "
                        f"{self.opts.timing.max_time:g} s; raise --max-time for a tighter median")
@@ -515,7 +500,7 @@ def run_bench(case: Any, options: BenchOptions | None = None, *,
         owned = base is not case.model
         runner = _Runner(case, opts, device, progress, clock)
         try:
-            with _eval_mode(base):
+            with training_mode(base), model_code():
                 _sweep(runner, base, owned, result)
         finally:
             del base
@@ -533,7 +518,7 @@ def _sweep(runner: _Runner, base: Any, owned: bool, result: BenchResult) -> None
             import torch
 
             fn = torch.compile(model, mode=None if opts.compile == "default" else opts.compile)
-        with _eval_mode(model):
+        with training_mode(model), model_code():
             if opts.max_batch:
                 result.max_batch, row = _max_batch(runner, model, fn, dtype)
                 if row is not None:
@@ -585,7 +570,7 @@ def _max_batch(runner: _Runner, model: Any, fn: Any, dtype: str) -> tuple[MaxBat
             peak = runner.peaks()[0]
         except Exception as exc:  # noqa: BLE001
             if not is_out_of_memory(exc):
-                error = _first_line(exc)
+                error = first_line(exc, typed=True)
             ok = False
         _free(runner.device)
         if error is not None:

@@ -19,8 +19,10 @@ kept too: when it is close to the device time the run is launch-bound.
 
 Stopping rule, checked after each block: stop when at least ``min_iters`` calls and
 ``min_time`` seconds are done and the relative standard error of the median
-(:attr:`Stats.median_cov`) is at most ``target_cov``; or when ``max_time`` is reached (after
-``min_iters``); or at ``max_iters``.
+(:attr:`Stats.median_cov`) is at most ``target_cov``; or when ``max_time`` is reached; or at
+``max_iters``. ``max_time`` wins over ``min_iters``: it bounds the timing however many calls
+were asked for (a block is cut to fit what is left of it; at least one call is timed), so a
+huge ``--min-iters`` cannot make a run endless. The warm-up is bounded by ``max_time / 2``.
 """
 
 from __future__ import annotations
@@ -52,6 +54,17 @@ class TimingConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
+
+    def warmup_text(self, done: list[int] | None = None) -> str:
+        """The warm-up as the loop runs it: its minimums and the cut-off that can end it
+        early (slow calls get fewer than ``warmup_iters``), with the call counts ``done``."""
+        cap = max(self.warmup_s, self.max_time / 2)
+        text = (f"warm-up until {self.warmup_iters} calls and {self.warmup_s:g} s, "
+                f"cut off after {cap:g} s")
+        if done:
+            lo, hi = min(done), max(done)
+            text += f" (ran {lo} call{'s' if hi != 1 else ''})" if lo == hi else f" (ran {lo}-{hi} calls)"
+        return text
 
 
 @dataclass
@@ -163,7 +176,7 @@ def measure(step: Callable[[], Any], *, config: TimingConfig | None = None,
         if enough and elapsed >= cfg.min_time and stats.median_cov <= cfg.target_cov:
             stop = "converged"
             break
-        if enough and elapsed >= cfg.max_time:
+        if elapsed >= cfg.max_time:  # the bound, before min_iters too
             stop = "max_time"
             break
         if len(samples) >= cfg.max_iters:
@@ -176,14 +189,11 @@ def measure(step: Callable[[], Any], *, config: TimingConfig | None = None,
 
 
 def _block_size(estimate: float, cfg: TimingConfig, *, elapsed: float, done: int) -> int:
-    """Calls in the next block: about ``block_s`` of work, never past ``max_time`` (once
-    ``min_iters`` are done) nor ``max_iters``."""
+    """Calls in the next block: about ``block_s`` of work, never past ``max_time`` nor
+    ``max_iters``."""
     per = max(estimate, 1e-9)
     k = max(1, min(round(cfg.block_s / per), 10_000))
-    if done < cfg.min_iters:
-        k = max(k, 1)
-    else:
-        k = min(k, max(1, int((cfg.max_time - elapsed) / per)))
+    k = min(k, max(1, int((cfg.max_time - elapsed) / per)))
     return max(1, min(k, cfg.max_iters - done))
 
 

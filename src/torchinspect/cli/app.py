@@ -1,7 +1,8 @@
 """The Typer app: one small module per subcommand, registered here.
 
-`main()` is the console-script entry point: it maps Ctrl-C to exit 130 and keeps user
-errors to one line (see cli/common.py: command_errors).
+`main()` is the console-script entry point. Every error, wherever it escapes (a command body,
+the command group, the console script), goes through the one boundary
+``cli/common.py: exit_status``: one ``error:`` line, Ctrl-C 130.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import typer
 from typer.core import TyperGroup
 
 from torchinspect import __version__
-from torchinspect.cli.common import DEBUG
+from torchinspect.cli.common import DEBUG, exit_status
 from torchinspect.errors import ExitStatus
 
 # Newer typer vendors click privately, older typer uses click itself: take the classes
@@ -47,9 +48,10 @@ class InspectGroup(TyperGroup):
         except ClickException as exc:
             exc.show()  # type: ignore[attr-defined]
             sys.exit(exc.exit_code)  # type: ignore[attr-defined]
-        except (typer.Abort, KeyboardInterrupt):
-            typer.echo("interrupted", err=True)
-            sys.exit(int(ExitStatus.INTERRUPTED))
+        except typer.Abort:  # click's own Ctrl-C (at a prompt)
+            sys.exit(exit_status(KeyboardInterrupt()))
+        except Exception as exc:  # noqa: BLE001 - one boundary for what escapes a command
+            sys.exit(exit_status(exc))
         sys.exit(rv if isinstance(rv, int) else 0)
 
 
@@ -136,9 +138,8 @@ def main() -> None:
         elif exc.code is not None:
             sys.stderr.write(f"{exc.code}\n")
             code = 1
-    except KeyboardInterrupt:
-        sys.stderr.write("interrupted\n")
-        code = int(ExitStatus.INTERRUPTED)
+    except BaseException as exc:  # noqa: BLE001 - Ctrl-C and the rest: the one boundary
+        code = exit_status(exc)
     finally:
         try:
             sys.stdout.flush()

@@ -55,8 +55,10 @@ ThreadsOpt = Annotated[int | None, typer.Option("--threads", min=1,
                                                 help="torch CPU threads (default: torch's own).")]
 MinTimeOpt = Annotated[float, typer.Option("--min-time", min=0.0, help="seconds to time at least.")]
 MaxTimeOpt = Annotated[float, typer.Option("--max-time", min=0.0,
-                                           help="seconds after which timing stops.")]
-MinItersOpt = Annotated[int, typer.Option("--min-iters", min=1, help="iterations to time at least.")]
+                                           help="seconds after which timing stops, however many "
+                                           "--min-iters were asked for (it wins).")]
+MinItersOpt = Annotated[int, typer.Option("--min-iters", min=1, help="iterations to time at least "
+                                          "(unless --max-time comes first).")]
 WarmupOpt = Annotated[float, typer.Option("--warmup", min=0.0,
                                           help="warm-up seconds (at least 5 calls).")]
 TargetOpt = Annotated[float, typer.Option(

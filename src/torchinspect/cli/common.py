@@ -26,7 +26,9 @@ import typer
 
 from torchinspect.device import parse_device
 from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
+from torchinspect.guard import model_code
 from torchinspect.report import OutputFormat, Report, render
+from torchinspect.report.render import printable
 from torchinspect.sources.case import ModelOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -42,10 +44,11 @@ def _debug_enabled() -> bool:
 
 
 def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.USAGE) -> typer.Exit:
-    """Print ``error:``/``hint:`` lines on stderr and return the Exit to raise."""
-    typer.echo(f"error: {message}", err=True)
+    """Print ``error:``/``hint:`` lines on stderr and return the Exit to raise. Control
+    characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped."""
+    typer.echo(f"error: {printable(message)}", err=True)
     if hint:
-        typer.echo(f"hint: {hint}", err=True)
+        typer.echo(f"hint: {printable(hint)}", err=True)
     return typer.Exit(int(status))
 
 
@@ -67,47 +70,64 @@ def tolerance(value: float, option: str) -> float:
     return value
 
 
+def exit_status(exc: BaseException) -> int:
+    """The one error boundary of the CLI (commands, the command group, the console script):
+    ``exc`` as one ``error:``/``hint:`` pair on stderr (the traceback too with --debug), and
+    the exit status it maps to. Ctrl-C is 130; a user error its own status (2 unless said);
+    running out of memory 2; a file system refusal 2; the model's own code ending the run or
+    any other failure 70."""
+    if isinstance(exc, KeyboardInterrupt):
+        typer.echo("interrupted", err=True)
+        return int(ExitStatus.INTERRUPTED)
+    if _debug_enabled():
+        traceback.print_exception(exc)
+    if isinstance(exc, InspectError):
+        return _shown(exc.message, exc.hint, exc.status)
+    if is_out_of_memory(exc):
+        return _shown(f"ran out of memory: {first_line(exc)}" if str(exc).strip() else
+                      "ran out of memory", "use the default --device meta where the command has "
+                      "it, a smaller --input or --batch, or a device with more memory")
+    if isinstance(exc, OSError):  # the file system refused a path the user gave
+        return _shown(_os_error_text(exc), "check the path, its permissions and the free disk space")
+    return _shown(  # a bug in torchinspect or in the model's own code
+        f"internal error: {first_line(exc, typed=True)}",
+        "rerun with --debug (or TORCHINSPECT_DEBUG=1) for the traceback; when it ends in "
+        "torchinspect rather than the model's code, report it", ExitStatus.INTERNAL)
+
+
+def _shown(message: str, hint: str | None, status: int = ExitStatus.USAGE) -> int:
+    return error_exit(message, hint, status).exit_code
+
+
+# The real stdout while a command runs: sys.stdout points at stderr then (model code prints
+# there), and the report is rendered here.
+REPORT_STDOUT: ContextVar[Any] = ContextVar("torchinspect_report_stdout", default=None)
+
+
+def report_stdout() -> Any:
+    """Where the report goes when there is no --output: the real stdout of the command."""
+    stream = REPORT_STDOUT.get()
+    return stream if stream is not None else sys.stdout
+
+
 def command_errors(fn: F) -> F:
-    """Decorator for command bodies: user errors become one line and a stable exit code."""
+    """Decorator for command bodies: the body runs with the model's code contained
+    (:class:`torchinspect.guard.model_code`: its prints go to stderr, torch's switches and
+    the working folder are put back, ``sys.exit`` is an error of the model), and whatever
+    ends it goes through :func:`exit_status`."""
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        token = REPORT_STDOUT.set(sys.stdout)
         try:
-            return fn(*args, **kwargs)
-        except InspectError as exc:
-            if _debug_enabled():
-                traceback.print_exc()
-            raise error_exit(exc.message, exc.hint, exc.status) from None
-        except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(int(ExitStatus.INTERRUPTED)) from None
-        except (typer.Exit, typer.Abort, SystemExit):
+            with model_code(stdout=True):
+                return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
             raise
-        except MemoryError:
-            raise error_exit(
-                "ran out of memory",
-                "use the default --device meta (no memory for weights), a smaller --input or --batch",
-            ) from None
-        except OSError as exc:  # the file system refused a path the user gave
-            if _debug_enabled():
-                traceback.print_exc()
-            raise error_exit(_os_error_text(exc), "check the path, its permissions and the free "
-                             "disk space") from None
-        except Exception as exc:  # a bug in torchinspect or in the model's own code
-            if is_out_of_memory(exc):
-                raise error_exit(
-                    f"ran out of memory: {first_line(exc)}",
-                    "use the default --device meta where the command has it, a smaller "
-                    "--input or --batch, or a device with more memory") from None
-            if _debug_enabled():
-                traceback.print_exc()
-            raise error_exit(
-                f"internal error: {type(exc).__name__}"
-                + (f": {first_line(exc)}" if str(exc).strip() else ""),
-                "rerun with --debug (or TORCHINSPECT_DEBUG=1) for the traceback; when it ends in "
-                "torchinspect rather than the model's code, report it",
-                ExitStatus.INTERNAL,
-            ) from None
+        except BaseException as exc:  # noqa: BLE001 - the boundary: one line and a status
+            raise typer.Exit(exit_status(exc)) from None
+        finally:
+            REPORT_STDOUT.reset(token)
 
     return wrapper  # type: ignore[return-value]
 
@@ -234,6 +254,7 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
         picked = {n: kwargs.pop(n) for n in names if n in kwargs}
         try:
             injected = build(picked)
+            _outputs_absolute(injected, kwargs)
             _check_output(injected, [*args, *kwargs.values()])
         except InspectError as exc:  # bad shared option (e.g. --device gpu): same boundary
             return command_errors(_raiser(exc))()
@@ -244,6 +265,44 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
     wrapper.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()}
     del wrapper.__wrapped__  # Typer must read __signature__, not fn's own
     return wrapper
+
+
+# options that name where a command writes (its own --output, --junit, --trace)
+_OUTPUT_NAMES = ("output", "junit", "trace")
+
+
+class OutputPath(str):
+    """An output path anchored before any model code runs: its value (what ``open``,
+    ``os.fspath`` and path operations see) is absolute, so a model's ``os.chdir`` cannot move
+    where the command writes; messages (``f"wrote {path}"``) still show it as the user
+    wrote it."""
+
+    shown: str
+
+    def __new__(cls, given: str) -> OutputPath:
+        try:
+            anchored = super().__new__(cls, os.path.abspath(given))
+        except OSError:  # the working folder is gone: nothing to anchor to
+            anchored = super().__new__(cls, given)
+        anchored.shown = given
+        return anchored
+
+    def __format__(self, spec: str) -> str:
+        return format(self.shown, spec)
+
+    def __repr__(self) -> str:
+        return repr(self.shown)
+
+
+def _outputs_absolute(injected: dict[str, Any], kwargs: dict[str, Any]) -> None:
+    """Output paths (``--output``, ``--junit``, ``--trace``) anchored before any model code
+    runs (:class:`OutputPath`)."""
+    out = injected.get("out")
+    if out is not None and out.output:
+        out.output = OutputPath(out.output)
+    for name in _OUTPUT_NAMES:
+        if isinstance(kwargs.get(name), str) and kwargs[name]:
+            kwargs[name] = OutputPath(kwargs[name])
 
 
 def _check_output(injected: dict[str, Any], values: list[Any]) -> None:
@@ -362,11 +421,12 @@ def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) 
         typer.echo(f"wrote {out.output}", err=True)
         return
     try:
-        render(report, out.format, sys.stdout, width=_width())
-        sys.stdout.flush()
+        stdout = report_stdout()
+        render(report, out.format, stdout, width=_width())
+        stdout.flush()
     except BrokenPipeError:  # `inspect ... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
+        os.dup2(devnull, stdout.fileno())
 
 
 def emit_results(command: str, results: list[Any], build: Callable[..., Report],

@@ -24,7 +24,8 @@ from typing import Any
 import torch
 from torch import nn
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
+from torchinspect.guard import training_mode
 from torchinspect.shapes import first_tensor
 
 
@@ -55,11 +56,6 @@ class LayerListing:
                 "modules": [m.to_dict() for m in self.modules],
                 "nodes": [n.to_dict() for n in self.nodes], "fx_error": self.fx_error,
                 "notes": list(self.notes)}
-
-
-def _first_line(exc: BaseException) -> str:
-    text = str(exc).strip().splitlines()
-    return f"{type(exc).__name__}: {text[0][:200]}" if text else type(exc).__name__
 
 
 def _shape_of(value: Any) -> tuple[list[int] | None, str | None]:
@@ -127,7 +123,7 @@ def list_layers(model: Any, *, options: Any = None) -> LayerListing:
             shape, dtype = _shape_of(outs.get(n))
             nodes.append(LayerInfo(n, "node", "", shape, dtype))
     except Exception as exc:  # FX cannot trace this model: module names still work
-        fx_error = _first_line(exc)
+        fx_error = first_line(exc, typed=True)
     notes = []
     if trace.fallback_reason:
         notes.append(f"shapes from a real CPU run: {trace.fallback_reason}")
@@ -145,22 +141,10 @@ def _run_fx(model: nn.Module, names: Sequence[str], args: tuple[Any, ...],
             kwargs: dict[str, Any]) -> dict[str, Any]:
     from torchvision.models.feature_extraction import create_feature_extractor
 
-    with preserved_training(model), _quiet():
-        model.eval()
+    with training_mode(model), _quiet():
         fx = create_feature_extractor(model, return_nodes=list(names))
         with torch.inference_mode():
             return dict(fx(*args, **kwargs))
-
-
-@contextlib.contextmanager
-def preserved_training(model: nn.Module) -> Iterator[None]:
-    """Restore every submodule's ``training`` flag afterwards."""
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
 
 
 class _Stop(Exception):
@@ -190,8 +174,7 @@ class LayerCapture:
         self._got: dict[str, Any] = {}
 
     def __enter__(self) -> LayerCapture:
-        self._stack.enter_context(preserved_training(self.model))
-        self.model.eval()
+        self._stack.enter_context(training_mode(self.model))
         if self.method == "fx":
             self._fx = self._build_fx()
         else:
@@ -214,7 +197,7 @@ class LayerCapture:
             bad = [n for n in self.names if n not in self._modules]
             raise InspectError(
                 f"layer {', '.join(bad)}: not a module name, and FX node names are not "
-                f"available for this model ({_first_line(exc)})",
+                f"available for this model ({first_line(exc, typed=True)})",
                 hint="use module names (see `inspect features MODEL --list`)") from None
         prefixes = set()
         for k in known:
@@ -230,7 +213,7 @@ class LayerCapture:
             return fx
         except Exception as exc:
             raise InspectError(f"cannot build an FX feature extractor for {', '.join(self.names)}: "
-                               f"{_first_line(exc)}",
+                               f"{first_line(exc, typed=True)}",
                                hint="use module names (see `inspect features MODEL --list`)") from None
 
     def _hook(self, name: str) -> Any:

@@ -1,6 +1,18 @@
-"""The one safe checkpoint reader.
+"""Load a weights file into torch objects, safely; and the public checkpoint API.
 
-Every ``.pt/.pth/.bin/.ckpt`` read goes through ``torch.load(weights_only=True,
+Two readers, two jobs:
+
+* this module (:func:`read_checkpoint`, :func:`read_state_dict`) *loads* a whole weights
+  file into torch tensors, for commands that put the weights into a model
+  (``summary --weights``, ``--arch``, features, export, ...);
+* io/tensors.py (:func:`~torchinspect.io.tensors.open_input`, and
+  :func:`read_checkpoint_meta` over it) *describes* a checkpoint entry by entry without
+  loading it, and streams tensor bytes from the file: ``diff`` and ``convert``.
+
+Both apply the same validity rules before anything is read: io/zipcheck.py for zip
+archives, io/safetensors.py for safetensors headers (docs/concepts/safety.md).
+
+Every ``.pt/.pth/.bin/.ckpt`` load goes through ``torch.load(weights_only=True,
 map_location="cpu")`` (mmap for zip archives); ``.safetensors`` through safetensors after
 our own header validation. A weights-only refusal raises :class:`UnsafeCheckpointError`
 naming the offending globals; there is no automatic unsafe retry. TorchScript and
@@ -32,6 +44,7 @@ from torchinspect.io.formats import (
     weights_file,
 )
 from torchinspect.io.meta import CheckpointMeta, TensorMeta, read_checkpoint_meta
+from torchinspect.io.safetensors import load_safetensors
 from torchinspect.io.state_dict import (
     CONTAINER_KEYS,
     TRAINING_KEYS,
@@ -41,6 +54,7 @@ from torchinspect.io.state_dict import (
     find_prefix_remaps,
     strip_prefixes,
 )
+from torchinspect.io.torch_load import torch_load
 
 __all__ = [
     "CONTAINER_KEYS", "TRAINING_KEYS", "Checkpoint", "CheckpointFormat", "CheckpointMeta",
@@ -84,12 +98,8 @@ def read_checkpoint(path: str | os.PathLike[str], *, trust_pickle: bool = False,
     """
     path, fmt, size = weights_file(path)
     if fmt is CheckpointFormat.safetensors:
-        from torchinspect.io.safetensors import load_safetensors
-
         tensors, metadata = load_safetensors(path)
         return Checkpoint(path, fmt, tensors, metadata, size)
-    from torchinspect.io.torch_load import torch_load
-
     obj = torch_load(path, fmt, trust_pickle=trust_pickle, mmap=mmap)
     return Checkpoint(path, fmt, obj, {}, size)
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from torchinspect.io.torchzip import _ALLOWED, DTYPE_SIZES, NeedsTorch, _DType
+from torchinspect.io.torchzip import DTYPE_SIZES, SAFE_GLOBALS, DType, NeedsTorch
 
 _MD = "torch.distributed.checkpoint.metadata"
 _RECORDS = {
@@ -57,12 +57,12 @@ class _DcpUnpickler(pickle.Unpickler):
         if cls is not None:
             return cls
         if module == "torch" and name in DTYPE_SIZES:
-            return _DType(name)
+            return DType(name)
         if (module, name) == ("torch", "Size"):
             return tuple
         if (module, name) in (("torch.serialization", "_get_layout"), (_MD, "_MEM_FORMAT_ENCODING")):
             return lambda value: value
-        fn = _ALLOWED.get((module, name))
+        fn = SAFE_GLOBALS.get((module, name))
         if fn is not None and not module.startswith("torch"):
             return fn
         raise NeedsTorch(f"{module}.{name}")
@@ -114,7 +114,7 @@ def read_dcp_metadata(path: Path) -> DcpMetadata:
             raise NeedsTorch(f"unexpected entry {item.kind}")
         props, size, chunks = item.field("properties"), item.field("size"), item.field("chunks")
         dtype = props.field("dtype", 0) if isinstance(props, Record) else None
-        if not isinstance(dtype, _DType) or not isinstance(size, tuple) or not isinstance(chunks, list) \
+        if not isinstance(dtype, DType) or not isinstance(size, tuple) or not isinstance(chunks, list) \
                 or not all(isinstance(d, int) and d >= 0 for d in size):
             raise NeedsTorch("tensor metadata not understood")
         entries.append(DcpEntry(fqn, True, tuple(size), dtype.name, len(chunks)))

@@ -8,11 +8,11 @@ from __future__ import annotations
 import json
 import os
 import struct
-import zipfile
 from enum import StrEnum
 from pathlib import Path
 
 from torchinspect.errors import InspectError
+from torchinspect.io.zipcheck import open_zip
 
 # torch.save's legacy (non-zip) format starts with pickle protocol 2 + LONG1 of its magic number.
 _LEGACY_MAGIC = b"\x80\x02\x8a\x0a\x6c\xfc\x9c\x46\xf9\x20\x6a\xa8\x50\x19"
@@ -50,23 +50,22 @@ def _check_file(path: Path) -> int:
 
 
 def zip_prefix(names: list[str]) -> str | None:
-    """The archive folder of a torch.save zip (``"sd/"`` for ``sd/data.pkl``), or None."""
-    for n in names:
-        if n.endswith("data.pkl") and n.count("/") <= 1:
-            return n[: -len("data.pkl")]
-    return None
+    """The folder torch reads a torch.save zip from (``"sd/"`` for ``sd/data.pkl``), or None.
+
+    torch takes the first entry's folder (``PyTorchStreamReader``); ``data.pkl`` must be in it.
+    """
+    first = names[0] if names else ""
+    prefix = first.split("/", 1)[0] + "/" if "/" in first else None
+    return prefix if prefix is not None and prefix + "data.pkl" in names else None
 
 
 def classify_zip(path: Path) -> CheckpointFormat:
-    """Tell a torch.save checkpoint from a TorchScript or torch.export archive."""
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-    except (zipfile.BadZipFile, OSError, ValueError, EOFError, NotImplementedError, RuntimeError) as exc:
-        raise InspectError(
-            f"{path}: truncated or corrupt zip checkpoint ({exc})",
-            hint="the download or copy was probably cut short; fetch the file again",
-        ) from None
+    """Tell a torch.save checkpoint from a TorchScript or torch.export archive.
+
+    The archive is validated first (io/zipcheck.py: no duplicate names, headers that agree,
+    no compression bomb), so every later reader of it sees the bytes torch would load.
+    """
+    names = open_zip(path).names
     if any(n.endswith("constants.pkl") and n.count("/") <= 1 for n in names):
         return CheckpointFormat.torchscript
     if any(n.endswith("archive_format") or "/models/" in n or n.startswith("models/")

@@ -10,15 +10,18 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, UnsafeCheckpointError
+from torchinspect.io.dcpmeta import DcpEntry, DcpMetadata, read_dcp_metadata
+from torchinspect.io.entries import LoadedInput, TensorSource
 from torchinspect.io.formats import CheckpointFormat, detect_format
-
-if TYPE_CHECKING:
-    from torchinspect.io.tensors import LoadedInput
+from torchinspect.io.state_dict import container_extras, find_state_dict
+from torchinspect.io.torch_load import scan_pickle_globals
+from torchinspect.io.torchzip import DTYPE_SIZES, NeedsTorch
 
 _SHARD = re.compile(r"^(?P<stem>.+)-(?P<i>\d{5})-of-(?P<n>\d{5})\.(?P<ext>safetensors|bin)$")
 _INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
@@ -87,7 +90,7 @@ def read_hf_index(index: Path) -> dict[str, str]:
     """``weight_map`` of a Hugging Face index: tensor name -> shard file name."""
     try:
         data = json.loads(index.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, ValueError) as exc:
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InspectError(f"{index}: not a readable JSON index ({type(exc).__name__})",
                            hint="pass the model.safetensors.index.json written with the shards") from None
     wm = data.get("weight_map") if isinstance(data, dict) else None
@@ -102,10 +105,9 @@ def read_hf_index(index: Path) -> dict[str, str]:
     return wm
 
 
-def open_hf_sharded(layout: Layout, *, key: str | None, trust_pickle: bool,
-                    need_bytes: bool) -> LoadedInput:
-    from torchinspect.io.tensors import LoadedInput, open_input
-
+def open_hf_sharded(layout: Layout, open_input: Callable[..., LoadedInput], *, key: str | None,
+                    trust_pickle: bool, need_bytes: bool) -> LoadedInput:
+    """Each shard through ``open_input`` (io/tensors.py's single-file reader), in index order."""
     index = layout.path
     wm = read_hf_index(index)
     by_shard: dict[str, list[str]] = {}
@@ -148,9 +150,6 @@ def _dcp_metadata(folder: Path, trust_pickle: bool) -> Any:
     """Entries of the ``.metadata``: the restricted pure-Python reader (io/dcpmeta.py, no
     torch import); for anything it does not know, DCP's own reader, after checking that the
     pickle imports only DCP's metadata classes (``read_metadata`` is a plain ``pickle.load``)."""
-    from torchinspect.io.dcpmeta import DcpEntry, DcpMetadata, read_dcp_metadata
-    from torchinspect.io.torchzip import NeedsTorch
-
     try:
         return read_dcp_metadata(folder / DCP_METADATA)
     except NeedsTorch:
@@ -158,9 +157,6 @@ def _dcp_metadata(folder: Path, trust_pickle: bool) -> Any:
     except OSError as exc:
         raise InspectError(f"{folder}: cannot read the DCP .metadata ({exc.strerror})",
                            hint="the checkpoint folder is incomplete or corrupt") from None
-    from torchinspect.errors import UnsafeCheckpointError
-    from torchinspect.io.torch_load import scan_pickle_globals
-
     raw = (folder / DCP_METADATA).read_bytes()
     bad = [g for g in scan_pickle_globals(raw, max_pickles=1)
            if not g.startswith(_DCP_ALLOWED_PREFIXES) and not _is_torch_dtype(g)]
@@ -187,8 +183,6 @@ def _dcp_metadata(folder: Path, trust_pickle: bool) -> Any:
 
 
 def _is_torch_dtype(name: str) -> bool:
-    from torchinspect.io.torchzip import DTYPE_SIZES
-
     return name.startswith("torch.") and name[6:] in DTYPE_SIZES
 
 
@@ -212,10 +206,6 @@ class DcpRef:
 
 def open_dcp(layout: Layout, *, key: str | None, trust_pickle: bool = False) -> LoadedInput:
     """A DCP folder: keys/shapes/dtypes from ``.metadata``; each tensor loaded on demand."""
-    from torchinspect.io.state_dict import container_extras, find_state_dict
-    from torchinspect.io.tensors import LoadedInput, TensorSource
-    from torchinspect.io.torchzip import DTYPE_SIZES
-
     folder = layout.path
     md = _dcp_metadata(folder, trust_pickle)
     planner = md.planner_data

@@ -14,6 +14,7 @@ from typing import Any
 
 from torchinspect.io.formats import CheckpointFormat
 from torchinspect.io.state_dict import describe_value
+from torchinspect.io.tensors import open_input
 
 
 @dataclass(frozen=True)
@@ -101,8 +102,6 @@ def read_checkpoint_meta(path: str | os.PathLike[str], *, key: str | None = None
     does not import torch. Raises :class:`InspectError` / :class:`UnsafeCheckpointError`
     exactly like :func:`read_checkpoint` (TorchScript/.pt2 archives included).
     """
-    from torchinspect.io.tensors import open_input
-
     inp = open_input(path, key=key, trust_pickle=trust_pickle, need_bytes=False, fmt=fmt)
     tensors = {t.name: TensorMeta(t.shape, t.dtype, t.device, t.nbytes, t.tie, t.kind)
                for t in inp.tensors}

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 from torchinspect.io.formats import SAFETENSORS_MAX_HEADER
 
 # safetensors dtype code -> (torch dtype name, bytes per element)
@@ -57,8 +57,90 @@ def _bad(path: Path, what: str, hint: str | None = None) -> InspectError:
                         hint=hint or "the file is corrupt or was cut short; fetch it again")
 
 
+#: Largest element count (and byte count) of one tensor: what an int64 holds.
+_MAX_COUNT = 2 ** 63 - 1
+
+
+def _no_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in pairs:
+        if k in out:
+            raise _DuplicateKey(k)
+        out[k] = v
+    return out
+
+
+class _DuplicateKey(ValueError):
+    pass
+
+
+def _is_count(x: Any) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= _MAX_COUNT
+
+
+def _parse_header(path: Path, raw: bytes) -> dict[str, Any]:
+    try:
+        header = json.loads(raw.decode("utf-8"), object_pairs_hook=_no_duplicates)
+    except _DuplicateKey as exc:
+        raise _bad(path, f"the header names {exc.args[0]!r} twice") from None
+    except RecursionError:
+        raise _bad(path, "the header's JSON is nested too deeply") from None
+    except (UnicodeDecodeError, ValueError) as exc:
+        raise _bad(path, f"header is not valid JSON ({exc.__class__.__name__})") from None
+    if not isinstance(header, dict):
+        raise _bad(path, "header is not a JSON object")
+    return header
+
+
+def _entry(path: Path, name: str, info: Any, base: int, data_len: int) -> SafetensorsEntry:
+    if not isinstance(info, dict):
+        raise _bad(path, f"entry {name!r} is not an object")
+    code, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
+    if not isinstance(code, str) or code not in ST_DTYPES:
+        raise _bad(path, f"tensor {name!r} has unknown dtype {code!r}")
+    if not isinstance(shape, list) or not all(_is_count(d) for d in shape) \
+            or math.prod(shape) > _MAX_COUNT:
+        raise _bad(path, f"tensor {name!r} has an invalid shape {str(shape)[:80]} (dimensions "
+                   "must be integers from 0 to 2**63-1, with a product that fits too)")
+    if not isinstance(offs, list) or len(offs) != 2 or not all(_is_count(o) for o in offs) \
+            or offs[0] > offs[1]:
+        raise _bad(path, f"tensor {name!r} has invalid data_offsets {str(offs)[:80]}")
+    if offs[1] > data_len:
+        raise _bad(path, f"tensor {name!r} ends at byte {offs[1]:,}, past the "
+                   f"{data_len:,} bytes of data (truncated?)")
+    dtype, itemsize = ST_DTYPES[code]
+    expected = math.prod(shape) * itemsize
+    if offs[1] - offs[0] != expected:
+        raise _bad(path, f"tensor {name!r} has {offs[1] - offs[0]:,} bytes but shape "
+                   f"{shape} of {dtype} needs {expected:,}")
+    return SafetensorsEntry(name, dtype, tuple(shape), base + offs[0], base + offs[1])
+
+
+def _check_tiling(path: Path, entries: dict[str, SafetensorsEntry], base: int, size: int) -> None:
+    """The tensors cover the data section exactly, one after another (the safetensors
+    library's rule): no overlap, no gap, no trailing bytes."""
+    pos, prev = base, None
+    for e in sorted(entries.values(), key=lambda e: (e.begin, e.end)):
+        if e.begin < pos:
+            raise _bad(path, f"tensors {prev!r} and {e.name!r} have overlapping data_offsets")
+        if e.begin > pos:
+            raise _bad(path, f"{e.begin - pos:,} bytes before tensor {e.name!r} belong to no "
+                       "tensor (a gap in the data)")
+        pos, prev = e.end, e.name
+    if pos != size:
+        raise _bad(path, f"{size - pos:,} bytes after the last tensor belong to no tensor "
+                   "(trailing data)")
+
+
 def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
-    """Parse and validate a safetensors header without reading any tensor data."""
+    """Parse and validate a safetensors header without reading any tensor data.
+
+    The one validity rule for safetensors, shared by every reader (diff, convert, summary):
+    header length within the file and under 100 MB; the header a JSON object without
+    duplicate keys or deep nesting; ``__metadata__`` strings only; every tensor a known
+    dtype, a shape of non-negative integers, and offsets whose size matches the shape; the
+    tensors tile the data section exactly (no overlap, gap or trailing bytes).
+    """
     path = Path(path)
     size = path.stat().st_size
     if size < 8:
@@ -71,41 +153,12 @@ def read_safetensors_header(path: str | os.PathLike[str]) -> SafetensorsHeader:
             raise _bad(path, f"header length {n:,} bytes runs past the end of the "
                        f"{size:,}-byte file (truncated?)")
         raw = fh.read(n)
-    try:
-        header = json.loads(raw.decode("utf-8"))
-    except (UnicodeDecodeError, ValueError) as exc:
-        raise _bad(path, f"header is not valid JSON ({exc.__class__.__name__})") from None
-    if not isinstance(header, dict):
-        raise _bad(path, "header is not a JSON object")
-    data_len = size - 8 - n
+    header = _parse_header(path, raw)
     meta = header.pop("__metadata__", None) or {}
     if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
         raise _bad(path, "__metadata__ must map strings to strings")
-    entries: dict[str, SafetensorsEntry] = {}
-    for name, info in header.items():
-        if not isinstance(info, dict):
-            raise _bad(path, f"entry {name!r} is not an object")
-        code, shape, offs = info.get("dtype"), info.get("shape"), info.get("data_offsets")
-        if not isinstance(code, str) or code not in ST_DTYPES:
-            raise _bad(path, f"tensor {name!r} has unknown dtype {code!r}")
-        if (not isinstance(shape, list) or not all(isinstance(d, int) and d >= 0 for d in shape)):
-            raise _bad(path, f"tensor {name!r} has an invalid shape {shape!r}")
-        if (not isinstance(offs, list) or len(offs) != 2
-                or not all(isinstance(o, int) and o >= 0 for o in offs) or offs[0] > offs[1]):
-            raise _bad(path, f"tensor {name!r} has invalid data_offsets {offs!r}")
-        if offs[1] > data_len:
-            raise _bad(path, f"tensor {name!r} ends at byte {offs[1]:,}, past the "
-                       f"{data_len:,} bytes of data (truncated?)")
-        dtype, itemsize = ST_DTYPES[code]
-        expected = math.prod(shape) * itemsize
-        if offs[1] - offs[0] != expected:
-            raise _bad(path, f"tensor {name!r} has {offs[1] - offs[0]:,} bytes but shape "
-                       f"{shape} of {dtype} needs {expected:,}")
-        entries[name] = SafetensorsEntry(name, dtype, tuple(shape), 8 + n + offs[0], 8 + n + offs[1])
-    spans = sorted((e.begin, e.end, e.name) for e in entries.values() if e.end > e.begin)
-    for (_b0, e0, n0), (b1, _e1, n1) in zip(spans, spans[1:], strict=False):
-        if b1 < e0:
-            raise _bad(path, f"tensors {n0!r} and {n1!r} have overlapping data_offsets")
+    entries = {name: _entry(path, name, info, 8 + n, size - 8 - n) for name, info in header.items()}
+    _check_tiling(path, entries, 8 + n, size)
     return SafetensorsHeader(path, n, entries, dict(meta))
 
 
@@ -118,7 +171,7 @@ def load_safetensors(path: str | os.PathLike[str]) -> tuple[dict[str, Any], dict
     try:
         tensors = load_file(str(path), device="cpu")
     except (SafetensorError, OSError, ValueError) as exc:
-        raise _bad(Path(path), str(exc).splitlines()[0] if str(exc) else type(exc).__name__) from None
+        raise _bad(Path(path), first_line(exc)) from None
     return tensors, header.metadata
 
 

@@ -1,11 +1,21 @@
-"""The one checkpoint reader: every state_dict entry's metadata plus a way to read its bytes.
+"""Per-entry reader for diff and convert: each state_dict entry's metadata plus a way to
+read its bytes, without loading the checkpoint into torch where it can.
 
-:func:`open_input` is used by ``diff`` (metadata only, through :func:`read_checkpoint_meta`)
-and ``convert`` (metadata + bytes). What it reads, by layout (see io/layouts.py):
+Two readers, two jobs:
 
-* safetensors: the header (pure Python); bytes with ``os.pread``.
-* torch.save zip: ``data.pkl`` through the restricted pure-Python unpickler (io/torchzip.py),
-  no torch import; bytes with ``os.pread`` from the stored records.
+* io/checkpoint.py (:func:`read_checkpoint`) *loads* a whole weights file into torch objects
+  (``torch.load(weights_only=True)`` or safetensors' ``load_file``): for commands that put
+  the weights into a model (``summary --weights``, ``--arch``, features, export...).
+* this module (:func:`open_input`) *describes* a checkpoint entry by entry and streams each
+  tensor's bytes from the file: ``diff`` (metadata only, through
+  :func:`~torchinspect.io.meta.read_checkpoint_meta`) and ``convert`` (metadata + bytes).
+
+What :func:`open_input` reads, by layout (see io/layouts.py):
+
+* safetensors: the header (pure Python, io/safetensors.py's validity rule); bytes with ``os.pread``.
+* torch.save zip: the archive validated (io/zipcheck.py), then ``data.pkl`` through the
+  restricted pure-Python unpickler (io/torchzip.py), no torch import; record sizes and
+  tensor views checked against the pickle; bytes with ``os.pread`` from the stored records.
 * legacy (non-zip) torch.save: the same unpickler over its pickles, storage records located
   by their 8-byte counts (io/torchlegacy.py); bytes with ``os.pread`` too.
 * anything those readers do not know (quantized tensors, unknown globals, trusted full
@@ -15,126 +25,39 @@ and ``convert`` (metadata + bytes). What it reads, by layout (see io/layouts.py)
   tensor at a time through ``dcp.load(no_dist=True)``.
 
 Only :data:`CHUNK`-sized pieces of tensor data are in memory at a time (one tensor for DCP).
+The data model (:class:`TensorSource`, :class:`LoadedInput`, :class:`FilePool`) lives in
+io/entries.py.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchinspect.io.entries import CHUNK, FilePool, LoadedInput, TensorSource
 from torchinspect.io.formats import CheckpointFormat, model_archive_error
+from torchinspect.io.layouts import (
+    Layout,
+    deepspeed_error,
+    open_dcp,
+    open_hf_sharded,
+    resolve_layout,
+    shard_notes,
+)
 from torchinspect.io.safetensors import read_safetensors_header
 from torchinspect.io.state_dict import container_extras, find_state_dict, state_entry_kind
-from torchinspect.io.torchzip import DTYPE_SIZES, NeedsTorch, TensorRef, read_torch_zip_structure
+from torchinspect.io.torch_load import load_state_dict_with_devices, plain_pickle_error
+from torchinspect.io.torchlegacy import read_torch_legacy_structure
+from torchinspect.io.torchzip import (
+    DTYPE_SIZES,
+    NeedsTorch,
+    TensorRef,
+    iter_tensor_refs,
+    read_torch_zip_structure,
+)
 
-CHUNK = 16 * 1024 * 1024  # bytes; a multiple of every element size
-
-
-class FilePool:
-    """Open read-only file descriptors by path (a sharded input reads several files)."""
-
-    def __init__(self) -> None:
-        self._fds: dict[Path, int] = {}
-
-    def fd(self, path: Path) -> int:
-        fd = self._fds.get(path)
-        if fd is None:
-            fd = self._fds[path] = os.open(path, os.O_RDONLY)
-        return fd
-
-    def close(self) -> None:
-        for fd in self._fds.values():
-            os.close(fd)
-        self._fds.clear()
-
-    def __enter__(self) -> FilePool:
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-@dataclass
-class TensorSource:
-    """One state_dict entry: metadata plus a way to read its (contiguous) bytes.
-
-    ``kind`` is ``"tensor"``, or for entries ``load_state_dict`` consumes that are not plain
-    tensors: ``"extra_state"`` (a module's ``get_extra_state()``, ``value`` holds it),
-    ``"packed"`` (torch.ao quantized Linear's ``(qweight, bias)``; shape/dtype of the
-    weight) and ``"packed_dtype"``. ``tie`` is equal for tensors that are the same view of
-    the same storage (never for empty tensors: nothing is shared).
-    """
-
-    name: str
-    shape: tuple[int, ...]
-    dtype: str
-    nbytes: int
-    device: str
-    tie: str
-    file_offset: int | None = None  # absolute offset when read from ``path``
-    tensor: Any = None  # a torch tensor when loaded through torch
-    path: Path | None = None  # the file holding the bytes (shards differ)
-    kind: str = "tensor"
-    value: Any = None  # the entry itself for non-tensor kinds
-    loader: Callable[[], Any] | None = None  # loads the tensor on demand (DCP)
-
-    @property
-    def is_tensor(self) -> bool:
-        return self.kind == "tensor"
-
-    def _flat(self) -> Any:
-        import torch
-
-        t = self.tensor if self.tensor is not None else self.loader() if self.loader else None
-        if t is None:
-            raise RuntimeError(f"no byte source for tensor {self.name!r}")
-        flat = t.contiguous().reshape(-1)
-        return flat.view(torch.uint8).numpy() if flat.numel() else None
-
-    def read(self, files: FilePool, pos: int, n: int) -> bytes | memoryview:
-        """``n`` bytes of this tensor starting at byte ``pos``."""
-        if self.tensor is not None or self.loader is not None:
-            arr = self._flat()
-            return memoryview(arr[pos:pos + n]) if arr is not None else b""
-        if self.path is None or self.file_offset is None:
-            raise RuntimeError(f"no byte source for tensor {self.name!r}")
-        return os.pread(files.fd(self.path), n, self.file_offset + pos)
-
-    def chunks(self, files: FilePool, size: int = CHUNK) -> Iterator[bytes | memoryview]:
-        if self.tensor is not None or self.loader is not None:
-            arr = self._flat()
-            if arr is None:
-                return
-            for pos in range(0, self.nbytes, size):
-                yield memoryview(arr[pos:pos + size])
-            return
-        if self.path is None or self.file_offset is None:
-            raise RuntimeError(f"no byte source for tensor {self.name!r}")
-        fd = files.fd(self.path)
-        for pos in range(0, self.nbytes, size):
-            n = min(size, self.nbytes - pos)
-            data = os.pread(fd, n, self.file_offset + pos)
-            if len(data) != n:
-                raise OSError(f"short read at byte {self.file_offset + pos} of {self.path}")
-            yield data
-
-
-@dataclass
-class LoadedInput:
-    path: Path
-    format: CheckpointFormat
-    tensors: list[TensorSource]
-    container_key: str | None
-    extras: dict[str, Any]  # other container entries (TensorRefs for the zip reader)
-    metadata: dict[str, str]
-    streamed: bool  # True when bytes come straight from the file(s)
-    top_level_keys: list[str] = field(default_factory=list)
-    file_size: int = 0
-    notes: list[str] = field(default_factory=list)
-    files: list[Path] = field(default_factory=list)  # every file read (shards)
+__all__ = ["CHUNK", "FilePool", "LoadedInput", "TensorSource", "open_input", "torch_entry"]
 
 
 def _tie(storage: str, nbytes: int, name: str) -> str:
@@ -161,31 +84,22 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
     are real Python/torch objects; ``need_bytes=False`` (metadata only) accepts tensors that
     cannot be streamed (non-contiguous views).
     """
-    from torchinspect.io.layouts import Layout, resolve_layout
-
     path = Path(path)
     layout = resolve_layout(path) if fmt is None else None
     if layout is not None and layout.kind != "file":
         if layout.kind == "hf_sharded":
-            from torchinspect.io.layouts import open_hf_sharded
-
-            return open_hf_sharded(layout, key=key, trust_pickle=trust_pickle, need_bytes=need_bytes)
-        from torchinspect.io.layouts import open_dcp
-
+            return open_hf_sharded(layout, open_input, key=key, trust_pickle=trust_pickle,
+                                   need_bytes=need_bytes)
         return open_dcp(layout, key=key, trust_pickle=trust_pickle)
     if layout is not None:
         path, fmt, notes = layout.path, layout.format, layout.notes
     else:
-        from torchinspect.io.layouts import shard_notes
-
         notes = shard_notes(path)
         layout = Layout("file", path, fmt)
     assert fmt is not None
     if fmt.is_model_archive:
         raise model_archive_error(path, fmt)
     if fmt is CheckpointFormat.pickle:
-        from torchinspect.io.torch_load import plain_pickle_error
-
         raise plain_pickle_error(path)
     size = path.stat().st_size
     if fmt is CheckpointFormat.safetensors:
@@ -208,10 +122,8 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
         except NeedsTorch:
             pass
         else:
-            from torchinspect.io.state_dict import state_entry_kind as kind_of
-
             is_ref = lambda x: isinstance(x, TensorRef)  # noqa: E731
-            tensors = [_entry_from_ref(n, r, kind_of(n, r, is_ref) or "tensor", path, archive)
+            tensors = [_entry_from_ref(n, r, state_entry_kind(n, r, is_ref) or "tensor", path, archive)
                        for n, r in sd.items()]
             inp = LoadedInput(path, fmt, tensors, used, container_extras(obj, used, sd), {},
                               True, _top(obj), size, notes, [path])
@@ -226,15 +138,11 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
 def _read_structure(path: Path, fmt: CheckpointFormat) -> tuple[Any, Any]:
     """The restricted pure-Python reader of a zip or legacy torch.save file."""
     if fmt is CheckpointFormat.torch_legacy:
-        from torchinspect.io.torchlegacy import read_torch_legacy_structure
-
         return read_torch_legacy_structure(path)
     return read_torch_zip_structure(path)
 
 
 def _holds_ref(v: Any) -> bool:
-    from torchinspect.io.torchzip import iter_tensor_refs
-
     return bool(iter_tensor_refs(v))
 
 
@@ -243,8 +151,6 @@ def _top(obj: Any) -> list[str]:
 
 
 def _check_deepspeed(inp: LoadedInput, obj: Any) -> None:
-    from torchinspect.io.layouts import deepspeed_error
-
     err = deepspeed_error(inp, obj)
     if err is not None:
         raise err
@@ -271,8 +177,6 @@ def torch_entry(name: str, v: Any, device: str, kind: str) -> TensorSource:
 
 def _open_via_torch(path: Path, fmt: CheckpointFormat, key: str | None,
                     trust_pickle: bool) -> tuple[LoadedInput, Any]:
-    from torchinspect.io.torch_load import load_state_dict_with_devices
-
     obj, sd, used, locations = load_state_dict_with_devices(path, fmt, key, trust_pickle)
     tensors = []
     for name, v in sd.items():

@@ -14,13 +14,15 @@ import pickle
 import pickletools
 import struct
 import zipfile
-import zlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError, UnsafeCheckpointError, first_line
 from torchinspect.io.formats import CheckpointFormat, zip_prefix
+from torchinspect.io.state_dict import extract_state_dict
+from torchinspect.io.torchzip import MAX_PICKLE_BYTES, NeedsTorch, read_torch_zip_structure
+from torchinspect.io.zipcheck import open_zip
 
 _CUT_SHORT = "the download or copy was probably cut short; fetch the file again"
 
@@ -105,12 +107,11 @@ def unsafe_globals(path: Path, fmt: CheckpointFormat) -> list[str]:
     from torch import _weights_only_unpickler as wou
 
     if fmt is CheckpointFormat.torch_zip:
-        try:
-            with zipfile.ZipFile(path) as zf:
-                data = zf.read((zip_prefix(zf.namelist()) or "") + "data.pkl")
-        except (zipfile.BadZipFile, zlib.error, OSError, KeyError, ValueError, EOFError,
-                NotImplementedError, RuntimeError):
+        archive = open_zip(path)
+        prefix = zip_prefix(archive.names)
+        if prefix is None:
             return []
+        data = archive.read(prefix + "data.pkl", limit=MAX_PICKLE_BYTES)
     else:
         data = path.read_bytes()[: 64 * 1024 * 1024]
     allowed = set(wou._get_allowed_globals()) | set(wou._get_user_allowed_globals())
@@ -173,6 +174,8 @@ def torch_load(path: str | os.PathLike[str], fmt: CheckpointFormat, *,
     path = Path(path)
     if fmt is CheckpointFormat.pickle:
         raise plain_pickle_error(path)
+    if fmt is CheckpointFormat.torch_zip:
+        check_torch_zip(path)
     use_mmap = mmap and fmt is CheckpointFormat.torch_zip
     try:
         with warnings.catch_warnings():
@@ -213,6 +216,17 @@ def torch_load(path: str | os.PathLike[str], fmt: CheckpointFormat, *,
         raise _explain(path, fmt, exc) from None
     except Exception as exc:  # noqa: BLE001 - torch's loader on corrupt bytes (found by fuzzing)
         raise _explain(path, fmt, exc) from None
+
+
+def check_torch_zip(path: Path) -> None:
+    """What torch.load of a zip checkpoint may trust: the archive passes io/zipcheck.py's rule
+    (no duplicate members, headers agree, no compression bomb) and, when the restricted
+    reader understands the pickle, every storage record holds the bytes the pickle claims and
+    every tensor lies inside its storage. Raises InspectError; nothing from the file runs."""
+    try:
+        read_torch_zip_structure(path)
+    except NeedsTorch:  # unknown globals or compressed records; the archive was validated first
+        pass
 
 
 @contextlib.contextmanager
@@ -273,8 +287,6 @@ def load_state_dict_with_devices(path: Path, fmt: CheckpointFormat, key: str | N
 
     Returns ``(obj, state_dict, key_used, saved_location_by_storage_data_ptr)``.
     """
-    from torchinspect.io.state_dict import extract_state_dict
-
     locations: dict[int, str] = {}
 
     def record(storage: Any, location: str) -> Any:

@@ -29,10 +29,11 @@ from typing import Any
 from torchinspect.errors import InspectError
 from torchinspect.io.torchzip import (
     STORAGE_DTYPES,
+    MetaUnpickler,
     NeedsTorch,
     StorageRef,
-    _MetaUnpickler,
-    _StorageType,
+    StorageType,
+    check_views,
     iter_tensor_refs,
 )
 
@@ -41,7 +42,7 @@ PROTOCOL_VERSION = 1001
 _CUT_SHORT = "the download or copy was probably cut short; fetch the file again"
 
 
-class _HeaderUnpickler(_MetaUnpickler):
+class _HeaderUnpickler(MetaUnpickler):
     """The three header pickles hold ints and a dict: no global, no persistent id."""
 
     def find_class(self, module: str, name: str) -> Any:
@@ -51,7 +52,7 @@ class _HeaderUnpickler(_MetaUnpickler):
         raise NeedsTorch("persistent id in the legacy header")
 
 
-class _LegacyUnpickler(_MetaUnpickler):
+class _LegacyUnpickler(MetaUnpickler):
     """The body pickle: legacy persistent ids carry a 6th item, the (unused) view metadata."""
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -64,7 +65,7 @@ class _LegacyUnpickler(_MetaUnpickler):
         if len(pid) == 6 and pid[5] is not None:
             raise NeedsTorch("storage view (pre-1.0 legacy file)")
         stype, key, location, numel = pid[1:5]
-        if not isinstance(stype, _StorageType) or not isinstance(numel, int) or numel < 0:
+        if not isinstance(stype, StorageType) or not isinstance(numel, int) or numel < 0:
             raise NeedsTorch("unknown storage type")
         location = location.decode() if isinstance(location, bytes) else str(location)
         ref = StorageRef(str(key), STORAGE_DTYPES[stype.name][0], location, numel)
@@ -151,22 +152,5 @@ def read_torch_legacy_structure(path: str | os.PathLike[str]) -> tuple[Any, Lega
                 raise InspectError(f"{path} ends early: storage {key} runs past the end "
                                    "(truncated checkpoint)", hint=_CUT_SHORT)
     archive = LegacyFile(path, offsets)
-    for ref in iter_tensor_refs(obj):
-        end = (ref.offset + _extent(ref.shape, ref.stride)) * _itemsize(ref.dtype)
-        if ref.offset < 0 or (ref.numel and end > ref.storage.nbytes):
-            raise InspectError(f"{path}: a tensor reaches past the end of its storage {ref.storage.key} "
-                               "(corrupt checkpoint)", hint="the file is corrupt; fetch it again")
+    check_views(path, iter_tensor_refs(obj))
     return obj, archive
-
-
-def _itemsize(dtype: str) -> int:
-    from torchinspect.io.torchzip import DTYPE_SIZES
-
-    return DTYPE_SIZES.get(dtype, 1)
-
-
-def _extent(shape: tuple[int, ...], stride: tuple[int, ...]) -> int:
-    """Elements spanned by a strided view (1 + the largest index offset)."""
-    if len(shape) != len(stride):
-        raise NeedsTorch("shape and stride of different lengths")
-    return 1 + sum((n - 1) * s for n, s in zip(shape, stride, strict=True) if n > 0)

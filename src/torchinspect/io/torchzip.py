@@ -13,18 +13,18 @@ from __future__ import annotations
 
 import builtins
 import collections
+import io
 import math
 import os
 import pickle
 import struct
-import zipfile
-import zlib
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError
 from torchinspect.io.formats import zip_prefix
+from torchinspect.io.zipcheck import STORED, open_zip
 
 # torch storage class name -> (dtype name, itemsize)
 STORAGE_DTYPES: dict[str, tuple[str, int]] = {
@@ -87,12 +87,12 @@ class TensorRef:
 
 
 @dataclass(frozen=True)
-class _StorageType:
+class StorageType:
     name: str
 
 
 @dataclass(frozen=True)
-class _DType:
+class DType:
     name: str
 
     def __str__(self) -> str:
@@ -105,7 +105,7 @@ def _rebuild_tensor_v2(storage: StorageRef, offset: int, size: Any, stride: Any,
 
 
 def _rebuild_tensor_v3(storage: StorageRef, offset: int, size: Any, stride: Any,
-                       requires_grad: bool, hooks: Any, dtype: _DType, metadata: Any = None) -> TensorRef:
+                       requires_grad: bool, hooks: Any, dtype: DType, metadata: Any = None) -> TensorRef:
     return TensorRef(storage, int(offset), tuple(size), tuple(stride), dtype.name)
 
 
@@ -141,7 +141,7 @@ def _deque(items: Any = (), maxlen: Any = None) -> list[Any]:
     return list(items)
 
 
-_ALLOWED: dict[tuple[str, str], Any] = {
+SAFE_GLOBALS: dict[tuple[str, str], Any] = {
     # harmless globals of training scripts (io/torch_load.HARMLESS_GLOBALS), as plain data
     ("argparse", "Namespace"): PlainNamespace,
     **{("pathlib", n): _path for n in ("PosixPath", "WindowsPath", "PurePosixPath",
@@ -165,37 +165,44 @@ _ALLOWED: dict[tuple[str, str], Any] = {
 }
 
 
-class _MetaUnpickler(pickle.Unpickler):
+class MetaUnpickler(pickle.Unpickler):
     def find_class(self, module: str, name: str) -> Any:
-        fn = _ALLOWED.get((module, name))
+        fn = SAFE_GLOBALS.get((module, name))
         if fn is not None:
             return fn
         if module == "torch" and name in STORAGE_DTYPES:
-            return _StorageType(name)
+            return StorageType(name)
         if (module, name) == ("torch.storage", "UntypedStorage"):  # float8, uint16/32/64
-            return _StorageType("UntypedStorage")
+            return StorageType("UntypedStorage")
         if module == "torch" and name in DTYPE_SIZES:
-            return _DType(name)
+            return DType(name)
         raise NeedsTorch(f"{module}.{name}")
 
     def persistent_load(self, pid: Any) -> StorageRef:
         if not (isinstance(pid, tuple) and len(pid) == 5 and pid[0] in ("storage", b"storage")):
             raise NeedsTorch(f"persistent id {pid!r}")
         _, stype, key, location, numel = pid
-        if not isinstance(stype, _StorageType):
+        if not isinstance(stype, StorageType):
             raise NeedsTorch("unknown storage type")
         dtype = STORAGE_DTYPES[stype.name][0]
         location = location.decode() if isinstance(location, bytes) else str(location)
         return StorageRef(str(key), dtype, location, int(numel))
 
 
+#: data.pkl larger than this is refused before it is read (a state_dict's pickle is a few MB;
+#: optimizer state with Python lists tens of MB).
+MAX_PICKLE_BYTES = 1 << 30
+
+
 @dataclass
 class TorchZip:
-    """A torch.save zip archive: its pickle prefix and where each storage's bytes start."""
+    """A torch.save zip archive: its pickle prefix and where each storage's bytes are."""
 
     path: Path
     prefix: str
     data_offsets: dict[str, int]  # storage key -> absolute byte offset of its data
+    record_sizes: dict[str, int] = field(default_factory=dict)  # storage key -> bytes held
+    compressed: frozenset[str] = frozenset()  # storage keys whose records are deflated
 
     def storage_offset(self, key: str) -> int:
         try:
@@ -206,59 +213,73 @@ class TorchZip:
 
 
 def open_torch_zip(path: str | os.PathLike[str]) -> tuple[TorchZip, bytes]:
-    """Open the archive: returns the record table and the raw ``data.pkl`` bytes."""
-    path = Path(path)
-    try:
-        with zipfile.ZipFile(path) as zf:
-            names = zf.namelist()
-            prefix = zip_prefix(names)
-            if prefix is None:
-                raise InspectError(f"{path}: no data.pkl in the zip archive",
-                                   hint="pass a file written by torch.save")
-            pkl = zf.read(prefix + "data.pkl")
-            infos = [i for i in zf.infolist() if i.filename.startswith(prefix + "data/")]
-            offsets: dict[str, int] = {}
-            with open(path, "rb") as fh:
-                for info in infos:
-                    if info.compress_type != zipfile.ZIP_STORED:
-                        raise NeedsTorch("compressed storage record")
-                    fh.seek(info.header_offset)
-                    local = fh.read(30)
-                    if len(local) < 30 or local[:4] != b"PK\x03\x04":
-                        raise InspectError(f"{path}: corrupt zip record {info.filename}",
-                                           hint="the file is corrupt; fetch it again")
-                    name_len, extra_len = struct.unpack("<HH", local[26:30])
-                    offsets[info.filename[len(prefix) + 5:]] = info.header_offset + 30 + name_len + extra_len
-    except (zipfile.BadZipFile, zlib.error, EOFError, ValueError, NotImplementedError, RuntimeError,
-            OSError) as exc:  # zlib.error: a member claims compression and its bytes are not
-        raise InspectError(f"{path}: truncated or corrupt zip checkpoint ({exc})",
-                           hint="the download or copy was probably cut short; fetch the file again") from None
-    return TorchZip(path, prefix, offsets), pkl
+    """Open the archive (validated first, io/zipcheck.py): the record table and the
+    ``data.pkl`` bytes torch would read."""
+    archive = open_zip(path)
+    prefix = zip_prefix(archive.names)
+    if prefix is None:
+        raise InspectError(f"{archive.path}: no data.pkl in the zip archive's first folder",
+                           hint="pass a file written by torch.save")
+    pkl = archive.read(prefix + "data.pkl", limit=MAX_PICKLE_BYTES)
+    records = {m.name[len(prefix) + 5:]: m for m in archive.members.values()
+               if m.name.startswith(prefix + "data/")}
+    return TorchZip(archive.path, prefix, {k: m.data_offset for k, m in records.items()},
+                    {k: m.file_size for k, m in records.items()},
+                    frozenset(k for k, m in records.items() if m.method != STORED)), pkl
 
 
 def read_torch_zip_structure(path: str | os.PathLike[str]) -> tuple[Any, TorchZip]:
     """Unpickle ``data.pkl`` into plain Python with :class:`TensorRef` leaves (no data read).
 
-    Raises :class:`NeedsTorch` when the pickle needs anything outside the small allowlist
-    (the caller then uses ``torch.load(weights_only=True)``, which refuses or handles it).
+    Every storage record must hold exactly the bytes the pickle says and every tensor must
+    lie inside its storage (:func:`check_storages`), else :class:`InspectError`. Raises
+    :class:`NeedsTorch` when the pickle needs anything outside the small allowlist, or a
+    record is compressed (the caller then uses ``torch.load(weights_only=True)``, which
+    refuses or handles it).
     """
     archive, pkl = open_torch_zip(path)
-    import io
-
     try:
-        obj = _MetaUnpickler(io.BytesIO(pkl), encoding="utf-8").load()
+        obj = MetaUnpickler(io.BytesIO(pkl), encoding="utf-8").load()
     except NeedsTorch:
         raise
     except (pickle.UnpicklingError, EOFError, ValueError, TypeError, AttributeError,
-            IndexError, KeyError, struct.error) as exc:
+            IndexError, KeyError, struct.error, RecursionError, OverflowError) as exc:
         raise NeedsTorch(f"pickle not understood: {exc}") from None
-    size = archive.path.stat().st_size
-    for ref in iter_tensor_refs(obj):
-        start = archive.storage_offset(ref.storage.key)
-        if start + ref.storage.nbytes > size:
-            raise InspectError(f"{path}: tensor data runs past the end of the file (truncated?)",
-                               hint="the download or copy was cut short; fetch the file again")
+    refs = iter_tensor_refs(obj)
+    for ref in refs:
+        key = ref.storage.key
+        archive.storage_offset(key)  # present
+        held = archive.record_sizes[key]
+        if held != ref.storage.nbytes:
+            raise InspectError(f"{archive.path}: storage data/{key} holds {held:,} bytes, its "
+                               f"tensors say {ref.storage.nbytes:,} ({ref.storage.numel:,} "
+                               f"{ref.storage.dtype}) (corrupt checkpoint)",
+                               hint="the file is corrupt; fetch it again")
+    check_views(archive.path, refs)
+    if any(ref.storage.key in archive.compressed for ref in refs):
+        raise NeedsTorch("compressed storage record")
     return obj, archive
+
+
+def check_views(path: Path, refs: list[TensorRef]) -> None:
+    """Every tensor (offset, sizes, strides) lies inside its storage; else InspectError."""
+    for ref in refs:
+        if len(ref.shape) != len(ref.stride) or not all(
+                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in (*ref.shape, *ref.stride)):
+            raise InspectError(f"{path}: a tensor of storage {ref.storage.key} has an invalid shape "
+                               f"{ref.shape} or stride {ref.stride} (corrupt checkpoint)",
+                               hint="the file is corrupt; fetch it again")
+        if ref.offset < 0 or (ref.numel and (ref.offset + _extent(ref)) * DTYPE_SIZES.get(ref.dtype, 1)
+                              > ref.storage.nbytes):
+            raise InspectError(f"{path}: a tensor (offset {ref.offset:,}, shape {list(ref.shape)}) "
+                               f"reaches past the end of its storage {ref.storage.key} "
+                               f"({ref.storage.nbytes:,} bytes) (corrupt checkpoint)",
+                               hint="the file is corrupt; fetch it again")
+
+
+def _extent(ref: TensorRef) -> int:
+    """Elements spanned by a strided view (1 + the largest index offset)."""
+    return 1 + sum((n - 1) * s for n, s in zip(ref.shape, ref.stride, strict=True) if n > 0)
 
 
 def iter_tensor_refs(obj: Any, _depth: int = 0) -> list[TensorRef]:

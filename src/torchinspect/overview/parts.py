@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, ModelCodeError, first_line
+from torchinspect.guard import model_code
 
 T = TypeVar("T")
 DOT_TIMEOUT_S = 60
@@ -36,17 +37,18 @@ def _missing(exc: ModuleNotFoundError, module: str, command: str) -> PartUnavail
 def attempt(fn: Callable[[], T]) -> tuple[T | None, str | None]:
     """``(result, None)``, or ``(None, reason)`` when the part is unavailable or fails."""
     try:
-        return fn(), None
+        with model_code():  # what one part's forwards set in torch is not the next part's
+            return fn(), None
     except PartUnavailable as exc:
         return None, f"not available ({exc})"
+    except ModelCodeError:  # the model's code ended the run (sys.exit): the whole run's error
+        raise
     except InspectError as exc:
         return None, f"failed: {exc.message}"
     except (KeyboardInterrupt, SystemExit):
         raise
     except Exception as exc:  # noqa: BLE001 - one part failing must not lose the whole page
-        text = str(exc).strip()
-        first = text.splitlines()[0] if text else ""
-        return None, f"failed: {type(exc).__name__}: {first}"[:300]
+        return None, f"failed: {first_line(exc, typed=True)}"
 
 
 # ------------------------------------------------------------------ module graph

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes
 
 if TYPE_CHECKING:
-    from torchinspect.io.convert import ConvertResult
+    from torchinspect.checkpoints import ConvertResult
 
 
 def _examples(pairs: list[tuple[str, str]], limit: int = 8) -> list[str]:
@@ -24,6 +24,17 @@ def _examples(pairs: list[tuple[str, str]], limit: int = 8) -> list[str]:
     if len(groups) > limit:
         lines.append(f"... {len(groups) - limit} more; --format json lists all")
     return lines
+
+
+#: Characters of one metadata/dropped line shown in the table (the JSON report keeps all):
+#: rendering wraps a line in time quadratic in its length, and a 16 MB value took 8 s.
+SHOWN_CHARS = 200
+
+
+def _shown(line: str, limit: int = SHOWN_CHARS) -> str:
+    if len(line) <= limit:
+        return line
+    return f"{line[:limit]}... ({len(line):,} characters; --format json shows all)"
 
 
 def convert_report(r: ConvertResult) -> Report:
@@ -58,9 +69,9 @@ def convert_report(r: ConvertResult) -> Report:
     if r.renamed:
         sections.append(Text(_examples(r.renamed), title="Renamed keys"))
     if r.dropped:
-        sections.append(Text([f"{k}: {v}" for k, v in r.dropped.items()], title="Dropped"))
+        sections.append(Text([_shown(f"{k}: {v}") for k, v in r.dropped.items()], title="Dropped"))
     if r.metadata:
-        sections.append(Text([f"{k} = {v}" for k, v in r.metadata.items()],
+        sections.append(Text([_shown(f"{k} = {v}") for k, v in r.metadata.items()],
                              title="Kept as safetensors metadata"))
     if r.tied:
         sections.append(Text([" = ".join(g) for g in r.tied], title="Tied tensors"))

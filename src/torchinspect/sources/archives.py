@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from torchinspect import device as devices
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.sources.base import LoadedModel, SourceKind
 
@@ -26,7 +26,7 @@ def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) ->
             try:
                 return torch.jit.load(spec, map_location=dev)
             except RuntimeError as exc:
-                raise InspectError(f"{spec}: not a loadable TorchScript archive ({str(exc).splitlines()[0]})",
+                raise InspectError(f"{spec}: not a loadable TorchScript archive ({first_line(exc)})",
                                    hint="re-export it with torch.jit.save") from None
 
         model = build(real)

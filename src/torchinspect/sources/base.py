@@ -10,7 +10,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from torchinspect.errors import InspectError, as_list, first_line
+from torchinspect.arguments import as_list
+from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs
 
 

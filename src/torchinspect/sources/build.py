@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from torchinspect import device as devices
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
+from torchinspect.guard import model_code
 from torchinspect.inputs import ExampleInputs
 from torchinspect.sources.base import BuilderError, LoadedModel, SourceKind
 from torchinspect.sources.weights import load_weights
@@ -24,8 +25,8 @@ def _build_on(build: Callable[[str], Any], device: str, name: str, notes: list[s
                 raise
             return build("cpu"), "cpu"  # meta's fault or the --arg values': CPU tells which
         except Exception as exc:  # builders that read tensor values at construction
-            reason = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            notes.append(f"{name} cannot be built on the meta device ({reason[:120]}); built on CPU")
+            notes.append(f"{name} cannot be built on the meta device "
+                         f"({first_line(exc, typed=True, limit=120)}); built on CPU")
             return build("cpu"), "cpu"
     return build_real(build, device, name), device
 
@@ -55,9 +56,21 @@ def _device_of(model: Any, built_on: str) -> str:
     return devices.model_device(model, default=built_on)
 
 
+def contained(build: Callable[[str], Any], name: str) -> Callable[[str], Any]:
+    """``build`` run as the model's own code (:class:`torchinspect.guard.model_code`): what
+    its ``__init__`` changes in torch's switches or the working folder is put back after
+    each build, and a ``sys.exit`` in it is the model's error."""
+    def run(device: str) -> Any:
+        with model_code(name):
+            return build(device)
+
+    return run
+
+
 def finish(build: Callable[[str], Any], name: str, kind: SourceKind, example: ExampleInputs | None,
             device: str, weights: str | None, key: str | None, strict: bool, trust_pickle: bool,
             notes: list[str]) -> LoadedModel:
+    build = contained(build, name)
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         model, built_on = _build_on(build, device, name, notes)

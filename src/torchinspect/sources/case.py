@@ -19,6 +19,7 @@ from typing import Any
 
 from torchinspect import device as devices
 from torchinspect.errors import InspectError
+from torchinspect.guard import model_code
 from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
 from torchinspect.shapes import format_shape_tree, map_tensors, shape_tree
 
@@ -146,7 +147,7 @@ def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions |
             kw["weights_config"] = opts.weights_config
         from torchinspect.io.torch_load import python_path
 
-        with python_path(opts.python_path):
+        with python_path(opts.python_path), model_code(model_or_spec):
             loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
                                 key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
                                 device=devices.build_device(dev), **kw)

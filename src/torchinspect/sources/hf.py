@@ -24,7 +24,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.sources.base import closest
 
@@ -80,7 +80,7 @@ def config_from_dir(path: Path, kwargs: dict[str, Any]) -> Any:
         config = tr.AutoConfig.from_pretrained(str(path), local_files_only=True)
     except Exception as exc:
         raise InspectError(f"{path / 'config.json'}: transformers cannot read it "
-                           f"({type(exc).__name__}: {str(exc).splitlines()[0][:120]})",
+                           f"({first_line(exc, typed=True, limit=160)})",
                            hint="check the config.json against the model type's config class") from None
     return _apply(config, kwargs, str(path))
 
@@ -141,7 +141,7 @@ def builder(config: Any, cls: Any, name: str) -> Callable[[str], Any]:
                 raise
             except ValueError as exc:
                 raise InspectError(f"{name}: transformers cannot build a model from this config "
-                                   f"({str(exc).splitlines()[0][:160]})",
+                                   f"({first_line(exc, limit=160)})",
                                    hint="name a model class: hf:ClassName, or a folder whose "
                                    "config.json lists architectures") from None
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from torchinspect import device as devices
 from torchinspect.errors import InspectError, first_line
+from torchinspect.guard import training_mode
 
 INIT_STD = 0.02  # the usual transformer init; only values feeding data-dependent checks matter
 
@@ -145,11 +146,8 @@ def size_lazy(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, name
     names = lazy_names(model)
     if not names:
         return model
-    flags = [(m, m.training) for m in model.modules()]
     try:
-        for m, _ in flags:
-            m.training = train
-        with torch.no_grad():
+        with training_mode(model, train), torch.no_grad():
             model(*args, **kwargs)
     except Exception as exc:
         raise InspectError(
@@ -157,7 +155,4 @@ def size_lazy(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, name
             f"{', ...' if len(names) > 3 else ''}) could not be materialized with input "
             f"{inputs}: {first_line(exc)}",
             hint="pass the input the model expects, or run one forward before inspecting it") from None
-    finally:
-        for m, flag in flags:
-            m.training = flag
     return model

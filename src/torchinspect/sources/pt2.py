@@ -11,55 +11,62 @@ from __future__ import annotations
 
 import io
 import json
-import zipfile
 from pathlib import PurePosixPath
 
-from torchinspect.errors import InspectError, UnsafeCheckpointError
+from torchinspect.errors import UnsafeCheckpointError
+from torchinspect.io.zipcheck import check_zip_bytes, open_zip
 
 _PICKLE_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
 
 
-def _archive_root(names: list[str]) -> str:
-    for n in names:
-        if n.endswith("archive_format"):
-            return n[: -len("archive_format")]
-    return ""
+#: A weights/constants config or sample inputs larger than this is refused unread.
+_MAX_MEMBER_BYTES = 256 * 1024 * 1024
 
 
 def unsafe_payloads(path: str) -> list[str]:
-    """Names of the archive members that only an unrestricted unpickler would load."""
+    """Names of the archive members that only an unrestricted unpickler would load.
+
+    The archive is validated first (io/zipcheck.py): a duplicated member name, headers that
+    disagree or a compression bomb are refused, so the members read here are the very bytes
+    ``torch.export.load`` reads, from the folder it reads them (the first entry's).
+    """
+    archive = open_zip(path)
+    root = archive.torch_prefix or ""
+    names = [n[len(root):] for n in archive.names if n.startswith(root)]
+    if "archive_format" not in names:
+        return ["legacy (pre-2.7) archive format"]
+    bad: list[str] = []
+    for rel in names:
+        if rel.startswith(("data/weights/", "data/constants/")):
+            if rel.endswith("_config.json"):
+                bad += _pickled_in_config(rel, archive.read(root + rel, limit=_MAX_MEMBER_BYTES))
+            elif PurePosixPath(rel).suffix == ".pt":
+                bad.append(f"{rel} (legacy pickled payload)")
+        elif rel.startswith("data/sample_inputs/"):
+            data = archive.read(root + rel, limit=_MAX_MEMBER_BYTES)
+            if data.startswith(b"PK"):  # a torch.save zip inside the archive: the same rule
+                check_zip_bytes(data, f"{path}: {rel}")
+            if not _weights_only_loadable(data):
+                bad.append(f"{rel} (sample inputs need an unrestricted unpickler)")
+    return bad
+
+
+def _pickled_in_config(rel: str, raw: bytes) -> list[str]:
     try:
-        zf = zipfile.ZipFile(path)
-    except (zipfile.BadZipFile, OSError) as exc:
-        raise InspectError(f"{path}: not a readable .pt2 archive ({exc})",
-                           hint="save it with torch.export.save(exported_program, path)") from None
-    with zf:
-        names = zf.namelist()
-        root = _archive_root(names)
-        if not any(n.endswith("archive_format") for n in names):
-            return ["legacy (pre-2.7) archive format"]
-        bad: list[str] = []
-        for name in names:
-            rel = name[len(root):] if name.startswith(root) else name
-            parts = PurePosixPath(rel)
-            if rel.startswith(("data/weights/", "data/constants/")):
-                if rel.endswith("_config.json"):
-                    try:
-                        config = json.loads(zf.read(name)).get("config", {})
-                    except (ValueError, AttributeError):
-                        bad.append(f"{rel} (unreadable config)")
-                        continue
-                    for fqn, meta in config.items():
-                        if meta.get("use_pickle"):
-                            bad.append(f"{rel}: {fqn} (pickled)")
-                        if str(meta.get("path_name", "")).startswith(_PICKLE_OBJECT_PREFIXES):
-                            bad.append(f"{rel}: {fqn} (pickled object)")
-                elif parts.suffix == ".pt":
-                    bad.append(f"{rel} (legacy pickled payload)")
-            elif rel.startswith("data/sample_inputs/"):
-                if not _weights_only_loadable(zf.read(name)):
-                    bad.append(f"{rel} (sample inputs need an unrestricted unpickler)")
-        return bad
+        config = json.loads(raw).get("config", {})
+        items = list(config.items())
+    except (ValueError, AttributeError, RecursionError):
+        return [f"{rel} (unreadable config)"]
+    bad = []
+    for fqn, meta in items:
+        if not isinstance(meta, dict):
+            bad.append(f"{rel}: {fqn} (unreadable entry)")
+            continue
+        if meta.get("use_pickle"):
+            bad.append(f"{rel}: {fqn} (pickled)")
+        if str(meta.get("path_name", "")).startswith(_PICKLE_OBJECT_PREFIXES):
+            bad.append(f"{rel}: {fqn} (pickled object)")
+    return bad
 
 
 def _weights_only_loadable(data: bytes) -> bool:

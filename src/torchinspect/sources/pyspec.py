@@ -22,6 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import ExitStatus, InspectError, first_line
+from torchinspect.guard import model_code
 
 _MODULE_PATH = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*(\.[A-Za-z_][A-Za-z0-9_]*)*$")
 
@@ -73,7 +74,11 @@ def import_target(ps: PySpec) -> Any:
         sys.modules[mod_name] = module
         with _on_path(str(path.resolve().parent)):
             try:
-                loader_spec.loader.exec_module(module)
+                with model_code(ps.target):
+                    loader_spec.loader.exec_module(module)
+            except InspectError:  # the model's code ended the import (sys.exit) or closed stdout
+                del sys.modules[mod_name]
+                raise
             except SyntaxError as exc:
                 del sys.modules[mod_name]
                 raise InspectError(f"{ps.target}:{exc.lineno}: syntax error: {exc.msg}",
@@ -87,7 +92,10 @@ def import_target(ps: PySpec) -> Any:
         return module
     with _on_path(os.getcwd()):
         try:
-            return importlib.import_module(ps.target)
+            with model_code(ps.target):
+                return importlib.import_module(ps.target)
+        except InspectError:
+            raise
         except ModuleNotFoundError as exc:
             raise InspectError(
                 f"cannot import module {ps.target!r} ({exc})",

@@ -17,6 +17,7 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchinspect.guard import model_code, training_mode
 from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.trace.counting import MacCounter, counting
 from torchinspect.trace.records import CallRecord, ModuleInfo
@@ -116,21 +117,14 @@ class _Recorder:
 @contextlib.contextmanager
 def _preserved(model: nn.Module, train: bool) -> Iterator[None]:
     """Set train/eval for the run and restore every module's flag (and MHA fast path)."""
-    flags = [(m, m.training) for m in model.modules()]
     mha = getattr(torch.backends, "mha", None)
     fastpath = mha.get_fastpath_enabled() if mha is not None else None
     try:
         if mha is not None:
             mha.set_fastpath_enabled(False)  # count MHA through its matmuls, as torchvision does
-        try:
-            model.train(train)  # honours models that override train()
-        except NotImplementedError:  # exported GraphModules refuse .train(): set the flags
-            for m, _ in flags:
-                m.training = train
-        yield
+        with training_mode(model, train):
+            yield
     finally:
-        for m, flag in flags:
-            m.training = flag
         if mha is not None and fastpath is not None:
             mha.set_fastpath_enabled(fastpath)
 
@@ -215,7 +209,16 @@ def model_kept(model: nn.Module, *, buffers: bool = True) -> Iterator[None]:
     (:func:`_attributes_kept`), and buffer values a forward changed in place (a step
     counter's ``+= 1``, a cache filled with ``copy_``) copied back. ``buffers=False`` when
     the forwards run on buffer copies (``functional_call``): attributes only. TorchScript
-    modules are left alone (their attributes are not a ``__dict__``)."""
+    modules are left alone (their attributes are not a ``__dict__``). The process around the
+    model is kept too: the forwards run as the model's own code
+    (:class:`torchinspect.guard.model_code`: torch's switches and the working folder put back,
+    a ``sys.exit`` is the model's error), for the Python API as for the CLI."""
+    with model_code(type(model).__name__), _state_kept(model, buffers=buffers):
+        yield
+
+
+@contextlib.contextmanager
+def _state_kept(model: nn.Module, *, buffers: bool) -> Iterator[None]:
     if isinstance(model, torch.jit.ScriptModule):
         yield
         return

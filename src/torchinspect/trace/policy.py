@@ -9,7 +9,6 @@ says why. The mechanism (hooks, counting, functional_call) is in engine.py.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable
 from typing import Any
 
@@ -17,7 +16,8 @@ import torch
 from torch import nn
 
 from torchinspect import device as devices
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line, is_out_of_memory
+from torchinspect.guard import contained
 from torchinspect.inputs import ExampleInputs
 from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.sources.case import ModelCase, describe_inputs, materialize
@@ -36,13 +36,9 @@ def trace_case(case: ModelCase, *, train: bool = False) -> Trace:
                        rebuild=rebuild, fallback=case.requested != "meta")
 
 
-def _first_line(exc: BaseException) -> str:
+def _why(exc: BaseException) -> str:
     """``Type: first sentence`` of an exception, short enough for one output line."""
-    text = str(exc).strip()
-    line = text.splitlines()[0] if text else ""
-    sentence = re.split(r"(?<=[.!?])\s", line, maxsplit=1)[0]
-    out = f"{type(exc).__name__}: {sentence}"
-    return out if len(out) <= 160 else out[:157] + "..."
+    return first_line(exc, limit=240, typed=True, sentence=True)  # torch's dtype errors fit
 
 
 def _start_device(model: nn.Module, device: str) -> tuple[str, str | None]:
@@ -59,6 +55,7 @@ def _start_device(model: nn.Module, device: str) -> tuple[str, str | None]:
     return "meta", None
 
 
+@contained
 def trace_model(
     model: nn.Module,
     inputs: ExampleInputs | Any,
@@ -71,7 +68,8 @@ def trace_model(
     """Run one instrumented forward of ``model`` on ``inputs`` and return its Trace.
 
     ``device``: "meta"/"auto" (default; no memory), or "cpu"/"cuda[:N]" to force a real run
-    there (the model must already be there or be rebuildable).
+    there (the model must already be there or be rebuildable). The model's code runs
+    contained (:func:`torchinspect.guard.contained`): torch's switches it sets are put back.
     """
     if not isinstance(model, nn.Module):
         raise InspectError(f"expected a torch.nn.Module, got {type(model).__name__}",
@@ -93,12 +91,12 @@ def trace_model(
             result = _fake_attempt(subject, infos, args, kwargs, train, exc, notes)
             if result is None:
                 if not fallback:
-                    raise InspectError(f"the forward cannot run on the meta device: {_first_line(exc)}",
+                    raise InspectError(f"the forward cannot run on the meta device: {_why(exc)}",
                                        hint="use --device auto (falls back to CPU) or --device cpu") from None
                 if not devices.looks_meta_related(exc) and not devices.fits_comfortably(
                         devices.weight_bytes(subject)):
                     raise forward_error(exc, inputs) from None
-                reason = f"meta forward failed ({_first_line(exc)})"
+                reason = f"meta forward failed ({_why(exc)})"
                 target = "cpu"
     if result is None:
         run_model, target = _real_model(subject, target, reason, rebuild, notes)
@@ -142,7 +140,7 @@ def _fake_attempt(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: d
     except Exception:  # noqa: BLE001 - the forward needs real values: the CPU fallback decides
         return None
     notes.append(f"traced with fake tensors (no memory): the meta forward needed a value "
-                 f"({_first_line(exc)}) and the model skips that check under FakeTensorMode")
+                 f"({_why(exc)}) and the model skips that check under FakeTensorMode")
     return result
 
 
@@ -220,8 +218,23 @@ def _assemble(model: nn.Module, inputs: Any, target: str, train: bool, infos: An
 
 
 def forward_error(exc: BaseException, inputs: Any) -> InspectError:
+    """The model's forward failed on ``inputs``: a user error naming them, or running out of
+    memory (not the input's fault: the hint says how to need less)."""
     shown = describe_inputs(inputs)  # shapes and dtypes only, never tensor values
+    if is_out_of_memory(exc):
+        return InspectError(
+            f"ran out of memory running the model's forward for input {shown}: {_why(exc)}",
+            hint="use the default --device meta (no memory for weights or activations), a "
+            "smaller --input or --batch, or a device with more memory")
     return InspectError(
-        f"the model's forward failed for input {shown}: {_first_line(exc)}",
-        hint="check --input (shape, dtype, how many inputs) against what the model's forward expects",
+        f"the model's forward failed for input {shown}: {_why(exc)}",
+        hint=("token ids need an integer dtype: --input long:... (e.g. long:1,128)"
+              if _wants_integers(exc) else
+              "check --input (shape, dtype, how many inputs) against what the model's forward expects"),
     )
+
+
+def _wants_integers(exc: BaseException) -> bool:
+    """An embedding (or gather) given floats: the input was token ids written as floats."""
+    text = str(exc)
+    return "'indices'" in text and ("Long" in text or "Int" in text)

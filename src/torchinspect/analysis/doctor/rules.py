@@ -12,7 +12,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from torchinspect.errors import InspectError, as_list
+from torchinspect.arguments import as_list
+from torchinspect.errors import InspectError
 
 
 class Severity(StrEnum):

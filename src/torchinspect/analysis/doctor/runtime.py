@@ -26,6 +26,7 @@ from torch import nn
 
 from torchinspect.analysis.doctor.rules import Finding, Severity
 from torchinspect.analysis.doctor.structure import show_names
+from torchinspect.errors import first_line
 
 
 def tensors_in(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
@@ -361,7 +362,7 @@ def check_gradients(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
                     out = _forward(model, a, kw)
                 break
             except Exception as exc:  # the model's own failure in this mode: try the next
-                errors.append(f"{label}: {type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+                errors.append(f"{label}: {first_line(exc, typed=True)}")
                 out = None
         if out is None:
             res.skipped["TI003"] = "the forward with gradients failed (" + "; ".join(errors) + ")"

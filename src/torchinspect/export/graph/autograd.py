@@ -19,11 +19,11 @@ from torchinspect.export.graph.model import (
     GraphNode,
     _big_note,
     _device_of,
-    _eval_mode,
     _fmt_shape,
     _shape,
     _tensors,
 )
+from torchinspect.guard import training_mode
 
 
 @dataclass
@@ -101,7 +101,7 @@ def _forward(model: Any, prep: _Prepared) -> Any:
         return model(*a, **k)
 
     args, kwargs = prep.args, prep.kwargs
-    with _eval_mode(model), torch.enable_grad():
+    with training_mode(model), torch.enable_grad():
         try:
             try:
                 return forward(args, kwargs)

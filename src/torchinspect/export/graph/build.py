@@ -4,7 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchinspect.errors import InspectError, check_depth
+from torchinspect.arguments import check_depth
+from torchinspect.errors import InspectError
 from torchinspect.export.graph.autograd import autograd_graph
 from torchinspect.export.graph.flow import _Flow, module_flow
 from torchinspect.export.graph.model import Graph, GraphKind

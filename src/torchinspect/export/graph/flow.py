@@ -11,7 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torchinspect.export.graph.model import _eval_mode, _tensors
+from torchinspect.export.graph.model import _tensors
+from torchinspect.guard import training_mode
 
 INPUT, OUTPUT = -1, -2  # pseudo call indices of the module graph's input and output nodes
 FUNC = 1 << 40  # producer ids at and above this are functional ops: FUNC + index
@@ -154,7 +155,7 @@ def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
 
         from torchinspect.trace.engine import model_kept
 
-        with model_kept(model), _eval_mode(model), torch.no_grad(), _flow_mode(flow):
+        with model_kept(model), training_mode(model), torch.no_grad(), _flow_mode(flow):
             if state:
                 out = torch.func.functional_call(model, state, args, kwargs, strict=False)
             else:

@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -120,14 +118,3 @@ def _device_of(out: Any) -> str:
     return str(ts[0].device) if ts else "cpu"
 
 
-@contextlib.contextmanager
-def _eval_mode(model: Any) -> Iterator[None]:
-    """Eval for the run (BatchNorm must not update running stats); every flag restored."""
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        for m, _ in flags:
-            m.training = False
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag

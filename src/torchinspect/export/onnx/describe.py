@@ -6,8 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
-from torchinspect.export.onnx.explain import _first_line
+from torchinspect.errors import InspectError, first_line
 from torchinspect.export.onnx.result import ExportResult, IOInfo
 
 
@@ -17,7 +16,7 @@ def _check(target: Path) -> None:
     try:
         onnx.checker.check_model(str(target), full_check=True)
     except Exception as exc:  # noqa: BLE001 - the checker raises several types
-        raise InspectError(f"{target}: onnx.checker rejected the exported file: {_first_line(exc)}",
+        raise InspectError(f"{target}: onnx.checker rejected the exported file: {first_line(exc)}",
                            hint="try another --opset, or --legacy", status=1) from exc
 
 

@@ -7,6 +7,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from torchinspect.errors import first_line
+
 _OP_RE = re.compile(r"OpOverload\(op='([^']+)'")
 _CALL_RE = re.compile(r'The following call raised this error:\s*\n\s*File "([^"]+)", line (\d+), '
                       r'in (\w+)\s*\n\s*(.+)')
@@ -64,8 +66,8 @@ def explain_failure(exc: BaseException, model: Any, opset: int | None) -> str:
                 f"no ONNX translation at opset {opset if opset is not None else _default_opset()}")
     if "ConstraintViolation" in text or "Constraints violated" in text or \
             "specialized" in text.lower():
-        return f"the dynamic dims conflict with the model{mod}{at}: {_first_line(chain[-1])}"
-    return f"{type(chain[-1]).__name__}{mod}{at}: {_first_line(chain[-1])}"
+        return f"the dynamic dims conflict with the model{mod}{at}: {first_line(chain[-1])}"
+    return f"{type(chain[-1]).__name__}{mod}{at}: {first_line(chain[-1])}"
 
 
 def _default_opset() -> str:
@@ -76,10 +78,4 @@ def _default_opset() -> str:
     return str(ONNX_DEFAULT_OPSET)
 
 
-def _first_line(exc: BaseException) -> str:
-    for line in str(exc).splitlines():
-        line = re.sub(r"\x1b\[[0-9;]*m", "", line).strip()
-        if line:
-            return line[:300]
-    return type(exc).__name__
 

@@ -11,13 +11,13 @@ from torchinspect.export.onnx.describe import _check, _describe
 from torchinspect.export.onnx.plan import (
     ExportPlan,
     _dynamic_shapes,
-    _eval,
     _specialized,
     plan_export,
 )
 from torchinspect.export.onnx.result import ExportResult
 from torchinspect.export.onnx.verify import verify_export
 from torchinspect.export.onnx.write import write_onnx
+from torchinspect.guard import training_mode
 
 
 def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = None, *,
@@ -44,7 +44,7 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
                        verify=verify, atol=atol, rtol=rtol, force=force,
                        external_data=external_data, device=device, protect=protect,
                        report=report, input_names=input_names, output_names=output_names)
-    with model_kept(plan.model), _eval(plan.model):  # attributes and buffers a forward sets are put back
+    with model_kept(plan.model), training_mode(plan.model):  # attributes and buffers a forward sets are put back
         plan.dynamic_shapes, plan.marked = _dynamic_shapes(
             plan.model, plan.args, plan.kwargs, static=plan.static, extra=plan.extra)
         data_path, report_path = write_onnx(plan)

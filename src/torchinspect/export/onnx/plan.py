@@ -6,30 +6,16 @@ names. :class:`ExportPlan` is the state that travels through the phases of
 
 from __future__ import annotations
 
-import contextlib
 import inspect
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError, as_list
+from torchinspect.arguments import as_list
+from torchinspect.errors import InspectError
 from torchinspect.io.atomic import check_target
-
-
-@contextlib.contextmanager
-def _eval(model: Any) -> Iterator[None]:
-    """Eval for the export and the verification (BatchNorm must not update running stats);
-    every module's flag restored."""
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        for m, _ in flags:
-            m.training = False
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
 
 
 def _tensor_leaves(value: Any) -> list[Any]:

@@ -7,10 +7,10 @@ import time
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import is_out_of_memory
-from torchinspect.export.onnx.explain import _first_line
-from torchinspect.export.onnx.plan import ExportPlan, _bound, _eval, _tensor_leaves
+from torchinspect.errors import first_line, is_out_of_memory
+from torchinspect.export.onnx.plan import ExportPlan, _bound, _tensor_leaves
 from torchinspect.export.onnx.result import OutputDiff, VerifyRun
+from torchinspect.guard import training_mode
 
 VERIFY_BATCHES = (1, 3)
 
@@ -31,10 +31,10 @@ def verify_export(plan: ExportPlan) -> list[VerifyRun]:
     except Exception as exc:  # noqa: BLE001 - e.g. no CPU kernel for a bf16 Gemm
         shown = ", ".join(str(tuple(t.shape)) for t in leaves)
         runs = [VerifyRun(batch0, shown, error=(
-            f"onnxruntime (CPU) cannot run the file: {_first_line(exc)}; the file is "
+            f"onnxruntime (CPU) cannot run the file: {first_line(exc)}; the file is "
             "written and passes the ONNX checker (--no-verify skips this step)"))]
     else:
-        with model_kept(plan.model), _eval(plan.model):
+        with model_kept(plan.model), training_mode(plan.model):
             # the last run also moves every --dynamic dim (the first keeps the example's)
             runs = [_verify_run(plan.model, session, plan.args, plan.kwargs, b, batch0,
                                 plan.marked, plan.extra if b == sizes[-1] else [], plan.atol,
@@ -110,10 +110,10 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
     except Exception as exc:  # noqa: BLE001 - the model's own forward at the moved sizes
         if is_out_of_memory(exc):
             run.error = (f"PyTorch ran out of memory running the model at these sizes "
-                         f"({_first_line(exc)}); the file is written: verify it on a machine "
+                         f"({first_line(exc)}); the file is written: verify it on a machine "
                          "with more memory, or pass --no-verify")
         else:
-            run.error = (f"PyTorch itself fails at these sizes ({_first_line(exc)}): a "
+            run.error = (f"PyTorch itself fails at these sizes ({first_line(exc)}): a "
                          "dimension made dynamic is not free in this model; drop it from "
                          "--dynamic or pass --static")
         return run
@@ -126,7 +126,7 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
         feeds = {i.name: t.detach().cpu().numpy() for i, t in zip(feeds_spec, leaves, strict=True)}
         got = sess.run(None, feeds)
     except Exception as exc:  # noqa: BLE001 - onnxruntime raises its own types
-        run.error = f"onnxruntime: {_first_line(exc)}"
+        run.error = f"onnxruntime: {first_line(exc)}"
         return run
     if len(got) != len(expected):
         run.error = f"onnxruntime returned {len(got)} outputs, PyTorch {len(expected)}"

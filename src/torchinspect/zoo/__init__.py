@@ -35,7 +35,7 @@ class ZooEntry:
 
 
 def _lazy(module: str, factory: str, **preset: Any) -> Callable[..., nn.Module]:
-    """A builder that imports ``models_zoo.<module>`` on call; ``--arg`` kwargs override ``preset``."""
+    """A builder that imports ``torchinspect.zoo.<module>`` on call; ``--arg`` kwargs override ``preset``."""
 
     def build(**kwargs: Any) -> nn.Module:
         fn = getattr(importlib.import_module(f"{__name__}.{module}"), factory)
@@ -43,7 +43,7 @@ def _lazy(module: str, factory: str, **preset: Any) -> Callable[..., nn.Module]:
 
     build.__name__ = factory
     build.__qualname__ = factory
-    build.__doc__ = f"models_zoo.{module}.{factory}(**{preset or {}} | kwargs)"
+    build.__doc__ = f"torchinspect.zoo.{module}.{factory}(**{preset or {}} | kwargs)"
     return build
 
 
@@ -141,7 +141,7 @@ _ENTRIES = [
         "DDP needs find_unused_parameters)",
         ("pitfall",),
     ),
-    # ---- inspect doctor: a trigger and a clean twin for every check (models_zoo/doctor.py)
+    # ---- inspect doctor: a trigger and a clean twin for every check (zoo/doctor.py)
     *[ZooEntry(name, _lazy("doctor", cls, **preset), example, text, ("doctor",))
       for name, cls, preset, example, text in [
         ("doctor-layer-modulelist", "LayerModuleList", {}, ["1,32"],

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models_zoo._layers import embedding
+from torchinspect.zoo._layers import embedding
 
 
 @dataclass(frozen=True)

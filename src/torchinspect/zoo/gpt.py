@@ -6,7 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from models_zoo._layers import embedding
+from torchinspect.zoo._layers import embedding
 
 VOCAB_SIZE = 512
 BLOCK_SIZE = 128

@@ -1,6 +1,6 @@
 """Trigger models and clean twins for ``inspect doctor`` (one pair per check TI001..TI009).
 
-The triggers that are classic bugs of their own live in :mod:`models_zoo.pitfalls`
+The triggers that are classic bugs of their own live in :mod:`torchinspect.zoo.pitfalls`
 (layer list, tensor attribute, functional dropout, unused branch); this module holds their
 clean twins and the pairs for the other checks. Each twin differs from its trigger only in
 the line that matters, so ``inspect doctor`` on the twin must stay silent for that code.

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from models_zoo._layers import embedding
+from torchinspect.zoo._layers import embedding
 
 VOCAB_SIZE = 10_000
 
