@@ -42,8 +42,10 @@ def summary_cell(row: SummaryRow, col: Column) -> Any:
         text = getattr(row, name)
         short = text if len(text) <= SHAPE_WIDTH else text[:SHAPE_WIDTH - 1] + "…"
         return Shown(text, short)
-    if name in ("macs", "self_macs"):
+    if name in ("macs", "self_macs", "flops"):
         return si(getattr(row, name), empty="--")
+    if name == "output_bytes":
+        return Shown(row.output_bytes, fmt_bytes(row.output_bytes) if row.output_bytes else "--")
     if name == "params_pct":
         return pct(row.params_pct) if row.params_pct is not None else Shown("", "-")
     if name in ("params", "self_params"):
@@ -58,8 +60,9 @@ HEADERS = {
     "layer": "Layer", "type": "Type", "input": "Input shape", "output": "Output shape",
     "kernel": "Kernel", "params": "Params", "params_pct": "% params", "self_params": "Self params",
     "macs": "MACs", "self_macs": "Self MACs", "trainable": "Trainable",
+    "output_bytes": "Output bytes", "flops": "FLOPs",
 }
-_NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs")
+_NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs", "output_bytes", "flops")
 
 
 def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
@@ -69,8 +72,10 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
         rows = [[summary_cell(r, c) for c in cols] for r in s.rows]
         align = ["right" if c.value in _NUMERIC else "left" for c in cols]
         selves = any(c.value.startswith("self_") for c in cols)
-        footer = ["Params and MACs include the modules inside"
-                  + ("; Self: the module's own." if selves else ".")]
+        footer = [("Params, MACs and FLOPs" if any(c.value == "flops" for c in cols) else "Params and MACs")
+                  + " include the modules inside" + ("; Self: the module's own." if selves else ".")]
+        if any(c.value == "output_bytes" for c in cols):
+            footer.append("Output bytes: the tensors the module returns, at their dtype.")
         if any(r.recursive for r in s.rows):
             footer.append("(call k/N): a module run N times has a row per call; its params "
                           "are on its first row, later ones say (recursive).")
