@@ -401,3 +401,15 @@ def test_new_columns_are_optional(invoke) -> None:
     row = next(r for r in folded.rows if r.repeat > 1)  # layer1.1…layer1.2 (×2)
     dims = [int(d) for d in row.output.strip("[]").split(",")]
     assert row.output_bytes == row.repeat * math.prod(dims) * 4  # each block's output, float32
+
+
+def test_golden_summary_at_80_columns(invoke, golden, monkeypatch) -> None:
+    """The heading is one line; the MAC/FLOP conventions are notes under 80 columns below."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke("summary", "zoo:convnet", "--depth", "2", "--columns", "type,output,params,macs")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert lines[0].startswith("zoo:convnet  input 1,1,28,28") and lines[1] == ""
+    assert lines.index("Totals") < next(i for i, ln in enumerate(lines) if "FLOPs = 2 x MACs." in ln)
+    golden("summary_convnet_80.txt", "\n".join(ln.rstrip() for ln in lines) + "\n")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.analysis.conventions import COUNTED_CONVENTION, MACS_CONVENTION
+from torchinspect.analysis.conventions import CONVENTION_NOTES
 from torchinspect.report.base import (
     KeyValues,
     Report,
@@ -85,16 +85,22 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
         sections.append(Table(None, [HEADERS[c.value] for c in cols], rows, align=align,
                               footer=footer, primary=True, depths=[r.depth for r in s.rows]))
     sections.append(totals_section(s.totals))
+    sections.append(convention_notes())
     sections.extend(trailer_sections(s.not_counted, s.notes))
     return Report("summary", s.to_dict(), sections, version=SCHEMA_VERSION)
 
 
 def header_lines(model: str, inputs: str, device: str, fallback: str | None, train: bool) -> list[str]:
-    lines = [f"{model}  input {inputs}  ({'train' if train else 'eval'} mode, traced on {device})",
-             MACS_CONVENTION, COUNTED_CONVENTION]
+    lines = [f"{model}  input {inputs}  ({'train' if train else 'eval'} mode, traced on {device})"]
     if fallback:
         lines.append(f"note: traced on {device} instead of meta: {fallback}")
     return lines
+
+
+def convention_notes() -> Text:
+    """What MACs and FLOPs mean and what is counted: short notes below the tables, each line
+    under 80 columns (rich wraps them at word boundaries in a narrower terminal)."""
+    return Text(list(CONVENTION_NOTES))
 
 
 def totals_section(t: Totals) -> KeyValues:
