@@ -156,7 +156,7 @@ def totals_of(trace: Trace) -> Totals:
     )
 
 
-def _kernel(info: ModuleInfo | None) -> str | None:
+def kernel_text(info: ModuleInfo | None) -> str | None:
     if info is None or "kernel_size" not in info.layer:
         return None
     lay = info.layer
@@ -219,7 +219,7 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
             name=node.call.name, label=label, type=node.call.type, depth=node.call.depth,
             input=format_shape_tree(node.call.inputs, limit=EXACT),
             output=format_shape_tree(node.call.outputs, limit=EXACT),
-            kernel=_kernel(info), params=params,
+            kernel=kernel_text(info), params=params,
             params_pct=(100.0 * params / total) if params is not None and total else None,
             macs=node.macs, trainable=_trainable(info), self_params=node.self_params,
             self_macs=node.self_macs, repeat=node.fold, container=bool(node.children),
