@@ -542,3 +542,38 @@ def test_comparison_throughput_cell_names_the_batch(invoke, tmp_path):
     cells = re.findall(r'<td class="right" data-v="[\d.e+-]+">([\d,.]+/s at batch (\d) '
                        r'\(fp32, cpu\))</td>', out.read_text())
     assert len(cells) == 2 and {b for _, b in cells} <= {"1", "2"}
+
+
+def test_treemap_goes_down_through_a_dominant_child():
+    """vit's encoder is one tile unless the treemap looks inside encoder.layers."""
+    import torch
+    from torch import nn
+
+    from torchinspect.analysis.summary import summarize
+    from torchinspect.overview.aggregate import two_levels
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.Sequential(nn.Linear(4, 64), nn.Linear(64, 4))
+            self.norm = nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.norm(self.layers(x))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Linear(4, 4)
+            self.encoder = Encoder()
+
+        def forward(self, x):
+            return self.encoder(self.stem(x))
+
+    trace = summarize(Net(), torch.zeros(1, 4)).trace
+    assert two_levels(trace) == {
+        "stem": (4 * 4 + 4, 4 * 4),
+        "encoder.layers.0": (4 * 64 + 64, 4 * 64),
+        "encoder.layers.1": (64 * 4 + 4, 64 * 4),
+        "encoder.norm": (4 + 4, 0),
+    }

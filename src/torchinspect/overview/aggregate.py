@@ -121,27 +121,75 @@ def by_type(trace: Trace) -> dict[str, TypeTotals]:
     return dict(sorted(out.items(), key=lambda kv: (kv[1].macs, kv[1].params), reverse=True))
 
 
+MAX_DESCENT = 3  # levels a treemap group may go down through one dominant child
+
+
 def two_levels(trace: Trace) -> dict[str, tuple[int, int]]:
-    """``{name: (params, MACs)}`` for the modules two levels down (``layer1.0``), a top-level
-    module without children (``fc``), and ``NAME.(own)`` / ``(own)`` for what a top-level
-    module or the model itself holds or runs directly. Adds up to the totals."""
+    """``{name: (params, MACs)}`` of the tiles of a treemap: a group per top-level module,
+    a tile per module one level down (``layer1.0``), or the top-level module itself when it
+    has no children (``fc``); ``NAME.(own)`` / ``(own)`` for what a module or the model holds
+    or runs directly. A group with one child holding two thirds of its params or MACs goes down
+    through it (vit's ``encoder.layers``: a tile per encoder layer, not one tile). Adds up
+    to the totals."""
+    own_params: dict[str, int] = {}
+    own_macs: dict[str, int] = {}
+    for info in trace.modules.values():
+        if info.params:
+            own_params[info.name] = own_params.get(info.name, 0) + info.params
+    for c in trace.calls:
+        if c.own_macs:
+            own_macs[c.name] = own_macs.get(c.name, 0) + c.own_macs
     names = [n for n in trace.modules if n]
-    parents = {n.rpartition(".")[0] for n in names if "." in n}
+    expanded = _expanded(names, _inclusive(own_params), _inclusive(own_macs))
 
     def key(name: str) -> str:
         parts = name.split(".") if name else []
-        if not parts:
-            return OWN
-        if len(parts) == 1 and name in parents:
-            return f"{name}.{OWN}"
-        return ".".join(parts[:2])
+        for k in range(1, len(parts) + 1):
+            prefix = ".".join(parts[:k])
+            if prefix not in expanded:
+                return prefix
+        return f"{name}.{OWN}" if name else OWN
 
     out: dict[str, list[int]] = {}
-    for info in trace.modules.values():
-        if info.params:
-            out.setdefault(key(info.name), [0, 0])[0] += info.params
-    for c in trace.calls:
-        if c.own_macs:
-            out.setdefault(key(c.name), [0, 0])[1] += c.own_macs
+    for name, v in own_params.items():
+        out.setdefault(key(name), [0, 0])[0] += v
+    for name, v in own_macs.items():
+        out.setdefault(key(name), [0, 0])[1] += v
     order = {k: i for i, k in enumerate(dict.fromkeys(key(n) for n in ["", *names]))}
     return {k: (v[0], v[1]) for k, v in sorted(out.items(), key=lambda kv: order.get(kv[0], 0))}
+
+
+def _inclusive(own: dict[str, int]) -> dict[str, int]:
+    """Each module's own amount added to it and to every module above it."""
+    out: dict[str, int] = {}
+    for name, v in own.items():
+        parts = name.split(".") if name else []
+        for k in range(len(parts) + 1):
+            prefix = ".".join(parts[:k])
+            out[prefix] = out.get(prefix, 0) + v
+    return out
+
+
+def _expanded(names: list[str], params: dict[str, int], macs: dict[str, int]) -> set[str]:
+    """The modules a treemap shows the children of: every top-level module with children,
+    and below it a chain of children that hold two thirds of their parent's params or MACs."""
+    children: dict[str, list[str]] = {}
+    for n in names:
+        children.setdefault(n.rpartition(".")[0], []).append(n)
+
+    def dominant(node: str) -> str | None:
+        for c in children.get(node, []):
+            if children.get(c) and any(0 < 2 * amount.get(node, 0) <= 3 * amount.get(c, 0)
+                                       for amount in (params, macs)):
+                return c
+        return None
+
+    out: set[str] = set()
+    for top in children.get("", []):
+        node: str | None = top
+        for _ in range(MAX_DESCENT + 1):
+            if node is None or not children.get(node):
+                break
+            out.add(node)
+            node = dominant(node)
+    return out

@@ -368,18 +368,21 @@ def _treemap_panel(groups: dict[str, list[tuple[str, float]]], name: str, unit: 
                        f'height="{ch:.1f}" fill="{color}" stroke="#fff" stroke-width="1">'
                        f"<title>{esc(tip)}</title></rect>")
             if ch > 14 and cw > 24:
-                short = label.split(".", 1)[1] if "." in label else label
-                out.append(_fit_text(short, cx + 3, cy + 11, cw - 6, cls="tm-lb"))
+                short = label.rpartition(".")[2]  # the full name is in the tooltip
+                out.append(_fit_text(short, cx + 3, cy + 11, cw - 6, cls="tm-lb", tail=True))
         out.append("</g>")
     return out
 
 
-def _fit_text(text: str, x: float, y: float, width: float, cls: str = "tm-head") -> str:
-    """``text`` cut to what ``width`` pixels hold (…), or nothing when not one character."""
+def _fit_text(text: str, x: float, y: float, width: float, cls: str = "tm-head",
+              tail: bool = False) -> str:
+    """``text`` cut to what ``width`` pixels hold (…), or nothing when not one character;
+    ``tail`` keeps the end (``…layer_11``: the index that tells siblings apart)."""
     fits = int(width / CHAR_W)
     if fits < 1:
         return ""
-    shown = text if len(text) <= fits else text[:max(1, fits - 1)] + "…"
+    keep = max(1, fits - 1)
+    shown = text if len(text) <= fits else ("…" + text[-keep:] if tail else text[:keep] + "…")
     return f'<text x="{x:.1f}" y="{y:.1f}" class="{cls}">{esc(shown)}</text>'
 
 
