@@ -21,7 +21,7 @@ _LAZY = {
     "parse_inputs": "torchinspect.inputs",
     "read_checkpoint": "torchinspect.io.checkpoint",
     "diff_state_dicts": "torchinspect.io.diff",
-    "convert_checkpoint": "torchinspect.io.convert",
+    "convert_checkpoint": "torchinspect.checkpoints",
     "collect_env": "torchinspect.env",
     "build_graph": "torchinspect.export.graph",
     "export_onnx": "torchinspect.export.onnx",
@@ -31,6 +31,7 @@ _LAZY = {
     "extract_features": "torchinspect.features",
     "FeatureFolder": "torchinspect.features",
     "collect_overview": "torchinspect.overview",
+    "predict_memory": "torchinspect.memory",
 }
 
 __all__ = ["__version__", *_LAZY]
