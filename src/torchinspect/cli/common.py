@@ -134,16 +134,21 @@ def command_errors(fn: F) -> F:
 
 # ---------------------------------------------------------------- shared option types
 
+MODEL_FORMS = ("a torchvision name (resnet18), zoo:NAME, file.py:Name, pkg.mod:factory, "
+               "timm:NAME, hf:TYPE (hf:bert, hf:LlamaForCausalLM), a Hugging Face model folder "
+               "(config.json), a TorchScript file, a torch.export .pt2 file, or a checkpoint "
+               "with --arch")
+"""Every form a MODEL argument takes (sources/resolve.py); the one help text of every command."""
+
 ModelsArg = Annotated[
     list[str],
-    typer.Argument(metavar="MODEL...", help="one or more models: a torchvision name (resnet18), "
-                   "zoo:NAME, file.py:Name, pkg.mod:factory, or a checkpoint with --arch.",
+    typer.Argument(metavar="MODEL...", help=f"one or more models: {MODEL_FORMS}.",
                    show_default=False),
 ]
 ModelArg = Annotated[
     str,
-    typer.Argument(metavar="MODEL", help="a torchvision name (resnet18), zoo:NAME, file.py:Name, "
-                   "pkg.mod:factory, or a checkpoint with --arch.", show_default=False),
+    typer.Argument(metavar="MODEL", help=f"{MODEL_FORMS}.",
+                   show_default=False),
 ]
 InputOpt = Annotated[
     list[str] | None,
