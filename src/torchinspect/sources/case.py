@@ -182,7 +182,11 @@ def seeded(device: str = "cpu") -> Iterator[None]:
     is a GPU); the caller's RNG state is put back after."""
     import torch
 
-    cuda = [torch.device(device).index or 0] if str(device).startswith("cuda") else []
+    cuda: list[int] = []
+    if str(device).startswith("cuda"):
+        devices.check_available(device)  # a clear error, before the GPU's RNG is read
+        index = torch.device(device).index
+        cuda = [torch.cuda.current_device() if index is None else index]
     with torch.random.fork_rng(devices=cuda):
         torch.manual_seed(RANDOM_INIT_SEED)
         yield
