@@ -14,8 +14,9 @@ import pytest
 import torch
 from torch import nn
 
-from torchinspect.sources import case as case_mod
-from torchinspect.sources.case import ModelOptions, WeightsSource, make_case
+from torchinspect.sources import origin as origin_mod
+from torchinspect.sources.case import ModelOptions, make_case
+from torchinspect.sources.origin import WeightsSource
 from torchinspect.zoo import REGISTRY
 
 FAST_ARGS = ["--warmup", "0.02", "--min-time", "0.05", "--max-time", "0.2", "--min-iters", "2"]
@@ -84,8 +85,8 @@ def test_the_origin_of_each_source(tmp_path: Path, convnet_weights) -> None:
 def test_the_file_is_hashed_only_when_a_command_asks(monkeypatch, convnet_weights) -> None:
     path, record = convnet_weights
     calls: list[Path] = []
-    real = case_mod.file_sha256
-    monkeypatch.setattr(case_mod, "file_sha256", lambda p: calls.append(p) or real(p))
+    real = origin_mod.file_sha256
+    monkeypatch.setattr(origin_mod, "file_sha256", lambda p: calls.append(p) or real(p))
     from torchinspect import summarize
 
     summarize("zoo:convnet", options=ModelOptions(weights=str(path)))

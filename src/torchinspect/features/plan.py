@@ -28,7 +28,7 @@ from torchinspect.features.inputs import (
 from torchinspect.features.layers import check_layer_names
 from torchinspect.features.ranks import Ranks
 from torchinspect.io.writers import parse_size
-from torchinspect.sources.case import WeightsOrigin, WeightsSource
+from torchinspect.sources.origin import WeightsOrigin, WeightsSource
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
           "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -161,9 +161,9 @@ class _Built:
 def build_model(plan: ExtractPlan, model: Any) -> None:
     """The real model on the plan's device, its name, example and the weights' identity.
 
-    A model built here starts from ``sources.case.RANDOM_INIT_SEED`` (the caller's RNG state is put
-    back: see :mod:`torchinspect.sources.case`), so a rerun without ``--weights`` builds the
-    same weights and may resume."""
+    A model built here starts from ``sources.origin.RANDOM_INIT_SEED`` (the caller's RNG
+    state is put back), so a rerun without ``--weights`` builds the same weights and may
+    resume."""
     options = plan.opts.options
     built = _resolve_model(model, plan.device, options)
     plan.net, plan.name, plan.notes, plan.owned = built.net, built.name, built.notes, built.owned

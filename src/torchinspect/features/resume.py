@@ -25,7 +25,7 @@ import torch
 
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.features import store
-from torchinspect.sources.case import describe_weights
+from torchinspect.sources.origin import describe_weights
 
 LOCK = ".lock"
 # Settings that must match for a rerun to add rows to an existing folder.

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchinspect.bench.timing import fmt_time
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
-from torchinspect.sources.case import describe_weights
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.bench.compare import Change

@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.report.base import KeyValues, Report, Table, Text
-from torchinspect.sources.case import describe_weights
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.analysis.doctor import DoctorResult

@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
-from torchinspect.sources.case import describe_weights
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.export.onnx import ExportResult

@@ -23,7 +23,7 @@ from torchinspect.report.base import (
     si,
 )
 from torchinspect.report.summary import summary_report, totals_section, trailer_sections
-from torchinspect.sources.case import describe_weights
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.overview.collect import ModelOverview, Overview
