@@ -49,6 +49,7 @@ class ModelOverview:
     bench: Any | None = None  # torchinspect.bench.BenchResult
     missing: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict() of the model
 
     @property
     def name(self) -> str:
@@ -95,7 +96,7 @@ class ModelOverview:
             "graph": self.graph.to_dict() if self.graph else None,
             "doctor": self.doctor.to_dict() if self.doctor else None,
             "bench": self.bench.to_dict() if self.bench is not None else None,
-            "missing": dict(self.missing),
+            "weights": self.weights, "missing": dict(self.missing),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
@@ -177,7 +178,7 @@ def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: in
                                  notes=notes)
     flops = flops_from_trace(trace, model=case.name, inputs=described, depth=depth, notes=notes)
     seconds["trace"] = time.perf_counter() - start
-    view = ModelOverview(label, summary, flops, seconds=seconds)
+    view = ModelOverview(label, summary, flops, seconds=seconds, weights=case.weights.to_dict())
 
     def timed(part: str, fn: Callable[[], Any]) -> Any:
         say(f"{case.name}: {part}")

@@ -23,6 +23,7 @@ from torchinspect.report.base import (
     si,
 )
 from torchinspect.report.summary import summary_report, totals_section, trailer_sections
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.overview.collect import ModelOverview, Overview
@@ -41,9 +42,12 @@ def header_section(ov: Overview, m: ModelOverview | None) -> KeyValues:
     if m is not None:
         s = m.summary
         items += [("Model", m.spec if m.spec == m.name else f"{m.spec} ({m.name})"),
-                  ("Input", s.input),
+                  ("Input", s.input), ("Weights", describe_weights(m.weights)),
                   ("Traced", f"{'train' if s.train else 'eval'} mode on {s.device}"
                    + (f" ({s.fallback_reason})" if s.fallback_reason else ""))]
+    else:
+        items += [("Weights", "; ".join(f"{m.name}: {describe_weights(m.weights)}"
+                                        for m in ov.models))]
     items += [(name, v or "-") for name, v in ov.versions.items()]
     if ov.bench_device:
         items.append(("Bench device", ov.bench_device))

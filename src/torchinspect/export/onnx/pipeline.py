@@ -57,7 +57,10 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     if plan.verify:
         result.verify = verify_export(plan)
     result.seconds = plan.seconds
-    result.notes = plan.notes
+    result.weights = case.weights.to_dict()
+    note = case.weights.note("the file holds untrained weights"
+                             + (" (verified with them)" if plan.verify else ""))
+    result.notes = [*plan.notes, *([note] if note else [])]
     return result
 
 
