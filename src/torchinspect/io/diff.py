@@ -20,7 +20,7 @@ from torchinspect.io.entries import FilePool
 from torchinspect.io.formats import CheckpointFormat
 from torchinspect.io.keys import KeyGroup, group_keys
 from torchinspect.io.meta import TensorMeta, TensorSet, read_checkpoint_meta
-from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps, state_entry_kind
+from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps, py_str, state_entry_kind
 from torchinspect.io.tensors import open_input
 
 FOLDED_SUFFIXES = (".num_batches_tracked",)
@@ -58,6 +58,7 @@ class DiffSide(TensorSet):
     file_size: int | None = None
     path: Path | None = None  # for --values: reload data from here
     key: str | None = None
+    trusted: bool = False  # read with --trust-pickle (the load line then needs weights_only=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,7 +75,7 @@ def checkpoint_side(path: str | os.PathLike[str], *, key: str | None = None,
     ``fmt``: the already detected format of a single file (detection runs once per file)."""
     meta = read_checkpoint_meta(path, key=key, trust_pickle=trust_pickle, fmt=fmt)
     return DiffSide(str(path), "checkpoint", meta.tensors, str(meta.format), meta.container_key,
-                    meta.extras, list(meta.notes), meta.file_size, Path(path), key)
+                    meta.extras, list(meta.notes), meta.file_size, Path(path), key, trust_pickle)
 
 
 def entry_meta(key: str, v: Any, device: str = "model") -> TensorMeta | None:
@@ -178,8 +179,10 @@ class DiffResult:
 
     def verdict_text(self) -> str:
         v = self.verdict
+        when = ", ".join(self.conditions())
+        when = f" {when}" if when else ""
         if v is Verdict.strict:
-            return f"loads with strict=True ({len(self.matched)} tensors)"
+            return f"loads with strict=True ({len(self.matched)} tensors){when}"
         if v is Verdict.complete:
             why = []
             if self.unexpected:
@@ -187,15 +190,62 @@ class DiffResult:
             if self.tied_fill:
                 why.append(f"{len(self.tied_fill)} tied key(s) absent from B get their value "
                            "through the tie")
-            return (f"loads with strict=False: every one of the {self.target_total} target tensors "
-                    f"gets a value; {'; '.join(why)}")
+            return (f"loads with strict=False{when}: every one of the {self.target_total} target "
+                    f"tensors gets a value; {'; '.join(why)}")
         if v is Verdict.partial:
             return (f"partial load: only {len(self.matched)} of {self.target_total} target tensors "
-                    f"get a value with strict=False ({len(self.missing)} missing)")
+                    f"get a value with strict=False{when} ({len(self.missing)} missing)")
         if self.shape_mismatches:
             return (f"incompatible: {len(self.shape_mismatches)} shape mismatch(es); "
                     f"load_state_dict raises even with strict=False")
         return "incompatible: no key matches"
+
+    def conditions(self) -> list[str]:
+        """What the verdict assumes about how B is loaded: the container entry taken, CPU
+        storages for tensors saved on another device, the applied key remap."""
+        if self.verdict is Verdict.incompatible or self.b.kind != "checkpoint":
+            return []
+        out = []
+        if self.b.container_key:
+            out.append(f"taking {_subscript(self.b.container_key)} from the file")
+        saved = [d for d in self.b.devices if d != "cpu"]
+        if saved and self.b.format in _TORCH_FILES:
+            out.append(f'with map_location="cpu" (saved on {", ".join(saved)})')
+        if self.applied_remap is not None:
+            out.append(self.applied_remap.condition())
+        return out
+
+    def load_code(self) -> tuple[list[str], str]:
+        """Lines of Python that load B into ``model`` as the verdict says, or no lines and why.
+
+        Only for a single checkpoint file (torch.save or safetensors) that loads; the lines
+        assume the target module is called ``model``."""
+        b, v = self.b, self.verdict
+        if v is Verdict.incompatible:
+            return [], "it does not load"
+        if b.kind != "checkpoint" or b.path is None:
+            return [], "B is not a checkpoint file"
+        if b.format not in (*_TORCH_FILES, "safetensors"):
+            return [], (f"{b.format} is not one file torch.load or safetensors reads; "
+                        "`inspect convert` it to one .safetensors file first")
+        path = py_str(str(b.path))
+        if b.format == "safetensors":
+            lines = ["from safetensors.torch import load_file", f"sd = load_file({path})"]
+        else:
+            where = ', map_location="cpu"' if any(d != "cpu" for d in b.devices) else ""
+            trust = "False" if b.trusted else "True"
+            lines = ["import torch", f"sd = torch.load({path}{where}, weights_only={trust})"
+                     f"{_subscript(b.container_key) if b.container_key else ''}"]
+            if b.trusted:
+                lines[-1] += "  # --trust-pickle: runs code from the file"
+        if b.container_key is None and b.extras:  # scalars beside the tensors of a flat dict
+            names = ", ".join(py_str(k) for k in b.extras)
+            lines.append(f"sd = {{k: v for k, v in sd.items() if k not in {{{names}}}}}")
+        if self.applied_remap is not None:
+            lines.append(f"sd = {{{self.applied_remap.python('k')}: v for k, v in sd.items()}}")
+        lines.append("model.load_state_dict(sd)" if v is Verdict.strict else
+                     "model.load_state_dict(sd, strict=False)")
+        return lines, ""
 
     def grouped(self, which: str) -> list[KeyGroup]:
         if which in ("shape_mismatches", "dtype_mismatches"):
@@ -217,11 +267,20 @@ class DiffResult:
             "applied_remap": self.applied_remap.to_dict() if self.applied_remap else None,
             "renamed": self.renamed,
             "values": None if self.values is None else [v.to_dict() for v in self.values],
+            "conditions": self.conditions(), "load_code": "\n".join(self.load_code()[0]) or None,
             "notes": self.notes, "tied_fill": self.tied_fill, "extra_state": {"a": self.a.extra_state, "b": self.b.extra_state},
             "tied": {"a": self.a.tied, "b": self.b.tied},
             "groups": {w: [g.to_dict() for g in self.grouped(w)]
                        for w in ("missing", "unexpected", "shape_mismatches", "dtype_mismatches")},
         }
+
+
+_TORCH_FILES = ("torch_zip", "torch_legacy")
+
+
+def _subscript(container_key: str) -> str:
+    """``model/state_dict`` -> ``["model"]["state_dict"]`` (the entry torch.load's result holds)."""
+    return "".join(f"[{py_str(part)}]" for part in container_key.split("/"))
 
 
 def _is_folded(key: str) -> bool:
