@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
 import torch
 
 from test_checkpoint_helpers import (
@@ -195,3 +196,105 @@ def test_usage_errors(tmp_path: Path, invoke) -> None:
     result = invoke("diff", tmp_path / "a.pt", tmp_path / "missing.pt")
     assert result.exit_code == 2 and "no such file" in result.output
     assert "Traceback" not in result.output
+
+
+# ------------------------------------------------------------------ issue 21: prefixes, verdicts
+
+
+def test_the_best_remap_comes_before_the_key_listings(tmp_path: Path, invoke) -> None:
+    save_plain(tmp_path / "plain.pt")
+    save_dataparallel(tmp_path / "dp.pt")
+    out = invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt").output
+    hint = out.index("best remap: strip prefix 'module.' (DataParallel/DDP) would match")
+    assert hint < out.index("Keys") < out.index("Missing (in A, not in B)")
+    assert out.index("Prefix remaps of B's keys") < out.index("Keys")
+    out = invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt", "--auto-prefix").output
+    assert out.index("--auto-prefix applied: strip prefix 'module.'") < out.index("Keys")
+
+
+def _printed_code(output: str) -> str:
+    """The lines under "Load it with" in a table report (up to the next blank line)."""
+    lines = output.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Load it with")) + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_verdict_names_its_conditions_and_the_printed_line_loads(tmp_path: Path, invoke) -> None:
+    """A cuda:0-saved, DataParallel-prefixed resnet18 under ["model"]: the verdict holds only
+    with map_location, the container key and the prefix stripped; the printed Python does it."""
+    import torchvision
+
+    saved = {f"module.{k}": v for k, v in torchvision.models.resnet18().state_dict().items()}
+    path = tmp_path / "gpu_checkpoint.pth.tar"
+    save_simulated_gpu(path, {"model": saved, "epoch": 3})
+    result = invoke("diff", path, "--arch", "resnet18", "--auto-prefix")
+    assert result.exit_code == 0, result.output
+    verdict = next(ln for ln in result.output.splitlines() if ln.startswith("verdict:"))
+    for condition in ('taking ["model"] from the file', 'with map_location="cpu" (saved on cuda:0)',
+                      "after stripping 'module.'"):
+        assert condition in verdict, verdict
+    code = _printed_code(result.output)
+    assert 'map_location="cpu"' in code and '["model"]' in code
+    model = torchvision.models.resnet18()
+    exec(code, {"model": model})  # noqa: S102 - the line the report tells the user to run
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, saved[f"module.{k}"]), k
+    # the plain line fails on both counts the verdict names
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(path, weights_only=True)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        torchvision.models.resnet18().load_state_dict(torch.load(path, map_location="cpu")["model"])
+    data = cli_json(invoke("diff", path, "--arch", "resnet18", "--auto-prefix", "-f", "json"))
+    assert data["load_code"] == code and len(data["conditions"]) == 3
+
+
+class _Wrapped(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = net()
+
+
+def _infix(k: str) -> str:  # per-block torch.compile: layers._orig_mod.0.attn.q.weight
+    return k.replace("layers.", "layers._orig_mod.", 1)
+
+
+@pytest.mark.parametrize("case", ["compiled", "safetensors-model.", "add-prefix", "strip-and-add",
+                                  "infix", "extra-keys", "flat-with-scalars"])
+def test_the_load_code_loads_every_remap(tmp_path: Path, case: str) -> None:
+    """Each remap's printed expression computes what the diff applied: the code loads."""
+    sd = net(3).state_dict()
+    target = _Wrapped() if case in ("add-prefix", "strip-and-add") else net()
+    weights: dict = {
+        "compiled": {f"_orig_mod.{k}": v for k, v in sd.items()},
+        "safetensors-model.": {f"model.{k}": v for k, v in sd.items()},
+        "add-prefix": dict(sd),
+        "strip-and-add": {f"module.{k}": v for k, v in sd.items()},
+        "infix": {_infix(k): v for k, v in sd.items()},
+        "extra-keys": {**sd, "aux.weight": torch.ones(2)},
+        "flat-with-scalars": {**sd, "epoch": 7, "arch": "Net"},
+    }[case]
+    path = tmp_path / ("w.safetensors" if case.startswith("safetensors") else "w.pt")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in weights.items()}, path)
+    else:
+        torch.save(weights, path)
+    res = diff_state_dicts(target, checkpoint_side(path), auto_prefix=True)
+    assert res.verdict.loads, res.verdict_text()
+    code, why_not = res.load_code()
+    assert code, why_not
+    exec("\n".join(code), {"model": target})  # noqa: S102
+    inner = target.backbone if isinstance(target, _Wrapped) else target
+    for k, v in inner.state_dict().items():
+        assert torch.equal(v, sd[k]), (case, k)
+    assert ("strict=False" in code[-1]) == (case == "extra-keys")
+
+
+def test_no_load_line_where_it_would_not_load(tmp_path: Path) -> None:
+    save_plain(tmp_path / "a.pt", net(num_classes=10))
+    save_plain(tmp_path / "b.pt", net(num_classes=5))
+    res = diff_state_dicts(checkpoint_side(tmp_path / "a.pt"), checkpoint_side(tmp_path / "b.pt"))
+    assert res.load_code() == ([], "it does not load") and res.conditions() == []
