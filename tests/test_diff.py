@@ -298,3 +298,22 @@ def test_no_load_line_where_it_would_not_load(tmp_path: Path) -> None:
     save_plain(tmp_path / "b.pt", net(num_classes=5))
     res = diff_state_dicts(checkpoint_side(tmp_path / "a.pt"), checkpoint_side(tmp_path / "b.pt"))
     assert res.load_code() == ([], "it does not load") and res.conditions() == []
+
+
+def test_absent_num_batches_tracked_verdict_holds_as_printed(tmp_path: Path) -> None:
+    """A saved state_dict() with its num_batches_tracked deleted in place keeps torch's version
+    _metadata, so BatchNorm does not fill them and strict=True raises on the plain line; the
+    verdict says it needs a plain dict, and the printed code makes one."""
+    sd = net(4).state_dict()
+    for k in [k for k in sd if k.endswith("num_batches_tracked")]:
+        del sd[k]
+    torch.save(sd, tmp_path / "w.pt")
+    with pytest.raises(RuntimeError, match="num_batches_tracked"):
+        net().load_state_dict(torch.load(tmp_path / "w.pt", weights_only=True))
+    res = diff_state_dicts(net(), checkpoint_side(tmp_path / "w.pt"))
+    assert res.verdict is Verdict.strict
+    assert "as a plain dict (BatchNorm then fills the 1 absent num_batches_tracked)" in res.verdict_text()
+    code, _ = res.load_code()
+    model = net()
+    exec("\n".join(code), {"model": model})  # noqa: S102
+    assert all(torch.equal(v, sd[k]) for k, v in model.state_dict().items() if k in sd)

@@ -213,7 +213,22 @@ class DiffResult:
             out.append(f'with map_location="cpu" (saved on {", ".join(saved)})')
         if self.applied_remap is not None:
             out.append(self.applied_remap.condition())
+        if self._needs_plain_dict:
+            out.append(f"as a plain dict (BatchNorm then fills the {len(self.filled)} absent "
+                       "num_batches_tracked)")
         return out
+
+    @property
+    def filled(self) -> list[str]:
+        """The target's num_batches_tracked that B lacks (folded): BatchNorm fills them."""
+        return [k for k in self.folded if k in self.a.tensors]
+
+    @property
+    def _needs_plain_dict(self) -> bool:
+        """BatchNorm fills an absent num_batches_tracked only when the state_dict carries no
+        version (``_metadata``, which torch.load restores on a saved ``state_dict()``);
+        a remap builds a new dict anyway, safetensors has none."""
+        return bool(self.filled) and self.applied_remap is None and self.b.format in _TORCH_FILES
 
     def load_code(self) -> tuple[list[str], str]:
         """Lines of Python that load B into ``model`` as the verdict says, or no lines and why.
@@ -243,6 +258,8 @@ class DiffResult:
             lines.append(f"sd = {{k: v for k, v in sd.items() if k not in {{{names}}}}}")
         if self.applied_remap is not None:
             lines.append(f"sd = {{{self.applied_remap.python('k')}: v for k, v in sd.items()}}")
+        elif self._needs_plain_dict and not (b.container_key is None and b.extras):
+            lines.append("sd = dict(sd)  # no saved _metadata: BatchNorm fills num_batches_tracked")
         lines.append("model.load_state_dict(sd)" if v is Verdict.strict else
                      "model.load_state_dict(sd, strict=False)")
         return lines, ""

@@ -280,17 +280,13 @@ class PrefixRemap:
     def python(self, var: str = "k") -> str:
         """A Python expression of ``var`` that computes :meth:`apply` (for a printed load line)."""
         q = py_str
-        expr = var
-        if self.infix:
-            expr = f'".".join(p for p in {var}.split(".") if p != {q(self.infix.rstrip("."))})'
+        if self.infix:  # found alone (find_prefix_remaps): never with strip or add
+            return f'".".join(p for p in {var}.split(".") if p != {q(self.infix.rstrip("."))})'
         if self.strip and self.add:
-            if expr != var:
-                return f"{q(self.add)} + _k[{len(self.strip)}:] if (_k := {expr}).startswith(" \
-                    f"{q(self.strip)}) else _k"
             return f"{q(self.add)} + {var}[{len(self.strip)}:] if {var}.startswith({q(self.strip)}) else {var}"
         if self.strip:
-            return f"{expr if expr == var else f'({expr})'}.removeprefix({q(self.strip)})"
-        return f"{q(self.add)} + {expr}" if self.add else expr
+            return f"{var}.removeprefix({q(self.strip)})"
+        return f"{q(self.add)} + {var}" if self.add else var
 
     def to_dict(self) -> dict[str, Any]:
         return {"strip": self.strip, "add": self.add, "infix": self.infix,
