@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
 import pytest
@@ -317,3 +318,23 @@ def test_absent_num_batches_tracked_verdict_holds_as_printed(tmp_path: Path) -> 
     model = net()
     exec("\n".join(code), {"model": model})  # noqa: S102
     assert all(torch.equal(v, sd[k]) for k, v in model.state_dict().items() if k in sd)
+
+
+def test_the_printed_line_loads_a_real_gpu_saved_container(invoke) -> None:
+    """tests/data/gpu_saved_container.pt was saved on a GPU ({"model": "module."-prefixed
+    state_dict on cuda:0, "optimizer", "epoch"}): the printed lines load it into Tiny here."""
+    from test_checkpoint_helpers import DATA_DIR
+
+    path = DATA_DIR / "gpu_saved_container.pt"
+    arch = f"{DATA_DIR / 'make_gpu_checkpoint.py'}:Tiny"
+    result = invoke("diff", path, "--arch", arch, "--auto-prefix")
+    assert result.exit_code == 0, result.output
+    assert 'with map_location="cpu" (saved on cuda:0)' in result.output
+    spec = importlib.util.spec_from_file_location("make_gpu_checkpoint", DATA_DIR / "make_gpu_checkpoint.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = mod.Tiny()
+    exec(_printed_code(result.output), {"model": model})  # noqa: S102
+    reference = torch.load(DATA_DIR / "gpu_saved_reference.pt", weights_only=True)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference[k]), k
