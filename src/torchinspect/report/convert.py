@@ -80,8 +80,8 @@ def convert_report(r: ConvertResult, *, show_all: bool = False) -> Report:
         sections.append(Table("Dtype changes", ["change", "tensors"], [[k, v] for k, v in r.cast.items()]))
     done: list[str] = [f"stripped prefix {s}" for s in r.stripped]
     if r.applied_remap:
-        done.append(f"auto prefix: {r.applied_remap.describe()} "
-                    f"({r.applied_remap.matched} of {r.applied_remap.total} model keys match)")
+        done.append(f"auto prefix: {r.applied_remap.describe()}: "
+                    f"{r.applied_remap.matched} of {r.applied_remap.total} model keys match")
     if done:
         sections.append(Text(done, title="Key changes"))
     if r.renamed:
