@@ -338,3 +338,45 @@ def test_the_printed_line_loads_a_real_gpu_saved_container(invoke) -> None:
     reference = torch.load(DATA_DIR / "gpu_saved_reference.pt", weights_only=True)
     for k, v in model.state_dict().items():
         assert torch.equal(v, reference[k]), k
+
+
+def test_a_dcp_folder_gets_its_in_place_load_lines(tmp_path: Path) -> None:
+    import warnings
+
+    from torchinspect.checkpoints import convert_checkpoint
+
+    sd = save_plain(tmp_path / "w.pt", net(5))
+    convert_checkpoint(tmp_path / "w.pt", tmp_path / "w.dcp")
+    res = diff_state_dicts(net(), checkpoint_side(tmp_path / "w.dcp"))
+    code, why_not = res.load_code()
+    assert res.verdict is Verdict.strict and code, why_not
+    model = net()
+    with warnings.catch_warnings():  # "torch.distributed is disabled ... single process"
+        warnings.simplefilter("ignore", UserWarning)
+        exec("\n".join(code), {"model": model})  # noqa: S102
+    assert all(torch.equal(v, sd[k]) for k, v in model.state_dict().items())
+    partial = diff_state_dicts(net(n_layers=7), checkpoint_side(tmp_path / "w.dcp"))
+    assert partial.load_code()[0] == [] and "DCP" in partial.load_code()[1]
+
+
+def test_load_lines_are_never_cut_by_the_terminal_width(tmp_path: Path, invoke, monkeypatch) -> None:
+    """A copied line must stay one line: code is not wrapped at 60 columns; Markdown puts it
+    in a code block, HTML in <pre>."""
+    monkeypatch.setenv("COLUMNS", "60")
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3)
+    deep.mkdir()
+    sd = save_plain(deep / "checkpoint.pt")
+    torch.save({"model": {f"module.{k}": v for k, v in sd.items()}}, deep / "checkpoint.pt")
+    result = invoke("diff", deep / "checkpoint.pt", "--arch", f"{HELPERS}:Net", "--auto-prefix")
+    assert result.exit_code == 0, result.output
+    code = _printed_code(result.output)
+    assert max(len(ln) for ln in code.splitlines()) > 60
+    model = net(1)
+    exec(code, {"model": model})  # noqa: S102
+    assert all(torch.equal(v, sd[k]) for k, v in model.state_dict().items())
+    md = invoke("diff", deep / "checkpoint.pt", "--arch", f"{HELPERS}:Net", "--auto-prefix",
+                "-f", "markdown").output
+    assert f"```python\n{code}\n```" in md
+    html = invoke("diff", deep / "checkpoint.pt", "--arch", f"{HELPERS}:Net", "--auto-prefix",
+                  "-f", "html").output
+    assert "<pre><code>import torch\nsd = torch.load(" in html

@@ -233,26 +233,17 @@ class DiffResult:
     def load_code(self) -> tuple[list[str], str]:
         """Lines of Python that load B into ``model`` as the verdict says, or no lines and why.
 
-        Only for a single checkpoint file (torch.save or safetensors) that loads; the lines
-        assume the target module is called ``model``."""
-        b, v = self.b, self.verdict
-        if v is Verdict.incompatible:
-            return [], "it does not load"
-        if b.kind != "checkpoint" or b.path is None:
-            return [], "B is not a checkpoint file"
-        if b.format not in (*_TORCH_FILES, "safetensors"):
-            return [], (f"{b.format} is not one file torch.load or safetensors reads; "
-                        "`inspect convert` it to one .safetensors file first")
-        path = py_str(str(b.path))
-        if b.format == "safetensors":
-            lines = ["from safetensors.torch import load_file", f"sd = load_file({path})"]
-        else:
-            where = ', map_location="cpu"' if any(d != "cpu" for d in b.devices) else ""
-            trust = "False" if b.trusted else "True"
-            lines = ["import torch", f"sd = torch.load({path}{where}, weights_only={trust})"
-                     f"{_subscript(b.container_key) if b.container_key else ''}"]
-            if b.trusted:
-                lines[-1] += "  # --trust-pickle: runs code from the file"
+        For one torch.save or safetensors file that loads (and a DCP folder holding exactly the
+        model's keys and dtypes); the lines assume the target module is called ``model``."""
+        why_not = self._no_load_code()
+        if why_not:
+            return [], why_not
+        b, path = self.b, py_str(str(self.b.path))
+        if b.format == "dcp":
+            return ["import torch.distributed.checkpoint as dcp", "sd = model.state_dict()",
+                    f"dcp.load(sd, checkpoint_id={path})",
+                    "model.load_state_dict(sd)"], ""
+        lines = _read_lines(b, path)
         if b.container_key is None and b.extras:  # scalars beside the tensors of a flat dict
             names = ", ".join(py_str(k) for k in b.extras)
             lines.append(f"sd = {{k: v for k, v in sd.items() if k not in {{{names}}}}}")
@@ -260,9 +251,25 @@ class DiffResult:
             lines.append(f"sd = {{{self.applied_remap.python('k')}: v for k, v in sd.items()}}")
         elif self._needs_plain_dict and not (b.container_key is None and b.extras):
             lines.append("sd = dict(sd)  # no saved _metadata: BatchNorm fills num_batches_tracked")
-        lines.append("model.load_state_dict(sd)" if v is Verdict.strict else
+        lines.append("model.load_state_dict(sd)" if self.verdict is Verdict.strict else
                      "model.load_state_dict(sd, strict=False)")
         return lines, ""
+
+    def _no_load_code(self) -> str:
+        """Why no load lines are printed ("" when they are)."""
+        b = self.b
+        if self.verdict is Verdict.incompatible:
+            return "it does not load"
+        if b.kind != "checkpoint" or b.path is None:
+            return "B is not a checkpoint file"
+        if b.format == "dcp" and (self.verdict is not Verdict.strict or self.applied_remap
+                                  or self.folded or self.dtype_mismatches):
+            return ("a DCP folder loads in place only into the same keys and dtypes; "
+                    "`inspect convert` it to one .safetensors file first")
+        if b.format not in (*_TORCH_FILES, "safetensors", "dcp"):
+            return (f"{b.format} is not one file torch.load or safetensors reads; "
+                    "`inspect convert` it to one .safetensors file first")
+        return ""
 
     def grouped(self, which: str) -> list[KeyGroup]:
         if which in ("shape_mismatches", "dtype_mismatches"):
@@ -285,6 +292,7 @@ class DiffResult:
             "renamed": self.renamed,
             "values": None if self.values is None else [v.to_dict() for v in self.values],
             "conditions": self.conditions(), "load_code": "\n".join(self.load_code()[0]) or None,
+            "no_load_code": self.load_code()[1] or None,
             "notes": self.notes, "tied_fill": self.tied_fill, "extra_state": {"a": self.a.extra_state, "b": self.b.extra_state},
             "tied": {"a": self.a.tied, "b": self.b.tied},
             "groups": {w: [g.to_dict() for g in self.grouped(w)]
@@ -293,6 +301,19 @@ class DiffResult:
 
 
 _TORCH_FILES = ("torch_zip", "torch_legacy")
+
+
+def _read_lines(b: DiffSide, path: str) -> list[str]:
+    """The lines that read one torch.save or safetensors file into ``sd``."""
+    if b.format == "safetensors":
+        return ["from safetensors.torch import load_file", f"sd = load_file({path})"]
+    where = ', map_location="cpu"' if any(d != "cpu" for d in b.devices) else ""
+    line = f"sd = torch.load({path}{where}, weights_only={not b.trusted})"
+    if b.container_key:
+        line += _subscript(b.container_key)
+    if b.trusted:
+        line += "  # --trust-pickle: runs code from the file"
+    return ["import torch", line]
 
 
 def _subscript(container_key: str) -> str:

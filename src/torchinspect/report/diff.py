@@ -121,7 +121,7 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
     sections.append(Text([f"verdict: {result.verdict_text()}"], style=style))
     code, why_not = result.load_code()
     if code:
-        sections.append(Text(code, title="Load it with (model: the target module)"))
+        sections.append(Text(code, title="Load it with (model: the target module)", code=True))
     elif result.verdict.loads:
         sections.append(Text([f"no load line: {why_not}"]))
     return Report("diff", data, sections)
