@@ -332,11 +332,11 @@ def check_conflicts(dst: Path, kind: OutputKind, inp: LoadedInput, protect: Sequ
                                    hint="write OUT to a folder outside the inputs")
     for p in protect:
         if p.resolve() in (o.resolve() for o in outs):
-            raise InspectError(f"{p}: the report (-o) and OUT are the same file",
+            raise InspectError(f"{p}: a protected file (e.g. a report) and OUT are the same file",
                                hint="write the report to another file name")
         if p.resolve() in (inp.path.resolve(), *(f.resolve() for f in inp.files)):
             raise InspectError(f"{p}: refusing to overwrite the input file",
-                               hint="write the report (-o) to a new file name")
+                               hint="write the report to a new file name")
     if kind is OutputKind.dcp:
         check_dcp_target(dst, force)
         return

@@ -25,8 +25,9 @@ OutArg = Annotated[str | None, typer.Argument(
     metavar="OUT", help=f"the converted checkpoint: {_OUT_FORMATS}; or give it with -o.",
     show_default=False)]
 OutputOpt = Annotated[str | None, typer.Option(
-    "--output", "-o", metavar="OUT", show_default=False, help=f"the converted checkpoint to write ({_OUT_FORMATS}), "
-    "the same as the OUT argument; the report goes to stdout.")]
+    "--output", "-o", metavar="OUT", show_default=False,
+    help=f"the converted checkpoint to write ({_OUT_FORMATS}), the same as the OUT argument; "
+    "the report goes to stdout.")]
 AllOpt = Annotated[bool, typer.Option(
     "--all", help="list every renamed key (default: the first 8 groups; JSON always lists all).")]
 StripOpt = Annotated[list[str] | None, typer.Option(
@@ -34,8 +35,9 @@ StripOpt = Annotated[list[str] | None, typer.Option(
 RenameOpt = Annotated[list[str] | None, typer.Option(
     "--rename", metavar="REGEX=REPL", help="re.sub on every key, e.g. '^backbone\\.=encoder.' (repeatable).")]
 AutoPrefixOpt = Annotated[bool, typer.Option(
-    "--auto-prefix", help="with --arch: apply the prefix remap that matches the most model keys; "
-    "without: strip module./_orig_mod. when every key has it.")]
+    "--auto-prefix", help="apply the best prefix remap of the keys, as diff --auto-prefix does: "
+    "with --arch the remap that matches the most model keys; without, the module./_orig_mod. "
+    "prefix every key has (noted when left).")]
 KeepExtraOpt = Annotated[bool, typer.Option(
     "--keep-extra", help="keep optimizer/scheduler and other container entries (.pt output).")]
 DtypeOpt = Annotated[str | None, typer.Option(
