@@ -84,6 +84,8 @@ def section_html(s: Section, sid: str) -> str:
         return f'{head}<div class="figure">{scoped_svg(s.svg, sid)}</div>{note}'
     if not isinstance(s, Text):
         raise TypeError(f"cannot render a {type(s).__name__} section")
+    if s.code:
+        return f"{head}<pre><code>{esc(chr(10).join(s.lines))}</code></pre>"
     cls = "note" if s.style else "muted"
     return head + "".join(f'<p class="{cls}">{esc(line)}</p>' for line in s.lines)
 
