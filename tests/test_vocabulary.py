@@ -130,13 +130,12 @@ def test_one_name_per_idea(command: str) -> None:
     assert not {n: NOT_NAMES[n] for n in names & set(NOT_NAMES)}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: convert takes OUT as a positional; -o is "
-                   "its report (to be: -o the converted checkpoint)")
 def test_convert_output_is_the_product() -> None:
+    """-o/--output is where the product goes: for convert, the converted checkpoint."""
     root = typer.main.get_command(app)
-    positional = [p.name for p in root.commands["convert"].params
-                  if p.param_type_name == "argument"]
-    assert positional == ["src"]
+    opts = {o: p for p in root.commands["convert"].params for o in p.opts}
+    assert "converted checkpoint" in (opts["--output"].help or "")
+    assert opts["-o"] is opts["--output"]
 
 
 def test_deprecated_aliases_stay_hidden() -> None:
