@@ -149,12 +149,26 @@ def _pages_with_examples() -> list[Path]:
                                      for b in parse_blocks(p.read_text()))]
 
 
+def _rewrite(page: Path, updates: list[tuple[Command, str]]) -> None:
+    """--update-golden: put what each command printed under it (bottom-up keeps line numbers)."""
+    lines = page.read_text().splitlines()
+    for cmd, actual in sorted(updates, key=lambda u: -u[0].line):
+        start = cmd.line  # 0-based index of the first output line
+        lines[start:start + len(cmd.expected)] = actual.splitlines()
+    page.write_text("\n".join(lines) + "\n")
+
+
 @pytest.mark.parametrize("page", _pages_with_examples(), ids=_page_id)
 def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
-                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+                                                   monkeypatch: pytest.MonkeyPatch,
+                                                   request: pytest.FixtureRequest) -> None:
+    """An example that drifts fails; `pytest --update-golden` rewrites the outputs that hold
+    no `[...]` (review the diff), and lists the others."""
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(tmp_path)
-    failures = []
+    update = request.config.getoption("--update-golden")
+    failures: list[str] = []
+    updates: list[tuple[Command, str]] = []
     for block in parse_blocks(page.read_text()):
         if block.kind == "file":
             (tmp_path / block.title).parent.mkdir(parents=True, exist_ok=True)
@@ -165,8 +179,13 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
         for cmd in block.commands:
             actual = normalise(run_command(cmd.text, tmp_path), tmp_path)
             if not matches(cmd.expected, actual):
+                if update and not any("[...]" in ln for ln in cmd.expected):
+                    updates.append((cmd, actual))
+                    continue
                 failures.append(f"{_page_id(page)}:{cmd.line}: $ {cmd.text}\n--- page shows:\n"
                                 + "\n".join(cmd.expected) + "\n--- it printed:\n" + actual)
+    if updates:
+        _rewrite(page, updates)
     assert not failures, "\n\n".join(failures)
 
 
