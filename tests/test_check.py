@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import re
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
@@ -75,27 +77,6 @@ def test_cli_usage_errors(invoke, tmp_path: Path, monkeypatch: pytest.MonkeyPatc
     assert r.exit_code == 2 and "Traceback" not in r.output
 
 
-def test_latency_budget_is_measured_like_bench(invoke, monkeypatch: pytest.MonkeyPatch,
-                                               tmp_path: Path) -> None:
-    import json
-
-    from torchinspect.analysis import check as check_mod
-    from torchinspect.bench import timing
-
-    monkeypatch.chdir(tmp_path)
-    fast = timing.TimingConfig(warmup_s=0.05, warmup_iters=2, min_time=0.1, max_time=0.3,
-                               min_iters=5)
-    measure_latency = check_mod._latency_ms
-    monkeypatch.setattr(check_mod, "_latency_ms", lambda case: measure_latency(case, fast))
-    r = invoke("check", "zoo:convnet", "--max-latency-ms", "60000", "--format", "json")
-    assert r.exit_code == 0, r.output
-    res = json.loads(r.stdout)["models"][0]["results"][0]
-    assert res["metric"] == "latency-ms" and 0 < res["value"] < 60000 and res["passed"]
-    monkeypatch.setattr(check_mod, "_latency_ms", lambda case: 12.5)
-    r = invoke("check", "zoo:convnet", "--max-latency-ms", "10")
-    assert r.exit_code == 1 and "12.5" in r.output
-
-
 PYPROJECT = """
 [project]
 name = "demo"
@@ -154,3 +135,364 @@ def test_api_twin() -> None:
     import torchinspect
 
     assert torchinspect.check_budgets is check_budgets
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 2))
+    model[0].requires_grad_(False)  # 40 frozen, 18 trainable
+    r = check_budgets(model, budgets={"trainable": 17})
+    assert [(x.metric, x.value, x.passed) for x in r.models[0].results] == [(Metric.trainable, 18, False)]
+    with pytest.raises(InspectError, match="unknown metric 'trainables'"):
+        check_budgets(model, budgets={"trainables": 17})
+
+
+# ---------------------------------------------------------------- a team's project
+
+NETS = '''
+import torch.nn as nn
+
+
+class Tiny(nn.Module):
+    example_input = "1,8"
+
+    def __init__(self, extra: int = 0):
+        super().__init__()
+        self.fc = nn.Linear(8, 16)
+        self.out = nn.Linear(16, 4)
+        self.more = nn.Sequential(*[nn.Linear(4, 4) for _ in range(extra)])
+
+    def forward(self, x):
+        return self.more(self.out(self.fc(x).relu()))
+
+
+class Broken(nn.Module):
+    example_input = "3,16,16"  # written as for --input: the batch is missing
+
+    def __init__(self):
+        super().__init__()
+        self.conv = nn.Conv2d(3, 4, 3)
+        self.fc = nn.Linear(4 * 14 * 14, 10)
+
+    def forward(self, x):
+        return self.fc(self.conv(x).flatten(1))
+
+
+class Unbuildable(nn.Module):
+    def __init__(self):
+        super().__init__()
+        raise ValueError("missing config file")
+'''
+
+PROJECT = """
+[project]
+name = "team"
+
+[tool.torchinspect.check]
+max-macs = "1G"
+
+[[tool.torchinspect.check.models]]
+model = "models/nets.py:Tiny"
+
+[[tool.torchinspect.check.models]]
+model = "models/nets.py:Broken"
+
+[[tool.torchinspect.check.models]]
+model = "zoo:convnet"
+"""
+
+
+def _project(root: Path, config: str = PROJECT) -> Path:
+    (root / "models").mkdir(parents=True, exist_ok=True)
+    (root / "models" / "nets.py").write_text(NETS)
+    (root / "pyproject.toml").write_text(config)
+    return root
+
+
+def _suites(path: Path) -> ET.Element:
+    root = ET.parse(path).getroot()
+    assert root.tag == "testsuites"
+    return root
+
+
+def test_broken_model_is_an_error_and_the_others_are_checked(invoke, tmp_path: Path,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(_project(tmp_path))
+    r = invoke("check", "--junit", "budgets.xml")
+    assert r.exit_code == 1, r.output
+    assert "Traceback" not in r.output
+    assert re.search(r"^models/nets.py:Tiny +macs .* PASS", r.stdout, flags=re.M)
+    assert re.search(r"^models/nets.py:Broken +- .* ERROR", r.stdout, flags=re.M)
+    assert re.search(r"^zoo:convnet +macs .* PASS", r.stdout, flags=re.M)
+    root = _suites(tmp_path / "budgets.xml")
+    cases = list(root.iter("testcase"))
+    assert len(cases) == 3
+    assert (root.get("tests"), root.get("failures"), root.get("errors")) == ("3", "0", "1")
+    broken = root.find("testsuite[@name='models/nets.py:Broken']")
+    assert broken is not None and broken.get("errors") == "1" and broken.get("tests") == "1"
+    error = broken.find("testcase/error")
+    assert error is not None
+    message = error.get("message")
+    assert message.startswith("models/nets.py:Broken: ") and "example_input 3,16,16" in message
+    assert "no batch dimension is added" in message
+    hint = error.text.split("hint: ", 1)[1]
+    assert "--input" not in hint and 'example_input with its batch dimension ("1,3,16,16")' in hint
+    assert 'input = "1,3,16,16" and no-batch = true' in hint
+    # the good models were measured
+    for name in ("models/nets.py:Tiny", "zoo:convnet"):
+        suite = root.find(f"testsuite[@name='{name}']")
+        assert suite is not None and suite.find("testcase[@name='max-macs']/system-out") is not None
+    data = json.loads(invoke("check", "-f", "json").stdout)
+    assert (data["errors"], data["failures"], data["passed"]) == (1, 0, False)
+    assert [m["error"] is None for m in data["models"]] == [True, False, True]
+    # a baseline keeps the error; the fix the hint names works, and the comparison says why
+    # the model has nothing to compare with
+    assert invoke("check", "--save-baseline", "main.json").exit_code == 1
+    saved = json.loads((tmp_path / "main.json").read_text())["models"]["models/nets.py:Broken"]
+    assert "example_input" in saved["error"] and saved["metrics"] == {}
+    config = tmp_path / "pyproject.toml"
+    config.write_text(config.read_text().replace('model = "models/nets.py:Broken"\n',
+                                                 'model = "models/nets.py:Broken"\n'
+                                                 'input = "1,3,16,16"\nno-batch = true\n'))
+    r = invoke("check", "--baseline", "main.json")
+    assert r.exit_code == 0, r.output
+    assert "models/nets.py:Broken: the baseline has no numbers for it: it failed there" in r.output
+
+
+def test_a_model_that_cannot_be_built_is_an_error(tmp_path: Path) -> None:
+    _project(tmp_path)
+    nets = tmp_path / "models" / "nets.py"
+    r = check_budgets([f"{nets}:Unbuildable", "zoo:convnet"], max_params="1M")
+    assert [m.error is not None for m in r.models] == [True, False]
+    assert "missing config file" in r.models[0].error and r.errors == 1 and not r.passed
+    import models_zoo
+
+    assert r.models[1].results[0].value == sum(p.numel() for p in models_zoo.get("convnet").build().parameters())
+
+
+def test_junit_written_when_the_config_is_wrong(invoke, tmp_path: Path,
+                                               monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text('[tool.torchinspect.check]\nmax-parms = "1M"\n')
+    r = invoke("check", "--junit", "budgets.xml")
+    assert r.exit_code == 2 and "unknown budget 'max-parms'" in r.output
+    root = _suites(tmp_path / "budgets.xml")
+    assert (root.get("tests"), root.get("errors")) == ("1", "1")
+    assert "parms" in root.find(".//error").get("message")
+
+
+def _tiny_params(extra: int) -> int:
+    import importlib.util
+
+    spec = importlib.util.spec_from_loader("nets", loader=None)
+    module = importlib.util.module_from_spec(spec)
+    exec(NETS, module.__dict__)  # noqa: S102 - the test's own model code
+    return sum(p.numel() for p in module.Tiny(extra).parameters())
+
+
+def test_baseline_catches_a_model_grown_by_one_linear(invoke, tmp_path: Path,
+                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(_project(tmp_path, PROJECT.replace('model = "models/nets.py:Broken"\n', "")
+                               .replace("[[tool.torchinspect.check.models]]\n\n", "")))
+    r = invoke("check", "--save-baseline", "main.json")
+    assert r.exit_code == 0, r.output
+    saved = json.loads((tmp_path / "main.json").read_text())
+    assert saved["schema"] == "torchinspect/check-baseline/v1"
+    tiny = saved["models"]["models/nets.py:Tiny"]
+    assert set(tiny["metrics"]) == {m.value for m in Metric if m is not Metric.latency_ms}
+    assert tiny["metrics"]["params"] == _tiny_params(0) and tiny["inputs"] == "1,8"
+    assert [p.name for p in tmp_path.iterdir() if ".tmp" in p.name] == []  # atomic, no leftovers
+    # the pull request: one more Linear(4, 4)
+    text = (tmp_path / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(text.replace(
+        'model = "models/nets.py:Tiny"\n', 'model = "models/nets.py:Tiny"\narg = {extra = 1}\n'))
+    r = invoke("check", "--baseline", "main.json", "--max-increase", "params=0.5%,macs=5%",
+               "--junit", "pr.xml")
+    assert r.exit_code == 1, r.output
+    old, new = _tiny_params(0), _tiny_params(1)
+    growth = f"params grew {(new - old) / old * 100:.2f}% ({old:,} -> {new:,}), limit 0.5%"
+    assert growth in r.output
+    failure = _suites(tmp_path / "pr.xml").find(
+        "testsuite[@name='models/nets.py:Tiny']/testcase[@name='increase-params']/failure")
+    assert failure is not None and failure.get("message") == growth
+    convnet = _suites(tmp_path / "pr.xml").find("testsuite[@name='zoo:convnet']")
+    assert convnet.get("failures") == "0" and convnet.get("tests") == "3"  # max-macs + 2 increases
+    # a Markdown summary for the pull request
+    md = invoke("check", "--baseline", "main.json", "--max-increase", "params=0.5%", "-f", "markdown")
+    assert md.exit_code == 1
+    assert "### Failures" in md.stdout and growth in md.stdout
+    assert "| Model | Metric | Measured | Baseline | Change | Limit | Headroom | Budget | Result |" in md.stdout
+    assert f"| {(new - old) / old * 100:+.2f}% | +0.5% |" in md.stdout
+    # the allowance can live in pyproject.toml
+    text = (tmp_path / "pyproject.toml").read_text()
+    (tmp_path / "pyproject.toml").write_text(text.replace(
+        'max-macs = "1G"\n', 'max-macs = "1G"\n\n[tool.torchinspect.check.increase]\nparams = "50%"\n'))
+    r = invoke("check", "--baseline", "main.json", "-f", "json")
+    assert r.exit_code == 0, r.output
+    rows = [x for m in json.loads(r.stdout)["models"] for x in m["results"] if x["check"] == "increase"]
+    assert {(x["metric"], x["origin"], x["limit"]) for x in rows} == {
+        ("params", "pyproject.toml [increase]", 0.5)}
+
+
+def test_baseline_models_new_and_gone_are_reported(invoke, tmp_path: Path,
+                                                    monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    assert invoke("check", "zoo:convnet", "--save-baseline", "b.json").exit_code == 0
+    r = invoke("check", "zoo:mnist-net", "--baseline", "b.json", "--max-increase", "params=1%")
+    assert r.exit_code == 0, r.output
+    assert "zoo:mnist-net: not in the baseline b.json (a new model)" in r.output
+    assert "zoo:convnet: in the baseline but not checked now" in r.output
+
+
+def test_baseline_and_increase_usage_errors(invoke, tmp_path: Path,
+                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    r = invoke("check", "zoo:convnet", "--max-increase", "params=2%")
+    assert r.exit_code == 2 and "--max-increase needs --baseline" in r.output
+    (tmp_path / "bench.json").write_text('{"schema": "torchinspect/bench/v1"}')
+    r = invoke("check", "zoo:convnet", "--baseline", "bench.json")
+    assert r.exit_code == 2 and "not a check baseline" in r.output
+    (tmp_path / "b.json").write_text("{oops")
+    assert invoke("check", "zoo:convnet", "--baseline", "b.json").exit_code == 2
+    assert invoke("check", "zoo:convnet", "--save-baseline", "b.json").exit_code == 0
+    r = invoke("check", "zoo:convnet", "--baseline", "b.json", "--max-increase", "params=2")
+    assert r.exit_code == 2 and "is not an allowed increase" in r.output
+    r = invoke("check", "zoo:convnet", "--baseline", "b.json", "--save-baseline", "b.json")
+    assert r.exit_code == 2 and "refusing to overwrite" in r.output
+    r = invoke("check", "zoo:convnet", "--max-params", "1M", "--junit", "x.xml", "--save-baseline", "x.xml")
+    assert r.exit_code == 2 and "name the same file" in r.output
+
+
+def test_config_found_from_a_subfolder_with_paths_relative_to_it(invoke, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    config = PROJECT.replace('model = "models/nets.py:Broken"\n', 'model = "zoo:mnist-net"\n')
+    _project(tmp_path, config.replace('max-macs = "1G"', 'max-macs = "1G"\nmax-params = "25K"'))
+    sub = tmp_path / "src" / "deep"
+    sub.mkdir(parents=True)
+    (tmp_path / "src" / "pyproject.toml").write_text('[project]\nname = "inner"\n')  # no table: passed over
+    monkeypatch.chdir(sub)
+    r = invoke("check")
+    assert r.exit_code == 1, r.output  # zoo:convnet has 29,034 parameters > 25K
+    assert f"budgets from {os.path.join('..', '..', 'pyproject.toml')}" in r.output
+    data = json.loads(invoke("check", "-f", "json").stdout)
+    assert data["config"] == str(tmp_path / "pyproject.toml")
+    tiny = data["models"][0]
+    assert tiny["model"] == "models/nets.py:Tiny" and tiny["error"] is None
+    assert tiny["results"][0]["value"] == _tiny_params(0)  # loaded from the config's folder
+    # the Budget column says where each budget came from
+    r = invoke("check", "--max-params", "30K", "-f", "json", "--config", "../../pyproject.toml")
+    assert r.exit_code == 0, r.output
+    origins = {(m["model"], x["metric"]): x["origin"] for m in json.loads(r.stdout)["models"]
+               for x in m["results"]}
+    assert origins[("zoo:convnet", "params")] == "--max-params"
+    assert origins[("zoo:convnet", "macs")] == "pyproject.toml"
+    r = invoke("check", "--max-params", "30K")
+    assert "--max-params" in r.stdout and "pyproject.toml" in r.stdout
+
+
+def _fake_latency(median: float, iqr: float, cov: float, median_cov: float):
+    from torchinspect.analysis.check import Noise, Reading
+    from torchinspect.analysis.check.measure import Sample
+
+    return lambda case: Sample({Metric.latency_ms: Reading(median, Noise(iqr, cov, median_cov, 50))},
+                               {"device": "cpu", "torch_threads": 1})
+
+
+def test_latency_is_measured_like_bench_with_its_noise(invoke, tmp_path: Path,
+                                                       monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchinspect.analysis.check import COLLECTORS, Need, time_forward
+    from torchinspect.bench import timing
+
+    monkeypatch.chdir(tmp_path)
+    fast = timing.TimingConfig(warmup_s=0.02, warmup_iters=2, min_time=0.05, max_time=0.2,
+                               min_iters=5)
+    monkeypatch.setitem(COLLECTORS, Need.timing, lambda case: time_forward(case, fast))
+    r = invoke("check", "zoo:convnet", "--max-latency-ms", "60000", "--format", "json")
+    assert r.exit_code == 0, r.output
+    res = json.loads(r.stdout)["models"][0]["results"][0]
+    assert res["metric"] == "latency-ms" and 0 < res["value"] < 60000 and res["passed"]
+    assert res["noise"]["n"] >= 5 and res["noise"]["iqr"] >= 0 and res["noise"]["cov"] >= 0
+    # 12.5 ms against 10 ms with a 1% standard error: a real breach
+    monkeypatch.setitem(COLLECTORS, Need.timing, _fake_latency(12.5, 0.4, 0.03, 0.01))
+    r = invoke("check", "zoo:convnet", "--max-latency-ms", "10")
+    assert r.exit_code == 1 and "12.5 ms (IQR 0.4 ms, CoV 3.00%)" in r.output and "FAIL" in r.output
+    # 10.2 ms against 10 ms with a 5% standard error: inside the noise, noted and passed
+    monkeypatch.setitem(COLLECTORS, Need.timing, _fake_latency(10.2, 2.0, 0.2, 0.05))
+    r = invoke("check", "zoo:convnet", "--max-latency-ms", "10")
+    assert r.exit_code == 0, r.output
+    assert "PASS (noise)" in r.output
+    from torchinspect.bench.compare import significance
+
+    _, band, verdict = significance(10.0, None, 10.2, 10.2 * 0.05)
+    assert verdict == "same"
+    assert (f"latency-ms 10.2 ms (IQR 2 ms, CoV 20.00%) > budget 10 ms, inside the measurement "
+            f"noise (±{band * 100:.2f}%): not a failure") in r.output
+
+
+def test_latency_baseline_uses_bench_significance(invoke, tmp_path: Path,
+                                                  monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchinspect.analysis.check import COLLECTORS, Need
+    from torchinspect.bench.compare import significance
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setitem(COLLECTORS, Need.timing, _fake_latency(10.0, 1.0, 0.1, 0.02))
+    r = invoke("check", "zoo:convnet", "--latency", "--save-baseline", "b.json")
+    assert r.exit_code == 0, r.output
+    assert json.loads((tmp_path / "b.json").read_text())["models"]["zoo:convnet"]["noise"][
+        "latency-ms"] == {"iqr": 1.0, "cov": 0.1, "median_cov": 0.02, "n": 50}
+    assert "latency-ms" in r.stdout  # measured and shown, not judged
+    monkeypatch.setitem(COLLECTORS, Need.timing, _fake_latency(10.8, 1.0, 0.1, 0.02))
+    _, band, verdict = significance(10.0, 0.2, 10.8, 0.216)
+    assert verdict == "same"  # 8% growth, inside 3 combined standard errors
+    r = invoke("check", "zoo:convnet", "--baseline", "b.json", "--max-increase", "latency-ms=5%")
+    assert r.exit_code == 0, r.output
+    assert f"latency-ms grew 8.00% (10 ms -> 10.8 ms), limit 5%, inside the measurement noise " \
+           f"(±{band * 100:.2f}%)" in r.output
+    monkeypatch.setitem(COLLECTORS, Need.timing, _fake_latency(14.0, 0.1, 0.01, 0.001))
+    r = invoke("check", "zoo:convnet", "--baseline", "b.json", "--max-increase", "latency-ms=5%")
+    assert r.exit_code == 1 and "latency-ms grew 40.00%" in r.output
+
+
+# ---------------------------------------------------------------- documentation
+
+
+DOCS = Path(__file__).resolve().parents[1] / "docs" / "commands" / "check.md"
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _fenced(text: str, lang: str) -> list[str]:
+    return re.findall(rf"^```{lang}\n(.*?)^```", text, flags=re.S | re.M)
+
+
+def test_documented_pyproject_example_runs(invoke, tmp_path: Path,
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    example = next(b for b in _fenced(DOCS.read_text(), "toml") if "[[tool.torchinspect.check.models]]" in b)
+    (tmp_path / "pyproject.toml").write_text(example)
+    monkeypatch.chdir(tmp_path)
+    r = invoke("check", "--junit", "budgets.xml", "-f", "json")
+    assert r.exit_code in (0, 1), r.output  # budgets judged, no usage error
+    data = json.loads(r.stdout)
+    assert data["errors"] == 0 and data["models"] and all(m["results"] for m in data["models"])
+    assert _suites(tmp_path / "budgets.xml").get("tests") == str(
+        sum(len([x for x in m["results"] if x["check"] != "change"]) for m in data["models"]))
+
+
+def test_readme_and_docs_install_what_exists() -> None:
+    for text in (ROOT.joinpath("README.md").read_text(), DOCS.read_text()):
+        assert not re.search(r"pip install torchinspect\s*$", text, flags=re.M)  # not published
+    workflow = next(b for b in _fenced(DOCS.read_text(), "yaml") if "pull_request" in b)
+    assert 'torchinspect @ git+https://github.com/OWNER/torchinspect' in workflow
+    assert "--save-baseline" in workflow and "--baseline" in workflow and "upload-artifact" in workflow
+
+
+def test_pre_commit_hook_names_a_real_command(invoke) -> None:
+    import tomllib
+
+    import yaml  # PyYAML comes with the dev extra (transformers, timm)
+
+    hooks = yaml.safe_load(ROOT.joinpath(".pre-commit-hooks.yaml").read_text())
+    assert isinstance(hooks, list) and hooks
+    scripts = tomllib.loads(ROOT.joinpath("pyproject.toml").read_text())["project"]["scripts"]
+    for hook in hooks:
+        assert {"id", "name", "entry", "language"} <= set(hook)
+        program, *args = hook["entry"].split()
+        assert program in scripts and args[0] == "check"
+        assert hook.get("pass_filenames") is False  # file names would be read as models
+        r = invoke(*args, "--help")
+        assert r.exit_code == 0 and "--baseline" in r.output

@@ -36,7 +36,7 @@ def _onnx_ops(path) -> set[str]:
 
 def test_zoo_gpt_exports_and_verifies_at_batch_1_and_3(tmp_path) -> None:
     out = tmp_path / "gpt.onnx"
-    r = export_onnx("zoo:gpt-tiny", out)
+    r = export_onnx("zoo:gpt-tiny", out, report=True)
     assert r.verified is True and [v.batch for v in r.verify] == [1, 3]
     assert r.inputs[0].shape[0] == "batch" and r.outputs[0].shape[0] == "batch"
     assert all(o.max_abs <= r.atol + r.rtol * 10 for v in r.verify for o in v.outputs)
@@ -67,7 +67,7 @@ def test_extra_dynamic_dim_and_external_data(tmp_path) -> None:
     assert r.data_path == str(data) and data.stat().st_size == r.data_bytes
     weight = Functional().qkv.weight  # tiny tensors (the bias) may stay inline
     assert r.data_bytes >= weight.numel() * weight.element_size()
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.export-report.md", "f.onnx", "f.onnx.data"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["f.onnx", "f.onnx.data"]  # no report unasked
 
 
 def test_static_export_and_a_failed_comparison(tmp_path) -> None:
@@ -126,7 +126,7 @@ def test_cli_unexportable_model_names_the_construct(invoke, tmp_path) -> None:
     spec = tmp_path / "net.py"
     spec.write_text(UNEXPORTABLE)
     out = tmp_path / "net.onnx"
-    r = invoke("export", f"{spec}:Net", "--input", "4", "-o", out)
+    r = invoke("export", f"{spec}:Net", "--input", "4", "-o", out, "--exporter-report")
     assert r.exit_code == 2
     err = r.stderr
     assert err.count("\n") == 2 and "Traceback" not in r.output
@@ -193,3 +193,121 @@ def test_cuda_export_verifies_against_the_gpu_model(tmp_path) -> None:
     """--device cuda: exported from the GPU model; batch-3 inputs are made on the GPU too."""
     r = export_onnx("zoo:gpt-tiny", tmp_path / "gpt.onnx", device="cuda")
     assert r.verified is True and [v.batch for v in r.verify] == [1, 3]
+
+
+# ------------------------------------------------------------------ every output file, one rule
+
+
+def test_a_stale_data_file_is_replaced_only_with_force(tmp_path) -> None:
+    out, data = tmp_path / "m.onnx", tmp_path / "m.onnx.data"
+    data.write_bytes(b"old weights")
+    with pytest.raises(InspectError, match="m.onnx.data already exists") as e:
+        export_onnx(nn.Linear(4, 2), out, (torch.randn(1, 4),), verify=False)
+    assert "--force" in (e.value.hint or "")
+    assert data.read_bytes() == b"old weights" and not out.exists()
+    r = export_onnx(nn.Linear(4, 2), out, (torch.randn(1, 4),), verify=False, force=True)
+    assert r.data_path is None and not data.exists()  # the stale one no longer poses as its data
+    # external data: an existing .onnx.data is replaced with --force, refused without
+    out.unlink()
+    data.write_bytes(b"old weights")
+    with pytest.raises(InspectError, match="already exists"):
+        export_onnx(nn.Linear(4, 2), out, (torch.randn(1, 4),), verify=False, external_data=True)
+    r = export_onnx(nn.Linear(4, 2), out, (torch.randn(1, 4),), verify=False, external_data=True,
+                    force=True)
+    assert r.data_path == str(data) and data.read_bytes() != b"old weights"
+
+
+def test_the_exporter_report_is_written_only_when_asked_and_never_over_a_file(tmp_path, invoke) -> None:
+    out, report = tmp_path / "m.onnx", tmp_path / "m.export-report.md"
+    report.write_text("mine")
+    r = export_onnx(nn.Linear(4, 2), out, (torch.randn(1, 4),), verify=False)
+    assert r.report_path is None and report.read_text() == "mine"  # not asked: untouched
+    res = invoke("export", "zoo:mnist-net", "-o", tmp_path / "n.onnx", "--no-verify")
+    assert res.exit_code == 0 and not (tmp_path / "n.export-report.md").exists()
+    out.unlink()
+    with pytest.raises(InspectError, match="m.export-report.md already exists"):
+        export_onnx(nn.Linear(4, 2), out, (torch.randn(1, 4),), verify=False, report=True)
+    assert report.read_text() == "mine" and not out.exists()  # refused before any work
+    r = export_onnx(nn.Linear(4, 2), tmp_path / "m.onnx", (torch.randn(1, 4),), verify=False,
+                    report=True, force=True)
+    assert r.report_path == str(report) and report.read_text() != "mine"
+    res = invoke("export", "zoo:mnist-net", "-o", tmp_path / "k.onnx", "--no-verify",
+                 "--exporter-report", "--format", "json")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.stdout)["report_path"] == str(tmp_path / "k.export-report.md")
+    assert (tmp_path / "k.export-report.md").read_text().startswith("#")
+
+
+def test_out_of_memory_in_verification_says_so() -> None:
+    from torchinspect.export.onnx.verify import _verify_run
+
+    class Hungry(nn.Module):
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            if x.shape[0] == 3:
+                raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 20.00 GiB")
+            if x.shape[0] == 5:
+                raise RuntimeError("shape '[2, -1]' is invalid for input of size 15")
+            return x * 2
+
+    x = torch.randn(1, 4)
+    oom = _verify_run(Hungry(), None, (x,), {}, 3, 1, {"x": [0]}, [], 1e-4, 1e-3)
+    assert oom.error.startswith("PyTorch ran out of memory running the model at these sizes")
+    assert "not free" not in oom.error and "--no-verify" in oom.error
+    other = _verify_run(Hungry(), None, (x,), {}, 5, 1, {"x": [0]}, [], 1e-4, 1e-3)
+    assert "a dimension made dynamic is not free" in other.error
+
+
+# ------------------------------------------------------------------ input and output names
+
+
+class TwoOut(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(4, 3)
+
+    def forward(self, tokens: torch.Tensor, scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        y = self.fc(tokens) * scale
+        return y, y.sum(-1)
+
+
+@pytest.mark.parametrize("legacy", [False, True])
+def test_inputs_and_outputs_are_named_after_the_forward(tmp_path, legacy: bool) -> None:
+    r = export_onnx(nn.Linear(4, 2), tmp_path / "l.onnx", (torch.randn(1, 4),), legacy=legacy)
+    assert [i.name for i in r.inputs] == ["input"] and [o.name for o in r.outputs] == ["output"]
+    assert r.verified is True
+    r = export_onnx(TwoOut(), tmp_path / "t.onnx", (torch.randn(2, 4), torch.randn(2, 1)),
+                    legacy=legacy)
+    assert [i.name for i in r.inputs] == ["tokens", "scale"]
+    assert [o.name for o in r.outputs] == ["output_0", "output_1"] and r.verified is True
+    assert [o.name for o in r.verify[0].outputs] == ["output_0", "output_1"]
+
+
+def test_cli_input_and_output_names(tmp_path, invoke) -> None:
+    spec = tmp_path / "two.py"
+    spec.write_text(textwrap.dedent('''
+        import torch
+        from torch import nn
+
+        class TwoOut(nn.Module):
+            def __init__(self):
+                super().__init__()
+                self.fc = nn.Linear(4, 3)
+
+            def forward(self, tokens, scale):
+                y = self.fc(tokens) * scale
+                return y, y.sum(-1)
+    '''))
+    base = ("export", f"{spec}:TwoOut", "--input", "4", "--input", "1", "--format", "json")
+    r = invoke(*base, "-o", tmp_path / "a.onnx", "--input-names", "ids,gain",
+               "--output-names", "logits,total")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [i["name"] for i in data["inputs"]] == ["ids", "gain"]
+    assert [o["name"] for o in data["outputs"]] == ["logits", "total"] and data["verified"]
+    m = onnx.load(str(tmp_path / "a.onnx"))
+    assert [o.name for o in m.graph.output] == ["logits", "total"]
+    r = invoke(*base, "-o", tmp_path / "b.onnx", "--output-names", "only")
+    assert r.exit_code == 2 and "1 name(s) for the model's 2 outputs" in r.stderr
+    assert not (tmp_path / "b.onnx").exists()
+    r = invoke(*base, "-o", tmp_path / "c.onnx", "--input-names", "a,a")
+    assert r.exit_code == 2 and "a named twice" in r.stderr

@@ -8,6 +8,7 @@ import subprocess
 
 import pytest
 import torch
+import torch.nn.functional as F
 from torch import nn
 
 from torchinspect.export.graph import (
@@ -65,7 +66,9 @@ class Looped(nn.Module):
 
 
 def _edges(g: Graph) -> set[tuple[str, str]]:
-    name = {n.id: (n.name or n.kind) for n in g.nodes}
+    """Edges by name: modules by qualified name, functions as ``op@module``."""
+    name = {n.id: (f"{n.type}@{n.name}" if n.kind == "function" else (n.name or n.kind))
+            for n in g.nodes}
     return {(name[e.src], name[e.dst]) for e in g.edges}
 
 
@@ -78,27 +81,27 @@ def _module_graph(model: nn.Module, x: torch.Tensor, **kw) -> Graph:
 
 
 def test_module_graph_edges_follow_tensors_through_functional_ops() -> None:
-    g = _module_graph(Skip(), torch.randn(2, 4))
+    g = _module_graph(Skip(), torch.randn(2, 4), functions=False)
     assert _edges(g) == {("input", "a"), ("a", "b"), ("b", "c"), ("input", "c"), ("c", "output")}
 
 
 def test_module_graph_of_a_modulelist_loop_folds_and_collapses() -> None:
     model, x = Looped(3), torch.randn(2, 4)
-    folded = _module_graph(model, x)
+    folded = _module_graph(model, x, functions=False)
     block = [n for n in folded.nodes if n.type == "Block"]
     assert len(block) == 1 and block[0].fold == len(model.blocks)
     assert "Block ×3" in block[0].label
     assert _edges(folded) == {("input", "embed"), ("embed", "blocks.0"), ("blocks.0", "head"),
                               ("head", "output")}
     # unfolded, every level: each block's Linear and GELU, residual edges around them
-    full = _module_graph(model, x, fold=False)
+    full = _module_graph(model, x, fold=False, functions=False)
     assert {n.name for n in full.nodes if n.kind == "module"} == {
         "embed", "head", *(f"blocks.{i}.{m}" for i in range(3) for m in ("fc", "act"))}
     edges = _edges(full)
     assert ("embed", "blocks.1.fc") in edges  # block 0's residual: embed's output skips ahead
     assert ("blocks.0.act", "blocks.1.fc") in edges
     # depth 1: the never-called ModuleList is one node between embed and head
-    shallow = _module_graph(model, x, depth=1)
+    shallow = _module_graph(model, x, depth=1, functions=False)
     assert [n.type for n in shallow.nodes] == [None, "Linear", "ModuleList", "Linear", None]
     assert _edges(shallow) == {("input", "embed"), ("embed", "blocks"), ("blocks", "head"),
                                ("head", "output")}
@@ -254,3 +257,190 @@ def test_every_parameter_and_input_is_one_node() -> None:
     assert g.count("input") == 1 and len({n.id for n in g.nodes}) == len(g.nodes)
     linear_ops = [n for n in g.nodes if n.kind == "op" and n.type == "AddmmBackward0"]
     assert len(linear_ops) == 3
+
+
+# ------------------------------------------------------------------ function nodes and clusters
+
+
+class Residual(nn.Module):
+    """relu(fc2(relu(fc1(x))) + x): the add and relu are functional ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc1, self.fc2 = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.relu(self.fc2(F.relu(self.fc1(x))) + x)
+
+
+class TwoResiduals(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.stem, self.r1, self.r2, self.head = nn.Linear(4, 8), Residual(), Residual(), nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.r2(self.r1(self.stem(x))))
+
+
+class Attention(nn.Module):
+    def __init__(self, sdpa: bool) -> None:
+        super().__init__()
+        self.sdpa = sdpa
+        self.qkv, self.proj = nn.Linear(16, 48), nn.Linear(16, 16)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        q, k, v = self.qkv(x).chunk(3, dim=-1)
+        if self.sdpa:
+            return self.proj(F.scaled_dot_product_attention(q, k, v))
+        return self.proj((q @ k.transpose(-2, -1) / 4).softmax(-1) @ v)
+
+
+class AttnModel(nn.Module):
+    def __init__(self, sdpa: bool) -> None:
+        super().__init__()
+        self.attn = Attention(sdpa)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.attn(x)
+
+
+def _succ(g: Graph) -> dict[str, set[str]]:
+    out: dict[str, set[str]] = {n.id: set() for n in g.nodes}
+    for e in g.edges:
+        out[e.src].add(e.dst)
+    return out
+
+
+def _paths(g: Graph, src: str, dst: str) -> list[list[str]]:
+    """Every path from node src to node dst (the graphs here are small DAGs)."""
+    succ = _succ(g)
+
+    def walk(node: str) -> list[list[str]]:
+        if node == dst:
+            return [[node]]
+        return [[node, *rest] for nxt in sorted(succ[node]) for rest in walk(nxt)]
+
+    return walk(src)
+
+
+def _node(g: Graph, name: str) -> GraphNode:
+    (node,) = [n for n in g.nodes if n.kind == "module" and n.name == name]
+    return node
+
+
+def test_residual_blocks_draw_add_and_relu_between_the_right_modules() -> None:
+    g = _module_graph(TwoResiduals(), torch.randn(2, 4), fold=False)
+    by_id = {n.id: n for n in g.nodes}
+    adds = [n for n in g.nodes if n.kind == "function" and n.type == "add"]
+    assert sorted(n.name for n in adds) == ["r1", "r2"]  # one add per block, in its block
+    add1 = next(n for n in adds if n.name == "r1")
+    preds = {e.src for e in g.edges if e.dst == add1.id}
+    assert {by_id[p].name for p in preds} == {"r1.fc2", "stem"}  # the block's branch and skip
+    (after,) = [by_id[e.dst] for e in g.edges if e.src == add1.id]
+    assert (after.kind, after.type, after.name) == ("function", "relu", "r1")
+    # the relu output feeds block 2's first layer and its skip: no edge from stem skips ahead
+    assert {by_id[d].name for d in _succ(g)[after.id]} == {"r2.fc1", "r2"}
+    names = _edges(g)
+    assert ("stem", "r2.fc1") not in names and ("r1.fc2", "r2.fc1") not in names
+    # --no-functions: the older picture, where the skip looks like a DenseNet connection
+    old = _module_graph(TwoResiduals(), torch.randn(2, 4), fold=False, functions=False)
+    assert old.count("function") == 0
+    assert {("stem", "r2.fc1"), ("r1.fc2", "r2.fc1")} <= _edges(old)
+
+
+@pytest.mark.parametrize("sdpa", [False, True])
+def test_attention_draws_the_functional_ops_between_qkv_and_proj(sdpa: bool) -> None:
+    model = AttnModel(sdpa)
+    g = _module_graph(model, torch.randn(2, 5, 16))
+    qkv, proj = _node(g, "attn.qkv"), _node(g, "attn.proj")
+    assert proj.id not in _succ(g)[qkv.id]  # no longer straight from qkv to proj
+    paths = _paths(g, qkv.id, proj.id)
+    by_id = {n.id: n for n in g.nodes}
+    ops = {tuple(by_id[i].type for i in p[1:-1]) for p in paths}
+    if sdpa:
+        assert ops == {("scaled_dot_product_attention",)}
+    else:  # q @ k^T / 4, softmax, @ v; v joins at the second matmul
+        assert ops == {("matmul", "div", "softmax", "matmul"), ("matmul",)}
+    assert all(by_id[i].cluster == g.clusters[0].id for p in paths for i in p)
+    assert g.clusters[0].name == "attn"
+    old = _module_graph(model, torch.randn(2, 5, 16), functions=False)
+    assert ("attn.qkv", "attn.proj") in _edges(old)
+
+
+def test_depth_folding_absorbs_the_functions_inside_a_leaf() -> None:
+    model = TwoResiduals()
+    g = _module_graph(model, torch.randn(2, 4), depth=1, fold=False)
+    assert g.count("function") == 0 and not g.clusters
+    assert _edges(g) == {("input", "stem"), ("stem", "r1"), ("r1", "r2"), ("r2", "head"),
+                         ("head", "output")}
+    folded = _module_graph(model, torch.randn(2, 4))  # the two identical blocks fold
+    assert g.count("function") == 0 and any(n.fold == 2 for n in folded.nodes)
+
+
+def test_nested_modules_are_clusters_in_the_dot_source() -> None:
+    g = _module_graph(TwoResiduals(), torch.randn(2, 4), fold=False)
+    assert [(c.name, c.type, c.parent) for c in g.clusters] == [("r1", "Residual", None),
+                                                                ("r2", "Residual", None)]
+    src = to_dot(g)
+    lines = src.splitlines()
+    for c in g.clusters:
+        start = lines.index(f'  subgraph "cluster {c.name} (Residual)" {{')
+        end = lines.index("  }", start)
+        inside = "\n".join(lines[start:end])
+        assert f'label="{c.name} (Residual)"' in inside
+        # the block's modules and its add/relu are declared inside its cluster
+        assert f'"{c.name}.fc1" [' in inside and f'"{c.name}.fc2" [' in inside
+        assert f'"add in {c.name}" [' in inside and f'"relu in {c.name}" [' in inside
+        assert '"stem" [' not in inside
+    if DOT is not None:
+        svg = subprocess.run([DOT, "-Tsvg"], input=src.encode(), capture_output=True,
+                             check=True).stdout.decode()
+        assert svg.count('class="cluster"') == 2
+        assert "<title>r1.fc1</title>" in svg and "<title>m" not in svg  # names, not ids
+        assert "<title>cluster r1 (Residual)</title>" in svg
+        assert 'xlink:title="add() in r1"' in svg
+
+
+def test_nested_clusters_have_parents() -> None:
+    model = nn.Sequential(AttnModel(sdpa=True), nn.Linear(16, 4))
+    g = _module_graph(model, torch.randn(2, 5, 16))
+    parents = {c.name: c.parent for c in g.clusters}
+    ids = {c.name: c.id for c in g.clusters}
+    assert parents == {"0": None, "0.attn": ids["0"]}
+    assert _node(g, "0.attn.qkv").cluster == ids["0.attn"]
+    src = to_dot(g)
+    assert src.index('  subgraph "cluster 0.attn (Attention)"') > \
+        src.index('subgraph "cluster 0 (AttnModel)"')
+
+
+def test_cli_functions_option(invoke) -> None:
+    args = ("graph", "zoo:gpt-tiny", "--kind", "module", "--no-fold", "--format", "json")
+    on = json.loads(invoke(*args).stdout)
+    off = json.loads(invoke(*args, "--no-functions").stdout)
+    assert on["functions"] is True and off["functions"] is False
+    kinds = {n["type"] for n in on["nodes"] if n["kind"] == "function"}
+    assert {"add", "scaled_dot_product_attention"} <= kinds
+    assert not any(n["kind"] == "function" for n in off["nodes"])
+    r = invoke("graph", "zoo:gpt-tiny", "--no-functions", "--format", "json")
+    assert r.exit_code == 2 and "--kind module" in r.output
+
+
+def test_all_lists_every_node_type(invoke) -> None:
+    import io
+
+    from torchinspect.report import render
+    from torchinspect.report.graph import graph_report
+
+    g = Graph("module", "m", [GraphNode(f"n{i}", "x", "module", f"m{i}", f"Type{i:02d}")
+                              for i in range(20)])
+
+    def shown(**kw) -> str:
+        buf = io.StringIO()
+        render(graph_report(g, **kw), "table", buf, width=100)
+        return buf.getvalue()
+
+    short, full = shown(), shown(show_all=True)
+    assert "… and 5 more kinds (--all lists them" in short and "Type19" not in short
+    assert "more kinds" not in full and all(f"Type{i:02d}" in full for i in range(20))
+    r = invoke("graph", "zoo:mnist-net", "--kind", "module", "--all", "--format", "json")
+    assert r.exit_code == 0 and len(json.loads(r.stdout)["nodes"]) > 2

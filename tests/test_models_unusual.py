@@ -155,7 +155,7 @@ def test_export_verification_cannot_load_is_a_failed_run(tmp_path, monkeypatch):
     def no_kernel(target, ort):
         raise RuntimeError("[ONNXRuntimeError] : 9 : NOT_IMPLEMENTED : no Gemm(13) for bfloat16")
 
-    monkeypatch.setattr(ex, "_session", no_kernel)
+    monkeypatch.setattr(ex.verify, "_session", no_kernel)
     r = ti.export_onnx(nn.Linear(8, 2), tmp_path / "b.onnx", torch.randn(1, 8))
     assert r.verified is False and (tmp_path / "b.onnx").is_file()
     assert "onnxruntime (CPU) cannot run the file: [ONNXRuntimeError]" in r.verify[0].error

@@ -83,12 +83,21 @@ def compare_configs(old: dict[str, Any], new: dict[str, Any]) -> list[Change]:
         if om is None or nm is None:
             out.append(Change(k[0], k[1], om, nm, None, None, "not measured"))
             continue
-        change = (nm - om) / om
-        se = math.sqrt((ose or 0.0) ** 2 + (nse or 0.0) ** 2)
-        noise = max(NOISE_SIGMAS * se / om, MIN_CHANGE)
-        verdict = "same" if abs(change) <= noise else ("slower" if change > 0 else "faster")
-        out.append(Change(k[0], k[1], om, nm, change, noise, verdict))
+        out.append(Change(k[0], k[1], om, nm, *significance(om, ose, nm, nse)))
     return out
+
+
+def significance(old: float, old_se: float | None, new: float,
+                 new_se: float | None) -> tuple[float, float, str]:
+    """``(change, noise, verdict)`` of a new median against an old one: ``change`` is
+    ``(new - old) / old``; ``noise`` the relative band it must exceed (``NOISE_SIGMAS``
+    combined standard errors, at least ``MIN_CHANGE``); verdict faster | slower | same.
+    ``inspect check`` judges latency budgets and baselines by this same rule."""
+    change = (new - old) / old
+    se = math.sqrt((old_se or 0.0) ** 2 + (new_se or 0.0) ** 2)
+    noise = max(NOISE_SIGMAS * se / old, MIN_CHANGE)
+    verdict = "same" if abs(change) <= noise else ("slower" if change > 0 else "faster")
+    return change, noise, verdict
 
 
 # what must match for a comparison to measure the code, not the setup

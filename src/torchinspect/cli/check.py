@@ -1,23 +1,26 @@
-"""`inspect check [MODEL...] --max-params 25M --max-macs 5G`: size budgets for CI (exit 1 on failure)."""
+"""`inspect check [MODEL...] --max-params 25M --max-macs 5G`: size budgets for CI (exit 1 on
+failure), baselines (`--save-baseline`, `--baseline --max-increase`), JUnit XML."""
 
 from __future__ import annotations
 
+import os
 from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import OutputOptions, emit, model_command
+from torchinspect.cli.common import OutputOptions, emit, input_files, model_command
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
 MaybeModelsArg = Annotated[list[str] | None, typer.Argument(
     metavar="[MODEL]...", show_default=False,
-    help="models to check; default: the models listed in [tool.torchinspect.check] "
-    "(pyproject.toml in this folder, or --config).")]
+    help="models to check; default: the models listed in [tool.torchinspect.check] of the "
+    "nearest pyproject.toml (this folder or above), or of --config.")]
 
 
 def _opt(name: str, units: str) -> object:
-    return Annotated[str | None, typer.Option(f"--max-{name}", metavar=units.split()[0],
+    metavar = {"latency-ms": "MS"}.get(name, units.split()[0])
+    return Annotated[str | None, typer.Option(f"--max-{name}", metavar=metavar,
                                               help=f"budget: {units}.")]
 
 
@@ -26,12 +29,43 @@ MacsOpt = _opt("macs", "N multiply-accumulates per forward, e.g. 5G")
 SizeOpt = _opt("size-mb", "MB of weights (parameters + buffers, 1 MB = 10^6 bytes), e.g. 100")
 ActOpt = _opt("activation-mb", "MB of activations (leaf-module outputs of one forward)")
 LatencyOpt = _opt("latency-ms", "median ms per forward at the example input, measured like "
-                  "`inspect bench` on --device (auto/meta: cpu; cuda for GPU budgets)")
+                  "`inspect bench` on --device (auto/meta: cpu; cuda for GPU budgets); a breach "
+                  "inside the measurement noise is noted, not failed")
 ConfigOpt = Annotated[str | None, typer.Option(
-    "--config", metavar="FILE", help="TOML file with [tool.torchinspect.check] (default: "
-    "./pyproject.toml when it has one).")]
+    "--config", metavar="FILE", help="TOML file with [tool.torchinspect.check] (default: the "
+    "nearest pyproject.toml with that table, from this folder up); model paths in it are "
+    "relative to its folder.")]
 JunitOpt = Annotated[str | None, typer.Option(
-    "--junit", metavar="FILE", help="also write a JUnit XML report (atomic) for CI systems.")]
+    "--junit", metavar="FILE", help="also write a JUnit XML report (atomic; written even when "
+    "a model fails to build or the config is wrong).")]
+BaselineOpt = Annotated[str | None, typer.Option(
+    "--baseline", metavar="FILE", help="compare with a baseline saved by --save-baseline: "
+    "adds Baseline and Change columns; growth over --max-increase fails.")]
+IncreaseOpt = Annotated[str | None, typer.Option(
+    "--max-increase", metavar="METRIC=PCT,...", help="allowed growth over --baseline, e.g. "
+    "params=2%,macs=5% (also [tool.torchinspect.check.increase]); latency within its noise "
+    "never fails.")]
+SaveOpt = Annotated[str | None, typer.Option(
+    "--save-baseline", metavar="FILE", help="write every metric of every model as a baseline "
+    "(versioned JSON, atomic) for a later --baseline.")]
+LatencyFlag = Annotated[bool, typer.Option(
+    "--latency", help="also time every model (median, IQR, CoV), e.g. for --save-baseline.")]
+
+
+def _targets(out: OutputOptions, junit: str | None, save: str | None,
+             protect: tuple[str, ...]) -> None:
+    """Refuse, before any work, outputs that collide or would replace an input."""
+    from torchinspect.io.atomic import check_target
+
+    named = [("--junit", junit), ("--save-baseline", save), ("--output", out.output)]
+    named = [(opt, path) for opt, path in named if path]
+    for i, (opt, path) in enumerate(named):
+        for other, path2 in named[i + 1:]:
+            if os.path.abspath(path) == os.path.abspath(path2):
+                raise InspectError(f"{opt} {path} and {other} name the same file",
+                                   hint="give each output its own name")
+        if opt != "--output":  # checked with the shared options
+            check_target(path, protect=protect)
 
 
 @model_command()
@@ -44,31 +78,43 @@ def check(
     max_latency_ms: LatencyOpt = None,  # type: ignore[valid-type]
     config: ConfigOpt = None,
     junit: JunitOpt = None,
+    baseline: BaselineOpt = None,
+    max_increase: IncreaseOpt = None,
+    save_baseline: SaveOpt = None,
+    latency: LatencyFlag = False,
     *,
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """Enforce size budgets (params, MACs, MB) on one or more models; exit 1 if any fails."""
-    from torchinspect.analysis.check import check_budgets, write_junit
-    from torchinspect.cli.common import input_files
+    """Enforce size budgets (params, MACs, MB, latency) and baselines on one or more models;
+    exit 1 if any fails or cannot be built, 2 on a usage error."""
+    from torchinspect.analysis import check as core
     from torchinspect.report.check import check_report
 
-    if junit:  # refused before any work, like --output
-        import os
-
-        from torchinspect.io.atomic import check_target
-
-        if out.output and os.path.abspath(junit) == os.path.abspath(out.output):
-            raise InspectError(f"--junit {junit} and --output name the same file",
-                               hint="give the JUnit XML and the report different names")
-        check_target(junit, protect=input_files([*(models or []), *opts.files(), config]))
-    result = check_budgets(models, max_params=max_params, max_macs=max_macs,
-                           max_size_mb=max_size_mb, max_activation_mb=max_activation_mb,
-                           max_latency_ms=max_latency_ms, config=config, options=opts)
-    inputs = [*(models or []), *opts.files(), config, result.config]
-    if junit:
-        write_junit(result, junit, protect=input_files(inputs))
-        typer.echo(f"wrote {junit}", err=True)
+    protect = input_files([*(models or []), *opts.files(), config, baseline])
+    _targets(out, junit, save_baseline, protect)
+    given = {core.Metric.params: max_params, core.Metric.macs: max_macs,
+             core.Metric.size_mb: max_size_mb, core.Metric.activation_mb: max_activation_mb,
+             core.Metric.latency_ms: max_latency_ms}
+    try:
+        plan = core.plan_check(models or [], core.cli_limits(given), config=config,
+                               baseline=baseline, max_increase=max_increase,
+                               save=save_baseline is not None, latency=latency)
+    except InspectError as exc:  # the CI's test view still gets a file that says why
+        if junit:
+            core.write_junit(core.junit_error_xml(exc.message, exc.hint), junit, protect=protect)
+        raise
+    inputs = [*(models or []), *opts.files(), config, baseline, plan.config,
+              *(mb.target for mb in plan.models if isinstance(mb.target, str))]
+    protect = input_files(inputs)
+    _targets(out, junit, save_baseline, protect)  # the config's model files too
+    if plan.config and (out.output or out.format in ("json", "csv")):
+        typer.echo(f"budgets from {plan.config}", err=True)
+    result = core.run_check(plan, opts)
+    for path, write in ((junit, core.write_junit), (save_baseline, core.write_baseline)):
+        if path:
+            write(result, path, protect=protect)
+            typer.echo(f"wrote {path}", err=True)
     emit(check_report(result), out, inputs=inputs)
     if not result.passed:
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))

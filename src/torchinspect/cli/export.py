@@ -25,14 +25,28 @@ VerifyOpt = Annotated[bool | None, typer.Option(
 AtolOpt = Annotated[float, typer.Option("--atol", min=0, help="absolute tolerance of the verification.")]
 RtolOpt = Annotated[float, typer.Option("--rtol", min=0, help="relative tolerance of the verification.")]
 ExternalOpt = Annotated[bool, typer.Option(
-    "--external-data", help="store the weights in FILE.data beside the .onnx (automatic over 2 GB).")]
+    "--external-data", help="store the weights in FILE.onnx.data beside the .onnx (automatic over 2 GB).")]
+InputNamesOpt = Annotated[str | None, typer.Option(
+    "--input-names", metavar="A,B", help="names of the ONNX inputs, in order (default: the "
+    "forward's parameter names).", show_default=False)]
+OutputNamesOpt = Annotated[str | None, typer.Option(
+    "--output-names", metavar="A,B", help="names of the ONNX outputs, in order (default: "
+    "output, or output_0, output_1 ...).", show_default=False)]
+ExporterReportOpt = Annotated[bool, typer.Option(
+    "--exporter-report", help="also keep torch.onnx's own markdown report as "
+    "FILE.export-report.md beside the .onnx (on a failure too).")]
+AllOpt = Annotated[bool, typer.Option(
+    "--all", help="list every op type (default: the 20 most used; JSON always lists all).")]
 
 
 @model_command(device_help="where the model runs for export: auto = cpu; cpu; cuda[:N].",
-               output_help="the .onnx file to write (atomic; external data beside it over 2 GB).")
+               output_help="the ONNX file to write, FILE.onnx (atomic; its weights go to "
+               "FILE.onnx.data beside it over 2 GB).")
 def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
            static: StaticOpt = False, dynamic: DynamicOpt = None, verify: VerifyOpt = None,
            atol: AtolOpt = 1e-4, rtol: RtolOpt = 1e-3, external_data: ExternalOpt = False,
+           input_names: InputNamesOpt = None, output_names: OutputNamesOpt = None,
+           exporter_report: ExporterReportOpt = False, show_all: AllOpt = False,
            force: ForceOpt = False, *, opts: ModelOptions, out: OutputOptions) -> None:
     """Export to ONNX (-o FILE.onnx), run onnx.checker, verify in onnxruntime; exit 1 if it differs."""
     from torchinspect.cli.common import input_files, tolerance
@@ -51,8 +65,9 @@ def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
     result = export_onnx(case, out.output, opset=opset, legacy=legacy, static=static,
                          dynamic=dynamic or (), verify=verify, atol=atol, rtol=rtol, force=force,
                          external_data=True if external_data else None, device=case.requested,
-                         protect=protect)
+                         protect=protect, report=exporter_report, input_names=input_names,
+                         output_names=output_names)
     typer.echo(f"wrote {result.path}", err=True)
-    emit(export_report(result), OutputOptions(out.format, None))
+    emit(export_report(result, show_all=show_all), OutputOptions(out.format, None))
     if result.verified is False:
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))

@@ -22,15 +22,23 @@ SavedOpt = Annotated[bool, typer.Option(
     "--saved", help="autograd graph: also draw the tensors each function saved for backward.")]
 NoFoldOpt = Annotated[bool, typer.Option(
     "--no-fold", help="module graph: draw repeated identical blocks one by one.")]
+FunctionsOpt = Annotated[bool | None, typer.Option(
+    "--functions/--no-functions", help="module graph: draw functional ops between modules "
+    "(add, relu, matmul, scaled_dot_product_attention ...) as nodes (default: on).",
+    show_default=False)]
+AllOpt = Annotated[bool, typer.Option(
+    "--all", help="list every node type (default: the 15 most common; JSON always lists all).")]
 
 DEVICE_HELP = ("autograd: where the forward runs (auto = cpu); module: where to trace "
                "(auto = meta, no memory, with a CPU fallback).")
 
 
 @model_command(device_help=DEVICE_HELP,
-               output_help="the graph file: .svg, .png, .pdf (rendered by Graphviz dot), .dot or .json (atomic).")
+               output_help="the picture: .svg, .png or .pdf (rendered by Graphviz dot), or its "
+               ".dot source, or .json nodes and edges (atomic).")
 def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepthOpt = None,
-          saved: SavedOpt = False, no_fold: NoFoldOpt = False, force: ForceOpt = False, *,
+          saved: SavedOpt = False, no_fold: NoFoldOpt = False, functions: FunctionsOpt = None,
+          show_all: AllOpt = False, force: ForceOpt = False, *,
           opts: ModelOptions, out: OutputOptions) -> None:
     """Draw the model: -o FILE picks the format by extension (.svg .png .pdf .dot .json)."""
     from torchinspect.cli.common import input_files
@@ -45,6 +53,10 @@ def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepth
     if saved and kind is not GraphKind.autograd:
         raise InspectError("--saved draws the autograd graph's saved tensors",
                            hint="leave out --kind module, or --saved")
+    if functions is not None and kind is not GraphKind.module:
+        flag = "--functions" if functions else "--no-functions"
+        raise InspectError(f"{flag} is for the module graph (the autograd graph draws every op)",
+                           hint=f"add --kind module, or leave out {flag}")
     protect = input_files([model, *opts.files()])
     if out.output is not None:
         from torchinspect.io.atomic import check_target
@@ -52,9 +64,10 @@ def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepth
         output_format(out.output)  # a bad extension fails before the forward
         check_target(out.output, force=force, protect=protect)
     case = make_case(model, options=opts)
-    result = build_graph(case, kind=kind, depth=depth, fold=not no_fold, saved=saved)
+    result = build_graph(case, kind=kind, depth=depth, fold=not no_fold, saved=saved,
+                         functions=functions is not False)
     written = None
     if out.output is not None:
         written = write_graph(result, out.output, force=force, protect=protect)
         typer.echo(f"wrote {written.path}", err=True)
-    emit(graph_report(result, written), OutputOptions(out.format, None))
+    emit(graph_report(result, written, show_all=show_all), OutputOptions(out.format, None))

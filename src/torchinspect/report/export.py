@@ -14,7 +14,8 @@ def _dims(shape: list[int | str]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def export_report(r: ExportResult) -> Report:
+def export_report(r: ExportResult, *, show_all: bool = False) -> Report:
+    """The export's report; ``show_all`` lists every op type (the table shows 20 otherwise)."""
     items: list[tuple[str, Any]] = [
         ("Model", r.model), ("File", r.path), ("Size", nbytes(r.bytes)),
     ]
@@ -53,10 +54,11 @@ def export_report(r: ExportResult) -> Report:
             f"onnxruntime vs PyTorch (atol {r.atol:g}, rtol {r.rtol:g})",
             ["Batch", "Inputs", "Output", "Shape", "Max abs diff", "Max rel diff", "Result"], rows,
             align=["right", "left", "left", "left", "right", "right", "left"], primary=True))
+    shown = len(r.ops) if show_all else 20
     sections.append(Table("Op types", ["Op", "Nodes"],
-                          [[k, v] for k, v in list(r.ops.items())[:20]], align=["left", "right"],
-                          footer=[f"… and {len(r.ops) - 20} more op types (JSON lists all)"]
-                          if len(r.ops) > 20 else []))
+                          [[k, v] for k, v in list(r.ops.items())[:shown]], align=["left", "right"],
+                          footer=[f"… and {len(r.ops) - shown} more op types (--all lists them; "
+                                  "JSON lists all)"] if len(r.ops) > shown else []))
     notes = [f"note: {n}" for n in r.notes] + [f"open {r.path} in Netron (netron.app) to browse it"]
     sections.append(Text(notes, style="yellow"))
     return Report("export", r.to_dict(), sections)

@@ -13,7 +13,9 @@ DOT_PACKAGES = "apt install graphviz (Debian/Ubuntu), dnf install graphviz, brew
     "or conda install graphviz"
 
 
-def graph_report(graph: Graph, written: GraphFile | None = None) -> Report:
+def graph_report(graph: Graph, written: GraphFile | None = None, *,
+                 show_all: bool = False) -> Report:
+    """What was drawn; ``show_all`` lists every node type (15 otherwise; JSON has all)."""
     data: dict[str, Any] = {**graph.to_dict(), "file": written.to_dict() if written else None}
     items: list[tuple[str, Any]] = [
         ("Model", graph.model), ("Kind", graph.kind),
@@ -23,8 +25,13 @@ def graph_report(graph: Graph, written: GraphFile | None = None) -> Report:
     ]
     if graph.kind == "autograd":
         items.insert(4, ("Parameters drawn", graph.count("param")))
-    elif any(n.fold > 1 for n in graph.nodes):
-        items.append(("Folded blocks", sum(1 for n in graph.nodes if n.fold > 1)))
+    else:
+        if graph.functions:
+            items.append(("Function nodes", graph.count("function")))
+        if graph.clusters:
+            items.append(("Module clusters", len(graph.clusters)))
+        if any(n.fold > 1 for n in graph.nodes):
+            items.append(("Folded blocks", sum(1 for n in graph.nodes if n.fold > 1)))
     if written is not None:
         items.append(("File", written.path))
         items.append(("Format", written.format + ("" if written.rendered or written.format != "dot"
@@ -36,9 +43,11 @@ def graph_report(graph: Graph, written: GraphFile | None = None) -> Report:
         key = n.type or n.kind
         by_kind[key] = by_kind.get(key, 0) + 1
     top = sorted(by_kind.items(), key=lambda kv: (-kv[1], kv[0]))
-    label = "Autograd function" if graph.kind == "autograd" else "Module type"
-    rows: list[list[Any]] = [[k, v] for k, v in top[:15]]
-    footer = [f"… and {len(top) - 15} more kinds (JSON lists every node)"] if len(top) > 15 else []
+    label = "Autograd function" if graph.kind == "autograd" else "Module or function"
+    shown = len(top) if show_all else 15
+    rows: list[list[Any]] = [[k, v] for k, v in top[:shown]]
+    footer = [f"… and {len(top) - shown} more kinds (--all lists them; JSON lists every node)"] \
+        if len(top) > shown else []
     sections.append(Table("Node types", [label, "Nodes"], rows,
                           align=["left", "right"], footer=footer, primary=True))
     notes = [f"note: {n}" for n in graph.notes]

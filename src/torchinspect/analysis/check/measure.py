@@ -1,0 +1,165 @@
+"""Measuring one model: build it (on meta), then run only the measurements its metrics need
+(``COLLECTORS``, cheapest first). A model that cannot be built or run is a
+:class:`ModelCheck` with an error, never an exception: the other models are still checked.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from torchinspect.analysis.check.config import ModelBudget
+from torchinspect.analysis.check.metrics import Metric, Need, Noise, Reading
+from torchinspect.analysis.check.records import ModelCheck
+from torchinspect.errors import InspectError, first_line
+
+
+@dataclass
+class Sample:
+    """What one measurement yields: readings, and where they were taken (timings)."""
+
+    readings: dict[Metric, Reading] = field(default_factory=dict)
+    environment: dict[str, Any] | None = None
+
+
+def _static(case: Any) -> Sample:
+    from torchinspect.trace.static import collect_static
+
+    _, stats = collect_static(case.model)
+    return Sample(_param_readings(stats))
+
+
+def _param_readings(stats: Any) -> dict[Metric, Reading]:
+    return {Metric.params: Reading(float(stats.total)),
+            Metric.trainable: Reading(float(stats.trainable)),
+            Metric.size_mb: Reading((stats.param_bytes + stats.buffer_bytes) / 1e6)}
+
+
+def _traced(case: Any) -> Sample:
+    """One forward on meta (as `inspect summary`): MACs, activations and the static numbers."""
+    from torchinspect.trace import trace_case
+
+    trace = trace_case(case)
+    return Sample({**_param_readings(trace.params),
+                   Metric.macs: Reading(float(trace.total_macs)),
+                   Metric.activation_mb: Reading(trace.activation_bytes / 1e6)})
+
+
+def time_forward(case: Any, timing: Any = None) -> Sample:
+    """Median forward latency (ms) at the example's batch with its noise, measured by
+    `inspect bench`'s method (its warm-up and stopping rule unless ``timing`` is given) on
+    the requested real device (auto/meta: cpu)."""
+    from torchinspect import device as devices
+    from torchinspect.bench import BenchOptions, run_bench
+
+    extra = {"timing": timing} if timing is not None else {}
+    result = run_bench(case, BenchOptions(device=devices.real_device(case.requested), **extra))
+    row = result.configs[0]
+    if row.status != "ok" or row.timing is None:
+        raise InspectError(f"the latency could not be measured ({row.status}: {row.error or '-'})",
+                           hint="run `inspect bench` on it to see why")
+    s = row.timing.stats
+    noise = Noise(iqr=s.iqr * 1e3, cov=s.cov, median_cov=s.median_cov, n=s.n)
+    return Sample({Metric.latency_ms: Reading(s.median * 1e3, noise)}, result.environment)
+
+
+# one collector per kind of measurement; a trace also yields what the static pass does
+COLLECTORS: dict[Need, Callable[[Any], Sample]] = {
+    Need.static: _static, Need.trace: _traced, Need.timing: time_forward,
+}
+
+
+def _collect(case: Any, metrics: set[Metric]) -> Sample:
+    from torchinspect.sources.materialize import has_lazy
+
+    needs = {m.need for m in metrics}
+    if Need.static in needs and has_lazy(case.model):  # sizes come from a forward (on a copy)
+        needs.add(Need.trace)
+    if Need.trace in needs:
+        needs.discard(Need.static)
+    out = Sample()
+    for need in Need:  # cheapest first: a model that cannot run fails before it is timed
+        if need in needs:
+            got = COLLECTORS[need](case)
+            out.readings.update(got.readings)
+            out.environment = got.environment or out.environment
+    return out
+
+
+def options_for(mb: ModelBudget, base: Any) -> Any:
+    """ModelOptions for one model: the command line's, overridden by its config entry."""
+    o = mb.options
+    if not o:
+        return base
+    inputs = o.get("input")
+    args = o.get("arg")
+    return replace(
+        base,
+        inputs=[inputs] if isinstance(inputs, str) else (inputs if inputs is not None else base.inputs),
+        args=args if args is not None else base.args,
+        arch=o.get("arch", base.arch), weights=o.get("weights", base.weights),
+        key=o.get("key", base.key), strict=o.get("strict", base.strict),
+        trust_pickle=o.get("trust-pickle", base.trust_pickle), batch=o.get("batch", base.batch),
+        no_batch=o.get("no-batch", base.no_batch),
+        weights_config=o.get("weights-config", base.weights_config),
+        python_path=(*base.python_path, *o.get("python-path", ())))
+
+
+def measure_model(mb: ModelBudget, metrics: set[Metric], options: Any = None) -> ModelCheck:
+    """The readings of ``metrics`` for one model, or the error that stopped it."""
+    from torchinspect.sources.case import ModelOptions, make_case
+
+    start = time.perf_counter()
+    base = options or ModelOptions()
+    shown = mb.model if isinstance(mb.model, str) else type(mb.model).__name__  # a module
+    check = ModelCheck(shown, shown, "-", source=mb.source)
+    case = None
+    try:
+        opts = options_for(mb, base)
+        case = make_case(mb.target, options=opts,
+                         need_inputs=any(m.need is not Need.static for m in metrics))
+        check.name = case.name
+        check.inputs = case.describe_inputs() if case.example is not None else "-"
+        sample = _collect(case, metrics)
+        check.readings, check.environment = sample.readings, sample.environment
+    except KeyboardInterrupt:
+        raise
+    except InspectError as exc:
+        check.error, check.hint = explain(exc, mb, base, case)
+    except (Exception, SystemExit) as exc:  # the model's own code (or a bug of ours)
+        check.error = f"{type(exc).__name__}: {first_line(exc)}"
+        check.hint = f"run `inspect summary {shown} --debug` for the traceback"
+    check.seconds = time.perf_counter() - start
+    return check
+
+
+_FORWARD = "the model's forward failed for input "
+
+
+def explain(exc: InspectError, mb: ModelBudget, base: Any, case: Any) -> tuple[str, str | None]:
+    """The message and hint for a model that failed, saying where its input came from:
+    ``--input``, its config entry's ``input``, or the model's own ``example_input`` (the
+    full shape: no batch dimension is added to it, unlike ``--input``)."""
+    if not exc.message.startswith(_FORWARD) or case is None:
+        return exc.message, exc.hint
+    if "input" in mb.options:
+        return exc.message, ("check input = ... in its [[tool.torchinspect.check.models]] entry "
+                             "(shape, dtype, how many inputs) against the model's forward")
+    if base.inputs:
+        return exc.message, exc.hint
+    shown = case.describe_inputs()
+    reason = exc.message[len(_FORWARD) + len(shown):].removeprefix(": ")
+    in_config = mb.source != "command line"
+    if case.kind != "python":  # the source's own default input
+        where = "its [[tool.torchinspect.check.models]] entry" if in_config else "the model"
+        return (f"the model's forward failed for its default input {shown}: {reason}",
+                f"give {where} an input that its forward accepts" if in_config else
+                "this model's default input does not suit its forward; check the model")
+    fix = f'declare example_input with its batch dimension ("1,{shown}")'
+    if in_config:
+        fix += (f', or set input = "1,{shown}" and no-batch = true in its '
+                "[[tool.torchinspect.check.models]] entry")
+    return (f"the model's forward failed for its example_input {shown}: {reason} (example_input "
+            "is the full input shape: unlike --input, no batch dimension is added to it)", fix)

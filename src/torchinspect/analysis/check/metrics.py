@@ -1,0 +1,174 @@
+"""What ``inspect check`` measures: one :class:`Metric` entry per number, with its unit and
+the measurement it needs; budgets (``25M``) and allowed increases (``2%``) in human units.
+
+Adding a metric is one entry in :class:`Metric` (key, unit, the :class:`Need` that yields
+it, a label); a new kind of measurement is also one collector in ``measure.COLLECTORS``.
+Budgets (``max-KEY`` in the config), baselines and the tables pick it up from there.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import asdict, dataclass
+from enum import StrEnum
+from typing import Any
+
+from torchinspect.errors import InspectError
+
+
+class Unit(StrEnum):
+    count = "count"  # SI suffixes: 25M, 5G
+    mb = "MB"  # 10^6 bytes
+    ms = "ms"
+
+
+class Need(StrEnum):
+    """The measurement that yields a metric (cheapest first)."""
+
+    static = "static"  # the module's tensors, no forward
+    trace = "trace"  # one forward on meta (as `inspect summary`)
+    timing = "timing"  # real forwards timed like `inspect bench`
+
+
+class Metric(StrEnum):
+    """Every number `check` can budget and keep in a baseline."""
+
+    unit: Unit
+    need: Need
+    label: str
+
+    def __new__(cls, key: str, unit: Unit, need: Need, label: str) -> Metric:
+        obj = str.__new__(cls, key)
+        obj._value_ = key
+        obj.unit, obj.need, obj.label = unit, need, label
+        return obj
+
+    params = "params", Unit.count, Need.static, "parameters (tied weights once)"
+    trainable = "trainable", Unit.count, Need.static, "trainable parameters"
+    macs = "macs", Unit.count, Need.trace, "multiply-accumulates per forward"
+    size_mb = "size-mb", Unit.mb, Need.static, "MB of weights (parameters + buffers)"
+    activation_mb = "activation-mb", Unit.mb, Need.trace, "MB of leaf-module outputs of one forward"
+    latency_ms = "latency-ms", Unit.ms, Need.timing, "median ms per forward"
+
+    @property
+    def option(self) -> str:
+        return f"--max-{self.value}"
+
+    @property
+    def counted(self) -> bool:
+        """Counts take SI suffixes (25M); MB and ms budgets are plain numbers."""
+        return self.unit is Unit.count
+
+
+def metric_named(name: str, where: str) -> Metric:
+    try:
+        return Metric(name.replace("_", "-"))
+    except ValueError:
+        raise InspectError(f"{where}: unknown metric {name!r}",
+                           hint="use " + ", ".join(m.value for m in Metric)) from None
+
+
+@dataclass(frozen=True)
+class Noise:
+    """The spread of a timed metric, in its unit: the interquartile range, the coefficient
+    of variation (std / mean) and the relative standard error of the median (bench's)."""
+
+    iqr: float
+    cov: float
+    median_cov: float
+    n: int
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class Reading:
+    """One measured value; ``noise`` for timed metrics."""
+
+    value: float
+    noise: Noise | None = None
+
+    @property
+    def se(self) -> float | None:
+        """The standard error of the value (None when exact)."""
+        if self.noise is None or not math.isfinite(self.noise.median_cov):
+            return None
+        return self.value * self.noise.median_cov
+
+
+_SUFFIX = {"": 1, "K": 1e3, "M": 1e6, "G": 1e9, "T": 1e12, "B": 1e9}
+_NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMGTB]?)\s*$", re.IGNORECASE)
+_PERCENT = re.compile(r"^\s*\+?([0-9]*\.?[0-9]+)\s*(%?)\s*$")
+
+
+def parse_budget(value: Any, metric: Metric | str, *, where: str | None = None) -> float:
+    """``"25M"`` -> 25e6, ``"1.5e9"`` -> 1.5e9, ``100`` -> 100 (suffixes only for counts)."""
+    metric = Metric(metric)
+    label = where or metric.option
+    if isinstance(value, bool):
+        value = str(value)
+    if isinstance(value, (int, float)):
+        number = float(value)
+    else:
+        m = _NUMBER.match(str(value))
+        if not m or (m.group(2) and not metric.counted):
+            example = "25M, 5G, 1.5e9 or 30000000" if metric.counted else "100 or 12.5"
+            raise InspectError(f"{label} {value!r} is not a budget",
+                               hint=f"use a number like {example}")
+        number = float(m.group(1)) * _SUFFIX[m.group(2).upper()]
+    if not math.isfinite(number) or number < 0:
+        raise InspectError(f"{label} {value!r} is not a budget", hint="use a positive number")
+    return number
+
+
+def parse_percent(value: Any, where: str) -> float:
+    """``"2%"`` -> 0.02, ``0`` -> 0.0: an allowed relative increase."""
+    m = _PERCENT.match(str(value)) if not isinstance(value, bool) else None
+    if m is None or (not m.group(2) and float(m.group(1)) != 0):
+        raise InspectError(f"{where} {value!r} is not an allowed increase",
+                           hint='write a percentage, e.g. "2%" or "0.5%" ("0" allows no growth)')
+    return float(m.group(1)) / 100
+
+
+def parse_increases(text: str | None, where: str = "--max-increase") -> dict[Metric, float]:
+    """``"params=2%,macs=5%"`` -> ``{params: 0.02, macs: 0.05}``."""
+    out: dict[Metric, float] = {}
+    for item in (text or "").split(","):
+        if not item.strip():
+            continue
+        name, eq, amount = item.partition("=")
+        if not eq:
+            raise InspectError(f"{where} {item.strip()!r}: expected METRIC=PERCENT",
+                               hint="e.g. --max-increase params=2%,macs=5%")
+        metric = metric_named(name.strip(), where)
+        out[metric] = parse_percent(amount.strip(), f"{where} {metric.value}=")
+    return out
+
+
+def fmt_value(metric: Metric, v: float, *, exact: bool = False) -> str:
+    """``25.56M`` (measured, ``exact``) / ``30M`` (a limit); MB as ``102.44 MB``."""
+    from torchinspect.device import fmt_size
+
+    if metric.counted:
+        for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
+            if abs(v) >= scale:
+                return f"{v / scale:.2f}{unit}" if exact else f"{v / scale:g}{unit}"
+        return f"{v:g}"
+    if metric.unit is Unit.ms:  # 1,000 ms, 12.5 ms, 0.873 ms (never 1e+03)
+        return f"{v:,.0f} ms" if abs(v) >= 100 else f"{v:.3g} ms"
+    return fmt_size(v * 1e6)
+
+
+def fmt_full(metric: Metric, v: float) -> str:
+    """Every digit that matters: ``11,689,512``, ``46.8342 MB``, ``12.5030 ms``."""
+    if metric.counted:
+        return f"{v:,.0f}"
+    return f"{v:,.4f} {metric.unit.value}"
+
+
+def fmt_percent(x: float, *, signed: bool = True) -> str:
+    """``+0.80%``; tiny values keep two significant digits (``+0.0086%``)."""
+    digits = 2 if abs(x) >= 0.0001 or x == 0 else 1 - math.floor(math.log10(abs(x) * 100))
+    return f"{x * 100:{'+' if signed else ''}.{digits}f}%"

@@ -1,0 +1,96 @@
+"""Which models to check, with which limits, against which baseline: one :class:`CheckPlan`
+made before any model is loaded (every usage error of the command surfaces here)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchinspect.analysis.check.baseline import Baseline, read_baseline
+from torchinspect.analysis.check.config import CheckConfig, ModelBudget, load_config
+from torchinspect.analysis.check.metrics import Metric, Need, parse_budget, parse_increases
+from torchinspect.errors import InspectError
+
+
+@dataclass
+class CheckPlan:
+    models: list[ModelBudget]
+    config: str | None = None
+    baseline: Baseline | None = None
+    increase: dict[Metric, tuple[float, str]] = field(default_factory=dict)  # growth, origin
+    every_metric: bool = False  # a baseline is saved or compared: measure every metric
+    latency: bool = False  # time every model (--latency, a latency increase)
+
+    def metrics_for(self, mb: ModelBudget) -> set[Metric]:
+        wanted = set(mb.limits)
+        if self.every_metric:
+            wanted |= {m for m in Metric if m.need is not Need.timing}
+        if self.latency:
+            wanted.add(Metric.latency_ms)
+        return wanted
+
+
+def cli_limits(given: dict[Metric, Any]) -> dict[Metric, float]:
+    """``{Metric.params: "25M", ...}`` (None: not given) -> parsed limits."""
+    return {m: parse_budget(v, m) for m, v in given.items() if v is not None}
+
+
+def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | None = None,
+               cwd: str | None = None, baseline: str | None = None,
+               max_increase: str | dict[Metric, float] | None = None, save: bool = False,
+               latency: bool = False) -> CheckPlan:
+    """The models to check (command line over config entries over config defaults), their
+    limits with where each came from, and the baseline to compare against."""
+    found = load_config(config, cwd)
+    chosen = _choose(models, limits, found)
+    increase = _increases(max_increase, found, baseline)
+    plan = CheckPlan(chosen, found.path if found else None,
+                     read_baseline(baseline) if baseline else None, increase,
+                     every_metric=save or baseline is not None,
+                     latency=latency or Metric.latency_ms in increase)
+    for mb in chosen:
+        if not mb.limits and not plan.every_metric and not plan.latency:
+            raise InspectError(f"{mb.model}: no budget to check",
+                               hint="pass e.g. --max-params 25M --max-macs 5G, set them in "
+                               "[tool.torchinspect.check], or compare with --baseline FILE")
+    return plan
+
+
+def _choose(models: list[Any], limits: dict[Metric, float],
+            found: CheckConfig | None) -> list[ModelBudget]:
+    options = {m: m.option for m in limits}
+    if not models:
+        if found is None or not found.entries:
+            raise InspectError("no MODEL given and no models in a check config",
+                               hint="inspect check resnet50 --max-params 30M, or list models under "
+                               "[[tool.torchinspect.check.models]] in pyproject.toml (found in "
+                               "this folder or above it)")
+        return [ModelBudget(e.model, {**e.limits, **limits}, e.options, e.source,
+                            {**e.origins, **options}, e.spec) for e in found.entries]
+    by_name = {e.model: e for e in found.entries} if found else {}
+    defaults = found.defaults if found else {}
+    label = found.label if found else ""
+    chosen = []
+    for m in models:
+        entry = by_name.get(m) if isinstance(m, str) else None
+        if entry is not None:
+            chosen.append(ModelBudget(m, {**entry.limits, **limits}, dict(entry.options),
+                                      entry.source, {**entry.origins, **options}, entry.spec))
+        else:
+            origins = {**dict.fromkeys(defaults, label), **options}
+            chosen.append(ModelBudget(m, {**defaults, **limits}, {}, origins=origins))
+    return chosen
+
+
+def _increases(given: str | dict[Metric, float] | None, found: CheckConfig | None,
+               baseline: str | None) -> dict[Metric, tuple[float, str]]:
+    cli = parse_increases(given) if isinstance(given, str) or given is None else dict(given)
+    if cli and baseline is None:
+        raise InspectError("--max-increase needs --baseline FILE to compare against",
+                           hint="save one with `inspect check --save-baseline FILE` on the main "
+                           "branch, then pass --baseline FILE")
+    if baseline is None:
+        return {}
+    out = {m: (v, found.label + " [increase]") for m, v in (found.increase.items() if found else ())}
+    out.update({m: (v, "--max-increase") for m, v in cli.items()})
+    return out

@@ -1,0 +1,81 @@
+"""The orchestrator: plan, export and save, check, describe, settle the dynamic dims, verify."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from torchinspect.export.onnx.describe import _check, _describe
+from torchinspect.export.onnx.plan import (
+    ExportPlan,
+    _dynamic_shapes,
+    _eval,
+    _specialized,
+    plan_export,
+)
+from torchinspect.export.onnx.result import ExportResult
+from torchinspect.export.onnx.verify import verify_export
+from torchinspect.export.onnx.write import write_onnx
+
+
+def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = None, *,
+                opset: int | None = None, legacy: bool = False, static: bool = False,
+                dynamic: Sequence[str] = (), verify: bool | None = None, atol: float = 1e-4,
+                rtol: float = 1e-3, force: bool = False, external_data: bool | None = None,
+                device: str = "cpu", protect: Sequence[str] = (), report: bool = False,
+                input_names: Sequence[str] | None = None,
+                output_names: Sequence[str] | None = None) -> ExportResult:
+    """Export to ONNX at ``path``, check it, and (``verify``) compare onnxruntime with PyTorch.
+
+    ``verify=None`` verifies when onnxruntime is installed. ``external_data=None`` stores the
+    weights in ``<file>.data`` only when they exceed 2 GB. ``report=True`` keeps the
+    exporter's markdown report as ``<file stem>.export-report.md``. Inputs are named after
+    the forward's parameters and outputs ``output`` (``output_0`` ...) unless
+    ``input_names``/``output_names`` say otherwise. Never overwrites ``path``, its data file
+    or the report unless ``force``, nor any file in ``protect``.
+    """
+    from torchinspect.sources.case import ModelCase, make_case
+    from torchinspect.trace.engine import model_kept
+
+    case = case_or_model if isinstance(case_or_model, ModelCase) else make_case(case_or_model, inputs)
+    plan = plan_export(case, path, opset=opset, legacy=legacy, static=static, dynamic=dynamic,
+                       verify=verify, atol=atol, rtol=rtol, force=force,
+                       external_data=external_data, device=device, protect=protect,
+                       report=report, input_names=input_names, output_names=output_names)
+    with model_kept(plan.model), _eval(plan.model):  # attributes and buffers a forward sets are put back
+        plan.dynamic_shapes, plan.marked = _dynamic_shapes(
+            plan.model, plan.args, plan.kwargs, static=plan.static, extra=plan.extra)
+        data_path, report_path = write_onnx(plan)
+    t0 = time.perf_counter()
+    _check(plan.target)
+    plan.seconds["check"] = time.perf_counter() - t0
+    result = _describe(case.name, plan.target, data_path, plan.exporter, atol, rtol)
+    result.report_path = str(report_path) if report_path else None
+    _settle_dynamic(plan, result)
+    if plan.verify:
+        result.verify = verify_export(plan)
+    result.seconds = plan.seconds
+    result.notes = plan.notes
+    return result
+
+
+def _settle_dynamic(plan: ExportPlan, result: ExportResult) -> None:
+    """Dims asked to be dynamic that the exporter kept fixed (the model's code specialized
+    them): the file takes only the example's size there, so verification keeps it too."""
+    plan.marked, fixed = _specialized(plan.model, plan.args, plan.kwargs, plan.marked,
+                                      plan.extra, result.inputs)
+    for pname, dim, size in fixed:
+        plan.notes.append(f"{pname} dim {dim}: kept fixed at {size} by the exporter (the model's "
+                          "code specializes it), so the file accepts only that size there")
+    if plan.opset is not None and result.opset is not None and result.opset != plan.opset:
+        plan.notes.append(f"--opset {plan.opset}: the exporter wrote opset {result.opset} "
+                          "instead (the version in the file's opset_import)")
+    if plan.pt2_fixed:
+        plan.notes.append("shapes fixed: a .pt2 program accepts only the shapes it was exported "
+                          "with (re-export it with dynamic shapes, or pass --dynamic to try)")
+    elif plan.static:
+        plan.notes.append("shapes fixed (--static): the file accepts only the example's shapes")
+    elif not plan.marked and not fixed:
+        plan.notes.append("no input has a batch dimension to make dynamic; shapes are fixed")
