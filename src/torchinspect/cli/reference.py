@@ -47,7 +47,16 @@ def visible_options(name: str) -> list[str]:
 
 
 def _cell(text: str) -> str:
-    return " ".join(text.split()).replace("|", "\\|")
+    # `[NAME=][DTYPE:]` would read as a Markdown reference link: brackets escaped too
+    text = " ".join(text.split())
+    return text.replace("|", "\\|").replace("[", "\\[").replace("]", "\\]")
+
+
+def _code(text: str) -> str:
+    """A code cell: in backticks a `\\|` would show its backslash, so HTML with an entity."""
+    import html
+
+    return "<code>" + html.escape(" ".join(text.split())).replace("|", "&#124;") + "</code>"
 
 
 def _argument_rows(cmd: Any) -> list[str]:
@@ -57,7 +66,7 @@ def _argument_rows(cmd: Any) -> list[str]:
             continue
         meta = p.metavar or p.name.upper()
         need = "required" if p.required else "optional"
-        rows.append(f"| `{meta}` | {need} | {_cell(p.help or '')} |")
+        rows.append(f"| {_code(meta)} | {need} | {_cell(p.help or '')} |")
     return rows
 
 
@@ -70,7 +79,7 @@ def _option_rows(cmd: Any, ctx: Any) -> list[str]:
         if record is None:
             continue
         spelling, text = record
-        rows.append(f"| `{_cell(spelling)}` | {_cell(text)} |")
+        rows.append(f"| {_code(spelling)} | {_cell(text)} |")
     rows.append("| `-h, --help` | show the help and exit. |")
     return rows
 
