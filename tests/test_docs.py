@@ -231,6 +231,22 @@ def test_generated_reference_lists_every_visible_option() -> None:
         assert f"inspect {name} " in text
 
 
+def test_api_page_documents_every_public_name() -> None:
+    import importlib.util
+
+    import torchinspect
+
+    assert "<!-- api-reference -->" in (DOCS / "api.md").read_text()
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    text = hooks.api_reference()
+    for name in torchinspect._LAZY:
+        obj = getattr(torchinspect, name)
+        assert f"::: {obj.__module__}.{obj.__qualname__}\n" in text, name
+    assert "::: torchinspect.analysis.summary.Summary\n" in text  # what summarize returns
+
+
 def test_readme_is_a_landing_page() -> None:
     readme = (ROOT / "README.md").read_text()
     assert len(readme.splitlines()) < 250
