@@ -13,6 +13,8 @@ Conventions of a page (docs/**/*.md and README.md):
 - ``<!-- not-run: REASON -->`` on the line before a console block keeps it from running
   (only for examples that need a GPU); the reason is required.
 All blocks of one page share one working folder and run in page order.
+``pytest tests/test_docs.py --update-golden`` rewrites drifted outputs, keeping inline
+``[...]`` lines where they still fit (``golden_update``); review the diff.
 """
 
 from __future__ import annotations
@@ -122,6 +124,28 @@ def matches(expected: list[str], actual: str) -> bool:
     return _pattern(exp).match(actual) is not None
 
 
+def golden_update(expected: list[str], actual: str) -> str | None:
+    """What --update-golden writes for an output that drifted: the new output, keeping each
+    expected line with an inline `[...]` where it still matches the new line at its place
+    (counted from the top, or from the bottom when the line count changed); None (a failure
+    to fix by hand) when a whole-line `[...]` or a wildcard that fits nowhere makes it unclear."""
+    new = actual.splitlines()
+    exp = list(expected)
+    while exp and not exp[-1].strip():
+        exp.pop()
+    wild = [i for i, ln in enumerate(exp) if "[...]" in ln]
+    if not wild:
+        return actual
+    if any(exp[i].strip() == "[...]" for i in wild):
+        return None
+    for i in wild:
+        place = i if len(exp) == len(new) else i - len(exp) + len(new)
+        if not 0 <= place < len(new) or not matches([exp[i]], new[place] + "\n"):
+            return None
+        new[place] = exp[i]
+    return "\n".join(new) + "\n"
+
+
 def _run_inspect(args: list[str], cwd: Path) -> str:
     from typer.testing import CliRunner
 
@@ -167,8 +191,8 @@ def _rewrite(page: Path, updates: list[tuple[Command, str]]) -> None:
 def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
                                                    monkeypatch: pytest.MonkeyPatch,
                                                    request: pytest.FixtureRequest) -> None:
-    """An example that drifts fails; `pytest --update-golden` rewrites the outputs that hold
-    no `[...]` (review the diff), and lists the others."""
+    """An example that drifts fails; `pytest --update-golden` rewrites the outputs it can
+    (see golden_update; review the diff), and lists the others."""
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(tmp_path)
     update = request.config.getoption("--update-golden")
@@ -184,8 +208,9 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
         for cmd in block.commands:
             actual = normalise(run_command(cmd.text, tmp_path), tmp_path)
             if not matches(cmd.expected, actual):
-                if update and not any("[...]" in ln for ln in cmd.expected):
-                    updates.append((cmd, actual))
+                golden = golden_update(cmd.expected, actual) if update else None
+                if golden is not None:
+                    updates.append((cmd, golden))
                     continue
                 failures.append(f"{_page_id(page)}:{cmd.line}: $ {cmd.text}\n--- page shows:\n"
                                 + "\n".join(cmd.expected) + "\n--- it printed:\n" + actual)
@@ -201,6 +226,12 @@ def test_the_example_matcher_is_strict_where_it_should_be() -> None:
     assert not matches(["total 5"], "total 6\n")
     assert matches([], "")
     assert not matches([], "something\n")
+    # --update-golden keeps an inline wildcard where it still fits, else leaves it to a person
+    assert golden_update(["Errors   0", "Time [...] s"], "Errors 1\nTime 0.2 s\n") == (
+        "Errors 1\nTime [...] s\n")
+    assert golden_update(["a", "[...]"], "b\nc\n") is None
+    assert golden_update(["a", "took [...] s"], "b\nc\ntook 1 s\n") == "b\nc\ntook [...] s\n"
+    assert golden_update(["took [...] s", "a"], "b\nc\ntook 1 s\n") is None
 
 
 def test_skipped_examples_say_why() -> None:
