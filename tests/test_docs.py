@@ -262,6 +262,18 @@ def test_generated_reference_lists_every_visible_option() -> None:
         assert f"inspect {name} " in text
 
 
+def test_option_tables_render_as_written() -> None:
+    """Help text such as `[NAME=][DTYPE:]` is not a Markdown link, and `a|b` in an option
+    cell shows no backslash."""
+    markdown = pytest.importorskip("markdown")
+    from torchinspect.cli.reference import command_reference
+
+    html = markdown.markdown(command_reference("bench"), extensions=["tables"])
+    assert "[NAME=][DTYPE:]D1,D2" in html
+    assert "<code>--dtype fp32&#124;fp16&#124;bf16[,...]</code>" in html
+    assert "\\|" not in html
+
+
 def test_api_page_documents_every_public_name() -> None:
     import importlib.util
 
