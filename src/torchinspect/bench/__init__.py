@@ -6,11 +6,11 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchinspect.bench.run import BenchOptions, BenchResult, ConfigResult, run_bench
-from torchinspect.bench.stats import Stats, summarize
+from torchinspect.bench.stats import Stats, sample_stats
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, measure
 
 __all__ = ["BenchOptions", "BenchResult", "ConfigResult", "Stats", "Timing", "TimingConfig",
-           "benchmark", "measure", "run_bench", "summarize"]
+           "benchmark", "measure", "run_bench", "sample_stats"]
 
 
 def benchmark(model: Any, inputs: Any = None, *, device: str = "cpu",
