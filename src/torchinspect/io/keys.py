@@ -35,7 +35,7 @@ def _ranges(nums: Iterable[int]) -> str:
     values = sorted(set(nums))
     parts: list[str] = []
     start = prev = values[0]
-    for v in values[1:] + [None]:  # type: ignore[list-item]
+    for v in [*values[1:], None]:
         if v is not None and v == prev + 1:
             prev = v
             continue

@@ -121,7 +121,7 @@ def _codecs_encode(obj: str, encoding: str = "utf-8") -> bytes:
     return obj.encode("latin1" if encoding == "latin1" else encoding)
 
 
-class PlainNamespace(dict):  # type: ignore[type-arg]
+class PlainNamespace(dict[str, Any]):
     """``argparse.Namespace`` read as plain data (its fields)."""
 
     def __setstate__(self, state: Any) -> None:

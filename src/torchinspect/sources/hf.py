@@ -20,7 +20,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -90,7 +90,7 @@ def config_for(arch: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     tr = import_transformers()
     if not arch:
         raise InspectError("hf: needs an architecture", hint="e.g. hf:bert, hf:llama or hf:LlamaForCausalLM")
-    cls = None
+    cls: Any = None  # a transformers class (untyped)
     if arch[0].isupper():  # a class name: LlamaForCausalLM
         cls = getattr(tr, arch, None)
         if cls is None or not isinstance(cls, type) or getattr(cls, "config_class", None) is None:
@@ -190,6 +190,7 @@ def default_example(model: Any, config: Any) -> ExampleInputs:
     import inspect as pyinspect
 
     main = getattr(model, "main_input_name", "input_ids")
+    params: Mapping[str, pyinspect.Parameter]
     try:
         params = pyinspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -202,7 +203,7 @@ def default_example(model: Any, config: Any) -> ExampleInputs:
         kwargs["pixel_values"] = TensorSpec((1, _channels(config), h, w))
     elif main == "input_features":
         mels = getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", 80)
-        kwargs["input_features"] = TensorSpec((1, int(mels), 3000))
+        kwargs["input_features"] = TensorSpec((1, int(mels or 80), 3000))
     elif main == "input_values":
         kwargs["input_values"] = TensorSpec((1, 16000))
     else:

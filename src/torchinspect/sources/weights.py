@@ -117,7 +117,7 @@ def missing_shape_only(exc: BaseException) -> bool:
     return "size mismatch" in str(exc)
 
 
-def _remap_keys(state: dict[str, Any], shapes: dict[str, tuple[int, ...]],
+def _remap_keys(state: dict[str, Any], shapes: dict[str, tuple[int, ...] | None],
                 notes: list[str]) -> dict[str, Any]:
     """The best key remap, applied only when every tensor it matches has the model's shape."""
     from torchinspect.io.state_dict import find_prefix_remaps
@@ -133,7 +133,7 @@ def _remap_keys(state: dict[str, Any], shapes: dict[str, tuple[int, ...]],
     return {best.apply(k): v for k, v in state.items()}
 
 
-def _shapes_agree(remap: Any, state: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> bool:
+def _shapes_agree(remap: Any, state: dict[str, Any], shapes: dict[str, tuple[int, ...] | None]) -> bool:
     for k, v in state.items():
         new = remap.apply(k)
         if shapes.get(new) is not None and hasattr(v, "shape") and tuple(v.shape) != shapes[new]:

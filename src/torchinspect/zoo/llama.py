@@ -9,6 +9,7 @@ device and nothing large is allocated when a small preset is built on CPU.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -139,7 +140,7 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-def llama(preset: str = "llama-tiny", **overrides: object) -> Llama:
+def llama(preset: str = "llama-tiny", **overrides: Any) -> Llama:
     """Build a preset, with any LlamaConfig field overridden (``--arg n_layers=2``)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown llama preset {preset!r}; choose from {', '.join(PRESETS)}")

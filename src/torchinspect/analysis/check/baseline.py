@@ -106,7 +106,9 @@ def read_baseline(path: str) -> Baseline:
 def _model(entry: Any, where: str) -> BaselineModel:
     if not isinstance(entry, dict) or not isinstance(entry.get("metrics", {}), dict):
         raise InspectError(f"{where}: not a model entry", hint=_HINT)
-    noise = entry.get("noise") if isinstance(entry.get("noise"), dict) else {}
+    noise = entry.get("noise")
+    if not isinstance(noise, dict):
+        noise = {}
     readings: dict[Metric, Reading] = {}
     for key, value in entry.get("metrics", {}).items():
         try:

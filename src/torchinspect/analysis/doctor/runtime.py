@@ -19,7 +19,7 @@ import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -375,7 +375,8 @@ def check_gradients(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
             return res
         gen = torch.Generator().manual_seed(0)
         loss = sum((o.float() * torch.randn(o.shape, generator=gen).to(o.device)).sum() for o in outs)
-        grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
+        grads = torch.autograd.grad(cast(torch.Tensor, loss), [p for _, p in params],
+                                    allow_unused=True)
     if "TI003" in codes:
         res.findings += _no_gradient([n for (n, _), g in zip(params, grads, strict=True) if g is None],
                                      [n for n, _ in params], model)
