@@ -208,7 +208,7 @@ def _cli_runs(folder: Path, n: int, tmp: Path, tag: str, batch: int) -> dict:
 
     env = {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
     cli = ["-m", "torchinspect", "features", "resnet50", str(folder), "-l", "avgpool",
-           "--device", "cuda", "--dtype", "fp16", "--batch-size", str(batch), "--no-progress"]
+           "--device", "cuda", "--dtype", "fp16", "--batch", str(batch), "--no-progress"]
     out: dict = {}
     for name, pre in ((f"cli_1gpu_{tag}", [sys.executable]),
                       (f"cli_{torch.cuda.device_count()}gpu_{tag}",
@@ -286,7 +286,7 @@ def bench_memory(args) -> dict:
         t = time.perf_counter()
         p = subprocess.run([sys.executable, "-c", code, sys.executable, "-m", "torchinspect", "features",
                             "resnet18", str(folder), "-l", "layer1", "--resize", "64", "--crop", "64",
-                            "--shard-size", args.shard_size, "--batch-size", "64", "--no-progress",
+                            "--shard-size", args.shard_size, "--batch", "64", "--no-progress",
                             "-o", str(out)], env=env, capture_output=True, text=True)
         wall = time.perf_counter() - t
         if p.returncode:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -87,7 +88,7 @@ def test_resnet_stages_and_gap_cli(invoke, tmp_path):
     torch.save(torchvision.models.resnet18().state_dict(), tmp_path / "w.pt")
     r = invoke("features", "resnet18", "--weights", tmp_path / "w.pt", "--input", "2,3,64,64",
                "-l", "layer1,layer2,layer3,layer4", "-l", "avgpool", "--pool", "gap",
-               "-o", tmp_path / "out", "--report", "json")
+               "-o", tmp_path / "out", "--format", "json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     shapes = {k: v["shape"] for k, v in data["layers"].items()}
@@ -105,7 +106,7 @@ def test_resnet_stages_and_gap_cli(invoke, tmp_path):
 
 
 def test_list_shows_modules_and_fx_nodes(invoke):
-    r = invoke("features", "resnet18", "--list", "--report", "json")
+    r = invoke("features", "resnet18", "--list", "--format", "json")
     assert r.exit_code == 0, r.output
     data = json.loads(r.stdout)
     mods = {m["name"]: m for m in data["modules"]}
@@ -202,10 +203,10 @@ def test_collect_inputs_order_exclusion_and_explicit_files(tmp_path):
     rel = [os.path.relpath(it.path, root) for it in items]
     assert rel == ["a/b/c.jpg", "a/z.png", "a2.jpg", "b.jpg", "out2/y.jpg", "t.pt"]
     assert [it.kind for it in items] == ["image"] * 5 + ["tensor"]
-    assert ignored == 2  # .dot.jpg and readme.txt (.hidden/ is not walked)
+    assert sorted(os.path.basename(f) for f in ignored) == [".dot.jpg", "readme.txt"]  # .hidden/ is not walked
     assert items[0].id == (root / "a" / "b" / "c.jpg").as_posix()
     # the output folder given as an input is not read at all
-    assert collect_inputs([str(root / "out")], exclude=root / "out") == ([], 0)
+    assert collect_inputs([str(root / "out")], exclude=root / "out") == ([], [])
 
 
 def test_published_transforms_match_torchvision(tmp_path):
@@ -338,7 +339,7 @@ def test_two_gloo_ranks_match_one_process(tmp_path):
     torch.save(Tiny().state_dict(), tmp_path / "w.pt")
     spec = f"{ROOT / 'tests' / 'features_tiny.py'}:Tiny"
     args = ["-m", "torchinspect", "features", spec, "--weights", str(tmp_path / "w.pt"), str(folder),
-            "-l", "relu,fc", "--resize", "24", "--crop", "20", "--batch-size", "2", "--workers", "0"]
+            "-l", "relu,fc", "--resize", "24", "--crop", "20", "--batch", "2", "--workers", "0"]
     a, b = _one_and_two_ranks(args, tmp_path, OMP_NUM_THREADS="1")
     assert b.manifest["runs"][0]["world_size"] == 2 and b.manifest["runs"][0]["rows"] == 9
     assert {s["file"].split("-")[2] for s in b.manifest["shards"]} == {"r000", "r001"}
@@ -359,7 +360,7 @@ def test_cuda_two_gpu_ranks_match_one_gpu(tmp_path):
     torch.save(Tiny().state_dict(), tmp_path / "w.pt")
     spec = f"{ROOT / 'tests' / 'features_tiny.py'}:Tiny"
     args = ["-m", "torchinspect", "features", spec, "--weights", str(tmp_path / "w.pt"), str(folder),
-            "-l", "relu,fc", "--resize", "40", "--crop", "32", "--batch-size", "2", "--workers", "1",
+            "-l", "relu,fc", "--resize", "40", "--crop", "32", "--batch", "2", "--workers", "1",
             "--device", "cuda", "--no-progress"]
     a, b = _one_and_two_ranks(args, tmp_path)
     run = b.manifest["runs"][0]
@@ -458,3 +459,348 @@ def test_cuda_mixed_sizes_end_to_end_and_callers_module_untouched(tmp_path):
     assert a.manifest["runs"][-1]["loop_seconds"] == pytest.approx(gpu.loop_seconds, abs=1e-3)
     # the caller's module was copied to the GPU (and made channels-last there), not changed
     assert net.conv.weight.device.type == "cpu" and net.conv.weight.is_contiguous()
+
+
+# ------------------------------------------------------------------ safety (issue 20)
+
+TINY = f"{ROOT / 'tests' / 'features_tiny.py'}:Tiny"
+HOLD_LOCK = """
+import sys, time
+sys.path[:0] = [{src!r}]
+from pathlib import Path
+from torchinspect.features.resume import FolderLock
+with FolderLock(Path({out!r})):
+    print("locked", flush=True)
+    time.sleep(60)
+"""
+
+
+def _env() -> dict[str, str]:
+    return {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
+
+
+def test_second_writer_is_refused_with_the_holder_and_a_dead_holder_frees_the_folder(invoke, tmp_path):
+    _images(tmp_path / "imgs", n=3)
+    out = tmp_path / "o"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK.format(src=str(ROOT / "src"), out=str(out))],
+                              stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        r = invoke("features", TINY, tmp_path / "imgs", "-l", "relu", "-o", out, "--workers", "0")
+        assert r.exit_code == 2, r.output
+        import socket
+
+        assert f"pid {holder.pid} on {socket.gethostname()}, started " in r.stderr
+        assert not (out / "manifest.json").exists()  # refused before anything was written
+    finally:
+        holder.kill()  # kill -9: the kernel drops the lock with the process
+        holder.wait()
+        holder.stdout.close()
+    r = invoke("features", TINY, tmp_path / "imgs", "-l", "relu", "-o", out, "--workers", "0")
+    assert r.exit_code == 0, r.output
+    assert FeatureFolder.open(out).manifest["rows"] == 3
+
+
+def test_two_concurrent_runs_one_folder_never_corrupt_it(tmp_path):
+    """Two processes at once: one writes, the other is refused (exit 2); the folder holds
+    each input once."""
+    _images(tmp_path / "imgs", n=8)
+    cmd = [sys.executable, "-m", "torchinspect", "features", TINY, str(tmp_path / "imgs"), "-l", "relu",
+           "-o", str(tmp_path / "o"), "--batch", "1", "--workers", "0", "--no-progress"]
+    procs = [subprocess.Popen(cmd, env=_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    errs = [p.communicate(timeout=120)[1] for p in procs]
+    results = [(p.returncode, err) for p, err in zip(procs, errs, strict=True)]
+    codes = sorted(code for code, _ in results)
+    assert codes in ([0, 0], [0, 2]), results  # the second may start after the first ended
+    if codes == [0, 2]:
+        assert "being written by another `inspect features` run" in next(e for c, e in results if c == 2)
+    m = FeatureFolder.open(tmp_path / "o").manifest
+    ids = [e["id"] for e in m["inputs"]]
+    assert m["rows"] == len(ids) == len(set(ids)) == 8
+    assert sum(len(s["ids"]) for s in m["shards"]) == 8
+
+
+def test_resume_refuses_other_weights_and_random_init_is_seeded(invoke, tmp_path):
+    _images(tmp_path / "imgs", n=4)
+    torch.save(_tiny(1).state_dict(), tmp_path / "w1.pt")
+    torch.save(_tiny(2).state_dict(), tmp_path / "w2.pt")
+    base = [TINY, tmp_path / "imgs", "-l", "relu", "--workers", "0", "--resize", "24", "--crop", "20"]
+    r = invoke("features", *base, "--weights", tmp_path / "w1.pt", "-o", tmp_path / "a")
+    assert r.exit_code == 0, r.output
+    import hashlib
+
+    man = json.loads((tmp_path / "a" / "manifest.json").read_text())
+    assert man["weights"] == {"source": str(tmp_path / "w1.pt"),
+                              "sha256": hashlib.sha256((tmp_path / "w1.pt").read_bytes()).hexdigest()}
+    r = invoke("features", *base, "--weights", tmp_path / "w2.pt", "-o", tmp_path / "a")
+    assert r.exit_code == 2
+    assert "other settings (weights)" in r.stderr and "w1.pt" in r.stderr and "--restart" in r.stderr
+    # random init: a fixed, recorded seed, so two builds in one process are the same model
+    torch.manual_seed(123)  # the caller's RNG state does not matter
+    r1 = invoke("features", *base, "-o", tmp_path / "r1", "--format", "json")
+    torch.manual_seed(456)
+    r2 = invoke("features", *base, "-o", tmp_path / "r2")
+    assert r1.exit_code == r2.exit_code == 0, r1.output + r2.output
+    w = json.loads((tmp_path / "r1" / "manifest.json").read_text())["weights"]
+    assert w["source"] == "random-init" and w["seed"] == 0 and len(w["sha256"]) == 64
+    assert json.loads(r1.stdout)["weights"] == w
+    assert torch.equal(FeatureFolder.open(tmp_path / "r1").rows("relu"), FeatureFolder.open(tmp_path / "r2").rows("relu"))
+    r = invoke("features", *base, "-o", tmp_path / "r1", "--weights", tmp_path / "w1.pt")
+    assert r.exit_code == 2 and "random init (seed 0" in r.stderr
+
+
+DIE_IN_SHARD = """
+import os, sys
+sys.path[:0] = [{src!r}, {tests!r}]
+import torch
+from features_tiny import Tiny
+from torchinspect.features import extract_features, store
+real = store.write_shard
+def die(*a, **k):
+    os._exit(9)  # killed after the last part, before its shard and progress
+store.write_shard = die
+torch.manual_seed(0)
+extract_features(Tiny(), [{folder!r}], output={out!r}, layers=["relu"], resize=24, crop=20,
+                 batch_size=2, workers=0)
+"""
+
+
+def test_kill_before_the_shard_recovers_a_readable_folder(invoke, tmp_path):
+    _images(tmp_path / "imgs", n=4)
+    script = DIE_IN_SHARD.format(src=str(ROOT / "src"), tests=str(ROOT / "tests"),
+                                 folder=str(tmp_path / "imgs"), out=str(tmp_path / "o"))
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 9, proc.stderr
+    parts = tmp_path / "o" / ".parts"
+    assert len(list(parts.glob("part-*.safetensors"))) == 2  # both batches, no shard
+    (parts / ".part-000-r000-000009.safetensors.k3j4h5g6.tmp").mkdir()  # a write cut short
+    (parts / ".part-000-r000-000009.safetensors.k3j4h5g6.tmp" / "x").write_bytes(b"0" * 1000)
+    net = _tiny()
+    torch.save(net.state_dict(), tmp_path / "w.pt")
+    r = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "o", layers=["relu"],
+                         resize=24, crop=20, batch_size=2, workers=0)
+    assert (r.new_rows, r.skipped, r.rows, r.status) == (0, 4, 4, 0)
+    assert not parts.exists()  # parts and the temp folder are gone
+    full = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "full", layers=["relu"],
+                            resize=24, crop=20, batch_size=2, workers=0)
+    torch.testing.assert_close(FeatureFolder.open(tmp_path / "o").rows("relu"),
+                               FeatureFolder.open(full.output).rows("relu"))
+
+
+def test_devices_fifos_and_huge_files_are_never_read(invoke, tmp_path):
+    imgs = tmp_path / "imgs"
+    _images(imgs, n=2)
+    os.mkfifo(imgs / "pipe.jpg")
+    (imgs / "zero.png").symlink_to("/dev/zero")
+    big = imgs / "z_big.png"
+    Image.fromarray(np.random.default_rng(0).integers(0, 255, (200, 200, 3), dtype=np.uint8)).save(big)
+    import signal
+
+    signal.alarm(60)  # the old code blocks on the FIFO forever
+    try:
+        r = invoke("features", TINY, imgs, "-l", "relu", "-o", tmp_path / "o", "--workers", "0",
+                   "--max-image-size", "20KB", "--skip-unreadable")
+    finally:
+        signal.alarm(0)
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert "pipe.jpg (not a regular file (a FIFO))" in text
+    assert "zero.png (not a regular file (a device))" in text
+    assert "z_big.png:" in text and "over the 20,000-byte limit" in text
+    assert FeatureFolder.open(tmp_path / "o").manifest["rows"] == 2
+    for bad, kind in ((imgs / "pipe.jpg", "a FIFO"), ("/dev/zero", "a device")):
+        r = invoke("features", TINY, bad, "-l", "relu", "-o", tmp_path / "p")
+        assert r.exit_code == 2 and f"not a regular file ({kind})" in r.stderr, r.output
+
+
+def test_foreign_manifest_is_kept_and_files_follow_the_umask(invoke, tmp_path):
+    _images(tmp_path / "imgs", n=2)
+    (tmp_path / "o").mkdir()
+    (tmp_path / "o" / "manifest.json").write_text("[1, 2, 3]")
+    for extra in ([], ["--restart"]):
+        r = invoke("features", TINY, tmp_path / "imgs", "-l", "relu", "-o", tmp_path / "o", *extra)
+        assert r.exit_code == 2 and "not a torchinspect features manifest" in r.stderr
+    assert (tmp_path / "o" / "manifest.json").read_text() == "[1, 2, 3]"
+    assert sorted(p.name for p in (tmp_path / "o").iterdir()) == ["manifest.json"]  # no lock file left
+    with pytest.raises(InspectError, match="not a torchinspect features manifest"):
+        FeatureFolder.open(tmp_path / "o")
+    old = os.umask(0o027)
+    try:
+        r = invoke("features", TINY, tmp_path / "imgs", "-l", "relu", "-o", tmp_path / "n",
+                   "--save-format", "npy")
+    finally:
+        os.umask(old)
+    assert r.exit_code == 0, r.output
+    modes = {p.name: p.stat().st_mode & 0o777 for p in (tmp_path / "n").iterdir() if not p.name.startswith(".")}
+    assert len(modes) == 2 and set(modes.values()) == {0o640}, modes
+
+
+def test_full_disk_is_one_line_exit_2_and_the_folder_resumes(invoke, tmp_path, monkeypatch):
+    import errno
+
+    from torchinspect.features import store
+
+    _images(tmp_path / "imgs", n=5)
+    real = store.write_tensors
+
+    def full(path, *a, **k):  # the disk fills up when the first shard is written
+        if Path(path).name.startswith("features-"):
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        return real(path, *a, **k)
+
+    monkeypatch.setattr(store, "write_tensors", full)
+    args = ["features", TINY, tmp_path / "imgs", "-l", "relu", "-o", tmp_path / "o", "--workers", "0",
+            "--batch", "2", "--resize", "24", "--crop", "20"]
+    r = invoke(*args)
+    assert r.exit_code == 2, r.output
+    assert "features-000-r000-00000.safetensors: cannot write (No space left on device)" in r.stderr
+    assert "Traceback" not in r.output and "IndexError" not in r.output
+    monkeypatch.setattr(store, "write_tensors", real)
+    r = invoke(*args)
+    assert r.exit_code == 0, r.output
+    f = FeatureFolder.open(tmp_path / "o")
+    assert f.manifest["rows"] == 5 and f.rows("relu").shape[0] == 5
+
+
+def test_stale_temps_are_removed_and_restart_replaces_a_corrupt_manifest(invoke, tmp_path):
+    _images(tmp_path / "imgs", n=2)
+    args = ["features", TINY, tmp_path / "imgs", "-l", "relu", "-o", tmp_path / "o", "--workers", "0"]
+    assert invoke(*args).exit_code == 0
+    stale = tmp_path / "o" / ".features-001-r000-00000.safetensors.a1b2c3d4.tmp"
+    stale.mkdir()
+    (stale / "features-001-r000-00000.safetensors").write_bytes(b"0" * 4096)
+    (tmp_path / "o" / ".manifest.json.zz99yy88.tmp").mkdir()
+    (tmp_path / "o" / ".mine.tmp").write_text("not ours")  # another tool's name: kept
+    (tmp_path / "o" / "manifest.json").write_text('{"format": "torchinspect-features", "rows"')
+    r = invoke(*args)
+    assert r.exit_code == 2 and "unreadable" in r.stderr and "--restart" in r.stderr
+    r = invoke(*args, "--restart")
+    assert r.exit_code == 0, r.output
+    names = sorted(p.name for p in (tmp_path / "o").iterdir())
+    assert ".mine.tmp" in names and not any(n.endswith(".tmp") and n != ".mine.tmp" for n in names)
+    assert FeatureFolder.open(tmp_path / "o").manifest["rows"] == 2
+
+
+# ------------------------------------------------------------------ vocabulary (issue 24)
+
+
+def test_format_is_the_report_and_old_spellings_still_work(invoke, tmp_path):
+    _images(tmp_path / "imgs", n=3)
+    base = ["features", TINY, tmp_path / "imgs", "-l", "relu", "--workers", "0"]
+    r = invoke(*base, "-o", tmp_path / "a", "--format", "json", "--save-format", "pt", "--batch", "2")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["file_format"] == "pt" and data["runs" if "runs" in data else "rows"] == 3
+    assert json.loads((tmp_path / "a" / "manifest.json").read_text())["runs"][0]["batch"] == 2
+    r = invoke(*base, "-o", tmp_path / "b", "--format", "npy", "--report", "json", "--batch-size", "2")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["file_format"] == "npy"
+    for note in ("--format npy (the shard file type) is deprecated; use --save-format npy",
+                 "--report is deprecated; use --format", "--batch-size is deprecated; use --batch"):
+        assert note in r.stderr
+    r = invoke(*base, "-o", tmp_path / "b", "--force")
+    assert r.exit_code == 2 and "--restart" in r.stderr
+    assert FeatureFolder.open(tmp_path / "b").manifest["rows"] == 3  # nothing deleted
+    r = invoke(*base, "-o", tmp_path / "c", "--device", "meta")
+    assert r.exit_code == 2 and "--device meta" in r.stderr and not (tmp_path / "c").exists()
+    r = invoke(*base, "-o", tmp_path / "c", "--format", "yaml")
+    assert r.exit_code == 2 and "--save-format" in r.stderr
+
+
+def test_noop_resume_exits_0_with_honest_numbers_and_skip_unreadable(invoke, tmp_path):
+    imgs = tmp_path / "imgs"
+    _images(imgs, n=3)
+    (imgs / "broken.jpg").write_bytes(b"\xff\xd8\xff\xe0" + b"not a jpeg" * 20)
+    (imgs / "notes.txt").write_text("x")
+    args = ["features", TINY, imgs, "-l", "relu", "-o", tmp_path / "o", "--workers", "0"]
+    r = invoke(*args)
+    assert r.exit_code == 1 and "--skip-unreadable" in r.stderr
+    assert f"1 file(s) in the input folders are not inputs (ignored): {imgs / 'notes.txt'}" in r.stdout
+    r = invoke(*args, "--format", "json")  # the unreadable file is tried again, still unreadable
+    assert r.exit_code == 1
+    data = json.loads(r.stdout)
+    assert (data["rows"], data["new_rows"], data["skipped"], data["new_failed"]) == (3, 0, 3, 1)
+    assert data["rows_per_s"] is None
+    r = invoke(*args, "--skip-unreadable")
+    assert r.exit_code == 0, r.output
+    assert "Skipped (--skip-unreadable) (1)" in r.stdout and "- (nothing added)" in r.stdout
+    assert FeatureFolder.open(tmp_path / "o").manifest["runs"][-1]["skip_unreadable"] is True
+    Image.fromarray(np.zeros((30, 40, 3), dtype=np.uint8)).save(imgs / "broken.jpg", format="JPEG")
+    r = invoke(*args)  # fixed: read on the next try, and no longer listed as unreadable
+    assert r.exit_code == 0, r.output
+    assert "Rows/s" in r.stdout and "Added by this run" in r.stdout
+    import torchinspect
+
+    f = torchinspect.FeatureFolder.open(tmp_path / "o")
+    assert [Path(i).name for i in f.ids()] == ["broken.jpg", "img00.png", "img01.png", "img02.png"]
+    assert f.manifest["failed"] == [] and len(f.rows("relu")) == len(f.ids())
+
+
+# ------------------------------------------------------------------ random weights said (issue 21)
+
+
+def test_random_init_is_said_and_transforms_do_not_claim_weights(invoke, tmp_path):
+    torch.save(torch.rand(2, 3, 64, 64), tmp_path / "x.pt")
+    _images(tmp_path / "imgs", n=1)
+    r = invoke("features", "resnet18", tmp_path / "imgs", "-l", "layer1", "--pool", "gap",
+               "-o", tmp_path / "o", "--workers", "0")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.stdout.split())
+    assert re.search(r"Weights random init \(seed 0, sha256 [0-9a-f]{12}\): no weights loaded", text)
+    assert "(transforms of resnet18's published weights)" in text and "(published weights of" not in text
+    r = invoke("features", "resnet18", tmp_path / "imgs", "-l", "layer1", "--pool", "gap",
+               "-o", tmp_path / "o", "--format", "json")
+    data = json.loads(r.stdout)
+    assert any("random init" in n for n in data["notes"]) and data["weights"]["source"] == "random-init"
+
+
+def test_a_default_batch_too_big_for_memory_runs_in_smaller_forwards(tmp_path, monkeypatch):
+    from torchinspect.features import memory
+
+    _images(tmp_path / "imgs", n=5)
+    net = _tiny()
+    kw = dict(layers=["relu"], resize=24, crop=20, workers=0)
+    full = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "a", **kw)
+    assert not any("--batch" in n for n in full.notes)  # plenty of memory here
+    forwards = []
+    net.conv.register_forward_hook(lambda m, a, o: forwards.append(len(a[0])))
+    # conv input 3x20x20 + output 8x20x20 (fp32) is the largest leaf: 17,600 B a row
+    per_row = 4 * (3 * 20 * 20 + 8 * 20 * 20) + 4 * 8 * 20 * 20 + 4 * 3 * 20 * 20
+    monkeypatch.setattr(memory.devices, "available_bytes", lambda dev: 4 * per_row)  # 2 rows fit
+    small = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "b", **kw)
+    assert forwards == [1, 2, 2, 1]  # the measuring row, then forwards of 2 rows for the batch of 5
+    note = next(n for n in small.notes if "--batch 64" in n)
+    assert f"({per_row / 1000:.2f} KB per row)" in note and "forwards of 2 rows" in note
+    torch.testing.assert_close(FeatureFolder.open(small.output).rows("relu"),
+                               FeatureFolder.open(full.output).rows("relu"))
+    forwards.clear()
+    given = extract_features(net, [str(tmp_path / "imgs")], output=tmp_path / "c", batch_size=5, **kw)
+    assert forwards == [1, 5] and any("kept as given (--batch 2 would fit)" in n for n in given.notes)
+
+
+@pytest.mark.slow
+def test_torchrun_ranks_stop_together_when_the_folder_is_locked(tmp_path):
+    """Rank 0 takes the lock for every rank; when it cannot, rank 1 does not wait forever at
+    a barrier: both stop with the holder's message."""
+    _images(tmp_path / "imgs", n=4)
+    out = tmp_path / "o"
+    out.mkdir()
+    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK.format(src=str(ROOT / "src"), out=str(out))],
+                              stdout=subprocess.PIPE, text=True, env=_env())
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
+                              "--nproc-per-node", "2", "-m", "torchinspect", "features", TINY,
+                              str(tmp_path / "imgs"), "-l", "relu", "-o", str(out), "--workers", "0",
+                              "--no-progress"], env={**_env(), "OMP_NUM_THREADS": "1"},
+                             capture_output=True, text=True, timeout=240)
+    finally:
+        holder.kill()
+        holder.wait()
+        holder.stdout.close()
+    assert two.returncode != 0
+    assert f"being written by another `inspect features` run (pid {holder.pid}" in two.stderr
+    assert "rank 0 stopped: " in two.stderr  # rank 1's own message
+    assert not (out / "manifest.json").exists()

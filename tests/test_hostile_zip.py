@@ -147,6 +147,21 @@ def test_torch_zip_with_two_data_pkl_is_refused(tmp_path: Path, invoke, order: s
     assert not marker.exists()
 
 
+@pytest.mark.parametrize("order", ["harmless_first", "malicious_first"])
+def test_features_tensor_input_with_two_data_pkl_is_refused(tmp_path: Path, invoke,
+                                                           order: str) -> None:
+    """A .pt tensor INPUT of `features` goes through the same checked torch.load."""
+    marker = tmp_path / "PWNED"
+    path = tmp_path / "x.pt"
+    members = with_member(torch_members(torch.zeros(1, 28, 28)), "data.pkl",
+                          _evil_data_pkl(marker), before=order == "malicious_first")
+    path.write_bytes(build_zip(members))
+    result = invoke("features", "zoo:convnet", path, "-l", "fc", "-o", tmp_path / "out")
+    assert not marker.exists(), "payload ran via a features input"
+    assert result.exit_code == 2, result.output
+    assert "two members are named" in result.output
+
+
 def test_duplicate_storage_record_is_refused(tmp_path: Path) -> None:
     """Two ``data/0`` records: the reader would stream one, torch.load map the other."""
     members = torch_members(_sd())

@@ -254,7 +254,7 @@ def test_lazy_batch_norm_models_copy_for_every_api(tmp_path):
     x = torch.randn(1, 3, 16, 16)
     for run in (lambda m: ti.build_graph(m, x), lambda m: ti.diagnose(m, x),
                 lambda m: ti.extract_features(m, [], layers=["3"], output=tmp_path / "f", example=x,
-                                              workers=0, force=True)):
+                                              workers=0, restart=True)):
         m = lazy_bn()
         run(m)
         assert type(m[1]) is nn.LazyBatchNorm2d

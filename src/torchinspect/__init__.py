@@ -57,6 +57,7 @@ _LAZY = {
     "BenchResult": "torchinspect.bench",
     "extract_features": "torchinspect.features",
     "FeatureResult": "torchinspect.features",
+    "FeatureFolder": "torchinspect.features",
     "collect_overview": "torchinspect.overview",
     "Overview": "torchinspect.overview",
 }
@@ -82,6 +83,7 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.export.graph import build_graph as build_graph
     from torchinspect.export.onnx import ExportResult as ExportResult
     from torchinspect.export.onnx import export_onnx as export_onnx
+    from torchinspect.features import FeatureFolder as FeatureFolder
     from torchinspect.features import FeatureResult as FeatureResult
     from torchinspect.features import extract_features as extract_features
     from torchinspect.inputs import ExampleInputs as ExampleInputs

@@ -6,6 +6,7 @@ rank 0 prints the report and the progress bar.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import os
 from enum import StrEnum
@@ -50,13 +51,21 @@ ListOpt = Annotated[bool, typer.Option("--list", help="list the layer names (mod
 LayersOpt = Annotated[list[str] | None, typer.Option(
     "--layers", "-l", metavar="NAME,...",
     help="layers to save: module names (layer4, features.29) or FX node names (layer1.0.relu_1).")]
-OutOpt = Annotated[str | None, typer.Option("--output", "-o", metavar="OUT",
-                                            help="output folder (created; rerun to resume).")]
-FileFormatOpt = Annotated[FileFormat, typer.Option("--format", "-f", case_sensitive=False,
-                                                   help="file format of the shards.")]
-ReportOpt = Annotated[OutputFormat, typer.Option("--report", case_sensitive=False,
-                                                 help="format of the report printed on stdout.")]
-BatchSizeOpt = Annotated[int, typer.Option("--batch-size", min=1, help="inputs per forward.")]
+OutOpt = Annotated[str | None, typer.Option(
+    "--output", "-o", metavar="OUT", help="output folder: shards + manifest.json (created; "
+    "rerun to resume; one run at a time).")]
+FormatOpt = Annotated[str, typer.Option(
+    "--format", "-f", metavar="table|json|csv|markdown|html",
+    help="format of the report printed on stdout (the shard files: --save-format).")]
+SaveFormatOpt = Annotated[FileFormat, typer.Option("--save-format", case_sensitive=False,
+                                                   help="file type of the shards.")]
+ReportOpt = Annotated[str | None, typer.Option("--report", hidden=True)]  # old name of --format
+BatchOpt = Annotated[int | None, typer.Option(
+    "--batch", "-b", min=1, show_default=False,
+    help="the batch a forward runs with: inputs per forward [default: 64, in smaller forwards "
+    "when 64 would not fit in memory]; with no INPUTS, "
+    "the number of random rows (prepended to --input shapes).")]
+BatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", min=1, hidden=True)]  # old --batch
 WorkersOpt = Annotated[int | None, typer.Option(
     "--workers", min=0, help="DataLoader worker processes (default: from the CPU count).")]
 DtypeOpt = Annotated[Dtype, typer.Option("--dtype", case_sensitive=False,
@@ -75,7 +84,16 @@ ResizeOpt = Annotated[int | None, typer.Option("--resize", min=1, help="resize t
 CropOpt = Annotated[int | None, typer.Option("--crop", min=1, help="center crop N x N.")]
 MeanOpt = Annotated[str | None, typer.Option("--mean", metavar="R,G,B", help="normalization mean.")]
 StdOpt = Annotated[str | None, typer.Option("--std", metavar="R,G,B", help="normalization std.")]
-ForceOpt = Annotated[bool, typer.Option("--force", help="start OUT over (deletes its earlier shards).")]
+RestartOpt = Annotated[bool, typer.Option(
+    "--restart", help="discard the rows an earlier run saved in OUT and start again "
+    "(default: a rerun resumes, adding the inputs not there yet).")]
+ForceOpt = Annotated[bool, typer.Option("--force", hidden=True)]  # refused: --restart
+SkipOpt = Annotated[bool, typer.Option(
+    "--skip-unreadable", help="inputs that cannot be read are listed (and kept in the "
+    "manifest) but do not fail the run (exit 0).")]
+MaxImageOpt = Annotated[str, typer.Option(
+    "--max-image-size", metavar="SIZE", help="largest image file read, e.g. 256MB (a bigger "
+    "one is an unreadable input).")]
 GpuDecodeOpt = Annotated[bool, typer.Option("--gpu-decode/--cpu-decode",
                                             help="on CUDA: decode JPEGs on the GPU (nvjpeg).")]
 ProgressOpt = Annotated[bool, typer.Option("--progress/--no-progress",
@@ -96,7 +114,10 @@ def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
     return values
 
 
-@model_command(device_default="cpu", outputs=False,
+SHARD_TYPES = {f.value for f in FileFormat}
+
+
+@model_command(device_default="cpu", outputs=False, batch=False,
                device_help="where to run: cpu (default) or cuda[:N]; under torchrun, cuda = one GPU per rank.")
 def features(
     model: ModelArg,
@@ -104,9 +125,9 @@ def features(
     list_: ListOpt = False,
     layers: LayersOpt = None,
     output: OutOpt = None,
-    file_format: FileFormatOpt = FileFormat.safetensors,
-    report: ReportOpt = OutputFormat.table,
-    batch_size: BatchSizeOpt = 64,
+    format_: FormatOpt = "table",
+    save_format: SaveFormatOpt = FileFormat.safetensors,
+    batch: BatchOpt = None,
     workers: WorkersOpt = None,
     dtype: DtypeOpt = Dtype.fp32,
     save_dtype: SaveDtypeOpt = None,
@@ -117,15 +138,26 @@ def features(
     crop: CropOpt = None,
     mean: MeanOpt = None,
     std: StdOpt = None,
-    force: ForceOpt = False,
+    restart: RestartOpt = False,
+    skip_unreadable: SkipOpt = False,
+    max_image_size: MaxImageOpt = "256MB",
     gpu_decode: GpuDecodeOpt = True,
     progress: ProgressOpt = None,  # type: ignore[assignment]
+    report: ReportOpt = None,
+    batch_size: BatchSizeOpt = None,
+    force: ForceOpt = False,
     *,
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
     """Save any layer's output for images, folders or tensor files (--list: layer names)."""
-    out = OutputOptions(report, None)
+    report_format, save_format = _formats(format_, report, save_format)
+    batch = _batch(batch, batch_size)
+    out = OutputOptions(report_format, None)
+    if force:
+        raise InspectError("--force: features never replaces earlier rows silently",
+                           hint="a rerun resumes; --restart discards the earlier rows of OUT and "
+                           "starts again")
     if list_:
         from torchinspect.features import list_layers
         from torchinspect.report.features import listing_report
@@ -137,6 +169,8 @@ def features(
         raise InspectError("--layers is required", hint=f"see the names with `inspect features {model} --list`")
     if not output:
         raise InspectError("-o OUT (the output folder) is required", hint="e.g. -o feats/")
+    if not inputs and batch is not None:  # random rows: the batch prepended to --input shapes
+        opts = dataclasses.replace(opts, batch=batch)
     rank0 = os.environ.get("RANK", "0") == "0"
     show = progress if progress is not None else _stderr_tty()
     from torchinspect.features import extract_features
@@ -145,18 +179,51 @@ def features(
     with _progress_bar(show and rank0) as on_progress:
         result = extract_features(
             model, inputs or [], layers=names, output=output, options=opts, device=opts.device,
-            batch_size=batch_size, workers=workers, dtype=dtype.value,
+            batch_size=batch, workers=workers, dtype=dtype.value,
             save_dtype=save_dtype.value if save_dtype else None, pool=pool.value,
-            file_format=file_format.value, shard_size=shard_size, preprocess=preprocess.value,
+            file_format=save_format.value, shard_size=shard_size, preprocess=preprocess.value,
             resize=resize, crop=crop, mean=_floats(mean, "--mean"), std=_floats(std, "--std"),
-            force=force, gpu_decode=gpu_decode, progress=on_progress)
+            restart=restart, gpu_decode=gpu_decode, skip_unreadable=skip_unreadable,
+            max_image_size=max_image_size, progress=on_progress)
     if not rank0:
         return
     emit(features_report(result), out)
-    if result.failed:
-        typer.echo(f"error: {len(result.failed)} input(s) could not be read (listed above); "
-                   "the other rows were saved", err=True)
-        raise typer.Exit(int(result.status))
+    if result.new_failed and not skip_unreadable:
+        typer.echo(f"error: {result.new_failed} input(s) could not be read (listed above); the "
+                   "others were saved (--skip-unreadable accepts this)", err=True)
+    raise typer.Exit(int(result.status))
+
+
+def _deprecated(old: str, new: str) -> None:
+    typer.echo(f"note: {old} is deprecated; use {new}", err=True)
+
+
+def _formats(format_: str, report: str | None, save_format: FileFormat) -> tuple[OutputFormat, FileFormat]:
+    """(report format, shard type). ``--format safetensors|npy|pt`` (the old shard option)
+    and ``--report FORMAT`` (the old report option) still work, with a note."""
+    value = format_.lower()
+    if value in SHARD_TYPES:
+        _deprecated(f"--format {value} (the shard file type)", f"--save-format {value}")
+        save_format, value = FileFormat(value), "table"
+    if report is not None:
+        _deprecated("--report", "--format")
+        value = report.lower()
+    try:
+        return OutputFormat(value), save_format
+    except ValueError:
+        raise InspectError(f"--format {format_!r}: unknown report format",
+                           hint="use table, json, csv, markdown or html; the shard file type is "
+                           "--save-format safetensors|npy|pt") from None
+
+
+def _batch(batch: int | None, batch_size: int | None) -> int | None:
+    if batch_size is not None:
+        _deprecated("--batch-size", "--batch")
+        if batch is not None and batch != batch_size:
+            raise InspectError(f"--batch {batch} and --batch-size {batch_size} disagree",
+                               hint="pass --batch only (--batch-size is its old name)")
+        return batch_size
+    return batch
 
 
 def _stderr_tty() -> bool:

@@ -1,7 +1,8 @@
 """``inspect features``: any layer's output for images, folders or tensor files.
 
 :func:`extract_features` runs the model and writes sharded safetensors (or npy/pt) plus a
-``manifest.json``; :func:`list_layers` lists the extractable module and FX node names.
+``manifest.json``; :class:`FeatureFolder` reads them back; :func:`list_layers` lists the
+extractable module and FX node names.
 """
 
 from torchinspect.features.extract import FeatureResult, Progress, extract_features

@@ -25,6 +25,7 @@ import torch
 from torch import nn
 
 from torchinspect.errors import InspectError, first_line
+from torchinspect.guard import training_mode
 from torchinspect.shapes import first_tensor
 
 
@@ -140,22 +141,10 @@ def _run_fx(model: nn.Module, names: Sequence[str], args: tuple[Any, ...],
             kwargs: dict[str, Any]) -> dict[str, Any]:
     from torchvision.models.feature_extraction import create_feature_extractor
 
-    with preserved_training(model), _quiet():
-        model.eval()
+    with training_mode(model), _quiet():
         fx = create_feature_extractor(model, return_nodes=list(names))
         with torch.inference_mode():
             return dict(fx(*args, **kwargs))
-
-
-@contextlib.contextmanager
-def preserved_training(model: nn.Module) -> Iterator[None]:
-    """Restore every submodule's ``training`` flag afterwards."""
-    flags = [(m, m.training) for m in model.modules()]
-    try:
-        yield
-    finally:
-        for m, flag in flags:
-            m.training = flag
 
 
 class _Stop(Exception):
@@ -185,8 +174,7 @@ class LayerCapture:
         self._got: dict[str, Any] = {}
 
     def __enter__(self) -> LayerCapture:
-        self._stack.enter_context(preserved_training(self.model))
-        self.model.eval()
+        self._stack.enter_context(training_mode(self.model))
         if self.method == "fx":
             self._fx = self._build_fx()
         else:

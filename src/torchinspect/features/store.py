@@ -13,34 +13,33 @@ Durability, in the order things happen for one rank:
    shards sorted by the input position of their first row, so reading the shards in
    manifest order gives the rows in input order, as one process would have written them.
 
-On start (rank 0, before the others look): leftover parts of a killed run become shards,
-shard files that nothing records are removed, progress files are merged. Inputs already in
-the manifest (rows or failures) are skipped.
+On start (rank 0, holding the folder's lock, before the others look; see resume.py):
+leftover parts of a killed run become shards, shard files that nothing records are removed,
+progress files are merged. Inputs already in the manifest (rows or failures) are skipped.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.io.atomic import atomic_write_text
 from torchinspect.io.writers import SUFFIX, write_tensors
 
 MANIFEST = "manifest.json"
 PARTS = ".parts"
 FORMAT_ID = "torchinspect-features"
-# Settings that must match for a rerun to add rows to an existing folder.
-SAME_SETTINGS = ("model", "layers", "pool", "save_dtype", "file_format", "preprocess")
-_SHARD_RE = re.compile(r"^features-\d{3}-r\d{3}-\d{5}\.")
+SHARD_RE = re.compile(r"^features-\d{3}-r\d{3}-\d{5}\.")
 
 
 @dataclass
@@ -54,7 +53,7 @@ class ShardRecord:
         return {"file": self.file, "files": self.files, "ids": self.ids, "bytes": self.bytes}
 
 
-def _now() -> str:
+def now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
@@ -65,12 +64,56 @@ def read_json(path: Path) -> dict[str, Any] | None:
         data = json.loads(path.read_text())
     except (OSError, ValueError) as exc:
         raise InspectError(f"{path}: unreadable ({type(exc).__name__})",
-                           hint="remove it, or pass --force to start the folder over") from None
+                           hint="pass --restart to start the folder over") from None
     return data if isinstance(data, dict) else None
 
 
+@contextlib.contextmanager
+def writing(path: Path) -> Iterator[None]:
+    """A failed write (a full disk, a read-only folder) is one line naming the file, exit 2;
+    what was written before stays, so rerunning the command resumes."""
+    try:
+        yield
+    except OSError as exc:
+        why = exc.strerror or type(exc).__name__
+        raise InspectError(f"{path}: cannot write ({why})",
+                           hint="free space (or fix the folder), then rerun the same command to "
+                           "resume", status=ExitStatus.USAGE) from None
+
+
 def write_json(path: Path, data: Mapping[str, Any]) -> None:
-    atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+    with writing(path):
+        atomic_write_text(path, json.dumps(data, indent=1) + "\n")
+        _umask_mode(path)
+
+
+def _umask_mode(*paths: Path) -> None:
+    """Every file of the folder gets the mode a new file gets here (0666 less the umask),
+    whatever mode a writer's temporary file had."""
+    mode = 0o666 & ~_umask()
+    for p in paths:
+        os.chmod(p, mode)
+
+
+def _umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (os.umask sets
+    it, and writer threads create files meanwhile)."""
+    try:
+        with open("/proc/self/status") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def tensors_info(tensors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:
+    """The manifest's ``tensors`` entry: per-row shape and dtype of each saved tensor."""
+    return {k: {"shape": list(t.shape[1:]), "dtype": str(t.dtype).removeprefix("torch.")}
+            for k, t in tensors.items()}
 
 
 class RankWriter:
@@ -84,7 +127,8 @@ class RankWriter:
         self.shard_bytes = shard_bytes
         self.metadata = dict(metadata)
         self.parts_dir = folder / PARTS
-        self.parts_dir.mkdir(exist_ok=True)
+        with writing(self.parts_dir):
+            self.parts_dir.mkdir(exist_ok=True)
         self.progress_path = folder / f".progress-r{rank:03d}-run{run:03d}.json"
         self.shards: list[ShardRecord] = []
         self.failed: list[dict[str, str]] = []
@@ -99,14 +143,14 @@ class RankWriter:
     def add(self, ids: list[str], feats: dict[str, torch.Tensor]) -> None:
         """One batch of rows (CPU tensors, dim 0 = rows): a part now, a shard when full."""
         if ids and not self.tensors:
-            self.tensors = {k: {"shape": list(t.shape[1:]), "dtype": str(t.dtype).removeprefix("torch.")}
-                            for k, t in feats.items()}
+            self.tensors = tensors_info(feats)
         if ids:
             part = self.parts_dir / f"part-{self.run:03d}-r{self.rank:03d}-{self._part_seq:06d}.safetensors"
-            self._part_seq += 1
             # no fsync: a killed process leaves the part whole (page cache); an OS crash may
             # leave it truncated, and recovery then skips it and its rows are computed again
-            write_tensors(part, feats, metadata={"ids": json.dumps(ids)}, sync=False)
+            with writing(part):
+                write_tensors(part, feats, metadata={"ids": json.dumps(ids)}, sync=False)
+            self._part_seq += 1
             self._parts.append(part)
             self._rows.append(feats)
             self._ids.extend(ids)
@@ -118,18 +162,20 @@ class RankWriter:
         self.failed.append({"id": item_id, "error": error})
 
     def flush(self) -> None:
-        """Write the rows held in memory as one shard, record it, drop its parts."""
+        """Write the rows held in memory as one shard, record it, drop its parts. A failed
+        write keeps the rows and their parts (the folder stays resumable)."""
         if self._ids:
             tensors = {k: torch.cat([r[k] for r in self._rows]) for k in self._rows[0]}
-            self._rows = []  # the batches are in ``tensors`` now: hold one copy while writing
-            self.shards.append(write_shard(self.folder, tensors, self._ids, fmt=self.fmt,
-                                           name=f"features-{self.run:03d}-r{self.rank:03d}-{len(self.shards):05d}",
-                                           metadata=self.metadata))
+            rec = write_shard(self.folder, tensors, self._ids, fmt=self.fmt,
+                              name=f"features-{self.run:03d}-r{self.rank:03d}-{len(self.shards):05d}",
+                              metadata=self.metadata)
+            self.shards.append(rec)
             self.rows_written += len(self._ids)
+            self._rows, self._ids, self._bytes = [], [], 0
         self._save_progress()
         for p in self._parts:
             p.unlink(missing_ok=True)
-        self._rows, self._ids, self._parts, self._bytes = [], [], [], 0
+        self._parts = []
 
     def _save_progress(self) -> None:
         write_json(self.progress_path, {"run": self.run, "rank": self.rank,
@@ -140,7 +186,9 @@ class RankWriter:
 def write_shard(folder: Path, tensors: dict[str, torch.Tensor], ids: list[str], *, fmt: str,
                 name: str, metadata: Mapping[str, str]) -> ShardRecord:
     path = folder / f"{name}{SUFFIX[fmt]}"
-    written = write_tensors(path, tensors, fmt=fmt, metadata={**metadata, "rows": str(len(ids))})
+    with writing(path):
+        written = write_tensors(path, tensors, fmt=fmt, metadata={**metadata, "rows": str(len(ids))})
+        _umask_mode(*written)
     if fmt == "npy":
         files = {k: p.name for k, p in zip(tensors, written, strict=True)}
     else:
@@ -149,102 +197,10 @@ def write_shard(folder: Path, tensors: dict[str, torch.Tensor], ids: list[str], 
     return ShardRecord(path.name if fmt != "npy" else name, files, list(ids), nbytes)
 
 
-# ------------------------------------------------------------------ recovery and merge
+# ------------------------------------------------------------------ progress and merge
 
 
-def recover(folder: Path, settings: dict[str, Any], *, force: bool, fmt: str,
-            shard_bytes: int) -> dict[str, Any]:
-    """Rank 0, before any rank reads: make the folder consistent; return the manifest."""
-    folder.mkdir(parents=True, exist_ok=True)
-    manifest = read_json(folder / MANIFEST)
-    if manifest is not None and manifest.get("format") != FORMAT_ID:
-        raise InspectError(f"{folder / MANIFEST} is not a torchinspect features manifest",
-                           hint="write to another folder")
-    if force:
-        _clear(folder, manifest)
-        manifest = None
-    if manifest is not None:
-        differs = [k for k in SAME_SETTINGS if manifest.get(k) != settings.get(k)]
-        if differs:
-            raise InspectError(
-                f"{folder} holds features written with other settings ({', '.join(differs)})",
-                hint="use another output folder, or pass --force to start it over")
-    if manifest is None:
-        manifest = {"format": FORMAT_ID, "version": 1, **settings, "status": "incomplete",
-                    "rows": 0, "shards": [], "inputs": [], "failed": [], "runs": []}
-    progress = _read_progress(folder)
-    # leftover parts (a killed run): make them shards of their own run/rank
-    parts: dict[tuple[int, int], list[Path]] = {}
-    pdir = folder / PARTS
-    if pdir.is_dir():
-        for p in sorted(pdir.glob("part-*.safetensors")):
-            m = re.match(r"part-(\d+)-r(\d+)-(\d+)\.safetensors$", p.name)
-            if m:
-                parts.setdefault((int(m[1]), int(m[2])), []).append(p)
-    recorded = {s["file"] for s in manifest["shards"]} | {
-        s["file"] for pr in progress for s in pr["shards"]}
-    for (run, rank), plist in sorted(parts.items()):
-        pr = next((x for x in progress if x["run"] == run and x["rank"] == rank), None)
-        if pr is None:
-            pr = {"run": run, "rank": rank, "shards": [], "failed": []}
-            progress.append(pr)
-        done = {i for s in pr["shards"] for i in s["ids"]} | {e["id"] for e in manifest["inputs"]}
-        _parts_to_shards(folder, plist, pr, done, fmt=fmt, shard_bytes=shard_bytes,
-                         metadata={"model": str(settings.get("model"))})
-        recorded |= {s["file"] for s in pr["shards"]}
-    for f in folder.iterdir():  # shards written but never recorded: a kill in between
-        if _SHARD_RE.match(f.name) and f.name not in recorded and \
-                not any(f.name in s.get("files", {}).values() for pr in progress for s in pr["shards"]):
-            f.unlink()
-    manifest = merge(manifest, progress)
-    write_json(folder / MANIFEST, manifest)
-    for pr in progress:
-        (folder / f".progress-r{pr['rank']:03d}-run{pr['run']:03d}.json").unlink(missing_ok=True)
-    if pdir.is_dir() and not any(pdir.iterdir()):
-        pdir.rmdir()
-    return manifest
-
-
-def _parts_to_shards(folder: Path, plist: list[Path], pr: dict[str, Any], done: set[str], *,
-                     fmt: str, shard_bytes: int, metadata: Mapping[str, str]) -> None:
-    from safetensors import safe_open
-
-    rows: list[dict[str, torch.Tensor]] = []
-    ids: list[str] = []
-    nbytes = 0
-    used: list[Path] = []
-    seq = len(pr["shards"])
-
-    def flush() -> None:
-        nonlocal rows, ids, nbytes, seq
-        if ids:
-            tensors = {k: torch.cat([r[k] for r in rows]) for k in rows[0]}
-            rec = write_shard(folder, tensors, ids, fmt=fmt, metadata=metadata,
-                              name=f"features-{pr['run']:03d}-r{pr['rank']:03d}-{seq:05d}")
-            pr["shards"].append(rec.to_dict())
-            seq += 1
-        rows, ids, nbytes = [], [], 0
-
-    for p in sorted(plist):
-        try:
-            with safe_open(str(p), framework="pt") as fh:
-                part_ids = json.loads((fh.metadata() or {}).get("ids", "[]"))
-                tensors = {k: fh.get_tensor(k) for k in fh.keys()}  # noqa: SIM118
-        except Exception:  # truncated by an OS crash (parts are not fsynced): redo its rows
-            part_ids, tensors = [], {}
-        if part_ids and not set(part_ids) & done:
-            rows.append(tensors)
-            ids.extend(part_ids)
-            nbytes += sum(t.numel() * t.element_size() for t in tensors.values())
-        used.append(p)
-        if nbytes >= shard_bytes:
-            flush()
-    flush()
-    for p in used:
-        p.unlink(missing_ok=True)
-
-
-def _read_progress(folder: Path) -> list[dict[str, Any]]:
+def read_progress(folder: Path) -> list[dict[str, Any]]:
     out = []
     for p in sorted(folder.glob(".progress-r*-run*.json")):
         data = read_json(p)
@@ -253,15 +209,12 @@ def _read_progress(folder: Path) -> list[dict[str, Any]]:
     return out
 
 
-def _clear(folder: Path, manifest: dict[str, Any] | None) -> None:
-    """--force: remove what an earlier run of this command wrote (nothing else)."""
-    for f in list(folder.iterdir()):
-        if _SHARD_RE.match(f.name) or f.name == MANIFEST or f.name.startswith(".progress-r"):
-            f.unlink()
+def drop_progress(folder: Path, progress: list[dict[str, Any]]) -> None:
+    """Once merged into the manifest: the progress files and an empty ``.parts``."""
+    for pr in progress:
+        (folder / f".progress-r{pr['rank']:03d}-run{pr['run']:03d}.json").unlink(missing_ok=True)
     pdir = folder / PARTS
-    if pdir.is_dir():
-        for p in pdir.iterdir():
-            p.unlink()
+    if pdir.is_dir() and not any(pdir.iterdir()):
         pdir.rmdir()
 
 
@@ -278,6 +231,8 @@ def merge(manifest: dict[str, Any], progress: list[dict[str, Any]],
     for pr in sorted(progress, key=lambda x: (x["run"], x["rank"])):
         shards.extend(pr["shards"])
         failed.extend(pr["failed"])
+        if pr.get("tensors") and not manifest.get("tensors"):  # the first rows of the folder
+            manifest["tensors"] = pr["tensors"]
     if order is None:
         known = {e["id"]: i for i, e in enumerate(manifest.get("inputs", []))}
         order = {}
@@ -293,7 +248,8 @@ def merge(manifest: dict[str, Any], progress: list[dict[str, Any]],
         for i in s["ids"]:
             inputs.append({"id": i, "row": row, "shard": s["file"]})
             row += 1
-    fails = {f["id"]: f for f in failed}
+    have = {e["id"] for e in inputs}  # an input read on a later try is no longer a failure
+    fails = {f["id"]: f for f in failed if f["id"] not in have}
     manifest.update(shards=shards, inputs=inputs, rows=row,
                     failed=sorted(fails.values(), key=lambda f: order.get(f["id"], big)))
     return manifest
@@ -306,31 +262,19 @@ def next_run(manifest: dict[str, Any]) -> int:
     return max([len(manifest.get("runs", [])), *(u + 1 for u in used)])
 
 
-def done_ids(manifest: dict[str, Any]) -> set[str]:
-    return {e["id"] for e in manifest["inputs"]} | {f["id"] for f in manifest["failed"]}
-
-
 def finish(folder: Path, order: Mapping[str, int], run_info: dict[str, Any], *,
            complete: bool, extra: Mapping[str, Any] | None = None) -> dict[str, Any]:
     """Rank 0 after the barrier: merge every rank's progress into the one manifest."""
-    manifest = read_json(folder / MANIFEST)
-    assert manifest is not None
-    progress = _read_progress(folder)
+    manifest = read_json(folder / MANIFEST) or {}
+    progress = read_progress(folder)
     run_info = {**run_info, "rows": sum(len(s["ids"]) for pr in progress for s in pr["shards"]),
                 "failed": sum(len(pr["failed"]) for pr in progress)}
-    for pr in progress:
-        if pr.get("tensors") and not manifest.get("tensors"):
-            manifest["tensors"] = pr["tensors"]
     manifest = merge(manifest, progress, order)
-    manifest["runs"] = [*manifest.get("runs", []), {**run_info, "finished": _now()}]
+    manifest["runs"] = [*manifest.get("runs", []), {**run_info, "finished": now()}]
     manifest["status"] = "complete" if complete else "incomplete"
     manifest.update(extra or {})
     write_json(folder / MANIFEST, manifest)
-    for pr in progress:
-        (folder / f".progress-r{pr['rank']:03d}-run{pr['run']:03d}.json").unlink(missing_ok=True)
-    pdir = folder / PARTS
-    if pdir.is_dir() and not any(pdir.iterdir()):
-        pdir.rmdir()
+    drop_progress(folder, progress)
     return manifest
 
 
@@ -344,10 +288,17 @@ class FeatureFolder:
     @classmethod
     def open(cls, path: str | os.PathLike[str]) -> FeatureFolder:
         folder = Path(path)
-        manifest = read_json(folder / MANIFEST)
-        if manifest is None:
+        if not (folder / MANIFEST).exists():
             raise InspectError(f"{folder}: no {MANIFEST}", hint="pass the -o folder of inspect features")
+        manifest = read_json(folder / MANIFEST)
+        if manifest is None or manifest.get("format") != FORMAT_ID:
+            raise InspectError(f"{folder / MANIFEST} is not a torchinspect features manifest",
+                               hint="pass the -o folder of inspect features")
         return cls(folder, manifest)
+
+    def ids(self) -> list[str]:
+        """The input id of every row, in row order (the labels a probe trains on)."""
+        return [e["id"] for e in self.manifest.get("inputs", [])]
 
     def rows(self, layer: str) -> torch.Tensor:
         saved = list(self.manifest.get("tensors") or {})

@@ -43,29 +43,51 @@ def features_report(r: FeatureResult) -> Report:
         ("Rows", f"{r.rows:,}"),
         ("Added by this run", f"{r.new_rows:,}"),
         ("Already there (skipped)", f"{r.skipped:,}"),
-        ("Unreadable inputs", f"{len(r.failed):,}"),
+        ("Unreadable inputs", _unreadable(r)),
         ("Shards", f"{len(r.shards)} {r.file_format} file(s), {fmt_bytes(r.bytes)}"),
+        ("Weights", weights_text(r.weights)),
         ("Capture", r.method),
         ("Device", f"{r.device}" + (f" × {r.world_size} processes" if r.world_size > 1 else "")),
         ("Saved dtype", r.save_dtype),
         ("Preprocessing", _prep(r.preprocess)),
         ("Time", Shown(round(r.seconds, 3), f"{r.seconds:.2f} s")),
-        ("Rows/s", Shown(round(r.rows_per_s, 2), f"{r.rows_per_s:,.1f}")),
+        ("Rows/s", Shown(round(r.rows_per_s, 2), f"{r.rows_per_s:,.1f}") if r.new_rows
+         else Shown(None, "- (nothing added)")),
     ]
-    if r.forward_seconds is not None and r.seconds > 0:
+    if r.forward_seconds is not None and r.seconds > 0 and r.new_rows:
         share = 100 * (1 - r.forward_seconds / r.seconds)
         items.append(("Time outside the forward", f"{share:.1f}%"))
     sections.append(KeyValues("Run", items))
     if r.failed:
         shown = [f"{f['id']}: {f['error']}" for f in r.failed[:50]]
         more = [f"… and {len(r.failed) - 50} more (see manifest.json)"] if len(r.failed) > 50 else []
-        sections.append(Text([*shown, *more], title=f"Skipped, unreadable ({len(r.failed)})", style="yellow"))
+        title = "Skipped (--skip-unreadable)" if r.skip_unreadable else "Unreadable"
+        sections.append(Text([*shown, *more], title=f"{title} ({len(r.failed)})", style="yellow"))
     notes = list(r.notes)
     if r.ignored_files:
-        notes.append(f"{r.ignored_files} file(s) in the input folders are neither images nor tensors (ignored)")
+        names = ", ".join(r.ignored_files[:10]) + (f" and {len(r.ignored_files) - 10} more"
+                                                   if len(r.ignored_files) > 10 else "")
+        notes.append(f"{len(r.ignored_files)} file(s) in the input folders are not inputs "
+                     f"(ignored): {names}")
     if notes:
         sections.append(Text(notes, title="Notes"))
     return Report("features", {"mode": "extract", **r.to_dict()}, sections)
+
+
+def weights_text(w: dict[str, Any]) -> str:
+    """``random init (seed 0, sha256 ...): no weights loaded``, or the weights file and the
+    start of its sha256."""
+    from torchinspect.features.resume import describe_weights
+
+    text = describe_weights(w)
+    return text + ": no weights loaded" if w.get("source") == "random-init" else text
+
+
+def _unreadable(r: FeatureResult) -> str:
+    text = f"{len(r.failed):,}"
+    if r.failed and r.new_failed != len(r.failed):
+        text += f" ({r.new_failed:,} in this run)"
+    return text + (" (accepted: --skip-unreadable)" if r.failed and r.skip_unreadable else "")
 
 
 def _row_bytes(t: dict[str, Any]) -> int:

@@ -1,0 +1,361 @@
+"""What an ``inspect features`` run will do, decided before any row is computed: the
+options checked, the model built (random init from a fixed, recorded seed), the weights'
+identity, the ordered inputs, the preprocessing and the settings the manifest records.
+
+:class:`FeatureOptions` is what the caller asked for; :class:`ExtractPlan` is the resolved
+state that travels through the phases (folder, run, finish) of :func:`extract_features`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from torchinspect import device as devices
+from torchinspect.errors import InspectError
+from torchinspect.features.inputs import (
+    InputItem,
+    Preprocess,
+    collect_inputs,
+    make_preprocess,
+)
+from torchinspect.features.layers import check_layer_names
+from torchinspect.features.ranks import Ranks
+from torchinspect.io.writers import parse_size
+
+DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
+          "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
+DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+RANDOM_INIT_SEED = 0  # a model built here without --weights: the same weights every run
+MAX_IMAGE_BYTES = 256 * 2**20
+DEFAULT_BATCH = 64
+
+
+@dataclass
+class FeatureOptions:
+    """The caller's options of one run (the CLI flags, the keyword arguments of the API)."""
+
+    layers: list[str]
+    output: Path
+    options: Any = None  # ModelOptions: --weights, --input, ...
+    example: Any = None
+    device: str = "cpu"
+    batch_size: int | None = None  # inputs per forward; None: DEFAULT_BATCH, reduced to fit memory
+    workers: int | None = None
+    dtype: str = "fp32"
+    save_dtype: str | None = None
+    pool: str | None = None
+    file_format: str = "safetensors"
+    shard_size: str | int = "1GB"
+    preprocess: str = "image"
+    resize: int | None = None
+    crop: int | None = None
+    mean: tuple[float, ...] | None = None
+    std: tuple[float, ...] | None = None
+    restart: bool = False
+    gpu_decode: bool = True
+    skip_unreadable: bool = False
+    max_image_size: str | int = MAX_IMAGE_BYTES
+    progress: Callable[[Any], None] | None = None
+
+
+@dataclass
+class ExtractPlan:
+    """The resolved run: the one object the phases of ``extract_features`` share."""
+
+    opts: FeatureOptions
+    ranks: Ranks
+    device: str
+    compute: torch.dtype
+    save: torch.dtype
+    pool: str | None
+    shard_bytes: int
+    max_image_bytes: int
+    net: Any = None
+    name: str = ""
+    owned: bool = False  # built or copied here: its memory format may change
+    callers: bool = False  # the caller's own module: what its forward assigns is put back
+    notes: list[str] = field(default_factory=list)
+    weights: dict[str, Any] = field(default_factory=dict)
+    example: Any = None
+    first: Any = None  # the first positional example input (a spec or a tensor)
+    sample_rank: int | None = None
+    prep: Preprocess = field(default_factory=Preprocess)
+    items: list[InputItem] = field(default_factory=list)
+    ignored: list[str] = field(default_factory=list)
+    settings: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def batch(self) -> int:
+        return self.opts.batch_size or DEFAULT_BATCH
+
+    @property
+    def out_dir(self) -> Path:
+        return self.opts.output
+
+    @property
+    def order(self) -> dict[str, int]:
+        return {it.id: pos for pos, it in enumerate(self.items)}
+
+
+def check_options(opts: FeatureOptions) -> tuple[torch.dtype, torch.dtype, str | None, int, int]:
+    """(compute dtype, storage dtype, pool, shard bytes, image size cap) of valid options."""
+    if opts.batch_size is not None and opts.batch_size <= 0:
+        raise InspectError(f"--batch {opts.batch_size} must be positive", hint="e.g. --batch 64")
+    if opts.pool not in (None, "none", "gap"):
+        raise InspectError(f"--pool {opts.pool!r}: unknown pooling", hint="use gap (global average pool) or none")
+    if opts.file_format not in ("safetensors", "npy", "pt"):
+        raise InspectError(f"--save-format {opts.file_format!r}: unknown file format",
+                           hint="use safetensors, npy or pt")
+    compute = _dtype(opts.dtype, "--dtype")
+    save = _dtype(opts.save_dtype, "--save-dtype") if opts.save_dtype else compute
+    if opts.file_format == "npy" and save == torch.bfloat16:
+        raise InspectError("--save-format npy cannot hold bfloat16",
+                           hint="use --save-format safetensors or pt, or --save-dtype fp32")
+    if not opts.layers:
+        raise InspectError("no layers given", hint="pass --layers NAME[,NAME...]; --list shows them")
+    out = opts.output
+    if out.exists() and not out.is_dir():
+        raise InspectError(f"-o {out}: exists and is not a folder", hint="features are written to a folder")
+    pool = None if opts.pool == "none" else opts.pool
+    return compute, save, pool, parse_size(opts.shard_size), parse_size(opts.max_image_size)
+
+
+def check_device(device: str) -> str:
+    """The real device to run on: meta is refused (features are real numbers), auto is cpu."""
+    dev = devices.parse_device(device)
+    if dev == "meta":
+        raise InspectError("--device meta: features are real numbers and need a real device",
+                           hint="use --device cpu or cuda[:N]")
+    dev = devices.real_device(dev)
+    devices.check_available(dev)
+    return dev
+
+
+def _dtype(text: str, option: str) -> torch.dtype:
+    key = str(text).lower()
+    if key not in DTYPES:
+        raise InspectError(f"{option} {text!r}: unknown dtype", hint="use fp32, fp16 or bf16")
+    return DTYPES[key]
+
+
+# ------------------------------------------------------------------ model and weights
+
+
+@dataclass
+class _Built:
+    net: Any
+    name: str
+    example: Any
+    notes: list[str]
+    owned: bool  # built or copied here: its memory format may be changed
+    kind: str = "module"  # ModelCase.kind: torchvision, zoo, python, pickle, ...
+
+
+def build_model(plan: ExtractPlan, model: Any) -> None:
+    """The real model on the plan's device, its name, example and the weights' identity.
+
+    A model built here starts from :data:`RANDOM_INIT_SEED` (the caller's RNG state is put
+    back), so a rerun without ``--weights`` builds the same weights and may resume."""
+    options = plan.opts.options
+    if isinstance(model, str):
+        with _seeded(plan.device):
+            built = _resolve_model(model, plan.device, options)
+    else:
+        built = _resolve_model(model, plan.device, options)
+    plan.net, plan.name, plan.notes, plan.owned = built.net, built.name, built.notes, built.owned
+    plan.callers = built.net is _callers(model)
+    if not isinstance(model, torch.nn.Module):
+        plan.ranks.broadcast_weights(built.net)  # rank 0's, whatever each rank built
+    plan.weights = weights_identity(model, options, built)
+    if plan.weights.get("source") == "random-init":
+        plan.notes.append(f"random init (seed {RANDOM_INIT_SEED}): no weights were loaded, so "
+                          "these features come from an untrained model (pass --weights FILE)")
+    example = built.example
+    if plan.opts.example is not None:  # "3,224,224", shapes, tensors: as every other API takes them
+        from torchinspect.sources.case import resolve_inputs
+
+        example = resolve_inputs(plan.opts.example, None)
+    plan.example = example
+    check_layer_names(built.net, plan.opts.layers)
+    plan.sample_rank, _, plan.first = example_info(example)
+
+
+@contextlib.contextmanager
+def _seeded(device: str) -> Iterator[None]:
+    cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
+    with torch.random.fork_rng(devices=cuda):
+        torch.manual_seed(RANDOM_INIT_SEED)
+        yield
+
+
+def _callers(model: Any) -> Any:
+    """The caller's own module, when ``model`` is one or a ModelCase holding one."""
+    return model if isinstance(model, torch.nn.Module) else getattr(model, "model", None)
+
+
+def _resolve_model(model: Any, device: str, options: Any) -> _Built:
+    """The real model on ``device`` for a spec, a ModelCase or a module."""
+    if isinstance(model, torch.nn.Module):
+        return _callers_module(model, device, options)
+    if isinstance(model, str):
+        from torchinspect.sources.case import make_case
+
+        case = make_case(model, options=options, device=device, need_inputs=False)
+        return _Built(case.real_model(device), case.name, case.example, list(case.notes), True,
+                      case.kind)
+    case = model  # a ModelCase: its model may be the caller's own
+    net = case.real_model(device)
+    return _Built(net, case.name, case.example, list(case.notes), net is not case.model, case.kind)
+
+
+def _callers_module(model: torch.nn.Module, device: str, options: Any) -> _Built:
+    from torchinspect.sources.materialize import has_lazy
+
+    here = devices.model_device(model, default=device)
+    if devices.has_meta_tensors(model):
+        raise InspectError("the model's weights are on meta", hint="pass a model with real weights")
+    example = None  # options.inputs: the example, as for a spec
+    if options is not None and getattr(options, "inputs", None):
+        from torchinspect.sources.case import resolve_inputs
+
+        example = resolve_inputs(list(options.inputs), None, batch=options.batch,
+                                 no_batch=options.no_batch)
+    name = type(model).__name__
+    if has_lazy(model):  # the first batch sizes the lazy modules: of a copy
+        from torchinspect.sources.materialize import lazy_real_copy
+
+        return _Built(lazy_real_copy(model).to(device), name, example,
+                      ["lazy modules are sized on a copy (the model passed in stays lazy)"], False)
+    if torch.device(here) != torch.device(device):
+        import copy
+
+        return _Built(copy.deepcopy(model).to(device), name, example,
+                      [f"the model was copied from {here} to {device}"], True)
+    return _Built(model, name, example, [], False)
+
+
+# models whose weights come from the MODEL file itself
+_FILE_KINDS = ("pickle", "torchscript", "export")
+
+
+def weights_identity(model: Any, options: Any, built: _Built) -> dict[str, Any]:
+    """What the manifest records as the weights: a weights file (``--weights``, or MODEL
+    when it is a pickled/TorchScript/exported model or a checkpoint folder: the sha256 of
+    its bytes), the caller's module (the sha256 of its tensors), or ``random-init`` with
+    the seed (and the sha256 of the tensors it gave)."""
+    path = getattr(options, "weights", None)
+    if path and not isinstance(model, torch.nn.Module):
+        return {"source": os.fspath(path), "sha256": file_sha256(Path(path))}
+    digest = state_sha256(built.net)
+    if isinstance(model, str):
+        random_init = built.kind not in _FILE_KINDS and (
+            not os.path.exists(model) or model.endswith(".py")
+            or any("random init" in n for n in built.notes))
+        if random_init:
+            return {"source": "random-init", "seed": RANDOM_INIT_SEED, "sha256": digest}
+        return {"source": model, "sha256": file_sha256(Path(model))}
+    return {"source": f"module {type(built.net).__name__}", "sha256": digest}
+
+
+def file_sha256(path: Path) -> str:
+    """sha256 of a file, or of a folder's files (sorted relative names and bytes)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
+    for f in files:
+        if path.is_dir():
+            h.update(f.relative_to(path).as_posix().encode() + b"\0")
+        with open(f, "rb") as fh:
+            while chunk := fh.read(1 << 22):
+                h.update(chunk)
+    return h.hexdigest()
+
+
+def state_sha256(net: Any) -> str:
+    """sha256 over the names, dtypes, shapes and bytes of a module's parameters and buffers."""
+    h = hashlib.sha256()
+    for key, t in net.state_dict().items():
+        if not isinstance(t, torch.Tensor):
+            continue
+        if torch.nn.parameter.is_lazy(t):  # sized by the first batch: the same for every run
+            h.update(f"{key}:lazy\0".encode())
+            continue
+        h.update(f"{key}:{t.dtype}:{tuple(t.shape)}\0".encode())
+        data = t.detach().to("cpu").contiguous().reshape(-1)
+        if data.numel():
+            h.update(data.view(torch.uint8).numpy().tobytes())
+    return h.hexdigest()
+
+
+def example_info(example: Any) -> tuple[int | None, tuple[int, int] | None, Any]:
+    """(sample rank, (H, W) of an image-like input, first positional spec/tensor)."""
+    first = None
+    if example is None:
+        return None, None, None
+    args = getattr(example, "args", None)
+    if args is not None:
+        first = args[0] if args else None
+    elif isinstance(example, torch.Tensor):
+        first = example
+    elif isinstance(example, (tuple, list)) and example:
+        first = example[0]
+    shape = getattr(first, "shape", None)
+    if shape is None:
+        return None, None, first
+    shape = tuple(shape)
+    hw = (int(shape[-2]), int(shape[-1])) if len(shape) == 4 and shape[1] in (1, 3) else None
+    return len(shape) - 1, hw, first
+
+
+# ------------------------------------------------------------------ inputs and settings
+
+
+def plan_inputs(plan: ExtractPlan, model: Any, inputs: Sequence[str]) -> None:
+    """Preprocessing, the ordered input rows, and the settings the manifest records."""
+    o = plan.opts
+    _, hw, _ = example_info(plan.example)
+    plan.prep = make_preprocess(plan.name if isinstance(model, str) else None, hw, mode=o.preprocess,
+                                resize=o.resize, crop=o.crop, mean=o.mean, std=o.std)
+    if inputs:
+        plan.items, plan.ignored = collect_inputs(list(inputs), sample_rank=plan.sample_rank,
+                                                  exclude=plan.out_dir)
+        if not plan.items:
+            _no_inputs(inputs, plan.out_dir)
+    else:
+        plan.items = random_items(plan.first)
+    # tensor files are fed as they are: the image preprocessing is recorded only when some
+    # input is an image
+    images = any(it.kind == "image" for it in plan.items)
+    prep = plan.prep.to_dict() if images else {"mode": "tensors"} if inputs else {"mode": "random"}
+    settings = {"model": plan.name, "weights": plan.weights, "layers": o.layers, "pool": plan.pool,
+                "save_dtype": DTYPE_NAMES[plan.save], "file_format": o.file_format,
+                "preprocess": prep}
+    plan.settings = json.loads(json.dumps(settings))  # as the manifest holds them (lists)
+
+
+def _no_inputs(inputs: Sequence[str], out_dir: Path) -> None:
+    out_real = os.path.realpath(out_dir)
+    inside = [str(i) for i in inputs if os.path.realpath(i) == out_real
+              or os.path.realpath(i).startswith(out_real + os.sep)]
+    raise InspectError(
+        f"no images or tensor files found in {', '.join(map(str, inputs))}"
+        + (f" ({', '.join(inside)}: inside the output folder {out_dir}, which is never read as "
+           "input)" if inside else ""),
+        hint="put the inputs outside the output folder" if inside else
+        "folders are searched recursively for .jpg/.png/... and .pt/.npy/.safetensors")
+
+
+def random_items(first: Any) -> list[InputItem]:
+    if first is None:
+        raise InspectError("no INPUTS and no example input to draw random rows from",
+                           hint="pass images/tensor files, or --input 3,224,224 for a random batch")
+    n = int(first.shape[0]) if len(tuple(first.shape)) > 0 else 1
+    return [InputItem(f"random#{i}", None, "random", None, i) for i in range(n)]
