@@ -54,20 +54,37 @@ def dataclass_fields(value: Any) -> dict[str, Any] | None:
     return None
 
 
+def _pytree_children(value: Any) -> list[Any] | None:
+    """The children of a container registered with ``torch.utils._pytree`` (deque,
+    ``torch.return_types``, a library's own output classes); None for anything else."""
+    from torch.utils import _pytree as pytree
+
+    node = pytree.SUPPORTED_NODES.get(type(value))
+    return list(node.flatten_fn(value)[0]) if node is not None else None
+
+
 def tensor_leaves(value: Any, depth: int = 0) -> list[Any]:
-    """Every tensor in a nested value (tuples, lists, dicts, namedtuples, dataclasses)."""
+    """Every tensor in a nested value, depth first in the containers' order: tuples, lists
+    and dicts (namedtuples, OrderedDicts, transformers' ``ModelOutput``), objects with
+    ``to_tuple()``, dataclass fields (a model may return a dataclass, which pytree sees as one
+    leaf), and any other container registered with ``torch.utils._pytree``. The one walker:
+    the trace, doctor and graph use it."""
     if _is_tensor(value):
         return [value]
-    if depth > 8:
+    if depth > 8 or value is None or isinstance(value, (str, bytes, int, float)):
         return []
+    children: Any
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in tensor_leaves(v, depth + 1)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in tensor_leaves(v, depth + 1)]
-    fields = dataclass_fields(value)
-    if fields is not None:
-        return [t for v in fields.values() for t in tensor_leaves(v, depth + 1)]
-    return []
+        children = value
+    elif isinstance(value, dict):
+        children = value.values()
+    elif hasattr(value, "to_tuple"):  # transformers ModelOutput-likes
+        children = value.to_tuple()
+    elif (fields := dataclass_fields(value)) is not None:
+        children = fields.values()
+    else:
+        children = _pytree_children(value) or ()
+    return [t for v in children for t in tensor_leaves(v, depth + 1)]
 
 
 def shape_tree(value: Any, depth: int = 0) -> ShapeTree:

@@ -199,7 +199,7 @@ class LayerCapture:
                 f"layer {', '.join(bad)}: not a module name, and FX node names are not "
                 f"available for this model ({first_line(exc, typed=True)})",
                 hint="use module names (see `inspect features MODEL --list`)") from None
-        prefixes = set()
+        prefixes: set[str] = set()
         for k in known:
             parts = k.split(".")
             prefixes.update(".".join(parts[:i]) for i in range(1, len(parts)))
@@ -269,7 +269,7 @@ def check_layer_names(model: nn.Module, names: Sequence[str]) -> None:
         known = set(fx_node_names(model))
     except Exception:
         known = set()
-    prefixes = set()
+    prefixes: set[str] = set()
     for k in known:
         parts = k.split(".")
         prefixes.update(".".join(parts[:i]) for i in range(1, len(parts)))

@@ -90,24 +90,25 @@ def config_for(arch: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     tr = import_transformers()
     if not arch:
         raise InspectError("hf: needs an architecture", hint="e.g. hf:bert, hf:llama or hf:LlamaForCausalLM")
-    cls: Any = None  # a transformers class (untyped)
+    cls = None
     if arch[0].isupper():  # a class name: LlamaForCausalLM
         cls = getattr(tr, arch, None)
-        if cls is None or not isinstance(cls, type) or getattr(cls, "config_class", None) is None:
+        make = getattr(cls, "config_class", None)
+        if cls is None or not isinstance(cls, type) or make is None:
             names = [n for n in dir(tr) if n.endswith(("Model", "LMHeadModel")) or "For" in n]
             near = closest(arch, names)
             raise InspectError(f"unknown transformers model class {arch!r}",
                                hint=f"did you mean {', '.join(PREFIX + n for n in near)}?" if near
                                else "name a model type (hf:llama) or class (hf:LlamaForCausalLM)")
-        make = cls.config_class
     else:
         if arch not in tr.CONFIG_MAPPING:
             near = closest(arch, list(tr.CONFIG_MAPPING.keys()))
             raise InspectError(f"unknown transformers model type {arch!r}",
                                hint=f"did you mean {', '.join(PREFIX + n for n in near)}?" if near
                                else "model types are config.json's model_type values (bert, llama, ...)")
-        def make(**kw: Any) -> Any:
+        def for_model(**kw: Any) -> Any:
             return tr.AutoConfig.for_model(arch, **kw)
+        make = for_model
     _apply(make(), kwargs, PREFIX + arch)  # unknown keys: an error naming the close ones
     # built again with the values, so derived attributes follow them (llama's head_dim =
     # hidden_size // num_attention_heads is computed in __init__)

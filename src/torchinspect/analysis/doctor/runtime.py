@@ -15,7 +15,6 @@ NaN gradient first appears.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -27,25 +26,7 @@ from torch import nn
 from torchinspect.analysis.doctor.rules import Finding, Severity
 from torchinspect.analysis.doctor.structure import show_names
 from torchinspect.errors import first_line
-
-
-def tensors_in(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
-    """Every tensor in a nested output (tuples, lists, dicts, namedtuples, dataclass-likes)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif depth > 8:
-        return
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from tensors_in(v, depth + 1)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from tensors_in(v, depth + 1)
-    elif hasattr(value, "to_tuple"):  # transformers ModelOutput
-        yield from tensors_in(value.to_tuple(), depth + 1)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            yield from tensors_in(getattr(value, f.name, None), depth + 1)
+from torchinspect.shapes import tensor_leaves
 
 
 def _fingerprint(value: Any) -> tuple[float, ...]:
@@ -55,7 +36,7 @@ def _fingerprint(value: Any) -> tuple[float, ...]:
     reductions would be ~10x slower on CPU.)
     """
     parts = []
-    for t in tensors_in(value):
+    for t in tensor_leaves(value):
         t = t.detach()
         if t.numel() == 0 or t.is_meta:
             continue
@@ -146,7 +127,7 @@ class _Probe:
                                     () if self.grads else _fingerprint((args, kwargs))))
             self.stack.append(index)
             if self.grads:
-                for t in tensors_in((args, kwargs)):
+                for t in tensor_leaves((args, kwargs)):
                     if t.requires_grad:
                         t.register_hook(self._in_grad(index))
         return hook
@@ -160,7 +141,7 @@ class _Probe:
         call.done = self.finished
         self.finished += 1
         if self.grads:
-            for t in tensors_in(output):
+            for t in tensor_leaves(output):
                 if t.requires_grad:
                     t.register_hook(self._out_grad(index))
 
@@ -234,7 +215,7 @@ def _batch_of_two(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, A
     Training-mode BatchNorm needs more than one value per channel; a batch of one fails on
     1x1 feature maps (Inception's aux head) although the model is fine.
     """
-    ts = [t for t in tensors_in((args, kwargs)) if t.dim() >= 2]
+    ts = [t for t in tensor_leaves((args, kwargs)) if t.dim() >= 2]
     if not ts or any(t.shape[0] != 1 for t in ts):
         return None
 
@@ -369,7 +350,7 @@ def check_gradients(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
             return res
         if errors:
             res.notes.append(f"gradient checks ran in {label} ({errors[0]})")
-        outs = [t for t in tensors_in(out) if t.requires_grad and t.is_floating_point()]
+        outs = [t for t in tensor_leaves(out) if t.requires_grad and t.is_floating_point()]
         if not outs:
             res.skipped["TI003"] = "no output depends on a trainable parameter"
             return res

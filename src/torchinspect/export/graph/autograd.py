@@ -21,9 +21,9 @@ from torchinspect.export.graph.model import (
     _device_of,
     _fmt_shape,
     _shape,
-    _tensors,
 )
 from torchinspect.guard import training_mode
+from torchinspect.shapes import tensor_leaves
 
 
 @dataclass
@@ -85,7 +85,7 @@ def _prepare(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
         return v
 
     args, kwargs = pytree.tree_map(leafify, (tuple(args), dict(kwargs or {})))
-    input_names = {id(t): f"input {i}" for i, t in enumerate(_tensors((args, kwargs)))}
+    input_names = {id(t): f"input {i}" for i, t in enumerate(tensor_leaves((args, kwargs)))}
     return _Prepared(args, kwargs, state, names, input_names)
 
 
@@ -142,7 +142,7 @@ class _Walk:
     saved_count: int = 0
 
     def run(self, out: Any) -> None:
-        outputs = [t for t in _tensors(out) if t.grad_fn is not None or t.requires_grad]
+        outputs = [t for t in tensor_leaves(out) if t.grad_fn is not None or t.requires_grad]
         if not outputs:
             raise InspectError(f"{self.graph.model}: the output does not depend on anything "
                                "that requires a gradient, so it has no autograd graph",
