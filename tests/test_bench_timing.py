@@ -175,3 +175,14 @@ def test_progress_is_throttled_but_never_silent():
     assert all(s.startswith("fp32 batch 1: ") for _, s in lines)
     assert max(b - a for a, b in zip(times, times[1:], strict=False)) <= 0.6
     assert len(lines) <= (clock.t / 0.5) + 3
+
+
+def test_warmup_text_says_what_the_loop_did_for_slow_calls():
+    # 1.4 s calls: the warm-up asks 5 calls and 1 s but is cut off at max_time / 2 = 3 s
+    clock = FakeClock()
+    cfg = TimingConfig()
+    t = measure(FakeStep(clock, [1.4]), clock=clock, config=cfg)
+    assert t.warmup_iters < cfg.warmup_iters
+    text = cfg.warmup_text([t.warmup_iters])
+    assert f"cut off after {max(cfg.warmup_s, cfg.max_time / 2):g} s" in text
+    assert f"(ran {t.warmup_iters} calls)" in text

@@ -287,3 +287,12 @@ def test_a_given_trace_is_reused_not_traced_again(monkeypatch) -> None:
     again = diagnose_case(case, trace=trace)
     assert [f.to_dict() for f in again.findings] == [f.to_dict() for f in expected.findings]
     assert any(f.code == "TI009" for f in again.findings)  # the shape check used that trace
+
+
+def test_tensor_core_advice_is_conditional_on_half_precision_gpu_runs():
+    # the model is inspected on meta/CPU in fp32: the advice must say when it applies
+    r = diagnose("zoo:doctor-misaligned", select=["TI006"])
+    assert r.findings
+    for f in r.findings:
+        assert f.fix.startswith("only if it runs in fp16/bf16 on a GPU"), f.fix
+        assert "no effect on fp32 or CPU runs" in f.fix

@@ -15,7 +15,7 @@ def test_cli_flops_resnet18_json(invoke) -> None:
     result = invoke("flops", "resnet18", "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["schema"] == "torchinspect/flops/v2"
+    assert data["schema"] == "torchinspect/flops/v3"
     ops = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.meta["_ops"] * 1e9
     totals = data["totals"]
     assert abs(totals["macs"] - ops) <= 1e-3 * ops
@@ -89,11 +89,11 @@ def test_uncalled_container_rows_match_summary() -> None:
     assert rows["layers"].type == "ModuleList" and rows["layers"].called is False
     assert set(rows["layers"].by_op) == {"mm", "scaled_dot_product_attention"}
     assert sum(rows["layers"].by_op.values()) == rows["layers"].macs
-    assert sum(row.self_macs for row in r.rows) == r.macs
     assert rows[""].macs == r.macs  # the root includes everything
     s = summarize("zoo:llama-tiny", depth=1)
-    assert {row.name: row.macs for row in s.rows if row.macs} == {
-        row.name: row.self_macs for row in r.rows if row.self_macs}
+    # one convention: the same inclusive and self numbers in summary and flops
+    assert {row.name: (row.macs, row.self_macs) for row in s.rows if row.macs} == {
+        row.name: (row.macs, row.self_macs) for row in r.rows}
     deep = count_flops("zoo:llama-tiny", depth=2)
     names = [row.name for row in deep.rows]
     assert names.index("layers") + 1 == names.index("layers.0")  # the container keeps its rows
@@ -118,5 +118,28 @@ def test_parent_rows_include_children_and_self_column() -> None:
     assert rows["0.blocks"].macs == linears and rows["0.blocks"].self_macs == 0
     assert rows["0"].macs == linears + 3 * 4 * 2 and rows["0"].self_macs == 3 * 4 * 2
     assert rows[""].macs == r.macs == linears + 24
-    assert sum(row.self_macs for row in r.rows) == r.macs
+    assert sum(row.self_macs for row in r.rows) == r.macs  # full depth: selves add up
     assert rows["0"].pct == 100.0
+    shallow = {row.name: row for row in count_flops(model, torch.zeros(3, 8), depth=1).rows}
+    assert shallow["0"].self_macs == 3 * 4 * 2  # self never includes folded children
+
+
+def test_attention_row_is_the_same_number_in_summary_and_flops(invoke) -> None:
+    """The issue's example: `attn` was 134.22M (own ops) in summary and 150.99M (with its
+    projections) in flops. Both now show the inclusive count, and the same Self."""
+    import json
+
+    from torchinspect import summarize
+
+    s = summarize("zoo:gpt-tiny", depth=3)
+    f = count_flops("zoo:gpt-tiny", depth=3)
+    srows = {(r.name, r.call_number): r for r in s.rows}
+    attn = [r for r in f.rows if r.name.endswith(".attn")]
+    assert attn
+    for row in attn:
+        srow = srows[(row.name, row.call_number)]
+        assert (srow.macs, srow.self_macs) == (row.macs, row.self_macs)
+        assert row.macs > row.self_macs > 0  # its projections are inside it
+    data = json.loads(invoke("flops", "zoo:gpt-tiny", "-f", "json").stdout)
+    root = data["modules"][0]
+    assert root["name"] == "" and root["macs"] == data["totals"]["macs"] > 0

@@ -139,3 +139,143 @@ def test_written_dtype_wins_over_the_default():
     assert parse_inputs(["1,16"], default=TOKENS).args[0].dtype == "int64"
     half = ExampleInputs((TensorSpec((1, 3, 8, 8), "float16"),))
     assert parse_inputs(["3,8,8"], default=half).args[0].dtype == "float16"
+
+
+# ---------------------------------------------------------------- one rule for every source
+# The model's own example gives each input's rank and dtype: a spec of that rank is used as
+# is, one dimension fewer gets the batch, a spec without a dtype takes the example's, and any
+# other rank is an error naming the expected one. Checked through make_case for each kind
+# of source (no forward).
+
+TINY_LLAMA = {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 64,
+              "intermediate_size": 128, "num_attention_heads": 4, "num_key_value_heads": 2,
+              "num_hidden_layers": 2, "vocab_size": 1000, "max_position_embeddings": 1024}
+
+
+def _case_inputs(model: str, *specs: str, **options: object) -> object:
+    from torchinspect.sources.case import ModelOptions, make_case
+
+    case = make_case(model, options=ModelOptions(inputs=list(specs), **options))  # type: ignore[arg-type]
+    return case.example
+
+
+def _only(example: object) -> TensorSpec:
+    specs = example.specs()  # type: ignore[attr-defined]
+    assert len(specs) == 1
+    return specs[0]
+
+
+def _llama_folder(tmp_path, cfg: dict | None = None):
+    import json
+
+    folder = tmp_path / "tiny-llama"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(cfg or TINY_LLAMA))
+    return folder
+
+
+def _image_cases(tmp_path) -> list[str]:
+    net = tmp_path / "net.py"
+    net.write_text("from torch import nn\nEXAMPLE_INPUT = '1,3,32,32'\n"
+                   "class Net(nn.Sequential):\n"
+                   "    def __init__(self):\n"
+                   "        super().__init__(nn.Conv2d(3, 8, 3), nn.Flatten())\n")
+    return ["resnet18", "zoo:convnet", f"{net}:Net"]
+
+
+def test_image_sources_share_the_rank_rule(tmp_path):
+    for model in _image_cases(tmp_path):
+        assert _only(_case_inputs(model, "3,64,64")).shape == (1, 3, 64, 64), model
+        assert _only(_case_inputs(model, "2,3,64,64")).shape == (2, 3, 64, 64), model
+        assert _only(_case_inputs(model, "3,64,64", batch=4)).shape == (4, 3, 64, 64), model
+        with pytest.raises(InspectError, match="rank 4") as err:
+            _case_inputs(model, "64,64")
+        assert "--no-batch" in (err.value.hint or "")
+
+
+def test_timm_source_shares_the_rank_rule():
+    pytest.importorskip("timm")
+    assert _only(_case_inputs("timm:resnet18", "3,64,64")).shape == (1, 3, 64, 64)
+    assert _only(_case_inputs("timm:resnet18", "1,3,64,64")).shape == (1, 3, 64, 64)
+    with pytest.raises(InspectError, match="rank 4"):
+        _case_inputs("timm:resnet18", "1,1,3,64,64")
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning",
+                            "ignore::DeprecationWarning")
+def test_token_sources_take_full_rank_specs_as_written(tmp_path):
+    pytest.importorskip("transformers")
+    folder = str(_llama_folder(tmp_path))
+    for model in ("zoo:llama-tiny", folder, "hf:llama", "hf:bert"):
+        for spec in ("long:1,512", "long:512", "512", "1,512"):
+            got = _only(_case_inputs(model, spec))
+            assert (got.shape, got.dtype) == ((1, 512), "int64"), (model, spec)
+        assert _only(_case_inputs(model, "long:2,512")).shape == (2, 512)
+        with pytest.raises(InspectError, match="rank 2"):
+            _case_inputs(model, "long:1,1,512")
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning",
+                            "ignore::DeprecationWarning")
+def test_token_ids_written_as_floats_get_a_long_hint_and_an_uncut_message(tmp_path, invoke):
+    pytest.importorskip("transformers")
+    r = invoke("flops", str(_llama_folder(tmp_path)), "--input", "float:1,512")
+    assert r.exit_code != 0
+    assert "--input long:" in r.output
+    message = r.output.split("error: ", 1)[1].splitlines()[0]
+    assert message.endswith("(while checking arguments for embedding)")
+
+
+def _llama_macs(cfg: dict, tokens: int) -> int:
+    """By hand: q/k/v/o projections, the gated MLP and lm_head per token, plus attention's
+    QKᵀ and AV (tokens x tokens x head_dim per head, dense)."""
+    h, inter, layers = cfg["hidden_size"], cfg["intermediate_size"], cfg["num_hidden_layers"]
+    heads, kv = cfg["num_attention_heads"], cfg["num_key_value_heads"]
+    head_dim = h // heads
+    per_token = layers * (h * h * 2 + 2 * h * kv * head_dim + 3 * h * inter) + h * cfg["vocab_size"]
+    attention = layers * 2 * heads * tokens * tokens * head_dim
+    return tokens * per_token + attention
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning",
+                            "ignore::DeprecationWarning")
+def test_hf_folder_token_macs_match_the_config(tmp_path, invoke):
+    pytest.importorskip("transformers")
+    import json
+
+    folder = _llama_folder(tmp_path)
+    expected = _llama_macs(TINY_LLAMA, 512)
+    for spec in ("long:1,512", "long:512", "512"):
+        r = invoke("flops", str(folder), "--input", spec, "--depth", "0", "-f", "json")
+        assert r.exit_code == 0, r.output
+        d = json.loads(r.output)
+        assert d["input"] == "input_ids=int64:1,512"
+        assert d["totals"]["macs"] == expected
+
+
+@pytest.mark.filterwarnings("ignore::FutureWarning", "ignore::UserWarning",
+                            "ignore::DeprecationWarning")
+def test_bert_token_input_of_full_rank_runs(invoke):
+    pytest.importorskip("transformers")
+    r = invoke("flops", "hf:bert", "--arg", "num_hidden_layers=1", "--input", "long:1,64",
+               "--depth", "0")
+    assert r.exit_code == 0, r.output
+    assert "int64:1,64" in r.output
+
+
+def test_rank_that_cannot_fit_names_the_expected_rank():
+    with pytest.raises(InspectError, match="rank 2") as err:
+        parse_inputs(["long:1,1,512"], default=TOKENS)
+    assert "1,1,512" in err.value.message
+    with pytest.raises(InspectError, match="rank 4"):
+        parse_inputs(["3,1,2,3,4"], batch=None, default=DETECTION)
+
+
+def test_keyword_only_example_takes_positional_specs_by_name():
+    ex = ExampleInputs((), {"input_ids": TensorSpec((1, 128), "int64", high=9),
+                            "decoder_input_ids": TensorSpec((1, 128), "int64", high=9)})
+    got = parse_inputs(["64", "long:1,32"], default=ex)
+    assert got.args == ()
+    assert got.kwargs["input_ids"].shape == (1, 64)
+    assert got.kwargs["decoder_input_ids"].shape == (1, 32)
+    assert got.kwargs["input_ids"].dtype == "int64"

@@ -332,3 +332,42 @@ def test_bad_bench_batch_is_a_usage_error(invoke):
     r = invoke("report", "zoo:convnet", "--bench", "--bench-batch", "1,x")
     assert r.exit_code == 2
     assert "error: --bench-batch '1,x'" in r.stderr and "hint:" in r.stderr
+
+
+def _sections(page: str) -> dict[str, str]:
+    """Each section's h2 title -> its html."""
+    out = {}
+    for m in re.finditer(r'<section id="s\d+" class="[^"]*">(.*?)</section>', page, re.S):
+        title = re.match(r"<h2>(.*?)</h2>", m.group(1))
+        if title:
+            out[title.group(1)] = m.group(1)
+    return out
+
+
+def test_not_counted_ops_sit_under_flops_not_under_the_doctor(invoke, tmp_path):
+    out = tmp_path / "one.html"
+    r = invoke("report", "zoo:mnist-net", "--no-graph", "-o", out)
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    sections = _sections(page)
+    assert "not counted (no MAC formula)" in sections["FLOPs"]
+    assert all("not counted" not in html for title, html in sections.items() if title != "FLOPs")
+    assert page.index("<h2>Layers</h2>") < page.index("<h2>FLOPs</h2>") < page.index("<h2>Doctor findings</h2>")
+
+
+@pytest.mark.skipif(not HAS_DOCTOR, reason="doctor not available")
+def test_comparison_doctor_cell_names_the_checks_that_did_not_run(invoke, tmp_path):
+    from torchinspect.analysis.doctor import diagnose
+
+    out = tmp_path / "cmp.html"
+    r = invoke("report", "zoo:doctor-aligned", "zoo:mnist-net", "--no-graph", "-o", out)
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    clean = diagnose("zoo:doctor-aligned")
+    assert not clean.findings
+    cells = re.findall(r'<tr data-i="\d"><td class="left">(zoo:[\w-]+)</td>.*?'
+                       r'<td class="left">([^<]*)</td><td class="left">[^<]*</td></tr>', page)
+    by_model = dict(cells)
+    assert by_model["zoo:doctor-aligned"].startswith("none in TI001")
+    for cell in by_model.values():
+        assert "TI003, TI004, TI005 not run" in cell

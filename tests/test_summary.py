@@ -43,13 +43,14 @@ def test_json_schema_and_totals(invoke) -> None:
     result = invoke("summary", "resnet18", "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["schema"] == "torchinspect/summary/v1"
+    assert data["schema"] == "torchinspect/summary/v2"
     assert data["totals"]["params"] == R18["num_params"]
     assert data["totals"]["flops"] == 2 * data["totals"]["macs"]
     assert data["layers"][0]["type"] == "ResNet"
-    # the shown rows add up to the totals (depth folding keeps the sums)
-    assert sum(r["params"] or 0 for r in data["layers"]) == data["totals"]["params"]
-    assert sum(r["macs"] for r in data["layers"]) == data["totals"]["macs"]
+    # inclusive rows: the root is the total, each row is its own plus its children's
+    root = data["layers"][0]
+    assert (root["params"], root["macs"]) == (data["totals"]["params"], data["totals"]["macs"])
+    check_inclusive(data["layers"], depth=3)
 
 
 @pytest.mark.parametrize("fmt", ["csv", "markdown"])
@@ -67,6 +68,15 @@ def test_totals_for_several_models(invoke) -> None:
     assert "conv1" not in result.output  # one row per model, no layer tree
 
 
+def test_totals_only_promises_no_list_it_does_not_show(invoke) -> None:
+    result = invoke("summary", "zoo:mnist-net", "zoo:convnet", "--totals")
+    assert result.exit_code == 0, result.output
+    assert "listed below" not in result.output
+    single = invoke("summary", "zoo:mnist-net", "--totals")
+    assert "listed below" not in single.output
+    assert "not counted (no MAC formula): relu" in single.output  # the list itself is shown
+
+
 def test_single_model_totals_only(invoke) -> None:
     result = invoke("summary", "resnet18", "--totals")
     assert result.exit_code == 0
@@ -77,7 +87,7 @@ def test_single_model_totals_only(invoke) -> None:
     "args, needle",
     [
         (["--depth", "-1"], "--depth -1"),
-        (["--input", "3,32,32"], "forward failed"),  # resnet18 survives 32x32; use a bad rank
+        (["--input", "3,32,32"], "rank 4"),  # resnet18 survives 32x32; use a bad rank
         (["--columns", "layer,bogus"], "bogus"),
         (["--device", "gpu0"], "--device"),
     ],
@@ -101,7 +111,7 @@ def test_summarize_api_object_and_columns() -> None:
     assert s.to_dict()["layers"][1]["kernel"] == "3×3 p1"
     from torchinspect.report.summary import summary_report
 
-    assert summary_report(s).schema == "torchinspect/summary/v1"
+    assert summary_report(s).schema == "torchinspect/summary/v2"
 
 
 def test_depth_zero_is_one_row() -> None:
@@ -125,6 +135,32 @@ class _LoopModel(nn.Module):
         return [head(x) for head in self.heads.values()]
 
 
+def check_inclusive(rows: list, depth: int) -> None:
+    """Every row above ``depth`` (all its children shown) holds its own numbers plus its
+    children's; recursive rows carry MACs but no params (they are on the first call's row)."""
+    def get(r, key):
+        return r[key] if isinstance(r, dict) else getattr(r, key)
+
+    kids: dict[int, list] = {i: [] for i in range(len(rows))}
+    stack: list[int] = []
+    for i, r in enumerate(rows):
+        while stack and get(rows[stack[-1]], "depth") >= get(r, "depth"):
+            stack.pop()
+        if stack:
+            kids[stack[-1]].append(r)
+        stack.append(i)
+    checked = 0
+    for i, r in enumerate(rows):
+        if get(r, "depth") >= depth or not kids[i]:
+            continue
+        assert get(r, "macs") == get(r, "self_macs") + sum(get(k, "macs") for k in kids[i]), get(r, "name")
+        if not get(r, "recursive"):
+            assert get(r, "params") == get(r, "self_params") + sum(
+                get(k, "params") for k in kids[i] if not get(k, "recursive")), get(r, "name")
+        checked += 1
+    assert checked
+
+
 def _n(module: nn.Module) -> int:
     return sum(p.numel() for p in module.parameters())
 
@@ -145,19 +181,19 @@ def test_uncalled_containers_are_rows_at_their_depth() -> None:
         assert (row.type, row.depth, row.called) == (type(sub).__name__, 1, False)
         assert row.params == _n(sub) and row.macs == _linear_macs(sub, batch)
         assert str(summary_cell(row, Column.input)) == "-" and str(summary_cell(row, Column.output)) == "-"
-    assert rows[""].params == 0 and str(summary_cell(rows[""], Column.params)) == "--"
-    assert sum(r.params or 0 for r in s.rows) == s.totals.params == _n(model)
-    assert sum(r.macs for r in s.rows) == s.totals.macs == _linear_macs(model, batch)
+    assert rows[""].params == s.totals.params == _n(model) and rows[""].self_params == 0
+    assert rows[""].macs == s.totals.macs == _linear_macs(model, batch)
+    check_inclusive(s.rows, depth=1)
 
     deep = summarize(model, torch.zeros(batch, 4), depth=2)
     names = [r.name for r in deep.rows]
     assert names == ["", "stem", "blocks", "blocks.0", "blocks.1", "blocks.2", "heads",
                      "heads.a", "heads.b"]
     blocks = deep.rows[2]
-    assert blocks.container and str(summary_cell(blocks, Column.params)) == "--" and blocks.macs == 0
+    assert blocks.container and blocks.params == _n(model.blocks) and blocks.self_params == 0
+    assert (blocks.macs, blocks.self_macs) == (_linear_macs(model.blocks, batch), 0)
     assert [r.label for r in deep.rows[2:6]] == ["├─blocks", "│ ├─0", "│ ├─1", "│ └─2"]
-    assert sum(r.params or 0 for r in deep.rows) == _n(model)
-    assert sum(r.macs for r in deep.rows) == _linear_macs(model, batch)
+    check_inclusive(deep.rows, depth=2)
     folded = summarize(model, torch.zeros(batch, 4), depth=2, fold=True)
     row = next(r for r in folded.rows if r.repeat > 1)
     assert (row.label, row.repeat, row.params) == ("│ └─0…2 (×3)", 3, _n(model.blocks))
@@ -185,11 +221,16 @@ def test_shared_block_with_an_uncalled_container() -> None:
     model = Shared()
     for depth in (1, 2, 3):
         s = summarize(model, torch.zeros(1, 6), depth=depth)
-        assert sum(r.params or 0 for r in s.rows) == s.totals.params == _n(model)
-        assert sum(r.macs for r in s.rows) == s.totals.macs == 2 * _linear_macs(model, 1)
+        assert s.rows[0].params == s.totals.params == _n(model)
+        assert s.rows[0].macs == s.totals.macs == 2 * _linear_macs(model, 1)
+        check_inclusive(s.rows, depth=depth)
     parts = [r for r in s.rows if r.name == "block.parts"]
     assert len(parts) == 2 and not any(r.called for r in parts)  # once under each call
-    assert str(summary_cell(parts[0], Column.params)) == "--" and parts[1].params is None
+    assert parts[0].params == _n(model.block.parts) and parts[1].params is None
+    assert str(summary_cell(parts[1], Column.params)) == "(recursive)" and parts[1].recursive
+    blocks = [r for r in s.rows if r.name == "block"]
+    assert [r.label.rpartition("─")[2] for r in blocks] == ["block (call 1/2)", "block (call 2/2)"]
+    assert [r.calls for r in blocks] == [2, 2] and [r.recursive for r in blocks] == [False, True]
     at2 = summarize(model, torch.zeros(1, 6), depth=2).rows
     parts = [r for r in at2 if r.name == "block.parts"]
     assert [r.params for r in parts] == [_n(model.block.parts), None]
@@ -208,10 +249,10 @@ def test_llama_tiny_layers_row(invoke) -> None:
     assert list(rows) == ["", "embed_tokens", "layers", "norm", "lm_head"]
     assert rows["layers"]["called"] is False and rows["lm_head"]["called"] is True
     assert rows["layers"]["params"] == _n(model.layers)
-    assert rows["layers"]["input"] == "-" and rows[""]["params"] == 0
+    assert rows["layers"]["input"] == "-" and rows[""]["params"] == data["totals"]["params"]
     assert rows["layers"]["macs"] == data["totals"]["macs"] - rows["lm_head"]["macs"]
-    assert sum(r["params"] or 0 for r in data["layers"]) == data["totals"]["params"]
-    assert sum(r["macs"] for r in data["layers"]) == data["totals"]["macs"]
+    assert rows[""]["macs"] == data["totals"]["macs"]
+    check_inclusive(data["layers"], depth=1)
     folded = invoke("summary", "zoo:llama-tiny", "--depth", "2", "--fold")
     assert "├─layers" in folded.output and "│ └─0…1 (×2)" in folded.output
 
@@ -233,4 +274,59 @@ def test_csv_has_raw_numbers(invoke) -> None:
     by_name = {layer["name"] or "resnet18": layer for layer in data["layers"]}
     assert int(rows["conv1"]["MACs"]) == by_name["conv1"]["macs"]
     assert int(rows["fc"]["Params"]) == by_name["fc"]["params"]
-    assert sum(int(r["MACs"]) for r in rows.values()) == data["totals"]["macs"]
+    assert int(rows["resnet18"]["MACs"]) == data["totals"]["macs"]  # the root row: the total
+    assert int(rows["resnet18"]["Params"]) == data["totals"]["params"]
+    assert sum(int(r["MACs"]) for n, r in rows.items() if n != "resnet18") == data["totals"]["macs"]
+
+
+def test_parameters_of_modules_that_never_ran_are_named(invoke) -> None:
+    """zoo:pitfall-unused-branch: the root used to absorb aux_head's 4,290 params silently."""
+    from torchinspect.zoo.pitfalls import UnusedBranch
+
+    aux = _n(UnusedBranch().aux_head)
+    s = summarize("zoo:pitfall-unused-branch")
+    row = next(r for r in s.rows if r.name == "aux_head")
+    assert (row.params, row.ran, row.macs) == (aux, False, 0)
+    assert row.label.endswith("aux_head (not run)")
+    assert any("aux_head" in n and f"{aux:,}" in n for n in s.notes)
+    check_inclusive(s.rows, depth=1)
+    for fmt in ("table", "csv", "markdown", "html"):
+        out = invoke("summary", "zoo:pitfall-unused-branch", "-f", fmt).stdout
+        assert "aux_head" in out and (f"{aux:,}" in out or str(aux) in out), fmt
+    flops = invoke("flops", "zoo:pitfall-unused-branch").output
+    assert "aux_head (Sequential, 4,290 params)" in flops.replace(f"{aux:,}", "4,290")
+
+
+def test_parameters_in_plain_lists_are_noted_as_left_out(invoke) -> None:
+    from torchinspect.zoo.pitfalls import LayerList
+
+    model = LayerList()
+    lost = sum(p.numel() for layer in model.layers for p in layer.parameters())
+    for command in ("summary", "flops", "params"):
+        r = invoke(command, "zoo:pitfall-layer-list")
+        assert r.exit_code == 0, r.output
+        text = " ".join(r.output.split())
+        assert f"{lost:,} parameters left out of the totals" in text, command
+
+
+def test_shapes_are_exact_in_json_and_csv(invoke, tmp_path) -> None:
+    import csv
+    import io
+
+    net = tmp_path / "many.py"
+    net.write_text(
+        "import torch\nfrom torch import nn\nEXAMPLE_INPUT = '1,4'\n"
+        "class Many(nn.Module):\n"
+        "    def __init__(self):\n"
+        "        super().__init__()\n"
+        "        self.fc = nn.Linear(4, 4)\n"
+        "    def forward(self, x):\n"
+        "        y = self.fc(x)\n"
+        "        return {'first_output': y, 'second_output': y, 'third_output': y}\n")
+    data = json.loads(invoke("summary", f"{net}:Many", "-f", "json").stdout)
+    exact = "{first_output: [1, 4], second_output: [1, 4], third_output: [1, 4]}"
+    assert data["layers"][0]["output"] == exact
+    rows = list(csv.DictReader(io.StringIO(invoke("summary", f"{net}:Many", "-f", "csv").stdout)))
+    assert rows[0]["Output shape"] == exact
+    table = invoke("summary", f"{net}:Many").stdout
+    assert exact not in table and "{first_output: [1, 4], second_output:" in table  # shortened

@@ -13,9 +13,13 @@ Grammar of one ``--input`` value::
 * ``ids=long:1,128``   passed as the keyword argument ``ids``
 * repeat ``--input`` for several positional inputs, in order.
 
-Batch rule: when the model declares its input rank (torchvision and zoo models do), a spec
-with one dimension fewer gets the batch prepended and a spec of full rank is used as is.
-When the rank is unknown (a python spec without example), the batch is prepended.
+Batch rule (:func:`fit_to_example`, the same for every model source): the model's own
+example gives each input's rank R and dtype. A spec of rank R is used as is, a spec of rank
+R-1 gets the batch prepended, any other rank is an error naming R. A spec without a
+dtype takes the example's (``--input 512`` for token ids is int64:1,512); a written float
+dtype is kept (a model error it causes names ``long:`` in its hint). When the example is keyword
+inputs only (Hugging Face's ``input_ids=...``), positional specs stand for its keywords in
+order. When the rank is unknown (a python spec without example), the batch is prepended.
 ``--batch N`` sets the batch size (replacing dim 0 of a full-rank spec); ``--no-batch``
 uses every shape exactly as written.
 """
@@ -234,31 +238,67 @@ def _default_for(default: ExampleInputs | None, index: int, name: str | None) ->
     return None
 
 
-def _apply_batch(spec: TensorSpec, like: Any, batch: int | None, no_batch: bool,
-                 explicit_dtype: bool = True) -> Any:
-    """Apply the batch rule to one parsed spec, guided by the model's default input.
+def _positional_name(default: ExampleInputs | None, index: int) -> str | None:
+    """The keyword a positional spec stands for when the example is keywords only.
 
-    Without a written dtype the spec takes the default's dtype (token ids stay int64).
+    Hugging Face examples are ``input_ids=...`` (and ``decoder_input_ids=...``): the i-th
+    ``--input`` without a name is the i-th keyword of the example, so it takes that input's
+    rank and dtype and is passed by the same name (never as forward's second positional
+    parameter, which is ``attention_mask`` there).
+    """
+    if default is None or default.args or index >= len(default.kwargs):
+        return None
+    return list(default.kwargs)[index]
+
+
+def _rank_error(text: str, spec: TensorSpec, rank: int, what: str) -> InspectError:
+    full = ",".join(["N", *(["D"] * (rank - 1))])
+    fewer = f" or {rank - 1} (batch prepended)" if rank > 1 else ""
+    return InspectError(
+        f"--input {text!r}: {len(spec.shape)} dimension(s), but the model's example {what} has "
+        f"rank {rank}: give {rank} dimension(s) ({full}, batch included){fewer}",
+        hint="--no-batch passes the shape exactly as written")
+
+
+def _example_dtype(spec: TensorSpec, like: TensorSpec, explicit: bool) -> str:
+    """A written dtype is kept; an unwritten one is the example's (token ids stay int64)."""
+    return spec.dtype if explicit else like.dtype
+
+
+def fit_to_example(text: str, spec: TensorSpec, like: Any, *, batch: int | None = None,
+                   no_batch: bool = False, explicit_dtype: bool = True) -> Any:
+    """The one batch-and-dtype rule for every model source, guided by the model's example.
+
+    * ``--no-batch``: the spec exactly as written.
+    * the example's input is a tensor of rank R: a spec of rank R is used as is (``--batch``
+      replaces its dim 0); a spec of rank R-1 gets the batch prepended; any other rank is an
+      error naming R. Without a written dtype the spec takes the example's (token ids stay
+      int64); a written dtype is kept.
+    * the example's input is a list of per-image tensors (detection): a spec of the image's
+      rank is one image (``--batch`` copies), one more dimension is that many images.
+    * no example (a python spec that declares none): the batch is prepended.
     """
     if no_batch:
         return spec
-    # A list of per-image tensors (detection models): the spec is one image, batch = count.
     if isinstance(like, list) and like and isinstance(like[0], TensorSpec):
         elem = like[0]
-        dtype = spec.dtype if explicit_dtype else elem.dtype
+        dtype = _example_dtype(spec, elem, explicit_dtype)
         if len(spec.shape) == len(elem.shape):
-            one = TensorSpec(spec.shape, dtype, None, elem.high)
-            return [one] * (batch or 1)
+            return [TensorSpec(spec.shape, dtype, None, elem.high)] * (batch or 1)
         if len(spec.shape) == len(elem.shape) + 1:
-            one = TensorSpec(spec.shape[1:], dtype, None, elem.high)
-            return [one] * (batch or spec.shape[0])
+            return [TensorSpec(spec.shape[1:], dtype, None, elem.high)] * (batch or spec.shape[0])
+        raise _rank_error(text, spec, len(elem.shape) + 1, "(a list of images)")
     if isinstance(like, TensorSpec):
-        dtype = spec.dtype if explicit_dtype else like.dtype
-        spec = TensorSpec(spec.shape, dtype, spec.name, like.high)
-        if len(spec.shape) == len(like.shape):
+        spec = TensorSpec(spec.shape, _example_dtype(spec, like, explicit_dtype),
+                          spec.name, like.high)
+        rank = len(like.shape)
+        if len(spec.shape) == rank:
             if batch is not None:
                 return TensorSpec((batch, *spec.shape[1:]), spec.dtype, spec.name, spec.high)
             return spec
+        if len(spec.shape) == rank - 1 or rank == 0:  # a scalar example says nothing of rank
+            return TensorSpec((batch or 1, *spec.shape), spec.dtype, spec.name, spec.high)
+        raise _rank_error(text, spec, rank, f"input {like.shape}")
     return TensorSpec((batch or 1, *spec.shape), spec.dtype, spec.name, spec.high)
 
 
@@ -286,10 +326,17 @@ def parse_inputs(
         return rebatch(default, batch)
     args: list[Any] = []
     kwargs: dict[str, Any] = {}
+    positional_as_named = 0  # leading positional specs taken as the example's keywords
     for text in specs:
         spec, explicit = _parse_spec(text)
+        if spec.name is None and not args and len(kwargs) == positional_as_named:
+            keyword = _positional_name(default, positional_as_named)
+            if keyword is not None and keyword not in kwargs:
+                spec = TensorSpec(spec.shape, spec.dtype, keyword, spec.high)
+                positional_as_named += 1
         like = _default_for(default, len(args), spec.name)
-        value = _apply_batch(spec, like, batch, no_batch, explicit)
+        value = fit_to_example(text, spec, like, batch=batch, no_batch=no_batch,
+                               explicit_dtype=explicit)
         if spec.name is not None:
             if spec.name in kwargs:
                 raise _bad_spec(text, f"keyword {spec.name!r} given twice")

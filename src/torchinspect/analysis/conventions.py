@@ -8,7 +8,7 @@ MACS_CONVENTION = (
 )
 COUNTED_CONVENTION = (
     "Counted: matmul/linear, conv, attention (SDPA), bias excluded; not counted: "
-    "elementwise, normalization, pooling, softmax (listed below)."
+    "elementwise, normalization, pooling, softmax."
 )
 
 

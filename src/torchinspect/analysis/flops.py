@@ -2,8 +2,8 @@
 thop and torchinfo count the same model (``--compare``).
 
 A module row's ``macs`` include everything inside it (what fvcore's and DeepSpeed's tables
-show); ``self_macs`` are the MACs of ops run directly in its own forward (plus modules
-folded into it below ``depth``)."""
+show); ``self_macs`` are the MACs of ops run directly in its own forward, whatever
+``depth`` is: the convention of summary and params too (``analysis/tree.py``)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,8 @@ from typing import Any
 
 from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
-from torchinspect.analysis.tree import ShownCall, macs_by_op, shown_tree
+from torchinspect.analysis.params import left_out_notes
+from torchinspect.analysis.tree import macs_by_op, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth
 from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
 from torchinspect.trace import trace_case
@@ -27,10 +28,12 @@ class FlopsRow:
     type: str
     depth: int
     macs: int  # including every module inside it
-    self_macs: int  # its own ops (and modules folded into it below --depth)
+    self_macs: int  # ops run directly in its own forward
     pct: float  # of the model's total, by ``macs``
     by_op: dict[str, int]  # ``macs`` by aten op
     called: bool = True  # False: a container (ModuleList, ...) whose forward never ran
+    calls: int = 1  # how many times the module ran in the forward
+    call_number: int = 0  # 0 for its first call (a module reused in a loop has a row per call)
 
 
 @dataclass
@@ -81,10 +84,6 @@ class FlopsResult:
 COMPARE_NOTE = "aten matmul/conv/SDPA at the dispatcher, functional ops included"
 
 
-def _inclusive(node: ShownCall) -> int:
-    return node.macs + sum(_inclusive(c) for c in node.children)
-
-
 def flops_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
                      notes: list[str] | None = None) -> FlopsResult:
     check_depth(depth)
@@ -95,17 +94,19 @@ def flops_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
         stack = [root]
         while stack:
             node = stack.pop()
-            macs = _inclusive(node)
-            if macs or node is root:
-                rows.append(FlopsRow(node.call.name, node.call.type, node.call.depth, macs,
-                                     node.macs, 100.0 * macs / total,
-                                     macs_by_op(trace, node.call), node.called))
+            if node.macs or node is root:
+                info = trace.modules.get(node.call.name)
+                rows.append(FlopsRow(node.call.name, node.call.type, node.call.depth, node.macs,
+                                     node.self_macs, 100.0 * node.macs / total,
+                                     macs_by_op(trace, node.call), node.called,
+                                     info.calls if info and node.called else 1,
+                                     node.call.call_number))
             stack.extend(reversed(node.children))
     return FlopsResult(
         model=model, input=inputs, device=trace.device, fallback_reason=trace.fallback_reason,
         macs=trace.total_macs, by_op=trace.macs_by_op, op_calls=dict(trace.op_calls), rows=rows,
         not_counted=dict(trace.uncounted), params=trace.params.total,
-        notes=[*(notes or []), *trace.notes],
+        notes=[*(notes or []), *trace.notes, *never_ran_notes(trace)],
     )
 
 
@@ -174,7 +175,7 @@ def count_flops(model_or_spec: Any, inputs: Any = None, *, depth: int = 3, compa
     case = make_case(model_or_spec, inputs, options=options, device=device)
     trace = trace_case(case, train=train)
     result = flops_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
-                              depth=depth, notes=case.notes)
+                              depth=depth, notes=[*case.notes, *left_out_notes(case.model)])
     if compare:
         result.compare = [_thop_count(case), _torchinfo_count(case)]
     return result

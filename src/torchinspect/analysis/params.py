@@ -1,6 +1,8 @@
 """`inspect params`: parameter totals, per module, per dtype, frozen and tied tensors.
 
-Parameters are static, so no forward runs here (and no input is needed).
+Parameters are static, so no forward runs here (and no input is needed). A module's row is
+inclusive (its whole subtree; the root row is the model total) with ``self_params`` the
+parameters registered on the module itself, as in summary and flops.
 """
 
 from __future__ import annotations
@@ -8,6 +10,7 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchinspect.analysis.saved_params import SavedParams, is_bare_checkpoint, saved_params
 from torchinspect.arguments import check_depth
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.trace.records import ModuleInfo, ParamStats
@@ -18,11 +21,12 @@ class ParamRow:
     name: str
     type: str
     depth: int
-    params: int  # own + every descendant below --depth
+    params: int  # inclusive: the module and every module inside it
     trainable: int
     frozen: int
     bytes: int
     buffers: int
+    self_params: int = 0  # registered on this module itself
 
 
 @dataclass
@@ -59,22 +63,32 @@ class ParamsResult:
 
 
 def rows_at_depth(modules: dict[str, ModuleInfo], depth: int) -> list[ParamRow]:
-    """Modules down to ``depth`` (those holding parameters or buffers), deeper ones folded in."""
-    rows = []
-    for name, info in modules.items():
-        if info.depth > depth or (info.total_params == 0 and info.total_buffers == 0):
-            continue
-        folded = info.depth == depth
-        params = info.total_params if folded else info.params
-        trainable = info.total_trainable if folded else info.trainable
-        if not folded and params == 0 and info.buffers == 0 and name != "":
-            params_row = ParamRow(name, info.type, info.depth, 0, 0, 0, 0, 0)
-            rows.append(params_row)  # a container: its children follow
-            continue
-        rows.append(ParamRow(name, info.type, info.depth, params, trainable, params - trainable,
-                             info.total_param_bytes if folded else info.param_bytes,
-                             info.total_buffers if folded else info.buffers))
-    return rows
+    """Modules down to ``depth`` holding parameters or buffers, with inclusive numbers (the
+    root row is the model total; deeper modules are inside their ancestors' rows)."""
+    return [ParamRow(name, info.type, info.depth, info.total_params, info.total_trainable,
+                     info.total_params - info.total_trainable, info.total_param_bytes,
+                     info.total_buffers, info.params)
+            for name, info in modules.items()
+            if info.depth <= depth and (info.total_params or info.total_buffers or name == "")]
+
+
+def left_out_notes(model: Any) -> list[str]:
+    """Parameters the model holds that the totals leave out: modules or parameters kept in
+    plain Python lists/dicts are not registered, so no count (nor ``state_dict``) sees them."""
+    try:
+        import torch
+    except ImportError:  # pragma: no cover
+        return []
+    if not isinstance(model, torch.nn.Module):
+        return []
+    from torchinspect.analysis.doctor.structure import unregistered
+
+    out = []
+    for f in unregistered(model):
+        if f.data.get("parameters"):
+            out.append(f"{f.module}: {f.what}, not registered: {f.data['parameters']:,} "
+                       f"parameters left out of the totals (doctor TI001; fix: {f.fix})")
+    return out
 
 
 def params_from_model(model: Any, *, name: str, depth: int = 3,
@@ -91,12 +105,20 @@ def params_from_model(model: Any, *, name: str, depth: int = 3,
                      f"({shown}): not counted; summarize(model, inputs) or `inspect summary "
                      "--input` sizes them from a forward")
     notes.extend(moe_notes(model, modules)[:1])  # total vs active per token (no forward here)
+    notes.extend(left_out_notes(model))
     return ParamsResult(name, depth, stats, rows_at_depth(modules, depth), notes)
 
 
 def count_params(model_or_spec: Any, *, depth: int = 3, device: str | None = None,
-                 options: ModelOptions | None = None) -> ParamsResult:
-    """Count parameters: ``count_params("resnet18").total == 11_689_512`` (no forward)."""
+                 options: ModelOptions | None = None) -> ParamsResult | SavedParams:
+    """Count parameters: ``count_params("resnet18").total == 11_689_512`` (no forward).
+
+    A weights file without ``--arch`` is counted from its metadata instead (a
+    :class:`SavedParams`: tensors, elements, bytes per dtype, key tree; parameters cannot
+    be told from buffers without the architecture)."""
     check_depth(depth)
-    case = make_case(model_or_spec, options=options, device=device, need_inputs=False)
+    opts = options or ModelOptions()
+    if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
+        return saved_params(model_or_spec, depth=depth, key=opts.key)
+    case = make_case(model_or_spec, options=opts, device=device, need_inputs=False)
     return params_from_model(case.model, name=case.name, depth=depth, notes=case.notes)

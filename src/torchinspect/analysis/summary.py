@@ -1,6 +1,8 @@
 """`inspect summary`: a Keras/torchinfo-like layer table with totals, from one Trace.
 
-Returns a :class:`Summary` dataclass; ``report/summary.py`` presents it."""
+Row numbers follow the convention of ``analysis/tree.py``: Params and MACs include
+everything inside the module (the root row is the model total), Self columns are the module's
+own. Returns a :class:`Summary` dataclass; ``report/summary.py`` presents it."""
 
 from __future__ import annotations
 
@@ -9,7 +11,8 @@ from enum import StrEnum
 from typing import Any
 
 from torchinspect.analysis.conventions import conventions
-from torchinspect.analysis.tree import ShownCall, fold_repeats, shown_tree
+from torchinspect.analysis.params import left_out_notes
+from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth
 from torchinspect.errors import InspectError
 from torchinspect.shapes import format_shape_tree
@@ -28,15 +31,18 @@ class Column(StrEnum):
     kernel = "kernel"
     params = "params"
     params_pct = "params_pct"
+    self_params = "self_params"
     macs = "macs"
+    self_macs = "self_macs"
     trainable = "trainable"
 
 
-DEFAULT_COLUMNS: tuple[Column, ...] = tuple(Column)
+DEFAULT_COLUMNS: tuple[Column, ...] = tuple(c for c in Column if c is not Column.self_params)
 HEADERS = {
     Column.layer: "Layer", Column.type: "Type", Column.input: "Input shape",
     Column.output: "Output shape", Column.kernel: "Kernel", Column.params: "Params",
-    Column.params_pct: "% params", Column.macs: "MACs", Column.trainable: "Trainable",
+    Column.params_pct: "% params", Column.self_params: "Self params", Column.macs: "MACs",
+    Column.self_macs: "Self MACs", Column.trainable: "Trainable",
 }
 
 
@@ -63,16 +69,22 @@ class SummaryRow:
     label: str  # tree-drawn text for the Layer column
     type: str
     depth: int
-    input: str
+    input: str  # the exact shape text (tables shorten it; JSON/CSV keep it whole)
     output: str
     kernel: str | None
-    params: int | None
+    params: int | None  # inclusive; None on a recursive row (counted on the module's first)
     params_pct: float | None
-    macs: int
+    macs: int  # inclusive: this call and every call inside it
     trainable: str | None
+    self_params: int | None = None  # registered on this module itself
+    self_macs: int = 0  # ops run directly in this call's forward
     repeat: int = 1
     container: bool = False  # its children are shown as rows of their own
     called: bool = True  # False: a container (ModuleList, ...) whose forward never ran
+    ran: bool = True  # False: a module holding parameters/buffers that never ran
+    recursive: bool = False  # a later call of a module shown before (params on the first)
+    calls: int = 1  # how many times the module ran in the forward
+    call_number: int = 0  # 0 for its first call, 1 for the second, ...
 
 
 @dataclass
@@ -187,7 +199,7 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
         if node.fold > 1 and node.fold_last:
             last = node.fold_last.rpartition(".")[2]
             short = f"{short}…{last} (×{node.fold})"
-        return short
+        return short + _call_suffix(trace, node)
 
     def walk(node: ShownCall, parent: ShownCall | None, prefix: str, last: bool) -> None:
         info = trace.modules.get(node.call.name)
@@ -199,12 +211,14 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
         params = node.params
         rows.append(SummaryRow(
             name=node.call.name, label=label, type=node.call.type, depth=node.call.depth,
-            input=format_shape_tree(node.call.inputs, limit=40),
-            output=format_shape_tree(node.call.outputs, limit=40),
+            input=format_shape_tree(node.call.inputs, limit=EXACT),
+            output=format_shape_tree(node.call.outputs, limit=EXACT),
             kernel=_kernel(info), params=params,
             params_pct=(100.0 * params / total) if params is not None and total else None,
-            macs=node.macs, trainable=_trainable(info), repeat=node.fold,
-            container=bool(node.children), called=node.called,
+            macs=node.macs, trainable=_trainable(info), self_params=node.self_params,
+            self_macs=node.self_macs, repeat=node.fold, container=bool(node.children),
+            called=node.called, ran=node.ran, recursive=node.recursive,
+            calls=info.calls if info else 1, call_number=node.call.call_number,
         ))
         for i, ch in enumerate(node.children):
             walk(ch, node, child_prefix, i == len(node.children) - 1)
@@ -213,11 +227,25 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
     return rows
 
 
+EXACT = 10**9  # shape texts kept whole in the rows (the table shortens them)
+
+
+def _call_suffix(trace: Trace, node: ShownCall) -> str:
+    """`` (not run)`` for a module that never ran, `` (call 2/3)`` for a module run
+    several times (a block reused in a loop), else nothing."""
+    if not node.ran:
+        return " (not run)"
+    info = trace.modules.get(node.call.name)
+    if node.called and info is not None and info.calls > 1 and node.fold == 1:
+        return f" (call {node.call.call_number + 1}/{info.calls})"
+    return ""
+
+
 def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
                        columns: tuple[Column, ...] = DEFAULT_COLUMNS, fold: bool = False,
                        notes: list[str] | None = None) -> Summary:
     check_depth(depth)
-    root = shown_tree(trace, depth)
+    root = shown_tree(trace, depth, not_run=True)
     if root is None:
         raise InspectError(f"{model}: the forward ran no module", hint="is the model callable?")
     if fold:
@@ -226,8 +254,25 @@ def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
         model=model, input=inputs, device=trace.device, fallback_reason=trace.fallback_reason,
         train=trace.train, depth=depth, columns=columns, rows=rows_of(trace, root, model),
         totals=totals_of(trace), not_counted=dict(trace.uncounted),
-        notes=[*(notes or []), *trace.notes], folded=fold, trace=trace,
+        notes=[*(notes or []), *trace.notes, *never_ran_notes(trace)], folded=fold, trace=trace,
     )
+
+
+def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> None:
+    """A summary runs the model (shapes, MACs): a weights file alone has none to run. The
+    error points to ``params``, which counts its tensors from the file's metadata, rather
+    than showing that view here: a summary whose rows are key prefixes instead of layers,
+    with no shapes or MACs, would be a different table under the same name and schema."""
+    from torchinspect.analysis.saved_params import is_bare_checkpoint
+
+    opts = options or ModelOptions()
+    if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
+        raise InspectError(
+            f"{model_or_spec}: a weights file without an architecture: summary needs a model "
+            "to run (shapes, MACs)",
+            hint=f"`inspect params {model_or_spec}` counts its tensors, bytes and keys from the "
+            f"file alone; `inspect summary {model_or_spec} --arch resnet18` (or zoo:NAME, "
+            "file.py:Name) runs it")
 
 
 def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
@@ -237,7 +282,9 @@ def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
     """Summarize a model: ``summarize("resnet18", "3,224,224")`` or ``summarize(model, x)``."""
     check_depth(depth)
     cols = columns if isinstance(columns, tuple) else parse_columns(columns)
+    refuse_bare_checkpoint(model_or_spec, options)
     case = make_case(model_or_spec, inputs, options=options, device=device)
     trace = trace_case(case, train=train)
     return summary_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
-                              depth=depth, columns=cols, fold=fold, notes=case.notes)
+                              depth=depth, columns=cols, fold=fold,
+                              notes=[*case.notes, *left_out_notes(case.model)])

@@ -1,7 +1,9 @@
 """Depth folding over a Trace: which calls are shown, and what each shown row carries.
 
-A shown row's numbers cover the module itself plus everything folded into it (children
-below ``--depth`` and modules never called), so each column adds up to the model total.
+One convention for every command and format: a row's numbers are **inclusive** (the module
+and everything inside it, shown or folded below ``--depth``), and its **self** numbers are
+what the module does or holds directly (ops run in its own forward, parameters registered on
+it). The root row is the model total.
 
 Containers that are never called themselves (``nn.ModuleList``, ``nn.ModuleDict``, or
 any module whose children are called directly by an ancestor) get a row of their own at
@@ -9,6 +11,11 @@ their real depth in the module tree: a synthetic :class:`CallRecord` with ``inde
 (see :func:`is_called`), no shapes, the calls it encloses as ``children`` and their MACs
 as ``total_macs``. Such a row appears once per enclosing call, where its first
 descendant ran.
+
+A module that runs more than once (a block reused in a loop) has a row per call; its
+parameters are counted on the first and the later rows are marked recursive (as torchinfo
+does). Modules holding parameters or buffers that never ran in the forward get a row of
+their own (``ran=False``) under their parent, so the totals name every parameter they hold.
 """
 
 from __future__ import annotations
@@ -25,14 +32,22 @@ UNCALLED = -1  # CallRecord.index of a container row that was never called
 class ShownCall:
     call: CallRecord
     children: list[ShownCall] = field(default_factory=list)
-    params: int | None = None  # None: shown on the module's first call only
-    macs: int = 0
+    params: int | None = None  # inclusive; None: a later call of a module (recursive)
+    self_params: int | None = None
+    macs: int = 0  # inclusive: this call and every call inside it
+    self_macs: int = 0  # ops run directly in this call's own forward
     fold: int = 1  # identical consecutive siblings folded into this row
     fold_last: str | None = None  # name of the last folded sibling
+    ran: bool = True  # False: a module with parameters/buffers that never ran
 
     @property
     def called(self) -> bool:
         return is_called(self.call)
+
+    @property
+    def recursive(self) -> bool:
+        """A second or later row of the same module (its parameters are on the first)."""
+        return self.params is None
 
 
 def is_called(call: CallRecord) -> bool:
@@ -87,56 +102,81 @@ def _call_tree(trace: Trace) -> _Node:
     return build(calls[0])
 
 
-def shown_tree(trace: Trace, depth: int) -> ShownCall | None:
-    """The call tree (uncalled containers included) cut at ``depth``, with folded numbers."""
+def never_ran(trace: Trace) -> list[str]:
+    """Outermost modules holding parameters or buffers whose forward never ran (nor that of
+    anything inside them): their parameters are in the totals but no call row owns them."""
+    ran: set[str] = set()
+    for c in trace.calls:
+        ran.add(c.name)
+        ran.update(_ancestors(c.name))
+    out = []
+    for name, info in trace.modules.items():
+        if not name or name in ran or info.total_params + info.total_buffers == 0:
+            continue
+        if not any(a not in ran for a in _ancestors(name)):  # outermost: its parent ran
+            out.append(name)
+    return out
+
+
+def never_ran_notes(trace: Trace) -> list[str]:
+    """One note naming every module whose parameters are in the totals but never ran."""
+    names = never_ran(trace)
+    if not names:
+        return []
+    parts = [f"{n} ({trace.modules[n].type}, {trace.modules[n].total_params:,} params)"
+             for n in names]
+    held = sum(trace.modules[n].total_params for n in names)
+    return [f"{len(names)} module(s) holding {held:,} parameters never ran in this forward: "
+            f"{', '.join(parts)}; counted in the totals, no MACs"]
+
+
+def shown_tree(trace: Trace, depth: int, *, not_run: bool = False) -> ShownCall | None:
+    """The call tree (uncalled containers included) cut at ``depth``, with inclusive and self
+    numbers; ``not_run`` adds a row for each module that never ran (tables of parameters;
+    a graph of the computation leaves them out)."""
     if not trace.calls:
         return None
 
-    displayed_modules: set[str] = set()
-
     def build(n: _Node) -> ShownCall:
-        node = ShownCall(n.call)
-        displayed_modules.add(n.call.name)
-        hidden = 0
-        for child in n.children:
-            if child.call.depth <= depth:
-                node.children.append(build(child))
-            else:
-                hidden += child.call.total_macs
-        node.macs = n.call.own_macs + hidden
+        node = ShownCall(n.call, macs=n.call.total_macs,
+                         self_macs=n.call.own_macs if is_called(n.call) else 0)
+        node.children = [build(child) for child in n.children if child.call.depth <= depth]
         return node
 
     root = build(_call_tree(trace))
-
-    kids: dict[str, list[str]] = {}
-    for name in trace.modules:
-        if name:
-            kids.setdefault(name.rpartition(".")[0], []).append(name)
-
-    def hidden_params(name: str) -> int:
-        """Params of a module not shown itself, less its descendants that are shown."""
-        info = trace.modules[name]
-        return info.params + sum(hidden_params(k) for k in kids.get(name, [])
-                                 if k not in displayed_modules)
-
-    def shown_params(name: str) -> int:
-        info = trace.modules.get(name)
-        if info is None:
-            return 0
-        return info.params + sum(hidden_params(k) for k in kids.get(name, [])
-                                 if k not in displayed_modules)
-
+    if not_run:
+        _add_never_ran(trace, root, depth)
     seen: set[str] = set()
 
     def attach(node: ShownCall) -> None:
+        info = trace.modules.get(node.call.name)
         if node.call.name not in seen:
             seen.add(node.call.name)
-            node.params = shown_params(node.call.name)
+            node.params = info.total_params if info else 0
+            node.self_params = info.params if info else 0
         for ch in node.children:
             attach(ch)
 
     attach(root)
     return root
+
+
+def _add_never_ran(trace: Trace, root: ShownCall, depth: int) -> None:
+    """A row for each never-run module within ``depth``, under its parent's first row."""
+    first: dict[str, ShownCall] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        first.setdefault(node.call.name, node)
+        stack.extend(reversed(node.children))
+    for name in never_ran(trace):
+        info = trace.modules[name]
+        if info.depth > depth:
+            continue  # folded into its shown ancestor's inclusive numbers
+        parent = first.get(name.rpartition(".")[0], root)
+        parent.children.append(ShownCall(
+            CallRecord(index=UNCALLED, name=name, type=info.type, depth=info.depth,
+                       parent=parent.call.index, call_number=0), ran=False))
 
 
 def macs_by_op(trace: Trace, call: CallRecord) -> dict[str, int]:
@@ -164,12 +204,15 @@ def fold_repeats(trace: Trace, node: ShownCall) -> None:
     last_sig: Any = None
     for ch in node.children:
         sig = signature(trace, ch.call)
-        if out and sig == last_sig and out[-1].params is not None and ch.params is not None:
+        if (out and sig == last_sig and out[-1].params is not None and ch.params is not None
+                and out[-1].ran and ch.ran):
             head = out[-1]
             head.fold += 1
             head.fold_last = ch.call.name
             head.params = (head.params or 0) + (ch.params or 0)
+            head.self_params = (head.self_params or 0) + (ch.self_params or 0)
             head.macs += ch.macs
+            head.self_macs += ch.self_macs
             continue
         out.append(ch)
         last_sig = sig

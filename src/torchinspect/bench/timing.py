@@ -55,6 +55,17 @@ class TimingConfig:
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
 
+    def warmup_text(self, done: list[int] | None = None) -> str:
+        """The warm-up as the loop runs it: its minimums and the cut-off that can end it
+        early (slow calls get fewer than ``warmup_iters``), with the call counts ``done``."""
+        cap = max(self.warmup_s, self.max_time / 2)
+        text = (f"warm-up until {self.warmup_iters} calls and {self.warmup_s:g} s, "
+                f"cut off after {cap:g} s")
+        if done:
+            lo, hi = min(done), max(done)
+            text += f" (ran {lo} call{'s' if hi != 1 else ''})" if lo == hi else f" (ran {lo}-{hi} calls)"
+        return text
+
 
 @dataclass
 class Timing:

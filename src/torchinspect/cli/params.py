@@ -14,4 +14,10 @@ def params(models: ModelsArg, depth: DepthOpt = 3, *, opts: ModelOptions,
     from torchinspect.report.params import params_report
 
     results = [count_params(m, depth=depth, options=opts) for m in models]
+    if len(results) > 1 and not all(hasattr(r, "stats") for r in results):
+        from torchinspect.errors import InspectError
+
+        raise InspectError("params compares models, and a weights file without --arch is not one",
+                           hint="`inspect params CKPT` one at a time, or `inspect diff A B` "
+                           "to compare two checkpoints")
     emit_results("params", results, params_report, out, [*models, *opts.files()])

@@ -14,6 +14,7 @@ from torchinspect import __version__
 from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.flops import FlopsResult, flops_from_trace
+from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.summary import Summary, summary_from_trace
 from torchinspect.arguments import check_depth
 from torchinspect.errors import InspectError
@@ -55,14 +56,13 @@ class ModelOverview:
 
     def blocks(self) -> list[Block]:
         """Params and MACs per top-level block (depth 1), in call order, from the summary and
-        flops rows: a block's params are the summary rows inside it (so blocks add up to the
-        model total), its MACs the flops row's inclusive count (summed over its calls)."""
-        rows = self.summary.rows
+        flops rows: a block's params are its summary row's (inclusive; modules that never ran
+        are rows too, so blocks add up to the model total less the root's own parameters), its
+        MACs the flops row's inclusive count (summed over its calls)."""
         out: dict[str, Block] = {}
-        for r in rows:
-            if r.depth == 1 and r.name not in out:
-                inside = [x for x in rows if x.name == r.name or x.name.startswith(r.name + ".")]
-                out[r.name] = Block(r.name, r.type, sum(x.params or 0 for x in inside), 0)
+        for r in self.summary.rows:
+            if r.depth == 1 and r.name not in out:  # rows are inclusive: the first is the block
+                out[r.name] = Block(r.name, r.type, r.params or 0, 0)
         for f in self.flops.rows:
             if f.depth == 1 and f.name in out:
                 out[f.name].macs += f.macs
@@ -168,10 +168,10 @@ def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: in
     say(f"{label}: tracing")
     trace = trace_case(case)
     described = case.describe_inputs()
+    notes = [*case.notes, *left_out_notes(case.model)]
     summary = summary_from_trace(trace, model=case.name, inputs=described, depth=depth,
-                                 notes=case.notes)
-    flops = flops_from_trace(trace, model=case.name, inputs=described, depth=depth,
-                             notes=case.notes)
+                                 notes=notes)
+    flops = flops_from_trace(trace, model=case.name, inputs=described, depth=depth, notes=notes)
     seconds["trace"] = time.perf_counter() - start
     view = ModelOverview(label, summary, flops, seconds=seconds)
 

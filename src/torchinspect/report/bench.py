@@ -84,7 +84,8 @@ def _environment(result: BenchResult) -> KeyValues:
     items += [("threads", o.threads or e.get("torch_threads")),
               ("flags", ", ".join(flags) or "-")]
     t = o.timing
-    items.append(("method", f"warm-up >= {t.warmup_s:g} s and {t.warmup_iters} calls; timed "
+    done = [c.timing.warmup_iters for c in result.configs if c.timing is not None]
+    items.append(("method", f"{t.warmup_text(done)}; timed "
                   f"{t.min_time:g}-{t.max_time:g} s, >= {t.min_iters} iters, until the median's "
                   f"error <= {t.target_cov * 100:g}%; "
                   + ("CUDA events per call" if result.device.startswith("cuda")

@@ -9,10 +9,17 @@ from torchinspect.report.base import Report, Table, Text, fmt_si, pct, si
 from torchinspect.report.summary import header_lines
 
 if TYPE_CHECKING:
-    from torchinspect.analysis.flops import FlopsResult
+    from torchinspect.analysis.flops import FlopsResult, FlopsRow
 
 # v2: totals under "totals" (as in summary), module rows carry "self_macs".
-SCHEMA_VERSION = 2
+# v3: "self_macs" is the module's own ops only (no longer plus layers folded below --depth);
+# rows carry "calls" and "call_number".
+SCHEMA_VERSION = 3
+
+
+def _call_suffix(m: FlopsRow) -> str:
+    """`` (call 2/3)`` on each row of a module run several times (a block reused in a loop)."""
+    return f" (call {m.call_number + 1}/{m.calls})" if m.calls > 1 else ""
 
 
 def flops_report(r: FlopsResult) -> Report:
@@ -25,13 +32,12 @@ def flops_report(r: FlopsResult) -> Report:
     sections.append(Table(
         "MACs by module",
         ["Module", "Type", "MACs", "Self", "% MACs", "Top op"],
-        [["  " * m.depth + (m.name or r.model), m.type, si(m.macs, empty="0"),
+        [["  " * m.depth + (m.name or r.model) + _call_suffix(m), m.type, si(m.macs, empty="0"),
           si(m.self_macs, empty="0"), pct(100.0 * m.macs / total),
           max(m.by_op, key=m.by_op.__getitem__) if m.by_op else "-"] for m in r.rows],
         align=["left", "left", "right", "right", "right", "left"], primary=True,
         depths=[m.depth for m in r.rows],
-        footer=["MACs include the modules inside; Self: the module's own ops "
-                "(and layers folded below --depth)."]))
+        footer=["MACs include the modules inside; Self: the module's own ops."]))
     sections.append(Table(
         "MACs by op", ["Op", "Calls", "MACs", "% MACs"],
         [[op, r.op_calls.get(op, 0), si(m), pct(100.0 * m / total)] for op, m in r.by_op.items()],

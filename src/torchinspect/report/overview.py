@@ -58,11 +58,18 @@ def single_sections(ov: Overview, m: ModelOverview) -> list[Any]:
     sections.append(top_layers_chart(m))
     sections.append(graph_figure(m))
     sections.append(layers_table(m, "Layers"))
+    sections += not_counted_sections(m, "FLOPs")
     sections += doctor_sections(m, "Doctor findings")
     if m.bench is not None or "bench" in m.missing:
         sections += bench_sections([m])
-    sections += trailer_sections(m.summary.not_counted, m.summary.notes)
+    sections += trailer_sections({}, m.summary.notes)
     return sections
+
+
+def not_counted_sections(m: ModelOverview, title: str) -> list[Any]:
+    """The ops without a MAC formula, under a FLOPs heading of their own (next to the layer
+    table whose MACs they are missing from), never under the doctor's."""
+    return [Text(t.lines, title=title) for t in trailer_sections(m.summary.not_counted, [])]
 
 
 def comparison_sections(ov: Overview) -> list[Any]:
@@ -84,8 +91,9 @@ def comparison_sections(ov: Overview) -> list[Any]:
         sections.append(top_layers_chart(m, f"{m.name}: top layers by MACs"))
         sections.append(graph_figure(m, f"{m.name}: module graph"))
         sections.append(layers_table(m, f"{m.name}: layers", primary=False))
+        sections += not_counted_sections(m, f"{m.name}: FLOPs")
         sections += doctor_sections(m, f"{m.name}: doctor findings")
-        sections += trailer_sections(m.summary.not_counted, m.summary.notes)
+        sections += trailer_sections({}, m.summary.notes)
     return sections
 
 
@@ -93,8 +101,7 @@ def totals_table(ms: list[ModelOverview]) -> Table:
     rows = []
     for m in ms:
         t = m.summary.totals
-        found = m.doctor.result.counts() if m.doctor is not None else None
-        doctor = (", ".join(f"{n} {k}" for k, n in found.items() if n) or "none") if found else "-"
+        doctor = doctor_cell(m)
         best = best_throughput(m)
         rows.append([m.name, m.summary.input, t.params, si(t.macs), si(t.flops),
                      nbytes(t.param_bytes), nbytes(t.activation_bytes), nbytes(t.total_bytes),
@@ -103,6 +110,17 @@ def totals_table(ms: list[ModelOverview]) -> Table:
                  ["Model", "Input", "Params", "MACs", "FLOPs", "Param memory",
                   "Activation memory", "Total size (est.)", "Doctor findings", "Best throughput"],
                  rows, primary=True)
+
+
+def doctor_cell(m: ModelOverview) -> str:
+    """Findings by severity, or "none" with the checks that ran and those that did not."""
+    if m.doctor is None:
+        return "-"
+    r = m.doctor.result
+    found = ", ".join(f"{n} {k}" for k, n in r.counts().items() if n)
+    not_run = sorted({*r.skipped, *m.doctor.left_out})
+    text = found or f"none in {', '.join(r.checked) or 'no checks'}"
+    return text + (f" ({', '.join(not_run)} not run)" if not_run else "")
 
 
 def block_charts(ms: list[ModelOverview]) -> list[Chart]:

@@ -8,18 +8,25 @@ from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes, 
 
 if TYPE_CHECKING:
     from torchinspect.analysis.params import ParamsResult
+    from torchinspect.analysis.saved_params import SavedParams
 
 
-def params_report(r: ParamsResult) -> Report:
+def params_report(r: ParamsResult | SavedParams) -> Report:
+    from torchinspect.analysis.saved_params import SavedParams
+
+    if isinstance(r, SavedParams):
+        return saved_params_report(r)
     s = r.stats
     sections: list[Any] = [Text([f"{r.model}: parameters counted once per tensor "
                                  "(tied weights once); bytes at each tensor's dtype"])]
     sections.append(Table(
         f"Parameters by module (depth {r.depth})",
-        ["Module", "Type", "Params", "Trainable", "Frozen", "Bytes", "Buffers"],
-        [[m.name or "(model)", m.type, m.params, m.trainable, m.frozen, nbytes(m.bytes),
-          m.buffers] for m in r.rows],
-        align=["left", "left", "right", "right", "right", "right", "right"], primary=True))
+        ["Module", "Type", "Params", "Self", "Trainable", "Frozen", "Bytes", "Buffers"],
+        [[m.name or "(model)", m.type, m.params, m.self_params, m.trainable, m.frozen,
+          nbytes(m.bytes), m.buffers] for m in r.rows],
+        align=["left", "left"] + ["right"] * 6, primary=True,
+        footer=["Params, Trainable, Frozen, Bytes and Buffers include the modules inside; "
+                "Self: parameters registered on the module itself."]))
     sections.append(Table("By dtype", ["Dtype", "Params", "Bytes"],
                           [[k, v.count, nbytes(v.bytes)] for k, v in s.by_dtype.items()],
                           align=["left", "right", "right"]))
@@ -40,4 +47,40 @@ def params_report(r: ParamsResult) -> Report:
                              title="Tied parameters"))
     if r.notes:
         sections.append(Text([f"note: {n}" for n in r.notes], style="yellow"))
-    return Report("params", r.to_dict(), sections)
+    return Report("params", r.to_dict(), sections, version=2)  # v2: inclusive rows, self_params
+
+
+def saved_params_report(r: SavedParams) -> Report:
+    """A weights file without its architecture: counts from its metadata, buffers guessed."""
+    where = f" (entry {r.container_key!r})" if r.container_key else ""
+    sections: list[Any] = [Text([
+        f"{r.model}{where}: {r.format} weights without an architecture; counted from the "
+        "file's metadata (no tensor data read); tied tensors once"])]
+    sections.append(Table(
+        f"Saved tensors by key prefix (depth {r.depth})",
+        ["Prefix", "Tensors", "Elements", "Self", "Bytes", "Likely buffers"],
+        [[m.name or "(all)", m.tensors, m.elements, m.self_elements, nbytes(m.bytes),
+          m.likely_buffers] for m in r.rows],
+        align=["left"] + ["right"] * 5, primary=True,
+        footer=["A prefix row includes the keys under it; Self: tensors saved on the prefix "
+                "itself. Likely buffers: elements of keys named like buffers (running_mean, "
+                "num_batches_tracked, ...) or of integer dtype."]))
+    sections.append(Table("By dtype", ["Dtype", "Tensors", "Elements", "Bytes"],
+                          [[k, v.tensors, v.elements, nbytes(v.bytes)]
+                           for k, v in r.by_dtype.items()],
+                          align=["left", "right", "right", "right"]))
+    sections.append(KeyValues("Totals", [
+        ("Tensors", f"{r.tensors:,}"),
+        ("Elements", f"{r.elements:,}"),
+        ("Likely parameters", f"{r.likely_params:,}"),
+        ("Likely buffers", f"{r.likely_buffer_elements:,} elements in {len(r.likely_buffers):,} tensors"),
+        ("Tensor bytes", fmt_bytes(r.bytes)),
+        ("File size", fmt_bytes(r.file_size)),
+    ]))
+    if r.tied:
+        sections.append(Text([" = ".join(g) + " (one tensor on disk, counted once)"
+                              for g in r.tied], title="Tied tensors"))
+    if r.other_entries:
+        sections.append(Text(r.other_entries, title="Non-tensor entries (not counted)"))
+    sections.append(Text([f"note: {n}" for n in r.notes], style="yellow"))
+    return Report("params-checkpoint", r.to_dict(), sections)

@@ -21,30 +21,45 @@ if TYPE_CHECKING:
     from torchinspect.analysis.summary import Column, Summary, SummaryRow, Totals
 
 
+# v2: layer rows are inclusive (params and macs include the modules inside, the root row is
+# the model total) with self_params/self_macs; rows carry ran, recursive, calls, call_number,
+# and input/output shapes are exact (no longer cut).
+SCHEMA_VERSION = 2
+SHAPE_WIDTH = 40  # the table shortens shape texts; CSV and JSON keep them whole
+
+
 def summary_cell(row: SummaryRow, col: Column) -> Any:
-    """The display value of one cell (numbers stay numbers for CSV)."""
+    """The display value of one cell (numbers stay numbers for CSV).
+
+    Params and MACs are inclusive (the module and everything inside it), Self columns the
+    module's own; a later call of a module shown before says ``(recursive)``: its
+    parameters are counted on its first row.
+    """
     name = col.value
     if name == "layer":  # the tree for people, the full dotted name for CSV
         return Shown(row.name or row.label, row.label)
-    if name == "macs":
-        return si(row.macs, empty="--")
+    if name in ("input", "output"):
+        text = getattr(row, name)
+        short = text if len(text) <= SHAPE_WIDTH else text[:SHAPE_WIDTH - 1] + "…"
+        return Shown(text, short)
+    if name in ("macs", "self_macs"):
+        return si(getattr(row, name), empty="--")
     if name == "params_pct":
-        if row.params_pct is None or (row.container and not row.params):
-            return None
-        return pct(row.params_pct)
-    if name == "params":
-        if row.params is None or (row.container and not row.params):
-            return Shown("", "--")
-        return row.params
+        return pct(row.params_pct) if row.params_pct is not None else Shown("", "-")
+    if name in ("params", "self_params"):
+        value = getattr(row, name)
+        if row.recursive:
+            return Shown("", "(recursive)")
+        return Shown("", "--") if value is None else value
     return getattr(row, name)
 
 
 HEADERS = {
     "layer": "Layer", "type": "Type", "input": "Input shape", "output": "Output shape",
-    "kernel": "Kernel", "params": "Params", "params_pct": "% params", "macs": "MACs",
-    "trainable": "Trainable",
+    "kernel": "Kernel", "params": "Params", "params_pct": "% params", "self_params": "Self params",
+    "macs": "MACs", "self_macs": "Self MACs", "trainable": "Trainable",
 }
-_NUMERIC = ("params", "params_pct", "macs")
+_NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs")
 
 
 def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
@@ -53,7 +68,12 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
         cols = list(s.columns)
         rows = [[summary_cell(r, c) for c in cols] for r in s.rows]
         align = ["right" if c.value in _NUMERIC else "left" for c in cols]
-        footer = []
+        selves = any(c.value.startswith("self_") for c in cols)
+        footer = ["Params and MACs include the modules inside"
+                  + ("; Self: the module's own." if selves else ".")]
+        if any(r.recursive for r in s.rows):
+            footer.append("(call k/N): a module run N times has a row per call; its params "
+                          "are on its first row, later ones say (recursive).")
         if s.folded and any(r.repeat > 1 for r in s.rows):
             footer.append("(×N): N identical consecutive blocks folded into one row; "
                           "rows under it show one block.")
@@ -61,7 +81,7 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
                               footer=footer, primary=True, depths=[r.depth for r in s.rows]))
     sections.append(totals_section(s.totals))
     sections.extend(trailer_sections(s.not_counted, s.notes))
-    return Report("summary", s.to_dict(), sections)
+    return Report("summary", s.to_dict(), sections, version=SCHEMA_VERSION)
 
 
 def header_lines(model: str, inputs: str, device: str, fallback: str | None, train: bool) -> list[str]:

@@ -38,7 +38,7 @@ def trace_case(case: ModelCase, *, train: bool = False) -> Trace:
 
 def _why(exc: BaseException) -> str:
     """``Type: first sentence`` of an exception, short enough for one output line."""
-    return first_line(exc, limit=160, typed=True, sentence=True)
+    return first_line(exc, limit=240, typed=True, sentence=True)  # torch's dtype errors fit
 
 
 def _start_device(model: nn.Module, device: str) -> tuple[str, str | None]:
@@ -228,5 +228,13 @@ def forward_error(exc: BaseException, inputs: Any) -> InspectError:
             "smaller --input or --batch, or a device with more memory")
     return InspectError(
         f"the model's forward failed for input {shown}: {_why(exc)}",
-        hint="check --input (shape, dtype, how many inputs) against what the model's forward expects",
+        hint=("token ids need an integer dtype: --input long:... (e.g. long:1,128)"
+              if _wants_integers(exc) else
+              "check --input (shape, dtype, how many inputs) against what the model's forward expects"),
     )
+
+
+def _wants_integers(exc: BaseException) -> bool:
+    """An embedding (or gather) given floats: the input was token ids written as floats."""
+    text = str(exc)
+    return "'indices'" in text and ("Long" in text or "Int" in text)

@@ -171,8 +171,9 @@ def tensor_core_alignment(model: nn.Module) -> list[Finding]:
             "TI006", Severity.info, names[0],
             f"{layer_type} {change}" + (f" ({len(names)} layers: {show_names(names)})"
                                          if len(names) > 1 else ""),
-            fix="use " + ", ".join(f"{w} {_round_up(n)}" for w, n in dims_of[key][0].items())
-            + f" (multiples of {ALIGN})",
+            fix="only if it runs in fp16/bf16 on a GPU with Tensor Cores: use "
+            + ", ".join(f"{w} {_round_up(n)}" for w, n in dims_of[key][0].items())
+            + f" (multiples of {ALIGN}); no effect on fp32 or CPU runs",
             data={"type": layer_type, "layers": names,
                   "suggested": {w: _round_up(n) for w, n in dims_of[key][0].items()}}))
     return out
