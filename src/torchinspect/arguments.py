@@ -5,10 +5,16 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+import warnings
+from collections.abc import Callable
+from typing import Any, ParamSpec, TypeVar
 
 from torchinspect.errors import InspectError
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 
 def as_list(value: Any) -> list[Any]:
@@ -26,3 +32,25 @@ def check_depth(depth: int) -> None:
     if depth < 0:
         raise InspectError(f"depth={depth}: the depth must be 0 or more",
                            hint="e.g. depth=3 (0 shows the model as one row)")
+
+
+def renamed_keywords(**old_to_new: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Keep an old keyword name working after a parameter was renamed (``model_or_spec=`` ->
+    ``model=``): the value goes to the new name, with a DeprecationWarning. Positional calls,
+    the usual form, never see it."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {old}= and {new}=")
+                    warnings.warn(f"{fn.__name__}({old}=...) is deprecated; use {new}=...",
+                                  DeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return call
+
+    return wrap

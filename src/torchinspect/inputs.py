@@ -374,5 +374,5 @@ def example_from_strings(specs: str | Sequence[str]) -> ExampleInputs:
     if isinstance(specs, str):
         specs = [specs]
     return ExampleInputs(tuple(parse_spec(s) for s in specs if "=" not in s.partition(":")[0]),
-                         {p.name: p for p in (parse_spec(s) for s in specs
-                                              if "=" in s.partition(":")[0])})
+                         {str(p.name): p for p in (parse_spec(s) for s in specs
+                                                   if "=" in s.partition(":")[0])})

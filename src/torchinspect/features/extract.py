@@ -41,6 +41,7 @@ from torchinspect.features.plan import (
 )
 from torchinspect.features.ranks import init_ranks, slowest
 from torchinspect.features.runner import Progress, Runner, channels_last, default_workers
+from torchinspect.sources.case import ModelLike, ModelOptions
 
 __all__ = ["FeatureResult", "Progress", "default_workers", "extract_features"]
 
@@ -96,12 +97,12 @@ class FeatureResult:
 
 
 def extract_features(
-    model: Any,
+    model: ModelLike,
     inputs: Sequence[str] | str | os.PathLike[str] = (),
     *,
     layers: Sequence[str] | str,
     output: str | os.PathLike[str],
-    options: Any = None,
+    options: ModelOptions | None = None,
     example: Any = None,
     device: str = "cpu",
     batch_size: int | None = None,

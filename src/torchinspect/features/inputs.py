@@ -186,7 +186,7 @@ def _tensor_shapes(path: str) -> dict[str | None, tuple[int, ...]]:
 
 def tensor_items(path: str, sample_rank: int | None) -> list[InputItem]:
     """One row for a sample-shaped tensor, one per entry for a batch of samples."""
-    items = []
+    items: list[InputItem] = []
     shown = Path(path).as_posix()
     for key, shape in _tensor_shapes(path).items():
         base = shown if key is None else f"{shown}:{key}"

@@ -27,6 +27,7 @@ from torch import nn
 from torchinspect.errors import InspectError, first_line
 from torchinspect.guard import training_mode
 from torchinspect.shapes import first_tensor
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case, materialize
 
 
 @dataclass
@@ -84,7 +85,7 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def list_layers(model: Any, *, options: Any = None) -> LayerListing:
+def list_layers(model: ModelLike, *, options: ModelOptions | None = None) -> LayerListing:
     """Every extractable layer with its output shape at the model's example input.
 
     Module names come from one traced forward (meta by default: no memory, works on
@@ -92,11 +93,9 @@ def list_layers(model: Any, *, options: Any = None) -> LayerListing:
     shapes from running the FX graph on meta tensors. ``model``: a MODEL text, a
     ModelCase or an ``nn.Module`` (with ``options.inputs``).
     """
-    from torchinspect.sources.case import make_case, materialize
     from torchinspect.trace.policy import trace_case
 
-    case = model if hasattr(model, "rebuild") and hasattr(model, "example") else \
-        make_case(model, options=options, device="auto")
+    case = make_case(model, options=options, device="auto")  # a ModelCase as it is
     trace = trace_case(case)
     modules: dict[str, LayerInfo] = {}
     for c in trace.calls:

@@ -1,11 +1,14 @@
 """The model case: what every command that takes MODEL starts from.
 
-``make_case(model_or_spec, inputs, options=ModelOptions(...))`` resolves a MODEL text (or
+``make_case(model, inputs, options=ModelOptions(...))`` resolves a MODEL text (or
 takes an ``nn.Module``), resolves the example inputs (``--input``/``--batch`` or the
 model's own example) and returns a :class:`ModelCase` — no trace, no forward.
 
-``model_or_spec`` is an ``nn.Module`` or any MODEL text the CLI accepts (``resnet18``,
-``zoo:gpt``, ``file.py:Name``, a checkpoint with ``arch=``). ``inputs`` is an
+``model`` is a :data:`ModelLike`: an ``nn.Module``, any MODEL text the CLI accepts
+(``resnet18``, ``zoo:gpt``, ``file.py:Name``, a checkpoint with ``arch=``), or a
+:class:`ModelCase` made before (used as it is). Every public function that takes a model
+has the same shape: ``fn(model: ModelLike, inputs=None, *, ..., options: ModelOptions |
+None = None)``. ``inputs`` is an
 :class:`ExampleInputs`, a list of ``--input`` strings, one string, a full shape
 (``(1, 3, 224, 224)``), a tensor, a tuple of tensors, or ``None`` for the model's declared
 example.
@@ -15,13 +18,17 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from torchinspect import device as devices
+from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.guard import model_code
 from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
 from torchinspect.shapes import format_shape_tree, map_tensors, shape_tree
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @dataclass
@@ -130,13 +137,23 @@ class ModelCase:
         return materialize(self.require_example(), device)
 
 
-def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions | None = None,
+# What every public function that takes a model accepts (a string alias: this module stays
+# torch-free at import, the CLI imports it at start-up).
+ModelLike: TypeAlias = "str | nn.Module | ModelCase"
+
+
+@renamed_keywords(model_or_spec="model")
+def make_case(model: ModelLike, inputs: Any = None, *, options: ModelOptions | None = None,
               device: str | None = None, need_inputs: bool = True) -> ModelCase:
     """Resolve the model and its example inputs (no forward).
 
     ``device`` overrides ``options.device``. ``inputs`` overrides ``options.inputs``.
     ``need_inputs=False`` keeps the model's own example (maybe None) without requiring one.
+    A :class:`ModelCase` is returned as it is (it was resolved already).
     """
+    if isinstance(model, ModelCase):
+        return model
+    model_or_spec: Any = model
     opts = options or ModelOptions()
     dev = devices.parse_device(device if device is not None else opts.device)
     if isinstance(model_or_spec, str):

@@ -4,17 +4,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchinspect.arguments import check_depth
+from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.export.graph.autograd import autograd_graph
 from torchinspect.export.graph.flow import _Flow, module_flow
 from torchinspect.export.graph.model import Graph, GraphKind
 from torchinspect.export.graph.modules import module_graph
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case
 
 
-def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str = "autograd",
+@renamed_keywords(case_or_model="model")
+def build_graph(model: ModelLike, inputs: Any = None, *, kind: GraphKind | str = "autograd",
                 depth: int | None = None, fold: bool = True, saved: bool = False,
-                options: Any = None, functions: bool = True) -> Graph:
+                options: ModelOptions | None = None, functions: bool = True) -> Graph:
     """The graph of a model case (or a model/spec and inputs): the library twin of ``inspect graph``.
 
     ``kind="autograd"`` runs one real forward on the case's device (auto/meta: cpu; refused
@@ -22,14 +24,12 @@ def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str
     a CPU fallback), drawing functional ops as nodes unless ``functions=False``.
     ``options``: a ModelOptions when a spec is given.
     """
-    from torchinspect.sources.case import ModelCase, make_case
-
     if str(kind) not in {k.value for k in GraphKind}:
         raise InspectError(f"kind={kind!r}: unknown graph kind", hint="use 'autograd' or 'module'")
     kind = GraphKind(kind)
     if depth is not None:
         check_depth(depth)
-    case = case_or_model if isinstance(case_or_model, ModelCase) else make_case(case_or_model, inputs, options=options)
+    case = make_case(model, inputs, options=options)
     if kind is GraphKind.autograd:
         graph = _autograd_of(case, saved)
     else:
