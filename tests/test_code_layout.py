@@ -5,11 +5,14 @@ public API that type checkers see the same way Python does."""
 from __future__ import annotations
 
 import ast
+import inspect
 import subprocess
 import sys
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
+
+import pytest
 
 import torchinspect
 from torchinspect import errors
@@ -211,3 +214,31 @@ def test_import_torchinspect_and_the_cli_stay_torch_free() -> None:
             "('torch', 'onnx', 'numpy', 'torchvision')))")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+# every public function that takes one model: fn(model: ModelLike, ..., *, options=...)
+MODEL_FUNCTIONS = ["make_case", "summarize", "count_params", "diagnose", "build_graph",
+                   "export_onnx", "benchmark", "extract_features"]
+
+
+@pytest.mark.parametrize("name", MODEL_FUNCTIONS)
+def test_one_signature_shape_for_functions_that_take_a_model(name: str) -> None:
+    params = list(inspect.signature(getattr(torchinspect, name)).parameters.values())
+    assert (params[0].name, params[0].annotation) == ("model", "ModelLike")
+    options = next(p for p in params if p.name == "options")
+    assert options.kind is inspect.Parameter.KEYWORD_ONLY
+    assert (options.annotation, options.default) == ("ModelOptions | None", None)
+
+
+def test_old_keyword_names_still_work_with_a_warning() -> None:
+    from torch import nn
+
+    model = nn.Linear(4, 2)
+    with pytest.warns(DeprecationWarning, match=r"count_params\(model_or_spec=...\)"):
+        old = torchinspect.count_params(model_or_spec=model)
+    assert old.total == torchinspect.count_params(model).total == 4 * 2 + 2
+    with pytest.warns(DeprecationWarning, match="case_or_model"):
+        graph = torchinspect.build_graph(case_or_model=model, inputs="1,4", kind="module")
+    assert graph.nodes
+    case = torchinspect.make_case(model, "1,4")
+    assert torchinspect.make_case(case) is case  # a ModelCase is taken as it is
