@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchinspect.analysis.doctor.structure import unregistered
 from torchinspect.analysis.saved_params import SavedParams, is_bare_checkpoint, saved_params
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.sources.case import ModelLike, ModelOptions, make_case
+from torchinspect.trace.moe import moe_notes
 from torchinspect.trace.records import ModuleInfo, ParamStats
+from torchinspect.trace.static import collect_static
 
 
 @dataclass
@@ -81,8 +84,6 @@ def left_out_notes(model: Any) -> list[str]:
         return []
     if not isinstance(model, torch.nn.Module):
         return []
-    from torchinspect.analysis.doctor.structure import unregistered
-
     out = []
     for f in unregistered(model):
         if f.data.get("parameters"):
@@ -93,9 +94,6 @@ def left_out_notes(model: Any) -> list[str]:
 
 def params_from_model(model: Any, *, name: str, depth: int = 3,
                       notes: list[str] | None = None) -> ParamsResult:
-    from torchinspect.trace.moe import moe_notes
-    from torchinspect.trace.static import collect_static
-
     check_depth(depth)
     modules, stats = collect_static(model)
     notes = list(notes or [])

@@ -12,6 +12,7 @@ from typing import Any
 
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
+from torchinspect.analysis.saved_params import is_bare_checkpoint
 from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
@@ -263,8 +264,6 @@ def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> 
     error points to ``params``, which counts its tensors from the file's metadata, rather
     than showing that view here: a summary whose rows are key prefixes instead of layers,
     with no shapes or MACs, would be a different table under the same name and schema."""
-    from torchinspect.analysis.saved_params import is_bare_checkpoint
-
     opts = options or ModelOptions()
     if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
         raise InspectError(

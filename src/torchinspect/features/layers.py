@@ -24,10 +24,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchinspect import device as devices
 from torchinspect.errors import InspectError, first_line
 from torchinspect.guard import training_mode
 from torchinspect.shapes import first_tensor
 from torchinspect.sources.case import ModelLike, ModelOptions, make_case, materialize
+from torchinspect.trace.policy import trace_case
 
 
 @dataclass
@@ -93,8 +95,6 @@ def list_layers(model: ModelLike, *, options: ModelOptions | None = None) -> Lay
     shapes from running the FX graph on meta tensors. ``model``: a MODEL text, a
     ModelCase or an ``nn.Module`` (with ``options.inputs``).
     """
-    from torchinspect.trace.policy import trace_case
-
     case = make_case(model, options=options, device="auto")  # a ModelCase as it is
     trace = trace_case(case)
     modules: dict[str, LayerInfo] = {}
@@ -131,8 +131,6 @@ def list_layers(model: ModelLike, *, options: ModelOptions | None = None) -> Lay
 
 
 def devices_on_meta(model: nn.Module) -> bool:
-    from torchinspect import device as devices
-
     return devices.has_meta_tensors(model)
 
 

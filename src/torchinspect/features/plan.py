@@ -30,6 +30,8 @@ from torchinspect.features.inputs import (
 from torchinspect.features.layers import check_layer_names
 from torchinspect.features.ranks import Ranks
 from torchinspect.io.writers import parse_size
+from torchinspect.sources.case import make_case, resolve_inputs
+from torchinspect.sources.materialize import has_lazy, lazy_real_copy
 
 DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
           "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
@@ -181,8 +183,6 @@ def build_model(plan: ExtractPlan, model: Any) -> None:
                           "these features come from an untrained model (pass --weights FILE)")
     example = built.example
     if plan.opts.example is not None:  # "3,224,224", shapes, tensors: as every other API takes them
-        from torchinspect.sources.case import resolve_inputs
-
         example = resolve_inputs(plan.opts.example, None)
     plan.example = example
     check_layer_names(built.net, plan.opts.layers)
@@ -207,8 +207,6 @@ def _resolve_model(model: Any, device: str, options: Any) -> _Built:
     if isinstance(model, torch.nn.Module):
         return _callers_module(model, device, options)
     if isinstance(model, str):
-        from torchinspect.sources.case import make_case
-
         case = make_case(model, options=options, device=device, need_inputs=False)
         return _Built(case.real_model(device), case.name, case.example, list(case.notes), True,
                       case.kind)
@@ -218,21 +216,15 @@ def _resolve_model(model: Any, device: str, options: Any) -> _Built:
 
 
 def _callers_module(model: torch.nn.Module, device: str, options: Any) -> _Built:
-    from torchinspect.sources.materialize import has_lazy
-
     here = devices.model_device(model, default=device)
     if devices.has_meta_tensors(model):
         raise InspectError("the model's weights are on meta", hint="pass a model with real weights")
     example = None  # options.inputs: the example, as for a spec
     if options is not None and getattr(options, "inputs", None):
-        from torchinspect.sources.case import resolve_inputs
-
         example = resolve_inputs(list(options.inputs), None, batch=options.batch,
                                  no_batch=options.no_batch)
     name = type(model).__name__
     if has_lazy(model):  # the first batch sizes the lazy modules: of a copy
-        from torchinspect.sources.materialize import lazy_real_copy
-
         return _Built(lazy_real_copy(model).to(device), name, example,
                       ["lazy modules are sized on a copy (the model passed in stays lazy)"], False)
     if torch.device(here) != torch.device(device):

@@ -25,7 +25,9 @@ from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.guard import model_code
 from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
+from torchinspect.io.torch_load import python_path
 from torchinspect.shapes import format_shape_tree, map_tensors, shape_tree
+from torchinspect.sources.materialize import has_lazy, lazy_real_copy, real_copy, size_lazy
 
 if TYPE_CHECKING:
     from torch import nn
@@ -103,13 +105,9 @@ class ModelCase:
         device = devices.parse_device(device)
         target = devices.real_device(device)
         devices.check_available(target)
-        from torchinspect.sources.materialize import has_lazy
-
         here = devices.model_device(self.model, default=target)
         if not self.on_meta and devices.same_device(here, target):
             if has_lazy(self.model):  # a forward would size the caller's lazy modules
-                from torchinspect.sources.materialize import lazy_real_copy
-
                 return self._sized(lazy_real_copy(self.model), target)
             return self.model
         if self.rebuild is None:
@@ -127,8 +125,6 @@ class ModelCase:
         on the example, as its first real forward would."""
         if self.example is None:
             return model
-        from torchinspect.sources.materialize import size_lazy
-
         args, kwargs = self.inputs_on(target)
         return size_lazy(model, args, kwargs, name=self.name, inputs=self.describe_inputs())
 
@@ -157,13 +153,13 @@ def make_case(model: ModelLike, inputs: Any = None, *, options: ModelOptions | N
     opts = options or ModelOptions()
     dev = devices.parse_device(device if device is not None else opts.device)
     if isinstance(model_or_spec, str):
+        # the resolvers load with the first MODEL text: the CLI imports this module at
+        # start-up (ModelOptions), and `inspect --help` should not pay for them
         from torchinspect.sources.resolve import load_model
 
         kw: dict[str, Any] = {}
         if opts.weights_config is not None:
             kw["weights_config"] = opts.weights_config
-        from torchinspect.io.torch_load import python_path
-
         with python_path(opts.python_path), model_code(model_or_spec):
             loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
                                 key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
@@ -177,8 +173,6 @@ def make_case(model: ModelLike, inputs: Any = None, *, options: ModelOptions | N
                                hint="pass e.g. 'resnet18', 'zoo:gpt', 'file.py:Net' or a module")
         case = ModelCase(model_or_spec, type(model_or_spec).__name__, None, requested=dev)
         if devices.has_meta_tensors(model_or_spec):  # real runs use an initialized copy
-            from torchinspect.sources.materialize import real_copy
-
             module = model_or_spec
             case.rebuild = lambda target: real_copy(module, target)
     given = inputs if inputs is not None else (list(opts.inputs) if opts.inputs else None)

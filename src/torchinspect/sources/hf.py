@@ -26,6 +26,8 @@ from typing import Any
 
 from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs, TensorSpec
+from torchinspect.io.diff import checkpoint_side, diff_state_dicts, model_side, tied_groups
+from torchinspect.io.layouts import read_hf_index, resolve_layout
 from torchinspect.sources.base import closest
 
 PREFIX = "hf:"
@@ -221,8 +223,6 @@ def default_example(model: Any, config: Any) -> ExampleInputs:
 def folder_weights(path: Path) -> Any:
     """The io Layout of a model folder's weights (one file, or shards + index), or None
     when it holds none."""
-    from torchinspect.io.layouts import resolve_layout
-
     try:
         layout = resolve_layout(path)
     except InspectError:
@@ -237,16 +237,12 @@ def folder_notes(path: Path, model: Any, *, trust_pickle: bool = False) -> list[
     layout = folder_weights(path)
     if layout is None:
         return ["built from config.json (random init; the folder holds no weights file)"]
-    from torchinspect.io.diff import checkpoint_side, diff_state_dicts, model_side, tied_groups
-
     try:
         weights = checkpoint_side(path, trust_pickle=trust_pickle)
     except InspectError as exc:
         return [f"built from config.json; the folder's weights could not be read: {exc.message}"]
     where = layout.path.name
     if layout.kind == "hf_sharded":
-        from torchinspect.io.layouts import read_hf_index
-
         where = f"{len(set(read_hf_index(layout.path).values()))} shards"
     dtypes = sorted({t.dtype for t in weights.tensors.values() if t.kind == "tensor"})
     saved = f"{len(weights.tensors)} tensors in {where}, {'/'.join(dtypes) or '-'}"

@@ -25,6 +25,7 @@ from torchinspect.sources import torchvision as tvsrc
 from torchinspect.sources.archives import load_file
 from torchinspect.sources.base import LoadedModel, SourceKind, call_builder, parse_kwargs
 from torchinspect.sources.build import finish
+from torchinspect.sources.published import published_config
 
 _FILE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pt2", ".jit", ".tar", ".zip")
 
@@ -36,8 +37,6 @@ def _from_torchvision(tv: tvsrc.TorchvisionModel, kwargs: dict[str, Any], device
                       weights_config: str | None, notes: list[str]) -> tuple[Callable[[str], Any], ExampleInputs | None, str]:
     example_override: ExampleInputs | None = None
     if weights_config is not None:
-        from torchinspect.sources.published import published_config
-
         cfg = published_config(tv.name, None if weights_config in ("", "default") else weights_config)
         merged = dict(cfg.builder_kwargs)
         merged.update(kwargs)

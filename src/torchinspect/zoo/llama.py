@@ -15,6 +15,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.zoo._layers import embedding
 
 
@@ -155,7 +156,5 @@ def llama(preset: str = "llama-tiny", **overrides: Any) -> Llama:
 
 def example(preset: str = "llama-tiny", seq_len: int = 128):
     """Token ids (1, seq_len) in [0, vocab_size) of the preset."""
-    from torchinspect.inputs import ExampleInputs, TensorSpec
-
     vocab = PRESETS[preset].vocab_size
     return ExampleInputs((TensorSpec((1, seq_len), "int64", None, vocab),))

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.device import fmt_size
 from torchinspect.errors import InspectError
 
 
@@ -150,8 +151,6 @@ def parse_increases(text: str | None, where: str = "--max-increase") -> dict[Met
 
 def fmt_value(metric: Metric, v: float, *, exact: bool = False) -> str:
     """``25.56M`` (measured, ``exact``) / ``30M`` (a limit); MB as ``102.44 MB``."""
-    from torchinspect.device import fmt_size
-
     if metric.counted:
         for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
             if abs(v) >= scale:

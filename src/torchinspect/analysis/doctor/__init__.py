@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchinspect import device as devices
+from torchinspect.analysis.doctor import runtime, shapes, structure
 from torchinspect.analysis.doctor.rules import (
     RULES,
     RUN_CODES,
@@ -31,6 +32,8 @@ from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.sources.case import ModelLike, ModelOptions, make_case
 from torchinspect.sources.materialize import has_lazy
+from torchinspect.trace import trace_model
+from torchinspect.trace.policy import materialized_lazy
 
 __all__ = ["RULES", "DoctorResult", "FailOn", "Finding", "Rule", "Severity", "diagnose",
            "diagnose_case", "parse_codes"]
@@ -67,9 +70,6 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     an eval-mode Trace of this case already made (``inspect report`` passes its own), so the
     shape checks need no second forward.
     """
-    # the checks import torch: report/ and cli/ read this package's rules torch-free
-    from torchinspect.analysis.doctor import shapes, structure
-
     start = time.perf_counter()
     codes = selected_codes(select, ignore)
     chosen = set(codes)
@@ -79,8 +79,7 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     skipped: dict[str, str] = {}
 
     if has_lazy(model):  # the checks read sizes: a meta copy sized by the example (the
-        from torchinspect.trace.policy import materialized_lazy  # caller's stays lazy)
-
+        # caller's stays lazy)
         model = materialized_lazy(model, case.require_example(), False, notes)
 
     if "TI001" in chosen:
@@ -95,8 +94,6 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
         findings += structure.frozen_parameters(model)
     if chosen & _TRACE_CODES:
         if trace is None or trace.train:
-            from torchinspect.trace import trace_model
-
             trace = trace_model(model, case.require_example(), device="meta", rebuild=case.rebuild)
         if trace.fallback_reason:
             notes.append(f"shapes traced on {trace.device}: {trace.fallback_reason}")
@@ -127,8 +124,6 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
 def _run_checks(case: Any, device: str, chosen: set[str], wanted: list[str], findings: list[Finding],
                 notes: list[str], skipped: dict[str, str]) -> str | None:
     """TI003-TI005 on a real model; returns the device they ran on (None: skipped)."""
-    from torchinspect.analysis.doctor import runtime  # torch (see diagnose_case)
-
     try:
         real = case.real_model(device)
         args, kwargs = case.inputs_on(device)

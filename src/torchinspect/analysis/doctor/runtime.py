@@ -27,6 +27,8 @@ from torchinspect.analysis.doctor.rules import Finding, Severity
 from torchinspect.analysis.doctor.structure import show_names
 from torchinspect.errors import first_line
 from torchinspect.shapes import tensor_leaves
+from torchinspect.trace.engine import model_kept
+from torchinspect.trace.static import hookable_modules
 
 
 def _fingerprint(value: Any) -> tuple[float, ...]:
@@ -106,8 +108,6 @@ class _Probe:
 
     def __enter__(self) -> _Probe:
         names = {id(m): n for n, m in self.model.named_modules()}
-        from torchinspect.trace.static import hookable_modules
-
         for module in hookable_modules(self.model):  # a TorchScript root: none
             name = names.get(id(module), "?")
             self.handles.append(module.register_forward_pre_hook(
@@ -164,8 +164,6 @@ class _Probe:
 def _restored(model: nn.Module) -> Iterator[None]:
     """Restore every module's training flag, its attributes and buffers (what a forward
     assigns), and the RNG state afterwards."""
-    from torchinspect.trace.engine import model_kept
-
     flags = [(m, m.training) for m in model.modules()]
     # the forwards run on buffer copies (_forward): attributes are what can change
     with model_kept(model, buffers=False), torch.random.fork_rng(devices=[]):

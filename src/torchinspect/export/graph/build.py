@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from torchinspect import device as devices
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.export.graph.autograd import autograd_graph
@@ -40,8 +41,6 @@ def build_graph(model: ModelLike, inputs: Any = None, *, kind: GraphKind | str =
 
 
 def _autograd_of(case: Any, saved: bool) -> Graph:
-    from torchinspect import device as devices
-
     if case.requested == "meta":  # asked for explicitly: the same graph, no memory
         from torchinspect.trace.engine import meta_state
 

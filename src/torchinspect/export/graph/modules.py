@@ -21,7 +21,7 @@ from torchinspect.export.graph.model import (
     GraphNode,
     _big_note,
 )
-from torchinspect.shapes import first_tensor
+from torchinspect.shapes import first_tensor, format_shape_tree
 
 
 @dataclass
@@ -213,8 +213,6 @@ def _first_shape(tree: Any) -> list[int] | None:
 
 
 def _short(tree: Any) -> str:
-    from torchinspect.shapes import format_shape_tree
-
     if tree is None:
         return ""
     return format_shape_tree(tree, limit=60)
