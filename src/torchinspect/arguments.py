@@ -9,12 +9,21 @@ import functools
 import os
 import warnings
 from collections.abc import Callable
-from typing import Any, ParamSpec, TypeVar
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from torchinspect.errors import InspectError
 
 P = ParamSpec("P")
 R = TypeVar("R")
+
+
+class ProgressFn(Protocol):
+    """The progress callback of the API's long runs (``benchmark``, ``collect_overview``):
+    ``fn(text)`` for a passing one-line status, ``fn(text, final=True)`` when a step is done
+    (a finished configuration). ``extract_features`` reports row counts instead (its
+    ``Progress`` events feed a progress bar)."""
+
+    def __call__(self, text: str, /, *, final: bool = False) -> None: ...
 
 
 def as_list(value: Any) -> list[Any]:
@@ -54,3 +63,18 @@ def renamed_keywords(**old_to_new: str) -> Callable[[Callable[P, R]], Callable[P
         return call
 
     return wrap
+
+
+def parse_batches(text: str | None, *, option: str = "--batch") -> tuple[int, ...] | None:
+    """A batch-size list as typed (``"1,8,32"`` -> ``(1, 8, 32)``, repeats once); None or
+    blank -> None (the example's own batch). ``option`` names the flag in the error."""
+    if text is None or not str(text).strip():
+        return None
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0:
+            raise InspectError(f"{option} {text!r}: {part!r} is not a positive integer",
+                               hint=f"e.g. {option} 1,8,32")
+        out.append(int(part))
+    return tuple(dict.fromkeys(out))

@@ -27,6 +27,7 @@ from torchinspect import device as devices
 from torchinspect.bench.environment import capture_environment, throttle_reasons
 from torchinspect.bench.precision import tf32_switch
 from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
+from torchinspect.arguments import parse_batches  # noqa: F401  (cli/bench.py imports it from here)
 from torchinspect.bench.stats import PERCENTILE_METHOD
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
 from torchinspect.dtypes import SHORT, short_name
@@ -48,20 +49,6 @@ def parse_dtype(text: str) -> str:
         raise InspectError(f"--dtype {text!r} is not a dtype", hint="use fp32, fp16 or bf16 "
                            "(a comma list benchmarks each, e.g. fp32,fp16)")
     return short
-
-
-def parse_batches(text: str | None) -> tuple[int, ...] | None:
-    """``"1,8,32"`` -> (1, 8, 32); None -> None (the example's own batch)."""
-    if text is None or not str(text).strip():
-        return None
-    out = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) <= 0:
-            raise InspectError(f"--batch {text!r}: {part!r} is not a positive integer",
-                               hint="e.g. --batch 1,8,32")
-        out.append(int(part))
-    return tuple(out)
 
 
 @dataclass(frozen=True)

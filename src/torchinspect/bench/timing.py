@@ -32,10 +32,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchinspect.arguments import ProgressFn
 from torchinspect.bench.stats import Stats, sample_stats
 
-# progress(text) for a passing status; progress(text, final=True) for a finished configuration
-ProgressFn = Callable[..., None]
 PROGRESS_EVERY_S = 0.5
 
 

@@ -77,5 +77,5 @@ def report(
     emit(overview_report(result), out, inputs)
 
 
-def _progress(text: str) -> None:
+def _progress(text: str, *, final: bool = False) -> None:
     typer.echo(f"{text} ...", err=True)

@@ -24,6 +24,7 @@ import torch
 
 from torchinspect.errors import InspectError, first_line
 from torchinspect.io.formats import detect_format
+from torchinspect.io.safetensors import read_safetensors_header
 from torchinspect.io.torch_load import torch_load
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm",
@@ -167,8 +168,6 @@ def _tensor_shapes(path: str) -> dict[str | None, tuple[int, ...]]:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
             return {None: tuple(arr.shape)}
         if suffix == ".safetensors":
-            from torchinspect.io.safetensors import read_safetensors_header
-
             header = read_safetensors_header(path)
             return {k: e.shape for k, e in sorted(header.entries.items())}
         obj = _load_pt(path)

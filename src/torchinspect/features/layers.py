@@ -55,10 +55,7 @@ class LayerListing:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "input": self.input,
-                "modules": [m.to_dict() for m in self.modules],
-                "nodes": [n.to_dict() for n in self.nodes], "fx_error": self.fx_error,
-                "notes": list(self.notes)}
+        return asdict(self)  # LayerInfo's to_dict is asdict too
 
 
 def _shape_of(value: Any) -> tuple[list[int] | None, str | None]:

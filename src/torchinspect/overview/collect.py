@@ -16,13 +16,12 @@ from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.flops import FlopsResult, flops_from_trace
 from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.summary import Summary, summary_from_trace
-from torchinspect.arguments import check_depth
+from torchinspect.arguments import ProgressFn, check_depth
 from torchinspect.errors import InspectError
 from torchinspect.overview import parts
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 
-ProgressFn = Callable[[str], None]
 TOP_LAYERS = 15
 
 

@@ -23,7 +23,7 @@ from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.sources.case import ModelCase, describe_inputs, materialize
 from torchinspect.sources.materialize import has_lazy, lazy_copy, lazy_names, real_copy, size_lazy
 from torchinspect.trace.counting import sdpa_notes
-from torchinspect.trace.engine import is_quantized, meta_state, run_forward
+from torchinspect.trace.engine import fake_forward_inputs, is_quantized, meta_state, run_forward
 from torchinspect.trace.moe import moe_notes
 from torchinspect.trace.records import Trace
 from torchinspect.trace.static import collect_static
@@ -131,8 +131,6 @@ def _fake_attempt(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: d
     if "item()" not in str(exc) and "data-dependent" not in str(exc).lower():
         return None
     try:
-        from torchinspect.trace.engine import fake_forward_inputs
-
         mode, state, fargs, fkwargs = fake_forward_inputs(model, args, kwargs)
         result = run_forward(model, infos, fargs, fkwargs, state, train, fake_mode=mode)
     except Exception:  # noqa: BLE001 - the forward needs real values: the CPU fallback decides

@@ -46,7 +46,7 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     the input leaves appear too. ``saved=True`` adds the tensors each function saved.
     ``state``: stand-ins by name (e.g. meta copies) run through ``functional_call``.
     """
-    from torchinspect.trace.engine import model_kept
+    from torchinspect.trace.engine import model_kept  # torch (package docstring)
 
     prep = _prepare(model, args, kwargs, state)
     # what the forward assigns is put back after the walk: restoring a buffer earlier would
@@ -114,7 +114,7 @@ def _forward(model: Any, prep: _Prepared) -> Any:
         except (InspectError, MemoryError, KeyboardInterrupt):
             raise
         except Exception as exc:  # the model's forward on these inputs: a user error
-            from torchinspect.trace.policy import forward_error
+            from torchinspect.trace.policy import forward_error  # torch (package docstring)
 
             if is_out_of_memory(exc):
                 raise  # the CLI says "ran out of memory", with its own hint

@@ -42,7 +42,7 @@ def build_graph(model: ModelLike, inputs: Any = None, *, kind: GraphKind | str =
 
 def _autograd_of(case: Any, saved: bool) -> Graph:
     if case.requested == "meta":  # asked for explicitly: the same graph, no memory
-        from torchinspect.trace.engine import meta_state
+        from torchinspect.trace.engine import meta_state  # torch (package docstring)
 
         args, kwargs = case.inputs_on("meta")
         return autograd_graph(case.model, args, kwargs, saved=saved, name=case.name,
@@ -58,7 +58,7 @@ def _autograd_of(case: Any, saved: bool) -> Graph:
 
 
 def _module_of(case: Any, depth: int | None, fold: bool, functions: bool) -> Graph:
-    from torchinspect.trace import trace_case
+    from torchinspect.trace import trace_case  # torch (package docstring)
 
     trace = trace_case(case)
     note = None
@@ -75,7 +75,7 @@ def _module_of(case: Any, depth: int | None, fold: bool, functions: bool) -> Gra
 
 def _flow_for(case: Any, device: str) -> _Flow:
     """The tensor flow on the device the trace ran on (meta: stand-ins for real weights)."""
-    from torchinspect.trace.engine import meta_state
+    from torchinspect.trace.engine import meta_state  # torch (package docstring)
 
     if device == "meta":
         args, kwargs = case.inputs_on("meta")

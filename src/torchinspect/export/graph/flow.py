@@ -146,14 +146,14 @@ def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     flow.mark((args, kwargs), frozenset({INPUT}))
     handles = []
     try:
-        from torchinspect.trace.static import hookable_modules
+        from torchinspect.trace.static import hookable_modules  # torch (package docstring)
 
         for m in hookable_modules(model):
             handles.append(m.register_forward_pre_hook(flow.pre, with_kwargs=True))
             handles.append(m.register_forward_hook(flow.post, with_kwargs=True, always_call=True))
         import torch
 
-        from torchinspect.trace.engine import model_kept
+        from torchinspect.trace.engine import model_kept  # torch (package docstring)
 
         with model_kept(model), training_mode(model), torch.no_grad(), _flow_mode(flow):
             if state:
