@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from torchinspect import device as devices
+from torchinspect.dtypes import SHORT, short_name
 from torchinspect.errors import InspectError
 from torchinspect.features.inputs import (
     InputItem,
@@ -33,9 +34,8 @@ from torchinspect.io.writers import parse_size
 from torchinspect.sources.case import make_case, resolve_inputs
 from torchinspect.sources.materialize import has_lazy, lazy_real_copy
 
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
-          "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
-DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+# torch dtype -> the short name manifests and reports use (dtypes.SHORT)
+DTYPE_NAMES = {getattr(torch, name): short for short, name in SHORT.items()}
 RANDOM_INIT_SEED = 0  # a model built here without --weights: the same weights every run
 MAX_IMAGE_BYTES = 256 * 2**20
 DEFAULT_BATCH = 64
@@ -143,10 +143,10 @@ def check_device(device: str) -> str:
 
 
 def _dtype(text: str, option: str) -> torch.dtype:
-    key = str(text).lower()
-    if key not in DTYPES:
+    short = short_name(str(text))
+    if short is None:
         raise InspectError(f"{option} {text!r}: unknown dtype", hint="use fp32, fp16 or bf16")
-    return DTYPES[key]
+    return getattr(torch, SHORT[short])
 
 
 # ------------------------------------------------------------------ model and weights
