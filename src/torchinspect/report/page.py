@@ -199,8 +199,8 @@ def bar_svg(c: Chart, sid: str) -> str:
     width = label_w + plot_w + value_w
     legend, legend_h = _legend(c, label_w, 4)
     top = 6 + legend_h
-    groups = [[(k, vals[i]) for k, (_, vals) in enumerate(c.series)
-               if i < len(vals) and vals[i] is not None] for i in range(len(c.labels))]
+    groups = [[(k, v) for k, (_, vals) in enumerate(c.series)
+               if i < len(vals) and (v := vals[i]) is not None] for i in range(len(c.labels))]
     height = top + sum(max(1, len(g)) * bar_h + gap for g in groups) + 4
     vmax = max((v for g in groups for _, v in g), default=0) or 1
     out = [_svg_open(width, height, c.title or "chart", sid), legend]
