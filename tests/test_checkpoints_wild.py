@@ -26,9 +26,9 @@ from test_checkpoint_helpers import (
     net,
     save_plain,
 )
+from torchinspect.checkpoints import convert_checkpoint
 from torchinspect.errors import UnsafeCheckpointError
 from torchinspect.io.checkpoint import read_checkpoint_meta
-from torchinspect.io.convert import convert_checkpoint
 from torchinspect.io.torch_load import UNRESOLVED, scan_pickle_globals
 
 

@@ -21,8 +21,8 @@ from test_checkpoint_helpers import (
     save_plain,
     save_simulated_gpu,
 )
+from torchinspect.checkpoints import convert_checkpoint
 from torchinspect.errors import InspectError
-from torchinspect.io.convert import convert_checkpoint
 from torchinspect.io.zipcrc import (
     ZipPatchError,
     crc_mismatches,
@@ -310,3 +310,323 @@ def test_key_changes_may_not_leave_an_empty_key(tmp_path, invoke):
     r = invoke("convert", src, tmp_path / "o.safetensors", "--strip-prefix", "module.w")
     assert r.exit_code == 2 and "with an empty key" in r.output
     assert not (tmp_path / "o.safetensors").exists()
+
+
+# ------------------------------------------------------------------ outputs: never lose data
+# (issue 20: items 2, 3, 7, 10, 14)
+
+_SRC_ROOT = Path(__file__).resolve().parents[1] / "src"
+
+
+def _dcp_values(folder: Path, like: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    import torch.distributed.checkpoint as dcp
+
+    target = {k: torch.zeros_like(v) for k, v in like.items()}
+    dcp.load(target, checkpoint_id=str(folder), no_dist=True)
+    return target
+
+
+def _temps(folder: Path) -> list[Path]:
+    return [p for p in folder.iterdir() if p.name.startswith(".") and p.name.endswith(".tmp")]
+
+
+def test_force_never_deletes_an_input_inside_the_output_folder(tmp_path: Path, invoke) -> None:
+    folder = tmp_path / "out.dcp"
+    folder.mkdir()
+    sd = save_plain(folder / "in.pt")
+    (folder / "notes.txt").write_text("mine")
+    for out in (folder, f"{folder}/"):  # NAME.dcp, or any NAME/ with its slash
+        result = invoke("convert", folder / "in.pt", out, "--force")
+        assert result.exit_code == 2 and "holds the input" in result.output, result.output
+    assert (folder / "notes.txt").read_text() == "mine"
+    _assert_equal(_load(folder / "in.pt"), sd)
+    # a folder that is not this tool's DCP output is refused by name, even with --force
+    other = tmp_path / "other.dcp"
+    other.mkdir()
+    (other / "notes.txt").write_text("mine")
+    result = invoke("convert", folder / "in.pt", other, "--force")
+    assert result.exit_code == 2 and "not a DCP checkpoint written by inspect convert" in result.output
+    assert "'notes.txt'" in result.output and (other / "notes.txt").read_text() == "mine"
+    # our own output is replaced
+    assert invoke("convert", folder / "in.pt", tmp_path / "ours.dcp").exit_code == 0
+    save_plain(tmp_path / "b.pt", net(seed=1))
+    assert invoke("convert", tmp_path / "b.pt", tmp_path / "ours.dcp", "--force").exit_code == 0
+    _assert_equal(_dcp_values(tmp_path / "ours.dcp", sd), net(seed=1).state_dict())
+
+
+_KILL_SCRIPT = """
+import os, signal, sys
+from pathlib import Path
+import torchinspect.checkpoints.write as W
+import torchinspect.checkpoints.verify as V
+import torchinspect.io.atomic as A
+
+point = sys.argv[3]
+
+def die():
+    os.kill(os.getpid(), signal.SIGKILL)
+
+def wrap(module, name, before):
+    real = getattr(module, name)
+    def patched(*a, **kw):
+        if before:
+            die()
+        out = real(*a, **kw)
+        die()
+        return out
+    setattr(module, name, patched)
+
+if point == "writing":  # inside dcp.save, after the first tensor was read
+    real_chunks = W.Entry.chunks
+    def chunks(self, *a, **kw):
+        yield from real_chunks(self, *a, **kw)
+        die()
+    W.Entry.chunks = chunks
+elif point == "verifying":
+    wrap(V, "_verify_dcp", True)
+elif point == "before-swap":
+    wrap(A, "exchange", True)
+elif point == "after-swap":
+    wrap(A, "exchange", False)
+from torchinspect.checkpoints import convert_checkpoint
+convert_checkpoint(sys.argv[1], sys.argv[2], force=True)
+"""
+
+
+@pytest.mark.parametrize("point", ["writing", "verifying", "before-swap", "after-swap"])
+def test_a_killed_dcp_replace_leaves_old_or_new_and_the_next_run_cleans_up(
+        tmp_path: Path, point: str) -> None:
+    import os
+    import sys
+
+    old, new = net(seed=0).state_dict(), net(seed=1).state_dict()
+    torch.save(old, tmp_path / "old.pt")
+    torch.save(new, tmp_path / "new.pt")
+    out = tmp_path / "out.dcp"
+    convert_checkpoint(tmp_path / "old.pt", out)
+    env = {**os.environ, "PYTHONPATH": f"{_SRC_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.run([sys.executable, "-c", _KILL_SCRIPT, str(tmp_path / "new.pt"), str(out),
+                           point], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == -9, proc.stderr  # killed at the chosen point
+    got = _dcp_values(out, old)  # a whole checkpoint is there: the old one or the new one
+    expected = new if point == "after-swap" else old
+    _assert_equal(got, expected)
+    assert _temps(tmp_path), "the killed run left its temporary folder"
+    # the next run (a new process) works with --force (no fixed .NAME.old in the way) and
+    # removes the dead run's temporary folder
+    proc = subprocess.run([sys.executable, "-m", "torchinspect", "convert", str(tmp_path / "new.pt"),
+                           str(out), "--force"], env=env, capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0 and "wrote" in proc.stdout, proc.stderr
+    assert not _temps(tmp_path)
+    _assert_equal(_dcp_values(out, new), new)
+
+
+def _short_record(path: Path, sd: dict[str, torch.Tensor]) -> None:
+    """A torch.save zip whose first storage record holds 16 bytes while the pickle claims
+    the whole tensor (the next record's bytes follow it in the file)."""
+    torch.save(sd, path)
+    with zipfile.ZipFile(path) as zf:
+        members = [(i, zf.read(i)) for i in zf.infolist()]
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as zf:
+        for info, data in members:
+            if info.filename.endswith("/data/0"):
+                data = data[:16]
+            zf.writestr(info.filename, data)
+
+
+def test_a_record_shorter_than_its_tensor_is_not_verified_bit_exact(tmp_path: Path, invoke) -> None:
+    src = tmp_path / "short.pt"
+    _short_record(src, {"w": torch.arange(64, dtype=torch.float32),
+                        "b": torch.full((64,), 7.0)})
+    with pytest.raises(Exception):  # noqa: B017 - torch's own reader refuses the file
+        torch.load(src, weights_only=True)
+    for out in ("o.pt", "o.safetensors", "o.dcp"):
+        result = invoke("convert", src, tmp_path / out)
+        assert result.exit_code == 2, result.output
+        assert "verified" not in result.output and "Traceback" not in result.output
+        assert "short.pt" in result.output and not (tmp_path / out).exists()
+    assert not _temps(tmp_path)
+
+
+def test_verification_does_not_trust_the_converters_own_reader(tmp_path: Path, monkeypatch) -> None:
+    """A reader bug that hands the writer wrong bytes is caught: the check re-reads IN and
+    OUT with torch's and safetensors' own loaders."""
+    from torchinspect.checkpoints import plan as plan_mod
+
+    sd = save_plain(tmp_path / "a.pt")
+    real = plan_mod.Entry.chunks
+
+    def off_by_one(self, files, overflow=None):
+        for chunk in real(self, files, overflow):
+            data = bytearray(chunk)
+            if self.name == "head.bias" and data:
+                data[0] ^= 1
+            yield bytes(data)
+
+    monkeypatch.setattr(plan_mod.Entry, "chunks", off_by_one)
+    for out in ("o.pt", "o.safetensors"):
+        with pytest.raises(InspectError, match="'head.bias' differs after reload"):
+            convert_checkpoint(tmp_path / "a.pt", tmp_path / out)
+        assert not (tmp_path / out).exists()
+    assert "head.bias" in sd
+
+
+def test_two_converts_to_one_out_the_second_fails(tmp_path: Path, monkeypatch) -> None:
+    """Run A writes; while it verifies, run B (another process) converts to the same OUT and
+    finishes first. A must not replace B's file and say "wrote"."""
+    import os
+    import sys
+
+    from torchinspect.checkpoints import convert as convert_mod
+
+    save_plain(tmp_path / "a.pt", net(seed=0))
+    save_plain(tmp_path / "b.pt", net(seed=1))
+    env = {**os.environ, "PYTHONPATH": f"{_SRC_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    real_verify = convert_mod.verify
+    for out in ("o.pt", "o.dcp"):
+        def verify_after_the_other_run(plan, files, out=out):
+            proc = subprocess.run([sys.executable, "-m", "torchinspect", "convert",
+                                   str(tmp_path / "b.pt"), str(tmp_path / out)],
+                                  env=env, capture_output=True, text=True, timeout=300)
+            assert proc.returncode == 0 and "wrote" in proc.stdout, proc.stderr
+            real_verify(plan, files)
+
+        monkeypatch.setattr(convert_mod, "verify", verify_after_the_other_run)
+        with pytest.raises(InspectError, match="created by another run"):
+            convert_checkpoint(tmp_path / "a.pt", tmp_path / out)
+        if out == "o.pt":  # B's result is intact
+            _assert_equal(_load(tmp_path / out), net(seed=1).state_dict())
+        else:
+            _assert_equal(_dcp_values(tmp_path / out, net(seed=1).state_dict()),
+                          net(seed=1).state_dict())
+    assert not _temps(tmp_path)
+
+
+def test_replacing_keeps_the_mode_new_files_follow_the_umask(tmp_path: Path) -> None:
+    import os
+    import stat
+
+    save_plain(tmp_path / "a.pt")
+    out = tmp_path / "o.safetensors"
+    convert_checkpoint(tmp_path / "a.pt", out)
+    out.chmod(0o600)
+    convert_checkpoint(tmp_path / "a.pt", out, force=True)
+    assert stat.S_IMODE(out.stat().st_mode) == 0o600
+    old = os.umask(0o027)
+    try:
+        convert_checkpoint(tmp_path / "a.pt", tmp_path / "new.pt")
+        convert_checkpoint(tmp_path / "a.pt", tmp_path / "new.dcp")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "new.pt").stat().st_mode) == 0o640
+    assert stat.S_IMODE((tmp_path / "new.dcp").stat().st_mode) == 0o750
+
+
+def test_key_names_with_terminal_escapes_are_shown_escaped(tmp_path: Path, invoke) -> None:
+    torch.save({"evil\x1b[2Jkey": torch.ones(2)}, tmp_path / "e.pt")
+    for fmt in ("table", "markdown"):
+        result = invoke("convert", tmp_path / "e.pt", tmp_path / f"o\x1b[31m-{fmt}.pt",
+                        "--rename", "evil=good", "-f", fmt)
+        assert result.exit_code == 0, result.output
+        assert "\x1b" not in result.output
+        assert "good\\x1b[2Jkey" in result.output and "wrote" in result.output
+
+
+def test_ctrl_c_during_a_dcp_convert_is_exit_130_without_output(tmp_path: Path) -> None:
+    import os
+    import signal
+    import sys
+    import time
+
+    sd = save_plain(tmp_path / "a.pt")
+    convert_checkpoint(tmp_path / "a.pt", tmp_path / "out.dcp")
+    ready = tmp_path / "ready"
+    script = f"""
+import sys, time
+from pathlib import Path
+import torchinspect.checkpoints.plan as P
+real = P.Entry.chunks
+def slow(self, *a, **kw):
+    Path({str(ready)!r}).touch()
+    time.sleep(60)
+    yield from real(self, *a, **kw)
+P.Entry.chunks = slow
+from torchinspect.cli.app import main
+sys.argv = ["inspect", "convert", {str(tmp_path / "a.pt")!r}, {str(tmp_path / "out.dcp")!r}, "--force"]
+main()
+"""
+    env = {**os.environ, "PYTHONPATH": f"{_SRC_ROOT}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    proc = subprocess.Popen([sys.executable, "-c", script], env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while not ready.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.05)
+    assert ready.exists(), proc.communicate()
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, (out, err)
+    assert "Traceback" not in err and "CheckpointException" not in err
+    assert not _temps(tmp_path)
+    _assert_equal(_dcp_values(tmp_path / "out.dcp", sd), sd)  # the old output is untouched
+
+
+def _tmpfs(path: Path, size: str) -> bool:
+    path.mkdir()
+    return subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", str(path)],
+                          capture_output=True).returncode == 0
+
+
+@pytest.mark.parametrize("out", ["o.dcp", "o.pt", "o.safetensors", "o-sharded.safetensors"])
+def test_a_full_disk_is_one_line_naming_the_file(tmp_path: Path, invoke, out: str) -> None:
+    disk = tmp_path / "disk"
+    if not _tmpfs(disk, "1m"):
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        g = torch.Generator().manual_seed(0)
+        torch.save({f"w{i}": torch.randn(256, 256, generator=g) for i in range(8)},
+                   tmp_path / "big.pt")  # 2 MiB of tensors onto a 1 MiB disk
+        extra = ["--shard-size", "300KB"] if "sharded" in out else []
+        result = invoke("convert", tmp_path / "big.pt", disk / out, *extra)
+        assert result.exit_code == 2, result.output
+        lines = [ln for ln in result.output.splitlines() if ln.strip()]
+        assert lines[0].startswith(f"error: {disk}") and "no space left" in lines[0], result.output
+        assert "Traceback" not in result.output and len(lines) == 2  # error + hint
+        assert list(disk.iterdir()) == []  # nothing half-written left
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_enospc_from_the_writer_names_the_file(tmp_path: Path, invoke, monkeypatch) -> None:
+    """Without a tmpfs: a writer that fails with ENOSPC midway."""
+    import errno
+
+    from torchinspect.io import writers
+
+    save_plain(tmp_path / "a.pt")
+
+    def full(fd, data, pos):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(writers.os, "pwrite", full)
+    for out in ("o.safetensors", "o.pt"):
+        result = invoke("convert", tmp_path / "a.pt", tmp_path / out)
+        assert result.exit_code == 2 and f"{tmp_path / out}: no space left" in result.output
+        assert not (tmp_path / out).exists() and not _temps(tmp_path)
+
+
+def test_a_foreign_folder_that_appears_at_out_meanwhile_is_not_swapped_out(tmp_path, monkeypatch):
+    from torchinspect.checkpoints import convert as convert_mod
+
+    save_plain(tmp_path / "a.pt")
+    out = tmp_path / "o.dcp"
+    real_verify = convert_mod.verify
+
+    def verify_while_someone_writes_there(plan, files):
+        out.mkdir()
+        (out / "mine.txt").write_text("theirs")
+        real_verify(plan, files)
+
+    monkeypatch.setattr(convert_mod, "verify", verify_while_someone_writes_there)
+    with pytest.raises(InspectError, match="'mine.txt'"):
+        convert_checkpoint(tmp_path / "a.pt", out, force=True)
+    assert [p.name for p in out.iterdir()] == ["mine.txt"] and not _temps(tmp_path)

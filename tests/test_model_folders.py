@@ -123,7 +123,7 @@ def test_folder_as_a_diff_side(tmp_path, invoke) -> None:
     cfg_only = tmp_path / "cfg"
     cfg_only.mkdir()
     (cfg_only / "config.json").write_text((tmp_path / "full" / "config.json").read_text())
-    from torchinspect.sources.checkpoint_sides import diff_specs
+    from torchinspect.checkpoints import diff_specs
 
     assert str(diff_specs(str(cfg_only), str(single)).verdict) == "strict"
     r = invoke("diff", str(cfg_only), str(single), "--format", "json")

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+from pathlib import Path
 
 import pytest
 import torch
@@ -201,3 +202,111 @@ def test_messages_name_the_real_mistake(args, text, invoke, tmp_path, monkeypatc
     r = invoke(*args)
     assert r.exit_code == 2, r.output
     assert text in r.output
+
+
+# ------------------------------------------------------------------ atomic writer (io/atomic.py)
+
+
+def test_a_replaced_file_keeps_its_mode_a_new_one_follows_the_umask(tmp_path):
+    import stat
+
+    target = tmp_path / "report.json"
+    target.write_text("old")
+    target.chmod(0o600)
+    atomic_write_text(target, "new")
+    assert target.read_text() == "new" and stat.S_IMODE(target.stat().st_mode) == 0o600
+    old = os.umask(0o077)
+    try:
+        atomic_write_text(tmp_path / "fresh.json", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "fresh.json").stat().st_mode) == 0o600
+    old = os.umask(0o022)
+    try:
+        atomic_write_text(tmp_path / "open.json", "x")
+    finally:
+        os.umask(old)
+    assert stat.S_IMODE((tmp_path / "open.json").stat().st_mode) == 0o644
+
+
+def test_without_force_a_file_that_appears_meanwhile_is_not_replaced(tmp_path):
+    from torchinspect.io.atomic import atomic_path
+
+    target = tmp_path / "out.json"
+    with pytest.raises(InspectError, match="created by another run"):
+        with atomic_path(target, force=False) as tmp:
+            tmp.write_text("mine")
+            target.write_text("theirs")  # another process finished first
+    assert target.read_text() == "theirs"
+    assert [p.name for p in tmp_path.iterdir()] == ["out.json"]
+
+
+def test_stale_temporary_folders_of_dead_runs_are_removed_others_kept(tmp_path):
+    import socket
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    from torchinspect.io.atomic import STALE_AFTER_S, TEMP_MARK, clean_stale_temps
+
+    def temp_of(name: str, pid: int) -> Path:
+        folder = Path(tempfile.mkdtemp(prefix=f".{name}.", suffix=".tmp", dir=tmp_path))
+        (folder / TEMP_MARK).write_text(f"{pid} {socket.gethostname()}\n")
+        return folder
+
+    target = tmp_path / "out.pt"
+    dead = subprocess.run([sys.executable, "-c", "import os; print(os.getpid())"],
+                          capture_output=True, text=True, check=True)
+    live = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        folders = {}
+        for name, pid in (("dead", int(dead.stdout)), ("live", live.pid), ("old", live.pid)):
+            folders[name] = temp_of(target.name, pid)
+        past = time.time() - STALE_AFTER_S - 60
+        os.utime(folders["old"] / TEMP_MARK, (past, past))
+        foreign = tmp_path / ".out.pt.someone-else.tmp"  # same pattern, no mark: not ours
+        foreign.mkdir()
+        other_name = temp_of("other.pt", int(dead.stdout))  # another output's, also dead
+        (tmp_path / "keep.tmp").mkdir()  # a folder of the user's
+        removed = clean_stale_temps(tmp_path)
+        assert sorted(removed) == sorted([folders["dead"], folders["old"], other_name])
+        assert folders["live"].is_dir() and foreign.is_dir() and (tmp_path / "keep.tmp").is_dir()
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_a_full_disk_names_the_file_and_leaves_nothing(tmp_path, monkeypatch):
+    import errno
+
+    from torchinspect.io.atomic import atomic_path
+
+    target = tmp_path / "out.bin"
+    with pytest.raises(InspectError, match=r"out\.bin: no space left on the device"):
+        with atomic_path(target) as tmp:
+            tmp.write_bytes(b"x")
+            raise OSError(errno.ENOSPC, "No space left on device", str(tmp))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("renameat2", [True, False], ids=["renameat2", "fallback"])
+def test_folders_are_swapped_in_one_step(tmp_path, monkeypatch, renameat2):
+    from torchinspect.io import atomic
+    from torchinspect.io.atomic import atomic_folder
+
+    if not renameat2:  # a C library or file system without it
+        monkeypatch.setattr(atomic, "_renameat2", lambda src, dst, flags: False)
+
+    target = tmp_path / "ckpt.dcp"
+    with atomic_folder(target, force=False) as new:
+        (new / "a").write_text("1")
+    with atomic_folder(target, force=True) as new:
+        (new / "b").write_text("2")
+        assert (target / "a").read_text() == "1"  # the old folder is in place until the swap
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    with pytest.raises(InspectError, match="created by another run"):
+        with atomic_folder(target, force=False) as new:
+            (new / "c").write_text("3")
+    assert sorted(p.name for p in target.iterdir()) == ["b"]
+    assert [p.name for p in tmp_path.iterdir()] == ["ckpt.dcp"]

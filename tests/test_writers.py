@@ -1,4 +1,5 @@
-"""io/writers.py: atomic tensor files and HF-style sharded safetensors."""
+"""io/writers.py: atomic tensor files; HF-style sharded safetensors (written by convert's
+one sharded writer, read back by the one index reader, io/layouts.read_hf_index)."""
 
 from __future__ import annotations
 
@@ -10,8 +11,10 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import load_file
 
+from torchinspect.checkpoints import convert_checkpoint
 from torchinspect.errors import InspectError
-from torchinspect.io.writers import plan_shards, read_index, write_sharded, write_tensors
+from torchinspect.io.layouts import read_hf_index
+from torchinspect.io.writers import plan_shards, write_tensors
 
 
 def _tensors():
@@ -51,22 +54,29 @@ def test_plan_shards_greedy_and_oversized():
     assert plan.shards == [["a", "b"], ["c"], ["d"]] and plan.total_size == 190
 
 
-def test_write_sharded_hf_index(tmp_path):
+def test_sharded_safetensors_and_the_index_reader(tmp_path):
     g = torch.Generator().manual_seed(1)
     sd = {f"layer{i}.weight": torch.randn(64, 64, generator=g) for i in range(5)}  # 16 KiB each
-    index_path = write_sharded(tmp_path, sd, max_shard_bytes=40_000, name="model")
-    assert index_path.name == "model.safetensors.index.json"
-    index = read_index(index_path)
-    assert index["metadata"]["total_size"] == 5 * 64 * 64 * 4
-    files = sorted(set(index["weight_map"].values()))
-    assert files == ["model-00001-of-00003.safetensors", "model-00002-of-00003.safetensors",
-                     "model-00003-of-00003.safetensors"]
-    for name, f in index["weight_map"].items():
+    write_tensors(tmp_path / "in.safetensors", sd)
+    res = convert_checkpoint(tmp_path / "in.safetensors", tmp_path / "model.safetensors",
+                             shard_size=40_000)
+    index_path = tmp_path / "model.safetensors.index.json"
+    weight_map = read_hf_index(index_path)
+    assert json.loads(index_path.read_text())["metadata"]["total_size"] == 5 * 64 * 64 * 4
+    files = sorted(set(weight_map.values()))
+    assert files == res.shards == ["model-00001-of-00003.safetensors",
+                                   "model-00002-of-00003.safetensors",
+                                   "model-00003-of-00003.safetensors"]
+    for name, f in weight_map.items():
         assert torch.equal(load_file(str(tmp_path / f))[name], sd[name])
-    assert json.loads(index_path.read_text())["weight_map"]["layer0.weight"] == files[0]
-    single = write_sharded(tmp_path / ".." / tmp_path.name, {"w": torch.ones(2)}, max_shard_bytes=10**9,
-                           name="small")
-    assert single.name == "small.safetensors"
+    assert weight_map["layer0.weight"] == files[0]
+
+
+def test_the_index_reader_refuses_shards_outside_the_folder(tmp_path):
+    index = tmp_path / "m.safetensors.index.json"
+    index.write_text(json.dumps({"weight_map": {"a": "../secret.safetensors"}}))
+    with pytest.raises(InspectError, match="points outside the folder"):
+        read_hf_index(index)
 
 
 def test_writer_refuses_to_overwrite_an_input(tmp_path):

@@ -44,8 +44,8 @@ _LAZY = {
     "Checkpoint": "torchinspect.io.checkpoint",
     "diff_state_dicts": "torchinspect.io.diff",
     "DiffResult": "torchinspect.io.diff",
-    "convert_checkpoint": "torchinspect.io.convert",
-    "ConvertResult": "torchinspect.io.convert",
+    "convert_checkpoint": "torchinspect.checkpoints",
+    "ConvertResult": "torchinspect.checkpoints",
     # the other command cores
     "collect_env": "torchinspect.env",
     "EnvInfo": "torchinspect.env",
@@ -60,6 +60,8 @@ _LAZY = {
     "FeatureFolder": "torchinspect.features",
     "collect_overview": "torchinspect.overview",
     "Overview": "torchinspect.overview",
+    "predict_memory": "torchinspect.memory",
+    "MemoryResult": "torchinspect.memory",
 }
 
 if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (same names as _LAZY)
@@ -75,6 +77,8 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.analysis.doctor import diagnose as diagnose
     from torchinspect.bench import BenchResult as BenchResult
     from torchinspect.bench import benchmark as benchmark
+    from torchinspect.checkpoints import ConvertResult as ConvertResult
+    from torchinspect.checkpoints import convert_checkpoint as convert_checkpoint
     from torchinspect.env import EnvInfo as EnvInfo
     from torchinspect.env import collect_env as collect_env
     from torchinspect.errors import ExitStatus as ExitStatus
@@ -91,10 +95,10 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.inputs import parse_inputs as parse_inputs
     from torchinspect.io.checkpoint import Checkpoint as Checkpoint
     from torchinspect.io.checkpoint import read_checkpoint as read_checkpoint
-    from torchinspect.io.convert import ConvertResult as ConvertResult
-    from torchinspect.io.convert import convert_checkpoint as convert_checkpoint
     from torchinspect.io.diff import DiffResult as DiffResult
     from torchinspect.io.diff import diff_state_dicts as diff_state_dicts
+    from torchinspect.memory import MemoryResult as MemoryResult
+    from torchinspect.memory import predict_memory as predict_memory
     from torchinspect.overview import Overview as Overview
     from torchinspect.overview import collect_overview as collect_overview
     from torchinspect.sources import LoadedModel as LoadedModel

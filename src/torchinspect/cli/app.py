@@ -86,6 +86,7 @@ COMMANDS: list[tuple[str, str, str]] = [
     ("bench", "bench", "bench"),
     ("features", "features", "features"),
     ("report", "report", "report"),
+    ("memory", "memory", "memory"),
 ]
 
 

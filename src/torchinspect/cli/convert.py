@@ -62,16 +62,16 @@ def convert(
     out: OutputOptions,
 ) -> None:
     """Write IN as a CPU state_dict file: unwrap, rename keys, cast, drop training state; verify."""
+    from torchinspect.checkpoints import CastDtype, convert_checkpoint
     from torchinspect.errors import InspectError
-    from torchinspect.io.convert import CastDtype, convert_checkpoint
     from torchinspect.report.convert import convert_report
 
     if dtype is not None and dtype not in CastDtype.__members__:
         raise InspectError(f"--dtype {dtype!r} is not supported", hint="use fp16, bf16 or fp32")
     target = None
     if arch is not None:
+        from torchinspect.checkpoints import arch_state_dict
         from torchinspect.sources.case import ModelOptions
-        from torchinspect.sources.checkpoint_sides import arch_state_dict
 
         target, _ = arch_state_dict(arch, ModelOptions(args=arg))
     result = convert_checkpoint(

@@ -64,11 +64,11 @@ def diff(
     B are a note); 1 when some are missing (unless --allow-partial), on a shape mismatch, or
     with --strict unless it loads with strict=True.
     """
+    from torchinspect.checkpoints import diff_specs
     from torchinspect.cli.common import tolerance
     from torchinspect.io.diff import Verdict
     from torchinspect.report.diff import diff_report
     from torchinspect.sources.case import ModelOptions
-    from torchinspect.sources.checkpoint_sides import diff_specs
 
     rtol, atol = tolerance(rtol, "--rtol"), tolerance(atol, "--atol")
     result = diff_specs(a, b, arch=arch, options=ModelOptions(args=arg, trust_pickle=trust_pickle),

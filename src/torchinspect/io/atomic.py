@@ -1,18 +1,26 @@
 """Atomic writes: a temporary file in the target's folder, fsync, then os.replace.
 
-A crash or Ctrl-C leaves either the old file or the new one, never half a file.
+A crash or Ctrl-C leaves either the old file or the new one, never half a file; folders
+(DCP checkpoints) are swapped in one step (:func:`atomic_folder`). Temporary names are
+unique (``.NAME.<random>.tmp``) and marked, so the next run removes those of killed runs.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import errno
 import os
 import shutil
+import socket
+import stat
 import tempfile
-from collections.abc import Iterator, Sequence
+import time
+from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from torchinspect.errors import InspectError
+from torchinspect.io.layouts import read_hf_index
 
 
 def check_target(target: str | os.PathLike[str], *, force: bool = True,
@@ -78,13 +86,9 @@ def protected(target: Path, protect: Sequence[str | os.PathLike[str] | None]) ->
 
 def _index_files(index: str | os.PathLike[str]) -> set[str]:
     """The shard file names a Hugging Face ``*.index.json`` lists (empty if unreadable)."""
-    import json
-
     try:
-        with open(index, encoding="utf-8") as fh:
-            weight_map = json.load(fh).get("weight_map") or {}
-        return {str(v) for v in weight_map.values()}
-    except (OSError, ValueError, AttributeError):
+        return set(read_hf_index(Path(index)).values())
+    except InspectError:
         return set()
 
 
@@ -94,28 +98,267 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
                 sync: bool = True) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on success it replaces ``target``.
 
-    ``force=False`` refuses an existing target; ``protect`` lists input files that must
-    never be overwritten (the same file under another name counts too). ``sync=False``
-    skips the fsync: still atomic when the process is killed (the data is in the page
-    cache), but an OS crash may leave a truncated file. Only for files a reader checks and
-    can redo (the per-batch parts of ``inspect features``).
+    ``force=False`` refuses an existing target, also one that another run created while this
+    one was writing (the result is linked into place, never renamed over a file);
+    ``protect`` lists input files that must never be overwritten (the same file under
+    another name counts too). A replaced file keeps its permission bits; a new one follows
+    the umask. A full disk is one line naming ``target``. ``sync=False`` skips the fsync:
+    still atomic when the process is killed (the data is in the page cache), but an OS crash
+    may leave a truncated file. Only for files a reader checks and can redo (the per-batch
+    parts of ``inspect features``). Temporary folders of killed runs are removed by the next
+    run that writes into the same folder (see :func:`clean_stale_temps`).
     """
     target = check_target(target, force=force, protect=protect)
-    parent = target.parent if str(target.parent) else Path(".")
+    tmp_dir = make_temp_dir(target)
     # The temporary file keeps the target's own name inside a private folder: torch.save
     # names the archive's root folder after the file, so the result is the same as a
     # direct save (``model/data.pkl`` for model.pt), only atomic.
-    tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
     tmp_path = tmp_dir / target.name
     try:
-        tmp_path.touch()  # writers may open it without O_CREAT
-        yield tmp_path
-        if sync:
-            with open(tmp_path, "rb") as fh:
-                os.fsync(fh.fileno())
-        os.replace(tmp_path, target)
+        with disk_full_names(target):
+            tmp_path.touch()  # writers may open it without O_CREAT
+            yield tmp_path
+            if sync:
+                with open(tmp_path, "rb") as fh:
+                    os.fsync(fh.fileno())
+        os.chmod(tmp_path, _mode_for(target, 0o666))
+        publish(tmp_path, target, force=force)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_folder(target: str | os.PathLike[str], *, force: bool,
+                  replaceable: Callable[[Path], None] | None = None) -> Iterator[Path]:
+    """Yield a new empty folder; on success it takes ``target``'s place in one step.
+
+    The folder is written under a unique temporary name beside ``target`` and swapped in
+    with ``renameat2(RENAME_EXCHANGE)`` (Linux): a kill at any point leaves the old folder or
+    the new one, and the old one is deleted only after the swap. Without that call the old
+    folder is first moved into the temporary folder (a kill in that instant leaves it there,
+    not at ``target``). ``force=False`` refuses a folder that appears meanwhile. The caller
+    checks what ``target`` holds before (only outputs of this tool may be replaced), and
+    ``replaceable(target)`` checks it again just before the swap (it raises to refuse)."""
+    target = Path(target)
+    tmp_dir = make_temp_dir(target)
+    new = tmp_dir / target.name
+    try:
+        new.mkdir()
+        with disk_full_names(target):
+            yield new
+        os.chmod(new, _mode_for(target, 0o777))
+        if replaceable is not None:
+            replaceable(target)
+        if target.exists() and force:
+            exchange(new, target)  # the old folder is now at ``new``, removed with tmp_dir
+        else:
+            rename_noreplace(new, target)
+    finally:
+        shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+# ------------------------------------------------------------------ temporary folders
+
+TEMP_MARK = ".torchinspect-temp"  # inside each temporary folder: "pid host"
+STALE_AFTER_S = 24 * 3600  # a temp folder whose writer may still run is kept this long
+
+
+def make_temp_dir(target: Path) -> Path:
+    """``.NAME.<random>.tmp`` beside ``target``, marked as this process's (the first time a
+    process writes into a folder, the stale temporary folders of earlier runs are removed)."""
+    parent = target.parent if str(target.parent) else Path(".")
+    key = os.path.realpath(parent)
+    if key not in _CLEANED:  # once per folder and process: a folder of 10,000 parts
+        _CLEANED.add(key)
+        clean_stale_temps(parent)
+    try:
+        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+    except OSError as exc:
+        raise InspectError(f"{target}: cannot create a temporary folder in {parent} "
+                           f"({exc.strerror or exc})",
+                           hint="check the folder's permissions and the free disk space") from None
+    (tmp_dir / TEMP_MARK).write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
+    return tmp_dir
+
+
+_CLEANED: set[str] = set()  # folders this process has cleaned
+
+
+def clean_stale_temps(folder: Path) -> list[Path]:
+    """Remove the ``.*.tmp`` folders in ``folder`` that this tool created (they hold
+    :data:`TEMP_MARK`) and whose writer is gone: its process no longer runs on this host,
+    or the folder is older than :data:`STALE_AFTER_S`. Anything else is never touched.
+    Returns what was removed."""
+    removed = []
+    try:
+        candidates = list(folder.glob(".*.tmp"))
+    except OSError:
+        return removed
+    for tmp in candidates:
+        mark = tmp / TEMP_MARK
+        try:
+            if tmp.is_symlink() or not mark.is_file():
+                continue  # not ours: never touched
+            pid_text, _, host = mark.read_text(encoding="utf-8").strip().partition(" ")
+            age = time.time() - mark.stat().st_mtime
+        except (OSError, UnicodeDecodeError):
+            continue
+        here = host == socket.gethostname()
+        alive = here and pid_text.isdigit() and _alive(int(pid_text))
+        if (here and not alive) or age > STALE_AFTER_S:
+            shutil.rmtree(tmp, ignore_errors=True)
+            removed.append(tmp)
+    return removed
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+# ------------------------------------------------------------------ putting it in place
+
+
+def publish(tmp: Path, target: Path, *, force: bool) -> None:
+    """Move the finished ``tmp`` to ``target``: replace it with ``force``, else create it
+    exclusively (a second run that finishes later fails instead of both saying "wrote")."""
+    if force:
+        os.replace(tmp, target)
+        return
+    try:
+        os.link(tmp, target)  # fails if target exists, atomically
+    except FileExistsError:
+        raise _appeared(target) from None
+    except OSError:  # a file system without hard links
+        rename_noreplace(tmp, target)
+
+
+def _appeared(target: Path) -> InspectError:
+    return InspectError(f"{target} was created by another run while this one was writing it; "
+                        "this run's result was discarded",
+                        hint="pass --force to replace it, or write to another name")
+
+
+_AT_FDCWD = -100
+_RENAME_NOREPLACE, _RENAME_EXCHANGE = 1, 2
+
+
+def _renameat2(src: Path, dst: Path, flags: int) -> bool:
+    """Linux renameat2; False where the C library or the file system lacks it."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        fn = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    rc = fn(_AT_FDCWD, os.fsencode(src), _AT_FDCWD, os.fsencode(dst), ctypes.c_uint(flags))
+    if rc == 0:
+        return True
+    err = ctypes.get_errno()
+    if err in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+        return False
+    if err == errno.EEXIST or (err == errno.ENOTEMPTY and flags == _RENAME_NOREPLACE):
+        raise _appeared(dst)
+    raise OSError(err, os.strerror(err), str(dst))
+
+
+def rename_noreplace(src: Path, dst: Path) -> None:
+    """Rename ``src`` to ``dst`` unless ``dst`` exists (an empty folder counts: it is only
+    replaced when it is still empty)."""
+    if _renameat2(src, dst, _RENAME_NOREPLACE):
+        return
+    if dst.is_dir() and not any(dst.iterdir()):
+        os.rmdir(dst)
+    if dst.exists():
+        raise _appeared(dst)
+    os.rename(src, dst)
+
+
+def exchange(new: Path, target: Path) -> None:
+    """Swap ``new`` and ``target`` (both exist); afterwards ``new`` holds the old content."""
+    if target.is_dir() and not any(target.iterdir()):
+        os.rmdir(target)  # an empty folder: nothing to keep
+        rename_noreplace(new, target)
+        return
+    if _renameat2(new, target, _RENAME_EXCHANGE):
+        return
+    old = new.with_name(new.name + ".old")
+    os.rename(target, old)
+    os.rename(new, target)
+    os.rename(old, new)
+
+
+def _umask() -> int:
+    try:
+        with open("/proc/self/status", encoding="ascii") as fh:
+            for line in fh:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _mode_for(target: Path, default: int) -> int:
+    """The permission bits a replaced ``target`` had, or ``default`` less the umask."""
+    try:
+        return stat.S_IMODE(os.stat(target).st_mode)
+    except OSError:
+        return default & ~_umask()
+
+
+# ------------------------------------------------------------------ full disks
+
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT, errno.EFBIG)
+
+
+def is_disk_full(exc: BaseException | None) -> bool:
+    """ENOSPC and friends, also wrapped (torch.save's RuntimeError, DCP's CheckpointException)."""
+    seen = 0
+    while exc is not None and seen < 20:
+        if isinstance(exc, OSError) and exc.errno in _DISK_FULL:
+            return True
+        text = str(exc)
+        if "No space left on device" in text or "Disk quota exceeded" in text:
+            return True
+        failures = getattr(exc, "failures", None)
+        if isinstance(failures, dict):
+            return any(is_disk_full(f[0] if isinstance(f, tuple) else f) for f in failures.values())
+        exc = exc.__cause__ or (None if exc.__suppress_context__ else exc.__context__)
+        seen += 1
+    return False
+
+
+def _statvfs_full(folder: Path) -> bool:
+    try:
+        st = os.statvfs(folder)
+    except OSError:
+        return False
+    return st.f_bavail * st.f_frsize < (1 << 20)
+
+
+@contextlib.contextmanager
+def disk_full_names(target: Path) -> Iterator[None]:
+    """A write that fails for lack of space becomes one line naming ``target`` (exit 2).
+    torch.save reports a full disk as "file write failed": the free space decides."""
+    try:
+        yield
+    except BaseException as exc:
+        parent = target.parent if str(target.parent) else Path(".")
+        full = is_disk_full(exc) or ("write failed" in str(exc) and _statvfs_full(parent))
+        if not full or isinstance(exc, KeyboardInterrupt):
+            raise
+        raise InspectError(f"{target}: no space left on the device while writing it "
+                           "(nothing was replaced, the partial output was removed)",
+                           hint="free disk space, or write OUT to another disk") from None
 
 
 def atomic_write_bytes(target: str | os.PathLike[str], data: bytes, **kw: object) -> None:

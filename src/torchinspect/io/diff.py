@@ -10,16 +10,18 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.io.entries import FilePool
 from torchinspect.io.formats import CheckpointFormat
 from torchinspect.io.keys import KeyGroup, group_keys
 from torchinspect.io.meta import TensorMeta, TensorSet, read_checkpoint_meta
-from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps
+from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps, state_entry_kind
+from torchinspect.io.tensors import open_input
 
 FOLDED_SUFFIXES = (".num_batches_tracked",)
 
@@ -77,8 +79,6 @@ def checkpoint_side(path: str | os.PathLike[str], *, key: str | None = None,
 
 def entry_meta(key: str, v: Any, device: str = "model") -> TensorMeta | None:
     """TensorMeta of one ``state_dict()`` value (tensor, extra state, packed params)."""
-    from torchinspect.io.state_dict import state_entry_kind
-
     kind = state_entry_kind(key, v)
     if kind is None:
         return None
@@ -99,8 +99,6 @@ def model_side(label: str, state_dict: dict[str, Any], notes: list[str] | None =
     """A model's ``state_dict()`` (meta tensors are fine) as a diff side. Tensors, modules'
     extra state and quantized packed params all count: ``load_state_dict`` expects them.
     ``tied``: groups of keys that are one parameter in the model (see :func:`tied_groups`)."""
-    from dataclasses import replace
-
     group_of = {k: f"tied:{i}" for i, g in enumerate(tied or []) for k in g}
     tensors = {}
     for k, v in state_dict.items():
@@ -336,8 +334,6 @@ def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: floa
     quantized tensors are compared dequantized."""
     import torch
 
-    from torchinspect.io.tensors import FilePool, open_input
-
     if result.a.path is None or result.b.path is None:
         raise InspectError("--values needs data on both sides: pass two checkpoint files",
                            hint="a model side is built without weights (on the meta device)")
@@ -348,7 +344,7 @@ def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: floa
     out = []
     with FilePool() as files:
         for k in result.matched:
-            x, y = _comparable(_value(sa[k], files)), _comparable(_value(sb[k], files))
+            x, y = _comparable(tensor_value(sa[k], files)), _comparable(tensor_value(sb[k], files))
             if x is None or y is None:
                 continue  # extra state / packing dtype: not numbers
             if x.shape != y.shape:
@@ -369,7 +365,7 @@ def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: floa
     return out
 
 
-def _value(src: Any, files: Any) -> Any:
+def tensor_value(src: Any, files: Any) -> Any:
     """The torch value of one TensorSource (read from the file when streamed)."""
     import torch
 

@@ -1,28 +1,30 @@
-"""Tensor file writers: one atomic file (safetensors, pt, npy) and HF-style sharded safetensors.
+"""Tensor file writers.
 
-Every file is written through :func:`torchinspect.io.atomic.atomic_path`: a crash or
-Ctrl-C leaves the old file or the new one, never half a file.
-
-* :func:`write_tensors` — a dict of tensors as one file (``safetensors``: one file with
-  string metadata; ``pt``: ``torch.save`` of the dict; ``npy``: one ``.npy`` per tensor).
-* :func:`write_sharded` — a state dict split into ``NAME-00001-of-00003.safetensors`` files of
-  at most ``max_shard_bytes`` each plus ``NAME.safetensors.index.json``
-  (``{"metadata": {"total_size": N}, "weight_map": {tensor: file}}``), the layout
-  ``transformers``/``huggingface_hub`` read.
-* :func:`plan_shards` — the grouping alone, for writers that stream their own shards.
+* :func:`write_tensors` — a dict of tensors as one atomic file (``safetensors``: one file
+  with string metadata; ``pt``: ``torch.save`` of the dict; ``npy``: one ``.npy`` per
+  tensor), through :func:`torchinspect.io.atomic.atomic_path`: a crash or Ctrl-C leaves the
+  old file or the new one, never half a file.
+* :func:`write_safetensors_stream` / :func:`write_pt_stream` — streaming writers into a
+  path the caller made atomic (``inspect convert``): each tensor's bytes come chunk by chunk
+  from :class:`OutTensor.chunks`, so peak memory is one chunk, not the checkpoint.
+* :func:`plan_shards` — the greedy grouping of Hugging Face shards (the sharded layout
+  itself is written by ``inspect convert --shard-size``: torchinspect.checkpoints).
 """
 
 from __future__ import annotations
 
-import json
 import os
-from collections.abc import Mapping, Sequence
+import re
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
-from torchinspect.io.atomic import atomic_path, atomic_write_text
+from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.io.atomic import atomic_path
+from torchinspect.io.safetensors import encode_header
+from torchinspect.io.torchzip import read_torch_zip_structure
+from torchinspect.io.zipcrc import CrcStream, ZipPatchError, crc_mismatches, set_stored_crcs
 
 FORMATS = ("safetensors", "pt", "npy")
 SUFFIX = {"safetensors": ".safetensors", "pt": ".pt", "npy": ".npy"}
@@ -30,8 +32,6 @@ SUFFIX = {"safetensors": ".safetensors", "pt": ".pt", "npy": ".npy"}
 
 def parse_size(text: str | int, option: str = "--shard-size") -> int:
     """``5GB``/``500MB``/``2GiB``/``1000``/an int -> bytes (positive)."""
-    import re
-
     if isinstance(text, int) and not isinstance(text, bool):
         value = float(text)
     else:
@@ -139,45 +139,123 @@ def plan_shards(sizes: Mapping[str, int], max_bytes: int) -> ShardPlan:
     return plan
 
 
-def write_sharded(folder: str | os.PathLike[str], tensors: Mapping[str, Any], *,
-                  max_shard_bytes: int, name: str = "model",
-                  metadata: Mapping[str, str] | None = None, force: bool = True,
-                  protect: Sequence[str | os.PathLike[str]] = ()) -> Path:
-    """HF-style sharded safetensors; returns the index path (or the single file's path).
+# ------------------------------------------------------------------ streaming writers
 
-    One shard is written as ``NAME.safetensors`` without an index, as ``transformers`` does.
-    """
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise InspectError(f"{folder} is not a folder", hint="create it first")
-    plan = plan_shards({k: tensor_nbytes(v) for k, v in tensors.items()}, max_shard_bytes)
-    if len(plan.shards) <= 1:
-        target = folder / f"{name}.safetensors"
-        write_tensors(target, tensors, metadata=metadata, force=force, protect=protect)
-        return target
-    n = len(plan.shards)
-    weight_map: dict[str, str] = {}
-    for i, names in enumerate(plan.shards, 1):
-        fname = f"{name}-{i:05d}-of-{n:05d}.safetensors"
-        write_tensors(folder / fname, {k: tensors[k] for k in names},
-                      metadata={"format": "pt", **(metadata or {})}, force=force, protect=protect)
-        weight_map.update(dict.fromkeys(names, fname))
-    index = {"metadata": {"total_size": plan.total_size, **(metadata or {})},
-             "weight_map": weight_map}
-    target = folder / f"{name}.safetensors.index.json"
-    atomic_write_text(target, json.dumps(index, indent=2) + "\n", force=force, protect=protect)
-    return target
+Chunks = Iterator[bytes | memoryview]
 
 
-def read_index(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """Read a ``*.safetensors.index.json`` written by :func:`write_sharded` (or by HF)."""
-    path = Path(path)
+@dataclass(frozen=True)
+class OutTensor:
+    """One entry of a streamed state_dict: a tensor whose bytes ``chunks()`` yields (in
+    ``dtype``, C order), or a plain value (``is_tensor=False``) stored as it is. Entries
+    with the same ``tie`` are one storage in a ``.pt`` file."""
+
+    name: str
+    dtype: str
+    shape: tuple[int, ...]
+    nbytes: int
+    chunks: Callable[[], Chunks]
+    tie: str = ""
+    is_tensor: bool = True
+    value: Any = None
+
+
+def pwrite_all(fd: int, chunks: Chunks, pos: int) -> int:
+    """Write every chunk at ``pos`` onward; returns the end position."""
+    for chunk in chunks:
+        view = memoryview(chunk).cast("B")
+        while view.nbytes:
+            n = os.pwrite(fd, view, pos)
+            view, pos = view[n:], pos + n
+    return pos
+
+
+def write_safetensors_stream(path: Path, tensors: Sequence[OutTensor],
+                             metadata: Mapping[str, str]) -> None:
+    """A safetensors file: the header, then each tensor's bytes at its offset."""
+    header, offsets = encode_header([(t.name, t.dtype, t.shape, t.nbytes) for t in tensors],
+                                    dict(metadata))
+    out = os.open(path, os.O_WRONLY | os.O_TRUNC)
     try:
-        index = json.loads(path.read_text())
-    except (OSError, ValueError) as exc:
-        raise InspectError(f"{path}: cannot read the shard index ({exc.__class__.__name__})",
-                           hint="the index must be the JSON file next to the shards") from None
-    if not isinstance(index, dict) or not isinstance(index.get("weight_map"), dict):
-        raise InspectError(f"{path}: not a safetensors index (no weight_map)",
-                           hint="pass NAME.safetensors.index.json")
-    return index
+        os.write(out, header)
+        base = len(header)
+        for t, (begin, end) in zip(tensors, offsets, strict=True):
+            if pwrite_all(out, t.chunks(), base + begin) != base + end:
+                raise RuntimeError(f"wrote the wrong number of bytes for {t.name!r}")
+    finally:
+        os.close(out)
+
+
+def write_pt_stream(path: Path, entries: Sequence[OutTensor]) -> None:
+    """A ``torch.save`` zip of the entries, written without holding the tensors.
+
+    ``torch.save`` writes a data-less skeleton (``skip_data``); each storage is then filled
+    from its chunks. The skeleton's ``data/<key>`` records have the right sizes but CRC-32
+    0; each record's CRC is computed while its bytes stream through and then written into
+    the zip headers (central directory and data descriptor), so zipfile/``unzip -t`` accept
+    the file. Plain values go into the skeleton as they are.
+    """
+    import torch
+    from torch.serialization import skip_data
+
+    skeleton: dict[str, Any] = {}
+    by_tie: dict[str, Any] = {}
+    for e in entries:
+        if not e.is_tensor:
+            skeleton[e.name] = e.value
+            continue
+        t = by_tie.get(e.tie)
+        if t is None or t.dtype != torch_dtype(e.dtype):
+            t = torch.empty(e.shape, dtype=torch_dtype(e.dtype))  # untouched: no RAM used
+            by_tie[e.tie] = t
+        skeleton[e.name] = t
+    with skip_data():
+        torch.save(skeleton, path)
+    del skeleton, by_tie
+    _fill_pt_records(path, entries)
+
+
+def _fill_pt_records(path: Path, entries: Sequence[OutTensor]) -> None:
+    obj, archive = read_torch_zip_structure(path)
+    records: dict[str, tuple[int, int]] = {}  # member name -> (crc32, bytes written)
+    out = os.open(path, os.O_RDWR)
+    try:
+        for e in entries:
+            if not e.is_tensor:
+                continue
+            key = obj[e.name].storage.key
+            member = f"{archive.prefix}data/{key}"
+            if member in records:
+                continue
+            stream = CrcStream(e.chunks())
+            pwrite_all(out, stream, archive.storage_offset(key))
+            records[member] = (stream.crc, stream.nbytes)
+        set_stored_crcs(out, records)
+    except ZipPatchError as exc:
+        raise InspectError(f"could not finish the .pt zip archive ({exc})",
+                           hint="report this; OUT was not written", status=ExitStatus.INTERNAL) from None
+    finally:
+        os.close(out)
+    _check_zip_crcs(path, records)
+
+
+def _check_zip_crcs(path: Path, records: dict[str, tuple[int, int]]) -> None:
+    """Headers only: every record's CRC-32 is the streamed one, in the central directory
+    and in its local header/data descriptor (the bytes are compared by the caller's
+    verification)."""
+    import zipfile
+
+    with zipfile.ZipFile(path) as zf:
+        wrong = [n for n, (crc, size) in records.items()
+                 if zf.getinfo(n).CRC != crc or zf.getinfo(n).file_size != size]
+    wrong += crc_mismatches(path)
+    if wrong:
+        raise InspectError(f"verification failed: zip CRC-32 not set for {wrong[0]!r}",
+                           hint="report this; OUT was not written", status=ExitStatus.INTERNAL)
+
+
+def torch_dtype(name: str) -> Any:
+    """``"float16"`` -> ``torch.float16``."""
+    import torch
+
+    return getattr(torch, name)

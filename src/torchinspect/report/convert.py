@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any
 from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes
 
 if TYPE_CHECKING:
-    from torchinspect.io.convert import ConvertResult
+    from torchinspect.checkpoints import ConvertResult
 
 
 def _examples(pairs: list[tuple[str, str]], limit: int = 8) -> list[str]:

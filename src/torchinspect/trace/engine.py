@@ -115,7 +115,7 @@ class _Recorder:
 
 
 @contextlib.contextmanager
-def _preserved(model: nn.Module, train: bool) -> Iterator[None]:
+def forward_mode(model: nn.Module, train: bool) -> Iterator[None]:
     """Set train/eval for the run and restore every module's flag (and MHA fast path)."""
     mha = getattr(torch.backends, "mha", None)
     fastpath = mha.get_fastpath_enabled() if mha is not None else None
@@ -315,7 +315,7 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     kept = model_kept(model, buffers=not state) if scriptable else contextlib.nullcontext()
     # the snapshot and the train/eval flags come first: the hooks (and the TorchScript
     # stand-ins swapped into the tree) are installed inside them and removed before they end
-    with kept, _preserved(model, train), torch.no_grad(), \
+    with kept, forward_mode(model, train), torch.no_grad(), \
             fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter):
         try:
             if scriptable:

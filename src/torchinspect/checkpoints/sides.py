@@ -1,8 +1,8 @@
 """Diff sides for `inspect diff` and the target of `inspect convert --arch`: MODEL or CHECKPOINT specs.
 
-io/ compares and converts state_dicts but imports nothing above it; resolving a *model* spec
-needs ``sources``, so it lives here (torch-free until a model is built: a checkpoint-only diff
-never imports torch). Each file's format is detected once and passed down.
+io/diff.py compares two sides from metadata; resolving a *model* spec needs ``sources``, so
+the command core lives here (torch-free until a model is built: a checkpoint-only diff never
+imports torch). Each file's format is detected once and passed down.
 """
 
 from __future__ import annotations
@@ -12,11 +12,22 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.errors import InspectError
+from torchinspect.io.diff import (
+    DiffResult,
+    DiffSide,
+    checkpoint_side,
+    compare_values,
+    diff_state_dicts,
+    model_side,
+    tied_groups,
+)
+from torchinspect.io.formats import detect_format
+from torchinspect.io.torch_load import python_path
+from torchinspect.sources.case import ModelOptions, make_case
+from torchinspect.sources.hf import folder_weights
 
 if TYPE_CHECKING:
-    from torchinspect.io.diff import DiffResult, DiffSide
     from torchinspect.io.formats import CheckpointFormat
-    from torchinspect.sources.case import ModelOptions
 
 _WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar", ".json")
 
@@ -38,12 +49,8 @@ class Probe:
 
 def probe(spec: str) -> Probe:
     """Detect once whether ``spec`` names weights (and their format) or a model."""
-    from torchinspect.io.formats import detect_format
-
     path = Path(spec)
     if path.is_dir() and (path / "config.json").is_file():
-        from torchinspect.sources.hf import folder_weights
-
         return Probe(spec, folder_weights(path) is not None, model_dir=True)
     if path.is_dir() or (path.is_file() and path.name.endswith(".index.json")):
         return Probe(spec, True)
@@ -62,9 +69,6 @@ def arch_state_dict(spec: str, options: ModelOptions | None = None) -> tuple[dic
 
 
 def _arch(spec: str, options: ModelOptions | None) -> tuple[dict[str, Any], list[str], list[list[str]]]:
-    from torchinspect.io.diff import tied_groups
-    from torchinspect.sources.case import ModelOptions, make_case
-
     opts = replace(options or ModelOptions(), weights=None, arch=None, device="meta")
     case = make_case(spec, options=opts, need_inputs=False)
     return case.model.state_dict(), list(case.notes), tied_groups(case.model)
@@ -73,8 +77,6 @@ def _arch(spec: str, options: ModelOptions | None) -> tuple[dict[str, Any], list
 def resolve_side(spec: str | Probe, *, options: ModelOptions | None = None, key: str | None = None,
                  trust_pickle: bool = False) -> DiffSide:
     """A diff side for a checkpoint (metadata only) or a model spec (its meta state_dict)."""
-    from torchinspect.io.diff import checkpoint_side, model_side
-
     p = spec if isinstance(spec, Probe) else probe(spec)
     if p.weights:
         return checkpoint_side(p.spec, key=key, trust_pickle=trust_pickle, fmt=p.format)
@@ -120,9 +122,6 @@ def diff_specs(a: str, b: str | None = None, *, arch: str | None = None,
 
 def _diff(target: Probe, weights: Probe, options: ModelOptions | None, key: str | None,
           trust_pickle: bool, auto_prefix: bool, values: bool, rtol: float, atol: float) -> DiffResult:
-    from torchinspect.io.diff import compare_values, diff_state_dicts
-    from torchinspect.io.torch_load import python_path
-
     with python_path(options.python_path if options else ()):
         side_a = resolve_side(target, options=options, key=key, trust_pickle=trust_pickle)
         side_b = resolve_side(weights, options=options, key=key, trust_pickle=trust_pickle)

@@ -1,0 +1,116 @@
+"""`inspect memory MODEL`: the peak GPU memory of inference and a training step, predicted."""
+
+from __future__ import annotations
+
+from typing import Annotated
+
+import typer
+
+from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
+from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.sources.case import ModelOptions
+
+BatchesOpt = Annotated[str | None, typer.Option(
+    "--batch", "-b", metavar="N[,N...]",
+    help="batch sizes to predict, e.g. 1,8,32 (default: the input's own batch).")]
+TrainOpt = Annotated[bool, typer.Option(
+    "--train/--no-train", help="also predict a training step (forward, backward, optimizer).")]
+OptimizerOpt = Annotated[str, typer.Option(
+    "--optimizer", metavar="adamw|adam|sgd|sgd-momentum|none",
+    help="the optimizer of the training step (PyTorch's defaults: foreach on CUDA).")]
+DtypeOpt = Annotated[str | None, typer.Option(
+    "--dtype", metavar="fp32|bf16|fp16", help="cast weights and float inputs to this dtype.",
+    show_default=False)]
+AmpOpt = Annotated[str | None, typer.Option(
+    "--amp", metavar="bf16|fp16", help="autocast to this dtype (fp32 master weights).",
+    show_default=False)]
+CheckpointOpt = Annotated[str | None, typer.Option(
+    "--checkpointing", metavar="MODULE_TYPE",
+    help="what-if: activation checkpointing (non-reentrant) on every module of this class, "
+    "e.g. Bottleneck, DecoderLayer.", show_default=False)]
+LossOpt = Annotated[str, typer.Option(
+    "--loss", metavar="sum|mean", help="the loss of the training step: the sum or mean of the "
+    "model's first floating-point output.")]
+FitOpt = Annotated[str | None, typer.Option(
+    "--fit", metavar="SIZE|cuda", help="find the largest batch whose predicted peak fits SIZE "
+    "(80GB, 40GiB) or the free memory of the GPU that is there (cuda).", show_default=False)]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", metavar="h100|a100|...", help="the GPU whose cuBLAS workspace size to count "
+    "(default: the GPU that is there, else h100).", show_default=False)]
+TopOpt = Annotated[int, typer.Option("--top", min=0, help="modules listed by activation memory.")]
+VerifyOpt = Annotated[bool, typer.Option(
+    "--verify", help="run the steps for real on the GPU and compare each phase with the "
+    "prediction; exit 1 beyond --tolerance.")]
+ToleranceOpt = Annotated[float, typer.Option(
+    "--tolerance", metavar="FRACTION", help="largest relative error --verify accepts (0.05 = 5%).")]
+
+DEVICE_HELP = ("the device the prediction is for: cuda (the CUDA caching allocator, as "
+               "torch.cuda.max_memory_allocated counts) or cpu (bytes of tensors).")
+
+
+@model_command(device_default="cuda", device_help=DEVICE_HELP, batch=False)
+def memory(
+    model: ModelArg,
+    batch: BatchesOpt = None,
+    train: TrainOpt = True,
+    optimizer: OptimizerOpt = "adamw",
+    dtype: DtypeOpt = None,
+    amp: AmpOpt = None,
+    checkpointing: CheckpointOpt = None,
+    loss: LossOpt = "sum",
+    fit: FitOpt = None,
+    gpu: GpuOpt = None,
+    top: TopOpt = 10,
+    verify: VerifyOpt = False,
+    tolerance: ToleranceOpt = 0.05,
+    *,
+    opts: ModelOptions,
+    out: OutputOptions,
+) -> None:
+    """Peak GPU memory of inference and of a training step, predicted on fake tensors."""
+    from torchinspect.bench.run import parse_batches
+    from torchinspect.cli.common import tolerance as check_tolerance
+    from torchinspect.memory.fit import parse_budget, sweep_with_fit
+    from torchinspect.memory.predict import check_checkpointing, make_target
+    from torchinspect.memory.step import StepConfig
+    from torchinspect.report.memory import memory_report, verification_report
+    from torchinspect.sources.case import make_case
+
+    batches = parse_batches(batch) or (None,)
+    cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp,
+                     checkpointing=checkpointing, loss=loss)
+    target = make_target(_semantics(opts.device), gpu)
+    budget = parse_budget(fit) if fit is not None else None
+    check_tolerance(tolerance, "--tolerance")
+    if verify:
+        _require_single(batches, fit)
+        from torchinspect.memory.verify import require_cuda
+
+        require_cuda()
+    case = make_case(model, options=opts, device="meta")
+    check_checkpointing(case, cfg)
+    result = sweep_with_fit(case, cfg, target, batches, budget, top=top)
+    inputs = input_files([model, *opts.files()])
+    if len(result.results) == 1 and result.fit is None:
+        emit(memory_report(result.results[0]), out, inputs)
+    else:
+        emit(memory_report(result), out, inputs)
+    if verify:
+        from torchinspect.memory.predict import example_at
+        from torchinspect.memory.verify import verify as run_verify
+
+        checked = run_verify(result.results[0], case, example_at(case, batches[0]), cfg, tolerance)
+        emit(verification_report(checked), OutputOptions(out.format, None))
+        if not checked.ok:
+            raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+
+
+def _semantics(device: str) -> str:
+    """--device: cuda[:N] (also auto and meta) predicts for the CUDA allocator; cpu for the CPU."""
+    return "cpu" if device == "cpu" else "cuda"
+
+
+def _require_single(batches: tuple[int | None, ...], fit: str | None) -> None:
+    if len(batches) > 1 or fit is not None:
+        raise InspectError("--verify measures one batch: it does not combine with a --batch "
+                           "list or --fit", hint="e.g. inspect memory MODEL --batch 8 --verify")

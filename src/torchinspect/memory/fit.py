@@ -1,0 +1,96 @@
+"""``--batch 1,8,32`` and ``--fit 80GB``: predictions over batch sizes.
+
+The fit search doubles the batch from 1 while the predicted peak fits, then bisects between
+the last fit and the first miss (as ``bench --max-batch`` does on the GPU, here on
+predictions: no memory is touched).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from torchinspect.errors import InspectError
+from torchinspect.memory.predict import Target, predict_case
+from torchinspect.memory.result import FitResult, MemoryResult, MemorySweep
+from torchinspect.memory.step import StepConfig
+from torchinspect.sources.case import ModelCase
+
+BATCH_LIMIT = 1 << 16
+
+
+def parse_budget(text: str) -> int:
+    """``80GB``, ``40GiB``, ``8e10`` or ``cuda`` (the free memory of the GPU that is there)."""
+    from torchinspect.device import available_bytes
+    from torchinspect.io.writers import parse_size
+
+    if text.strip().lower().startswith("cuda"):
+        import torch
+
+        if not torch.cuda.is_available():
+            raise InspectError(f"--fit {text}: no CUDA device is available to measure",
+                               hint="give the memory as a size, e.g. --fit 80GB")
+        free = available_bytes(text.strip().lower() if ":" in text else "cuda")
+        return int(free or 0)
+    return parse_size(text, option="--fit")
+
+
+def sweep(case: ModelCase, cfg: StepConfig, target: Target, batches: Sequence[int | None], *,
+          budget: int | None = None, top: int = 10) -> list[MemoryResult]:
+    results = []
+    for batch in batches:
+        result = predict_case(case, cfg, target, batch=batch, top=top)
+        result.budget = budget
+        results.append(result)
+    return results
+
+
+def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
+        limit: int = BATCH_LIMIT) -> FitResult:
+    """The largest batch whose predicted peak fits ``budget``, for inference and training."""
+    probes: list[tuple[str, int, int]] = []
+    found: dict[str, int | None] = {}
+    capped = False
+    for mode in ("inference", "training") if cfg.train else ("inference",):
+        mode_cfg = replace(cfg, train=mode == "training")
+
+        def peak(batch: int, mode: str = mode, mode_cfg: StepConfig = mode_cfg) -> int:
+            r = predict_case(case, mode_cfg, target, batch=batch, inference=mode == "inference")
+            run = r.inference if mode == "inference" else r.training
+            value = run.peak if run is not None else 0
+            probes.append((mode, batch, value))
+            return value
+
+        found[mode], hit_limit = _search(peak, budget, limit)
+        capped = capped or hit_limit
+    return FitResult(budget, found.get("inference"), found.get("training"), probes, capped)
+
+
+def _search(peak: Callable[[int], int], budget: int, limit: int) -> tuple[int | None, bool]:
+    """Doubling then bisection on ``peak(batch) <= budget``; (largest fit, stopped at limit)."""
+
+    def fits(batch: int) -> bool:
+        return peak(batch) <= budget
+
+    lo = 1
+    try:
+        first = fits(1)
+    except InspectError:  # e.g. BatchNorm refuses to train on one sample: start at 2
+        lo, first = 2, fits(2)
+    if not first:
+        return None, False
+    while lo * 2 <= limit and fits(lo * 2):
+        lo *= 2
+    if lo * 2 > limit:
+        return lo, True
+    hi = lo * 2
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo, False
+
+
+def sweep_with_fit(case: ModelCase, cfg: StepConfig, target: Target,
+                   batches: Sequence[int | None], budget: int | None, top: int = 10) -> MemorySweep:
+    results = sweep(case, cfg, target, batches, budget=budget, top=top)
+    return MemorySweep(results, fit(case, cfg, target, budget) if budget is not None else None)

@@ -1,0 +1,111 @@
+"""CUDA's choice of kernels where it changes memory, for a prediction on fake CPU tensors.
+
+On CPU fake tensors some composite ops take their CPU route, which allocates and saves
+differently from the GPU. For the time of a prediction, :func:`cuda_kernels` registers
+CompositeImplicitAutograd kernels (removed afterwards) that take the GPU's route, so every
+caller (Python, ``nn.MultiheadAttention``, C++ composites) gets it:
+
+* ``dropout``: CUDA runs the fused ``native_dropout`` (a 1-byte mask saved for backward); the
+  CPU route multiplies by a float noise tensor (4 bytes an element).
+* ``rms_norm``: CUDA runs one fused kernel that saves the input and a per-row ``rstd``; the CPU
+  route saves the intermediate products of its composite.
+* ``scaled_dot_product_attention``: CUDA picks flash attention (fp16/bf16, no mask) or
+  memory-efficient attention (fp32, masks), which keep only the output and a log-sum-exp per
+  row (``sdp_utils.cpp``: flash, then efficient, then math); the CPU route may build the full
+  ``T x S`` score matrix. The same aten kernels are called here: their fake-tensor
+  implementations give the shapes and their autograd formulas save what the GPU saves. What
+  the GPU kernels refuse takes the explicit math path, as on the GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import warnings
+from collections.abc import Iterator
+from typing import Any
+
+import torch
+
+
+def choose(q: Any, k: Any, v: Any, mask: Any, gqa: bool, dtype: Any) -> str:
+    """flash, efficient or math, as a GPU of compute capability 8.0+ chooses."""
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.size(-1) > 256:
+        return "math"
+    if q.size(-1) % 8 or v.size(-1) != q.size(-1):
+        return "math"
+    if dtype in (torch.float16, torch.bfloat16) and mask is None:
+        return "flash"
+    if gqa and k.size(-3) != q.size(-3):
+        return "math"
+    return "efficient" if dtype in (torch.float16, torch.bfloat16, torch.float32) else "math"
+
+
+def attention(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+              is_causal: bool = False, *, scale: float | None = None,
+              enable_gqa: bool = False) -> Any:
+    """``scaled_dot_product_attention`` through the kernel CUDA picks (autocast has already
+    cast the inputs: it sits above this kernel)."""
+    mask, dropout, causal, gqa = attn_mask, dropout_p, is_causal, enable_gqa
+    kernel = choose(q, k, v, mask, gqa, q.dtype)
+    if kernel == "math":
+        return torch.ops.aten._scaled_dot_product_attention_math(
+            q, k, v, mask, dropout, causal, scale=scale, enable_gqa=gqa)[0]
+    if kernel == "flash":
+        return torch.ops.aten._scaled_dot_product_flash_attention(
+            q, k, v, dropout, causal, False, scale=scale)[0]
+    if mask is not None and mask.dtype == torch.bool:
+        mask = torch.zeros(mask.shape, dtype=q.dtype, device=q.device).masked_fill_(
+            mask.logical_not(), float("-inf"))
+    elif mask is not None and mask.dtype != q.dtype:
+        mask = mask.to(q.dtype)
+    grad = torch.is_grad_enabled() and any(t.requires_grad for t in (q, k, v))
+    return torch.ops.aten._scaled_dot_product_efficient_attention(
+        q, k, v, mask, grad, dropout, causal, scale=scale)[0]
+
+
+def dropout(x: Any, p: float, train: bool) -> Any:
+    """``dropout`` as CUDA runs it: ``native_dropout`` with a bool mask."""
+    if not train or p == 0.0 or x.numel() == 0:
+        return x
+    if p == 1.0:
+        return x * 0.0
+    return torch.ops.aten.native_dropout(x, p, True)[0]
+
+
+class _FusedRMSNorm(torch.autograd.Function):
+    """What CUDA's fused RMSNorm allocates and saves: the output, and per row an fp32 rstd."""
+
+    @staticmethod
+    def forward(ctx: Any, x: Any, weight: Any, dims: int) -> Any:
+        acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+        rstd = x.new_empty((*x.shape[:x.dim() - dims], *([1] * dims)), dtype=acc)
+        ctx.save_for_backward(x, rstd, weight)
+        out = torch.empty_like(x)
+        if weight is not None:
+            out = out.to(torch.promote_types(x.dtype, weight.dtype))
+        return out
+
+    @staticmethod
+    def backward(ctx: Any, grad: Any) -> Any:
+        x, _, weight = ctx.saved_tensors
+        grad_w = torch.empty_like(weight) if weight is not None and ctx.needs_input_grad[1] else None
+        return torch.empty_like(x), grad_w, None
+
+
+def rms_norm(x: Any, shape: Any, weight: Any = None, eps: float | None = None) -> Any:
+    return _FusedRMSNorm.apply(x, weight, len(shape))
+
+
+@contextlib.contextmanager
+def cuda_kernels() -> Iterator[None]:
+    """The GPU's route for dropout, rms_norm and attention, for the duration of the block."""
+    lib = torch.library.Library("aten", "IMPL")
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+            lib.impl("scaled_dot_product_attention", attention, "CompositeImplicitAutograd")
+            lib.impl("dropout", dropout, "CompositeImplicitAutograd")
+            lib.impl("rms_norm", rms_norm, "CompositeImplicitAutograd")
+        yield
+    finally:
+        lib._destroy()

@@ -1,0 +1,141 @@
+"""`inspect memory` -> Report: the predicted peaks, their makeup, and the verification."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes, pct
+
+if TYPE_CHECKING:
+    from torchinspect.memory.result import MemoryResult, MemorySweep, RunMemory
+    from torchinspect.memory.verify import Verification
+
+_COLUMNS = ("weights", "buffers", "input", "gradients", "optimizer state", "activations",
+            "temporaries", "workspace")
+
+
+def memory_report(result: MemoryResult | MemorySweep) -> Report:
+    """One batch: the full breakdown; several (or --fit): one row per batch."""
+    if hasattr(result, "results"):
+        return _sweep_report(result)  # type: ignore[arg-type]
+    r: MemoryResult = result  # type: ignore[assignment]
+    sections: list[Any] = [Text(_header(r))]
+    if r.inference is not None:
+        sections.append(_inference(r.inference))
+    if r.training is not None:
+        sections.append(_phases(r.training))
+        sections.append(_training(r, r.training))
+        if r.training.saved:
+            sections.append(_saved(r.training))
+    sections.append(Text([f"note: {n}" for n in r.notes], style="yellow"))
+    return Report("memory", r.to_dict(), sections)
+
+
+def _header(r: MemoryResult) -> list[str]:
+    c = r.config
+    step = "inference only" if not c["train"] else (
+        f"optimizer {c['optimizer']}" + (" (foreach)" if c["foreach"] else "")
+        + f", loss {c['loss']} of the first floating output")
+    precision = f"autocast {c['amp']}" if c["amp"] else f"dtype {c['dtype'] or 'as built'}"
+    lines = [f"{r.model}  input {r.input}",
+             f"predicted for {r.device}" + (f" ({r.gpu})" if r.gpu else "")
+             + f" on fake tensors; {precision}; {step}"]
+    if c["checkpointing"]:
+        lines.append(f"activation checkpointing on every {c['checkpointing']}")
+    lines.append(f"params {r.params:,} ({fmt_bytes(r.weight_bytes)}), buffers "
+                 f"{fmt_bytes(r.buffer_bytes)}, input {fmt_bytes(r.input_bytes)}")
+    return lines
+
+
+def _inference(run: RunMemory) -> KeyValues:
+    items: list[tuple[str, Any]] = [("Peak allocated", nbytes(run.peak)), ("Where", run.where)]
+    items += [(k.capitalize(), nbytes(v)) for k, v in run.breakdown.items() if v]
+    return KeyValues("Inference (eval, inference_mode)", items)
+
+
+def _phases(run: RunMemory) -> Table:
+    """Categories down, phases across (first step, then the steady state)."""
+    phases = sorted(run.phases, key=lambda p: (p.step, _ORDER.get(p.phase, 9)))
+    heads = [f"{_SHORT.get(p.phase, p.phase)} {p.step}" for p in phases]
+    rows: list[list[Any]] = [["Peak", *(nbytes(p.peak) for p in phases)]]
+    for c in _COLUMNS:
+        if any(p.breakdown.get(c, 0) for p in phases):
+            rows.append([c.capitalize(), *(nbytes(p.breakdown.get(c, 0)) for p in phases)])
+    footer = ["fwd/bwd/opt: forward, backward, optimizer.step; 1: the first step (creates the "
+              "optimizer state), 2: the steady state"]
+    footer += [f"{h}: peak at {p.module}" for h, p in zip(heads, phases, strict=True) if p.module]
+    return Table("Training step: the peak of each phase and what is allocated then",
+                 ["", *heads], rows, align=["left", *["right"] * len(heads)], footer=footer,
+                 primary=True)
+
+
+_ORDER = {"forward": 0, "backward": 1, "optimizer": 2, "inference": 0}
+_SHORT = {"forward": "fwd", "backward": "bwd", "optimizer": "opt"}
+
+
+def _training(r: MemoryResult, run: RunMemory) -> KeyValues:
+    first = max((p.peak for p in run.phases if p.step == 1), default=0)
+    steady = max((p.peak for p in run.phases if p.step == 2), default=0)
+    items: list[tuple[str, Any]] = [
+        ("Peak allocated", nbytes(run.peak)), ("Where", run.where),
+        ("First step peak", nbytes(first)), ("Steady-state peak", nbytes(steady)),
+        ("Gradients", nbytes(run.gradients)), ("Optimizer state", nbytes(run.optimizer_state)),
+        ("Activations saved for backward", nbytes(run.saved_total)),
+    ]
+    return KeyValues("Training step", items)
+
+
+def _saved(run: RunMemory) -> Table:
+    total = run.saved_total or 1
+    rows = [[m, nbytes(b), pct(100 * b / total)] for m, b in run.saved]
+    return Table(f"Activations alive when backward starts, by module (top {len(rows)})",
+                 ["Module", "Bytes", "% of saved"], rows, align=["left", "right", "right"])
+
+
+def _sweep_report(s: MemorySweep) -> Report:
+    first = s.results[0]
+    budget = first.budget
+    rows = []
+    for r in s.results:
+        row: list[Any] = [r.batch if r.batch is not None else "-", r.input]
+        for run in (r.inference, r.training):
+            row.append(nbytes(run.peak) if run is not None else Shown("", "-"))
+        if budget is not None:
+            misses = [m for m in ("inference", "training") if r.fits(m) is False]
+            row.append("no: " + ", ".join(misses) if misses else "yes")
+        row.append(r.training.where if r.training is not None else
+                   r.inference.where if r.inference is not None else "-")
+        rows.append(row)
+    columns = ["Batch", "Input", "Inference peak", "Training peak",
+               *(["Fits " + fmt_bytes(budget)] if budget is not None else []), "Training peak at"]
+    sections: list[Any] = [Text(_header(first)[1:2]),
+                           Table(f"{first.model}: predicted peaks by batch", columns, rows,
+                                 primary=True)]
+    if s.fit is not None:
+        f = s.fit
+        items: list[tuple[str, Any]] = [("Budget", nbytes(f.budget))]
+        for mode in ("inference", "training"):
+            if mode == "training" and not first.config["train"]:
+                continue
+            value = getattr(f, mode)
+            items.append((f"Largest {mode} batch", value if value is not None else "none (batch 1 "
+                          "does not fit)"))
+        items.append(("Predictions made", len(f.probes)))
+        if f.capped:
+            items.append(("Note", "the search stopped at its batch limit"))
+        sections.append(KeyValues("Largest batch that fits (doubling, then bisection)", items))
+    sections.append(Text([f"note: {n}" for n in first.notes], style="yellow"))
+    return Report("memory", s.to_dict(), sections)
+
+
+def verification_report(v: Verification) -> Report:
+    rows = [[c.mode, c.phase, nbytes(c.predicted), nbytes(c.measured),
+             Shown(round(c.error, 6), f"{100 * c.error:+.2f}%"), "ok" if c.ok else "FAIL"]
+            for c in v.checks]
+    tol = v.checks[0].tolerance if v.checks else 0.0
+    return Report("memory-verify", v.to_dict(), [
+        Table(f"Predicted vs torch.cuda.max_memory_allocated on {v.device} (tolerance "
+              f"{100 * tol:g}%)", ["Mode", "Phase", "Predicted", "Measured", "Error", "Result"],
+              rows, align=["left", "left", "right", "right", "right", "left"], primary=True),
+        Text(["verification " + ("passed" if v.ok else "FAILED: a peak is beyond the tolerance")]),
+    ])
