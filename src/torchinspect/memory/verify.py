@@ -17,7 +17,8 @@ from torchinspect.errors import InspectError
 from torchinspect.memory import step as steps
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
-from torchinspect.sources.case import ModelCase
+from torchinspect.shapes import map_tensors
+from torchinspect.sources.case import ModelCase, materialize
 
 
 @dataclass
@@ -135,9 +136,6 @@ def verify(result: MemoryResult, case: ModelCase, example: Any, cfg: StepConfig,
 
 
 def _inputs(example: Any, dt: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    from torchinspect.shapes import map_tensors
-    from torchinspect.sources.case import materialize
-
     args, kwargs = materialize(example, "cpu")
 
     def move(t: Any) -> Any:
