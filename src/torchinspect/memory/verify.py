@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from torchinspect.errors import InspectError
@@ -105,7 +106,7 @@ def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str,
                 on_phase("forward", n)
                 steps.train_step(model, state, args, kwargs, optimizer=optimizer, loss=cfg.loss,
                                  autocast=autocast, name=case.name,
-                                 on_phase=lambda p, n=n: on_phase(p, n))
+                                 on_phase=partial(on_phase, n=n))
         on_phase("end", 0)
     peaks.pop("setup:0", None)
     peaks.pop("end:0", None)
