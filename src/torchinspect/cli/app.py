@@ -110,7 +110,17 @@ def _register() -> None:
     """Register every command; a module that fails to import is an error, never skipped."""
     for name, module, func in COMMANDS:
         mod = importlib.import_module(f"torchinspect.cli.{module}")
-        app.command(name)(getattr(mod, func))
+        fn = getattr(mod, func)
+        # the docstring's first sentence, whole, in `inspect --help` (Click cuts it with "..."
+        # at 45-70 characters unless it is given as short_help)
+        app.command(name, short_help=_summary(fn))(fn)
+
+
+def _summary(fn: Any) -> str | None:
+    """A command's docstring up to its first blank line (the summary, which may run over two
+    lines), on one line."""
+    doc = (fn.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n")[0].split()) if doc else None
 
 
 _register()

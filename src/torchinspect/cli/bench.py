@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from enum import StrEnum
@@ -11,7 +10,14 @@ from typing import Annotated, Any
 
 import typer
 
-from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
+from torchinspect.cli.common import (
+    ModelArg,
+    OutputOptions,
+    emit,
+    input_files,
+    model_command,
+    model_file_stem,
+)
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
@@ -78,7 +84,8 @@ SamplesOpt = Annotated[bool, typer.Option("--save-samples",
                                           help="keep raw per-iteration times in the JSON.")]
 CompareOpt = Annotated[str | None, typer.Option(
     "--compare", metavar="OLD.json", help="compare with an earlier `--format json` result; "
-    "exit 1 if a configuration got slower beyond the noise.")]
+    "exit 1 if a configuration got slower beyond the noise. With MODEL a saved result "
+    "(NEW.json), compares the two files and runs nothing.")]
 
 
 class _Progress:
@@ -128,8 +135,7 @@ def _trace_path(trace: str | None, output: str | None, model: str) -> str:
         return trace
     if output:
         return f"{os.path.splitext(output)[0]}.trace.json"
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(model.split(":")[-1]))
-    return f"{safe or 'model'}-bench-trace.json"
+    return f"{model_file_stem(model)}-bench-trace.json"
 
 
 @model_command(device_default="cpu", batch=False,
@@ -161,13 +167,25 @@ def bench(
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """Latency and throughput: warm-up, synchronized timing until the median is stable."""
-    from torchinspect.bench.compare import compare_configs, load_bench_json, setup_differences
+    """Latency and throughput: warm-up, synchronized timing until the median is stable.
+
+    `inspect bench NEW.json --compare OLD.json` compares two saved results (`--format json`)
+    by the same rule, without running anything.
+    """
+    from torchinspect.bench.compare import (
+        compare_configs,
+        is_saved_result,
+        load_bench_json,
+        setup_differences,
+    )
     from torchinspect.bench.run import BenchOptions, parse_batches, parse_dtype, run_bench
     from torchinspect.bench.timing import TimingConfig
     from torchinspect.report.bench import bench_report
     from torchinspect.sources.case import make_case
 
+    if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
+        _compare_saved(model, compare, out)
+        return
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
                            hint="use --device cpu or --device cuda[:N]")
@@ -208,8 +226,29 @@ def bench(
                                hint="check --input (shape, dtype) against what the model takes")
         typer.echo("error: no configuration could be measured (see the status column)", err=True)
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+    _exit_if_slower(changes)
+    sys.stderr.flush()
+
+
+def _exit_if_slower(changes: list[Any] | None) -> None:
     if changes and any(c.verdict == "slower" for c in changes):
         typer.echo("slower than the earlier run beyond the noise (see the comparison)",
                    err=True)
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))
-    sys.stderr.flush()
+
+
+def _compare_saved(new_path: str, old_path: str | None, out: OutputOptions) -> None:
+    """`inspect bench NEW.json --compare OLD.json`: two saved results, no model run."""
+    from torchinspect.bench.compare import compare_configs, load_bench_json, setup_differences
+    from torchinspect.report.bench import saved_comparison_report
+
+    new = load_bench_json(new_path, option="")
+    if not old_path:
+        raise InspectError(f"{new_path}: a saved result, not a model; nothing to compare it with",
+                           hint=f"inspect bench {new_path} --compare OLD.json (or pass a model "
+                           "to benchmark)")
+    old = load_bench_json(old_path)
+    changes = compare_configs(old, new)
+    emit(saved_comparison_report(new_path, new, old_path, old, changes,
+                                 setup_differences(old, new)), out, inputs=[new_path, old_path])
+    _exit_if_slower(changes)

@@ -445,3 +445,12 @@ def _width() -> int | None:
     if cols and cols.isdigit():
         return int(cols)
     return None
+
+
+def model_file_stem(spec: str) -> str:
+    """A safe file name stem from a MODEL text, for outputs named after the model:
+    ``resnet18``, ``zoo:gpt`` -> ``gpt``, ``net.py:Net`` -> ``Net``, ``ckpt/model.pth`` ->
+    ``model``, ``hf:org/bert`` -> ``bert``."""
+    base = os.path.basename(spec.rstrip("/\\").split(":")[-1].rstrip("/\\"))
+    base = re.sub(r"\.(pth?|bin|ckpt|safetensors|tar|json|py|pkl|pt2|onnx)$", "", base)
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("._") or "model"

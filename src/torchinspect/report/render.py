@@ -163,7 +163,7 @@ def render_markdown(report: Report) -> str:
             out.extend(f"{_md_text(line)}  " for line in s.footer)
         elif isinstance(s, KeyValues):
             out.append("| | |")
-            out.append("|:---|---:|")
+            out.append("|:---|:---|")
             for k, v in s.items:
                 out.append(f"| {_md_escape(str(k))} | {_md_escape(_cell(v))} |")
         else:  # one line each (a Markdown viewer joins plain consecutive lines)
@@ -172,7 +172,40 @@ def render_markdown(report: Report) -> str:
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+# the width a table of sentences (``Table.wrap`` names its columns) folds to when neither a
+# terminal nor COLUMNS gives one: a CI log stays readable instead of 330 characters wide
+WRAP_WIDTH = 100
+# trailing spaces (and the colour codes after them) at the end of a rendered line
+_TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _wrap_width(stream: TextIO, width: int | None) -> int:
+    """Where ``Table.wrap`` tables fold: COLUMNS, else the terminal's width, else WRAP_WIDTH."""
+    if width:
+        return width
+    if _is_terminal(stream):
+        import shutil
+
+        return shutil.get_terminal_size((WRAP_WIDTH, 24)).columns
+    return WRAP_WIDTH
+
+
 def render_table(report: Report, stream: TextIO, width: int | None = None) -> None:
+    """Rich tables, key/value blocks and notes; no line ends in spaces."""
+    buf = io.StringIO()
+    _render_rich(report, buf, width, terminal=_is_terminal(stream), wrap=_wrap_width(stream, width))
+    stream.write(_TRAILING.sub(r"\1", buf.getvalue()))
+
+
+def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bool,
+                 wrap: int) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table as RichTable
@@ -184,13 +217,11 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
         return RichText(printable(v), style=style)
 
     # Tables render at their natural width (like torchinfo): a layer table that wraps
-    # inside its cells is unreadable. An explicit width (COLUMNS) is honoured.
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:  # rich would exit 1; the CLI treats it as done
-            self.quiet = True
-            raise BrokenPipeError("output closed")
-
-    console = _Console(file=stream, width=width or 1000, highlight=False, soft_wrap=False)
+    # inside its cells is unreadable. An explicit width (COLUMNS) is honoured; tables of
+    # sentences (Table.wrap) fold their text columns to the terminal, or WRAP_WIDTH.
+    # Rendered into a buffer (colours kept on a terminal), then written without trailing spaces.
+    console = Console(file=buf, width=width or 1000, highlight=False, soft_wrap=False,
+                      force_terminal=terminal or None)
     first = True
     for s in text_sections(report.sections):
         if not first:
@@ -201,19 +232,22 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
                           title_justify="left", show_edge=False, pad_edge=False)
             for c, a in zip(s.columns, _aligns(s), strict=True):
                 # numbers never wrap ("147,96" over "8"); text columns fold when COLUMNS is set
+                folds = c in s.wrap or (width is not None and a != "right" and not s.wrap)
                 t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
-                             no_wrap=width is None or a == "right")
+                             no_wrap=not folds)
             for row in s.rows:
                 t.add_row(*[plain(_cell(v)) for v in row])
-            console.print(t)
+            console.print(t, width=wrap if s.wrap else None)
             for line in s.footer:
                 console.print(plain(line))
         elif isinstance(s, KeyValues):
             if s.title:
                 console.print(plain(s.title, "bold"))
+            # values next to their keys (left-aligned): a right-aligned column pushes every
+            # value out to the longest one, which wraps alone in a narrower terminal
             t = RichTable(box=None, show_header=False, pad_edge=False)
-            t.add_column(justify="left")
-            t.add_column(justify="right")
+            t.add_column(justify="left", no_wrap=True)
+            t.add_column(justify="left", overflow="fold")
             for k, v in s.items:
                 t.add_row(plain(str(k)), plain(_cell(v)))
             console.print(t)

@@ -4,6 +4,7 @@
 * :mod:`.structure` module-tree checks, no forward (TI001, TI002, TI006, TI007, TI008 frozen)
 * :mod:`.shapes`    checks over the meta trace's shapes (TI008 BatchNorm, TI009)
 * :mod:`.runtime`   checks that need real numbers on CPU (TI003, TI004, TI005)
+* :mod:`.locate`    ``file:line`` of a finding in the user's own code
 
 :func:`diagnose` is the library entry point (``torchinspect.diagnose``). The model is never
 changed: see :mod:`.runtime` for how the real runs leave it untouched.
@@ -113,6 +114,9 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
         with torch.random.fork_rng(devices=[]):  # random inputs must not move the user's RNG
             run_device = _run_checks(case, device, chosen, wanted, findings, notes, skipped)
 
+    from torchinspect.analysis.doctor.locate import locate
+
+    locate(findings, model)
     order = {code: i for i, code in enumerate(RULES)}
     findings.sort(key=lambda f: (-f.severity.rank, order[f.code]))
     return DoctorResult(

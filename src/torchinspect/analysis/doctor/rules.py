@@ -112,6 +112,7 @@ class Finding:
     why: str = ""
     fix: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    location: str | None = None  # file:line in the user's own code (see .locate)
 
     def __post_init__(self) -> None:
         rule = RULES[self.code]
@@ -124,8 +125,8 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "name": self.name, "severity": str(self.severity),
-                "module": self.module, "what": self.what, "why": self.why, "fix": self.fix,
-                "data": self.data}
+                "module": self.module, "location": self.location, "what": self.what,
+                "why": self.why, "fix": self.fix, "data": self.data}
 
 
 @dataclass
