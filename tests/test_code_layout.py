@@ -217,8 +217,9 @@ def test_import_torchinspect_and_the_cli_stay_torch_free() -> None:
 
 
 # every public function that takes one model: fn(model: ModelLike, ..., *, options=...)
-MODEL_FUNCTIONS = ["make_case", "summarize", "count_params", "diagnose", "build_graph",
-                   "export_onnx", "benchmark", "extract_features", "predict_memory"]
+MODEL_FUNCTIONS = ["make_case", "summarize", "count_params", "count_flops", "diagnose",
+                   "build_graph", "export_onnx", "benchmark", "extract_features",
+                   "predict_memory"]
 
 
 @pytest.mark.parametrize("name", MODEL_FUNCTIONS)

@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchinspect import device as devices
-from torchinspect.arguments import parse_batches  # noqa: F401  (cli/bench.py imports it from here)
 from torchinspect.bench.environment import capture_environment, throttle_reasons
 from torchinspect.bench.precision import tf32_switch
 from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
