@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.io.keys import group_keys, key_template
 from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes
 
 if TYPE_CHECKING:
@@ -12,8 +13,6 @@ if TYPE_CHECKING:
 
 def _examples(pairs: list[tuple[str, str]], limit: int = 8) -> list[str]:
     """Renames grouped by layer pattern: 80 layers read as one line."""
-    from torchinspect.io.keys import group_keys, key_template
-
     new_of = dict(pairs)
     groups = group_keys([a for a, _ in pairs], {a: key_template(b) for a, b in pairs})
     lines = []

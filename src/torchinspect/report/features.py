@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.dtypes import SIZES
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
 
 if TYPE_CHECKING:
@@ -94,7 +95,7 @@ def _row_bytes(t: dict[str, Any]) -> int:
     n = 1
     for d in t["shape"]:
         n *= d
-    size = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(t["dtype"], 4)
+    size = SIZES.get(t["dtype"], 4)
     return n * size
 
 

@@ -18,6 +18,7 @@ from typing import Any
 
 from torchinspect import device as devices
 from torchinspect.analysis.doctor import runtime, shapes, structure
+from torchinspect.analysis.doctor.locate import locate
 from torchinspect.analysis.doctor.rules import (
     RULES,
     RUN_CODES,
@@ -113,8 +114,6 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
         device = devices.real_device(case.requested)
         with torch.random.fork_rng(devices=[]):  # random inputs must not move the user's RNG
             run_device = _run_checks(case, device, chosen, wanted, findings, notes, skipped)
-
-    from torchinspect.analysis.doctor.locate import locate
 
     locate(findings, model)
     order = {code: i for i, code in enumerate(RULES)}
