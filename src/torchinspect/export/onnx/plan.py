@@ -20,6 +20,9 @@ from torchinspect.io.atomic import check_target
 
 
 def _tensor_leaves(value: Any) -> list[Any]:
+    """The tensors in the order torch.export flattens them (pytree leaves only), so input and
+    output names line up with the ONNX graph; shapes.tensor_leaves also opens dataclasses,
+    which the exporter does not."""
     import torch
     from torch.utils import _pytree as pytree
 
