@@ -200,3 +200,36 @@ def test_attention_row_is_the_same_number_in_summary_and_flops(invoke) -> None:
     data = json.loads(invoke("flops", "zoo:gpt-tiny", "-f", "json").stdout)
     root = data["modules"][0]
     assert root["name"] == "" and root["macs"] == data["totals"]["macs"] > 0
+
+
+def _stripped(text: str) -> str:
+    """Lines without trailing spaces (the table renderer's padding is not what is tested)."""
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def test_golden_flops_at_80_columns(invoke, golden, monkeypatch) -> None:
+    """The conventions are short notes below the tables, not a heading wrapped over them."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke("flops", "resnet18", "--depth", "1")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert lines[1].startswith("Total: ")  # the heading: model, input, total; nothing wrapped
+    assert lines[3].startswith("MACs by module")  # the first table right under the heading
+    notes = next(i for i, line in enumerate(lines) if line.startswith("MACs = multiply"))
+    assert lines[notes - 2].rstrip() == "Ops with no MAC formula: their work is not in the MACs."
+    golden("flops_resnet18_depth1_80.txt", _stripped(result.output))
+
+
+def test_notes_wrap_at_word_boundaries_in_a_narrow_terminal(invoke, monkeypatch) -> None:
+    from torchinspect.analysis.conventions import CONVENTION_NOTES
+
+    monkeypatch.setenv("COLUMNS", "40")
+    for args in (["flops", "zoo:convnet"], ["flops", "zoo:convnet", "zoo:mnist-net"]):
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+        words = result.output.split()
+        for note in CONVENTION_NOTES:  # every word whole, in order: wrapped between words
+            assert " ".join(note.split()) in " ".join(words), (args, note)
+        heading = result.output.split("\n\n")[0]
+        assert "multiply-accumulates" not in heading  # not a heading over the table

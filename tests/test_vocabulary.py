@@ -73,16 +73,15 @@ EQUIVALENT = {
     "--shard-size": "the largest shard file (e.g. 500MB)",
     "--strict": "require every key to match when a state_dict is loaded (strict=True)",
     "--batch": "the batch dimension a forward runs with (prepended to --input shapes)",
+    "--train": "training mode instead of eval (summary/flops trace it, memory predicts a step)",
+    "--verify": "run the real thing and compare it with what the command produced; exit 1 "
+                "beyond the tolerance",
 }
 # a command that sweeps takes a list where the others take one value
-TYPE_EXCEPTIONS = {("bench", "--batch"): "a sweep: --batch 1,8,32"}
+TYPE_EXCEPTIONS = {("bench", "--batch"): "a sweep: --batch 1,8,32",
+                   ("memory", "--batch"): "a sweep: --batch 1,8,32"}
 # other helpers' areas that still break the vocabulary: xfail(strict) flips when fixed
-PENDING = {
-    "--format": "issue 24: features --format is the report format now, but a str with its own "
-                "help instead of the shared OutputFormat option",
-    "--dtype": "issue 24: --dtype is an enum in features, a string in convert and bench "
-               "(one type: fp32|fp16|bf16, bench a comma list)",
-}
+PENDING: dict[str, str] = {}
 SHORT = {"-f": "--format", "-o": "--output", "-b": "--batch", "-d": "--device", "-i": "--input",
          "-a": "--arg"}
 # spellings of an idea that has its one name already
@@ -122,8 +121,7 @@ def test_format_is_the_report_format_everywhere() -> None:
     from torchinspect.report import OutputFormat
 
     for o in BY_NAME["--format"]:
-        if o.command != "features":  # PENDING["--format"]
-            assert o.type == OutputFormat.__name__, o
+        assert o.type == OutputFormat.__name__, o
 
 
 @pytest.mark.parametrize("command", sorted({o.command for o in OPTIONS}))
@@ -132,13 +130,12 @@ def test_one_name_per_idea(command: str) -> None:
     assert not {n: NOT_NAMES[n] for n in names & set(NOT_NAMES)}
 
 
-@pytest.mark.xfail(strict=True, reason="issue 24: convert takes OUT as a positional; -o is "
-                   "its report (to be: -o the converted checkpoint)")
 def test_convert_output_is_the_product() -> None:
+    """-o/--output is where the product goes: for convert, the converted checkpoint."""
     root = typer.main.get_command(app)
-    positional = [p.name for p in root.commands["convert"].params
-                  if p.param_type_name == "argument"]
-    assert positional == ["src"]
+    opts = {o: p for p in root.commands["convert"].params for o in p.opts}
+    assert "converted checkpoint" in (opts["--output"].help or "")
+    assert opts["-o"] is opts["--output"]
 
 
 def test_deprecated_aliases_stay_hidden() -> None:

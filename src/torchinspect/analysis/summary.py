@@ -36,14 +36,18 @@ class Column(StrEnum):
     macs = "macs"
     self_macs = "self_macs"
     trainable = "trainable"
+    output_bytes = "output_bytes"  # bytes of the call's output tensors, at their dtype
+    flops = "flops"  # 2 x macs (inclusive), the convention of the totals
 
 
-DEFAULT_COLUMNS: tuple[Column, ...] = tuple(c for c in Column if c is not Column.self_params)
+OPTIONAL_COLUMNS = (Column.self_params, Column.output_bytes, Column.flops)
+DEFAULT_COLUMNS: tuple[Column, ...] = tuple(c for c in Column if c not in OPTIONAL_COLUMNS)
 HEADERS = {
     Column.layer: "Layer", Column.type: "Type", Column.input: "Input shape",
     Column.output: "Output shape", Column.kernel: "Kernel", Column.params: "Params",
     Column.params_pct: "% params", Column.self_params: "Self params", Column.macs: "MACs",
     Column.self_macs: "Self MACs", Column.trainable: "Trainable",
+    Column.output_bytes: "Output bytes", Column.flops: "FLOPs",
 }
 
 
@@ -86,6 +90,8 @@ class SummaryRow:
     recursive: bool = False  # a later call of a module shown before (params on the first)
     calls: int = 1  # how many times the module ran in the forward
     call_number: int = 0  # 0 for its first call, 1 for the second, ...
+    output_bytes: int = 0  # bytes of this call's output tensors (× repeat on a folded row)
+    flops: int = 0  # 2 x macs
 
 
 @dataclass
@@ -151,7 +157,7 @@ def totals_of(trace: Trace) -> Totals:
     )
 
 
-def _kernel(info: ModuleInfo | None) -> str | None:
+def kernel_text(info: ModuleInfo | None) -> str | None:
     if info is None or "kernel_size" not in info.layer:
         return None
     lay = info.layer
@@ -214,12 +220,13 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
             name=node.call.name, label=label, type=node.call.type, depth=node.call.depth,
             input=format_shape_tree(node.call.inputs, limit=EXACT),
             output=format_shape_tree(node.call.outputs, limit=EXACT),
-            kernel=_kernel(info), params=params,
+            kernel=kernel_text(info), params=params,
             params_pct=(100.0 * params / total) if params is not None and total else None,
             macs=node.macs, trainable=_trainable(info), self_params=node.self_params,
             self_macs=node.self_macs, repeat=node.fold, container=bool(node.children),
             called=node.called, ran=node.ran, recursive=node.recursive,
             calls=info.calls if info else 1, call_number=node.call.call_number,
+            output_bytes=node.call.output_bytes * node.fold, flops=2 * node.macs,
         ))
         for i, ch in enumerate(node.children):
             walk(ch, node, child_prefix, i == len(node.children) - 1)

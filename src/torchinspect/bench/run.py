@@ -140,6 +140,7 @@ class BenchResult:
     max_batch: MaxBatch | None = None
     profile: ProfileResult | None = None
     notes: list[str] = field(default_factory=list)
+    weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict(): what was timed
 
     @property
     def ok(self) -> bool:
@@ -155,7 +156,7 @@ class BenchResult:
             "configs": [c.to_dict(o.save_samples) for c in self.configs],
             "max_batch": self.max_batch.to_dict() if self.max_batch else None,
             "profile": self.profile.to_dict() if self.profile else None,
-            "notes": list(self.notes),
+            "notes": list(self.notes), "weights": self.weights,
         }
 
 
@@ -476,7 +477,11 @@ def run_bench(case: Any, options: BenchOptions | None = None, *,
     with _global_switches(opts, device):
         env = capture_environment(device)
         result = BenchResult(model=case.name, inputs=case.describe_inputs(), device=device,
-                             options=opts, environment=env, notes=list(case.notes))
+                             options=opts, environment=env, notes=list(case.notes),
+                             weights=case.weights.to_dict())
+        note = case.weights.note("the timings are of untrained weights (the same kernels; "
+                                 "only value-dependent speed, e.g. denormals, may differ)")
+        result.notes += [note] if note else []
         if opts.tf32 is not None and not device.startswith("cuda"):
             result.notes.append(f"--{'' if opts.tf32 else 'no-'}tf32: TF32 is CUDA math; "
                                 "the CPU run is unaffected")

@@ -45,8 +45,14 @@ class InspectGroup(TyperGroup):
                 sys.exit(exc.exit_code)  # type: ignore[attr-defined]
             ctx = getattr(exc, "ctx", None)
             path = ctx.command_path if ctx is not None else "inspect"
-            typer.echo(f"error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
-            typer.echo(f"hint: see `{path} --help`", err=True)
+            message, hint = exc.format_message(), f"see `{path} --help`"  # type: ignore[attr-defined]
+            forced = self._force_meant(exc, args)
+            if forced:
+                message += " -f is --format; did you mean --force?"
+                hint = (f"--force replaces an existing output; -f/--format FORMAT picks the report "
+                        f"format (see `inspect {forced} --help`)")
+            typer.echo(f"error: {message}", err=True)
+            typer.echo(f"hint: {hint}", err=True)
             sys.exit(int(ExitStatus.USAGE))
         except ClickException as exc:
             exc.show()  # type: ignore[attr-defined]
@@ -56,6 +62,17 @@ class InspectGroup(TyperGroup):
         except Exception as exc:  # noqa: BLE001 - one boundary for what escapes a command
             sys.exit(exit_status(exc))
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def _force_meant(self, exc: Exception, args: Any) -> str | None:
+        """The subcommand, when ``-f`` came without a value in a command that has --force (the
+        user meant --force; click's error carries no context to tell the command by)."""
+        if getattr(exc, "option_name", None) != "-f":
+            return None
+        argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        name = next((a for a in argv if not a.startswith("-")), None)
+        cmd = self.commands.get(name) if name else None
+        has_force = cmd is not None and any("--force" in getattr(p, "opts", ()) for p in cmd.params)
+        return name if has_force else None
 
 
 app = typer.Typer(

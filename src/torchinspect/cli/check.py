@@ -8,13 +8,13 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import OutputOptions, emit, input_files, model_command
+from torchinspect.cli.common import MODEL_FORMS, OutputOptions, emit, input_files, model_command
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
 MaybeModelsArg = Annotated[list[str] | None, typer.Argument(
     metavar="[MODEL]...", show_default=False,
-    help="models to check; default: the models listed in [tool.torchinspect.check] of the "
+    help=f"models to check ({MODEL_FORMS}); default: the models listed in [tool.torchinspect.check] of the "
     "nearest pyproject.toml (this folder or above), or of --config.")]
 
 

@@ -71,6 +71,7 @@ class Text:
     lines: list[str]
     title: str | None = None
     style: str = ""  # rich style for table output, e.g. "yellow"
+    code: bool = False  # lines of Python to copy: never wrapped, a code block in Markdown/HTML
 
 
 @dataclass

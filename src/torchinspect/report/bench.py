@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchinspect.bench.timing import fmt_time
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.bench.compare import Change
@@ -65,6 +66,7 @@ def _environment(result: BenchResult) -> KeyValues:
     e = result.environment
     o = result.options
     items: list[tuple[str, Any]] = [("model", result.model), ("inputs", result.inputs),
+                                    ("weights", describe_weights(result.weights)),
                                     ("device", result.device)]
     if "gpu" in e:
         items += [("gpu", f"{e['gpu']} (sm {e['capability']}, {fmt_bytes(e['gpu_memory'])})"),

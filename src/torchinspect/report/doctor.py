@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.report.base import KeyValues, Report, Table, Text
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.analysis.doctor import DoctorResult
@@ -35,6 +36,7 @@ def doctor_report(r: DoctorResult) -> Report:
     sections.append(KeyValues("Result", [
         ("Errors", counts["error"]), ("Warnings", counts["warning"]), ("Info", counts["info"]),
         ("Checks run", ", ".join(r.checked) or "-"),
+        ("Weights", describe_weights(r.weights)),
         ("Time", f"{r.seconds:.2f} s"),
     ]))
     lines = [f"{code} skipped: {why}" for code, why in r.skipped.items()]

@@ -78,7 +78,7 @@ def features_report(r: FeatureResult) -> Report:
 def weights_text(w: dict[str, Any]) -> str:
     """``random init (seed 0, sha256 ...): no weights loaded``, or the weights file and the
     start of its sha256."""
-    from torchinspect.features.resume import describe_weights
+    from torchinspect.sources.origin import describe_weights
 
     text = describe_weights(w)
     return text + ": no weights loaded" if w.get("source") == "random-init" else text

@@ -138,6 +138,10 @@ def render_markdown(report: Report) -> str:
             out.append("|:---|:---|")
             for k, v in s.items:
                 out.append(f"| {_md_escape(str(k))} | {_md_escape(cell_text(v))} |")
+        elif s.code:  # a fence longer than any run of backticks inside (a path may hold some)
+            fence = "`" * max(3, 1 + max((len(r) for ln in s.lines for r in re.findall("`+", ln)),
+                                         default=0))
+            out.extend([f"{fence}python", *(printable(ln) for ln in s.lines), fence])
         else:  # one line each (a Markdown viewer joins plain consecutive lines)
             out.extend(f"{_md_text(line)}  " for line in s.lines)
         out.append("")
@@ -226,8 +230,8 @@ def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bo
         else:
             if s.title:
                 console.print(plain(s.title, "bold"))
-            for line in s.lines:
-                console.print(plain(line, s.style or ""))
+            for line in s.lines:  # code is never cut: a copied line must stay one line
+                console.print(plain(line, s.style or ""), soft_wrap=s.code)
 
 
 @renderer("json")

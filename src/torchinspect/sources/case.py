@@ -12,10 +12,15 @@ None = None)``. ``inputs`` is an
 :class:`ExampleInputs`, a list of ``--input`` strings, one string, a full shape
 (``(1, 3, 224, 224)``), a tensor, a tuple of tensors, or ``None`` for the model's declared
 example.
+
+``case.weights`` (:class:`~torchinspect.sources.origin.WeightsOrigin`) says where the weights
+come from; a random init is seeded (the build here and every rebuild), so real runs are
+reproducible.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, TypeAlias
@@ -28,6 +33,13 @@ from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
 from torchinspect.io.torch_load import python_path
 from torchinspect.shapes import format_shape_tree, map_tensors, shape_tree
 from torchinspect.sources.materialize import has_lazy, lazy_real_copy, real_copy, size_lazy
+from torchinspect.sources.origin import (
+    FILE_KINDS,
+    WeightsOrigin,
+    WeightsSource,
+    seeded,
+    seeded_rebuild,
+)
 
 if TYPE_CHECKING:
     from torch import nn
@@ -62,6 +74,15 @@ class ModelOptions:
         return (self.arch, self.weights)
 
 
+def weights_origin(spec: str, options: ModelOptions, kind: str) -> WeightsOrigin:
+    """Where the weights of ``spec`` built with ``options`` come from (no file is read)."""
+    if options.weights:
+        return WeightsOrigin(WeightsSource.file, path=os.fspath(options.weights))
+    if options.arch or kind in FILE_KINDS:  # MODEL is the weights file / the model file
+        return WeightsOrigin(WeightsSource.file, path=spec)
+    return WeightsOrigin.random_init()
+
+
 @dataclass
 class ModelCase:
     """A resolved model and its example inputs, ready for a trace, export, bench or doctor.
@@ -80,6 +101,7 @@ class ModelCase:
     kind: str = "module"  # torchvision, zoo, python, pickle, torchscript, export, module
     weights_key: str | None = None
     requested: str = "auto"  # the --device word asked for (auto, meta, cpu, cuda[:N])
+    weights: WeightsOrigin = field(default_factory=WeightsOrigin.random_init)
 
     @property
     def on_meta(self) -> bool:
@@ -122,11 +144,12 @@ class ModelCase:
 
     def _sized(self, model: Any, target: str) -> Any:
         """``model`` (a copy or a rebuild) with its lazy modules sized by one eval-mode forward
-        on the example, as its first real forward would."""
+        on the example, as its first real forward would (seeded: they are initialized then)."""
         if self.example is None:
             return model
         args, kwargs = self.inputs_on(target)
-        return size_lazy(model, args, kwargs, name=self.name, inputs=self.describe_inputs())
+        with seeded(target):
+            return size_lazy(model, args, kwargs, name=self.name, inputs=self.describe_inputs())
 
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example materialized on ``device`` as ``(args, kwargs)``."""
@@ -160,21 +183,28 @@ def make_case(model: ModelLike, inputs: Any = None, *, options: ModelOptions | N
         kw: dict[str, Any] = {}
         if opts.weights_config is not None:
             kw["weights_config"] = opts.weights_config
-        with python_path(opts.python_path), model_code(model_or_spec):
+        # a random init is seeded (the build here and each rebuild): real runs are reproducible
+        build_on = devices.build_device(dev)
+        with python_path(opts.python_path), model_code(model_or_spec), seeded(build_on):
             loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
                                 key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
-                                device=devices.build_device(dev), **kw)
+                                device=build_on, **kw)
+        rebuild = seeded_rebuild(loaded.rebuild) if loaded.rebuild is not None else None
         case = ModelCase(loaded.model, loaded.name, loaded.example, list(loaded.notes),
-                         loaded.rebuild, str(loaded.kind), loaded.weights_key, requested=dev)
+                         rebuild, str(loaded.kind), loaded.weights_key, requested=dev,
+                         weights=weights_origin(model_or_spec.strip(), opts, str(loaded.kind)))
     else:
         if not _is_module(model_or_spec):
             raise InspectError(f"expected a model name, spec or torch.nn.Module, got "
                                f"{type(model_or_spec).__name__}",
                                hint="pass e.g. 'resnet18', 'zoo:gpt', 'file.py:Net' or a module")
-        case = ModelCase(model_or_spec, type(model_or_spec).__name__, None, requested=dev)
+        name = type(model_or_spec).__name__
+        case = ModelCase(model_or_spec, name, None, requested=dev,
+                         weights=WeightsOrigin(WeightsSource.module, module=name))
         if devices.has_meta_tensors(model_or_spec):  # real runs use an initialized copy
             module = model_or_spec
-            case.rebuild = lambda target: real_copy(module, target)
+            case.rebuild = seeded_rebuild(lambda target: real_copy(module, target))
+            case.weights = WeightsOrigin.random_init()
     given = inputs if inputs is not None else (list(opts.inputs) if opts.inputs else None)
     if need_inputs or given is not None or opts.batch is not None:
         case.example = resolve_inputs(given, case.example, batch=opts.batch, no_batch=opts.no_batch)

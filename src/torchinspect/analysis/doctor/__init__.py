@@ -116,12 +116,17 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
             run_device = _run_checks(case, device, chosen, wanted, findings, notes, skipped)
 
     locate(findings, model)
+    if run_device is not None:
+        note = case.weights.note(f"{', '.join(c for c in wanted if c not in skipped)} ran on "
+                                 "an untrained model")
+        notes += [note] if note else []
     order = {code: i for i, code in enumerate(RULES)}
     findings.sort(key=lambda f: (-f.severity.rank, order[f.code]))
     return DoctorResult(
         model=case.name, inputs=case.describe_inputs(), findings=findings,
         checked=[c for c in codes if c not in skipped], skipped=skipped, notes=notes,
-        run_device=run_device, seconds=time.perf_counter() - start)
+        run_device=run_device, seconds=time.perf_counter() - start,
+        weights=case.weights.to_dict(digest=run_device is not None))
 
 
 def _run_checks(case: Any, device: str, chosen: set[str], wanted: list[str], findings: list[Finding],

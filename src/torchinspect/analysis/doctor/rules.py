@@ -141,6 +141,7 @@ class DoctorResult:
     notes: list[str] = field(default_factory=list)
     run_device: str | None = None  # where the real-number checks ran (cpu), None if none
     seconds: float = 0.0
+    weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict(): what the real checks ran on
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in Severity}
@@ -159,7 +160,8 @@ class DoctorResult:
         return {"model": self.model, "inputs": self.inputs, "counts": self.counts(),
                 "findings": [f.to_dict() for f in self.findings], "checked": list(self.checked),
                 "skipped": dict(self.skipped), "notes": list(self.notes),
-                "run_device": self.run_device, "seconds": round(self.seconds, 3)}
+                "run_device": self.run_device, "weights": self.weights,
+                "seconds": round(self.seconds, 3)}
 
 
 def parse_codes(values: Sequence[str] | str | None, *, option: str) -> list[str]:

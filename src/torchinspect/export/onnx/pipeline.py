@@ -59,7 +59,10 @@ def export_onnx(model: ModelLike, path: str | os.PathLike[str], inputs: Any = No
     if plan.verify:
         result.verify = verify_export(plan)
     result.seconds = plan.seconds
-    result.notes = plan.notes
+    result.weights = case.weights.to_dict()
+    note = case.weights.note("the file holds untrained weights"
+                             + (" (verified with them)" if plan.verify else ""))
+    result.notes = [*plan.notes, *([note] if note else [])]
     return result
 
 
