@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.io.keys import group_keys, key_template
+from torchinspect.io.state_dict import WRAPPER_PREFIXES
 from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes
 
 if TYPE_CHECKING:
@@ -44,8 +45,6 @@ def _shown(line: str, limit: int = SHOWN_CHARS) -> str:
 
 def wrapper_note(prefixes: list[str]) -> str:
     """``note: every key starts with 'module.' (DataParallel/DDP); --auto-prefix strips it``."""
-    from torchinspect.io.state_dict import WRAPPER_PREFIXES
-
     who = "/".join(dict.fromkeys(WRAPPER_PREFIXES[p] for p in prefixes))
     return (f"note: every key starts with '{''.join(prefixes)}' ({who}); "
             f"--auto-prefix strips {'it' if len(prefixes) == 1 else 'them'}")
