@@ -45,6 +45,7 @@ test-all: test test-slow
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: src/torchinspect, strict on the public API
 
 # `make docs`: the documentation site (MkDocs + Material) into site/; warnings are errors.
 docs: install

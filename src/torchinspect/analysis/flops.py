@@ -16,9 +16,9 @@ from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.tree import macs_by_op, never_ran_notes, shown_tree
-from torchinspect.arguments import check_depth
+from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
-from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
+from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case, materialize
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import Trace
 
@@ -231,7 +231,8 @@ def _fvcore_count(prep: ModelCase) -> ToolCount:
 _COUNTERS = {"thop": _thop_count, "torchinfo": _torchinfo_count, "fvcore": _fvcore_count}
 
 
-def count_flops(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
+@renamed_keywords(model_or_spec="model")
+def count_flops(model: ModelLike, inputs: Any = None, *, depth: int = 3,
                 cross_check: Any = None, device: str | None = None, train: bool = False,
                 options: ModelOptions | None = None, compare: bool | None = None) -> FlopsResult:
     """Count MACs: ``count_flops("resnet18", "3,224,224").macs`` (FLOPs = 2 x MACs).
@@ -243,12 +244,12 @@ def count_flops(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
     if compare is not None:
         warnings.warn("count_flops(compare=...) is deprecated: use cross_check="
                       "'thop,torchinfo' (or 'all' for fvcore too)", DeprecationWarning,
-                      stacklevel=2)
+                      stacklevel=3)  # the caller, past renamed_keywords' wrapper
         if compare and cross_check is None:
             cross_check = "thop,torchinfo"
     tools = parse_cross_check(cross_check)
     check_depth(depth)
-    case = make_case(model_or_spec, inputs, options=options, device=device)
+    case = make_case(model, inputs, options=options, device=device)
     trace = trace_case(case, train=train)
     result = flops_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
                               depth=depth, notes=[*case.notes, *left_out_notes(case.model)])

@@ -12,11 +12,12 @@ from typing import Any
 
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
+from torchinspect.analysis.saved_params import is_bare_checkpoint
 from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
-from torchinspect.arguments import check_depth
+from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.shapes import format_shape_tree
-from torchinspect.sources.case import ModelOptions, make_case
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
 
@@ -270,8 +271,6 @@ def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> 
     error points to ``params``, which counts its tensors from the file's metadata, rather
     than showing that view here: a summary whose rows are key prefixes instead of layers,
     with no shapes or MACs, would be a different table under the same name and schema."""
-    from torchinspect.analysis.saved_params import is_bare_checkpoint
-
     opts = options or ModelOptions()
     if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
         raise InspectError(
@@ -282,15 +281,16 @@ def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> 
             "file.py:Name) runs it")
 
 
-def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
+@renamed_keywords(model_or_spec="model")
+def summarize(model: ModelLike, inputs: Any = None, *, depth: int = 3,
               columns: str | list[str] | tuple[Column, ...] | None = None, fold: bool = False,
               device: str | None = None, train: bool = False,
               options: ModelOptions | None = None) -> Summary:
     """Summarize a model: ``summarize("resnet18", "3,224,224")`` or ``summarize(model, x)``."""
     check_depth(depth)
     cols = columns if isinstance(columns, tuple) else parse_columns(columns)
-    refuse_bare_checkpoint(model_or_spec, options)
-    case = make_case(model_or_spec, inputs, options=options, device=device)
+    refuse_bare_checkpoint(model, options)
+    case = make_case(model, inputs, options=options, device=device)
     trace = trace_case(case, train=train)
     return summary_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
                               depth=depth, columns=cols, fold=fold,

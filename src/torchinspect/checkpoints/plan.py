@@ -128,7 +128,7 @@ class Entry:
             if overflow is not None:
                 to_inf += int((torch.isinf(t) & torch.isfinite(a)).sum())
                 to_zero += int(((t == 0) & (a != 0)).sum())
-            yield memoryview(t.view(torch.uint8).numpy())
+            yield t.view(torch.uint8).numpy().data  # the array's bytes as a memoryview
         if overflow is not None and (to_inf or to_zero):
             overflow[self.name] = (to_inf, to_zero)
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -30,12 +31,14 @@ class InspectGroup(TyperGroup):
     """Usage errors (unknown option, bad --format value, --batch 0) in the same two-line
     ``error:``/``hint:`` form as every other error, exit 2; Ctrl-C exits 130."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        passed = {"windows_expand_args": windows_expand_args, **extra}
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **passed)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **passed)
         except UsageError as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # `inspect` alone: show the help
                 exc.show()  # type: ignore[attr-defined]

@@ -10,6 +10,7 @@ from typing import Annotated, Any
 
 import typer
 
+from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     ModelArg,
     OutputOptions,
@@ -172,13 +173,8 @@ def bench(
     `inspect bench NEW.json --compare OLD.json` compares two saved results (`--format json`)
     by the same rule, without running anything.
     """
-    from torchinspect.bench.compare import (
-        compare_configs,
-        is_saved_result,
-        load_bench_json,
-        setup_differences,
-    )
-    from torchinspect.bench.run import BenchOptions, parse_batches, parse_dtype, run_bench
+    from torchinspect.bench.compare import is_saved_result, load_bench_json
+    from torchinspect.bench.run import BenchOptions, parse_dtype, run_bench
     from torchinspect.bench.timing import TimingConfig
     from torchinspect.report.bench import bench_report
     from torchinspect.sources.case import make_case
@@ -213,21 +209,33 @@ def bench(
     case = make_case(model, options=opts, device="meta")  # sized on meta; real_model builds it
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
-    changes = setup = None
-    if old is not None:
-        changes = compare_configs(old, result.to_dict())
-        setup = setup_differences(old, result.to_dict())
+    changes, setup = _against(old, result)
     emit(bench_report(result, changes, setup), out, inputs=[model, *opts.files(), compare])
-    if not result.ok:
-        failed = [c for c in result.configs if c.status == "error"]
-        if failed and len(failed) == len(result.configs):  # the forward itself: an input error
-            raise InspectError(f"{model}: the forward failed in every configuration: "
-                               f"{failed[0].error}",
-                               hint="check --input (shape, dtype) against what the model takes")
-        typer.echo("error: no configuration could be measured (see the status column)", err=True)
-        raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+    _exit_if_unmeasured(result, model)
     _exit_if_slower(changes)
     sys.stderr.flush()
+
+
+def _against(old: dict[str, Any] | None, result: Any) -> tuple[Any, Any]:
+    """(per-configuration changes, setup differences) against a saved result; (None, None)."""
+    from torchinspect.bench.compare import compare_configs, setup_differences
+
+    if old is None:
+        return None, None
+    return compare_configs(old, result.to_dict()), setup_differences(old, result.to_dict())
+
+
+def _exit_if_unmeasured(result: Any, model: str) -> None:
+    """No configuration measured: an input error when every forward failed, else exit 1."""
+    if result.ok:
+        return
+    failed = [c for c in result.configs if c.status == "error"]
+    if failed and len(failed) == len(result.configs):  # the forward itself: an input error
+        raise InspectError(f"{model}: the forward failed in every configuration: "
+                           f"{failed[0].error}",
+                           hint="check --input (shape, dtype) against what the model takes")
+    typer.echo("error: no configuration could be measured (see the status column)", err=True)
+    raise typer.Exit(int(ExitStatus.CHECK_FAILED))
 
 
 def _exit_if_slower(changes: list[Any] | None) -> None:

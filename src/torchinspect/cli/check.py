@@ -57,8 +57,8 @@ def _targets(out: OutputOptions, junit: str | None, save: str | None,
     """Refuse, before any work, outputs that collide or would replace an input."""
     from torchinspect.io.atomic import check_target
 
-    named = [("--junit", junit), ("--save-baseline", save), ("--output", out.output)]
-    named = [(opt, path) for opt, path in named if path]
+    given = [("--junit", junit), ("--save-baseline", save), ("--output", out.output)]
+    named = [(opt, path) for opt, path in given if path]
     for i, (opt, path) in enumerate(named):
         for other, path2 in named[i + 1:]:
             if os.path.abspath(path) == os.path.abspath(path2):

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     DepthOpt,
     ForceOpt,
@@ -39,17 +40,6 @@ DEVICE_HELP = ("auto = trace on meta (no memory), real runs (--bench, --doctor-r
                "cpu; cuda[:N] (trace and real runs there); meta.")
 
 
-def parse_batches(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) <= 0:
-            raise InspectError(f"--bench-batch {text!r}: {part!r} is not a positive integer",
-                               hint="e.g. --bench-batch 1,8,32")
-        out.append(int(part))
-    return tuple(dict.fromkeys(out))
-
-
 @model_command(device_help=DEVICE_HELP)
 def report(
     models: ModelsArg,
@@ -74,7 +64,10 @@ def report(
     from torchinspect.overview import collect_overview
     from torchinspect.report.overview import overview_report
 
-    batches = parse_batches(bench_batch)  # checked even without --bench: bad input is an error
+    # checked even without --bench: bad input is an error
+    batches = parse_batches(bench_batch, option="--bench-batch")
+    if batches is None:
+        raise InspectError("--bench-batch is empty", hint="e.g. --bench-batch 1,8,32")
     inputs = [*models, *opts.files()]
     if out.format is OutputFormat.table:  # the page is the point; --format json/markdown/csv too
         out = OutputOptions(OutputFormat.html, out.output)
@@ -105,5 +98,5 @@ def default_page(models: list[str], *, force: bool, inputs: list[str | None]) ->
     return path
 
 
-def _progress(text: str) -> None:
+def _progress(text: str, *, final: bool = False) -> None:
     typer.echo(f"{text} ...", err=True)

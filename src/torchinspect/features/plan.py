@@ -18,6 +18,7 @@ from typing import Any
 import torch
 
 from torchinspect import device as devices
+from torchinspect.dtypes import SHORT, short_name
 from torchinspect.errors import InspectError
 from torchinspect.features.inputs import (
     InputItem,
@@ -28,11 +29,13 @@ from torchinspect.features.inputs import (
 from torchinspect.features.layers import check_layer_names
 from torchinspect.features.ranks import Ranks
 from torchinspect.io.writers import parse_size
+from torchinspect.sources.case import make_case, resolve_inputs
+from torchinspect.sources.materialize import has_lazy, lazy_real_copy
 from torchinspect.sources.origin import WeightsOrigin, WeightsSource
 
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
-          "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
-DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+# torch dtype -> the short name manifests and reports use (dtypes.SHORT)
+DTYPE_NAMES = {getattr(torch, name): short for short, name in SHORT.items()}
+RANDOM_INIT_SEED = 0  # a model built here without --weights: the same weights every run
 MAX_IMAGE_BYTES = 256 * 2**20
 DEFAULT_BATCH = 64
 
@@ -139,10 +142,10 @@ def check_device(device: str) -> str:
 
 
 def _dtype(text: str, option: str) -> torch.dtype:
-    key = str(text).lower()
-    if key not in DTYPES:
+    short = short_name(str(text))
+    if short is None:
         raise InspectError(f"{option} {text!r}: unknown dtype", hint="use fp32, fp16 or bf16")
-    return DTYPES[key]
+    return getattr(torch, SHORT[short])
 
 
 # ------------------------------------------------------------------ model and weights
@@ -176,8 +179,6 @@ def build_model(plan: ExtractPlan, model: Any) -> None:
         plan.notes.append(note)
     example = built.example
     if plan.opts.example is not None:  # "3,224,224", shapes, tensors: as every other API takes them
-        from torchinspect.sources.case import resolve_inputs
-
         example = resolve_inputs(plan.opts.example, None)
     plan.example = example
     check_layer_names(built.net, plan.opts.layers)
@@ -194,8 +195,6 @@ def _resolve_model(model: Any, device: str, options: Any) -> _Built:
     if isinstance(model, torch.nn.Module):
         return _callers_module(model, device, options)
     if isinstance(model, str):
-        from torchinspect.sources.case import make_case
-
         case = make_case(model, options=options, device=device, need_inputs=False)
         return _Built(case.real_model(device), case.name, case.example, list(case.notes), True,
                       case.weights)
@@ -206,22 +205,16 @@ def _resolve_model(model: Any, device: str, options: Any) -> _Built:
 
 
 def _callers_module(model: torch.nn.Module, device: str, options: Any) -> _Built:
-    from torchinspect.sources.materialize import has_lazy
-
     here = devices.model_device(model, default=device)
     if devices.has_meta_tensors(model):
         raise InspectError("the model's weights are on meta", hint="pass a model with real weights")
     example = None  # options.inputs: the example, as for a spec
     if options is not None and getattr(options, "inputs", None):
-        from torchinspect.sources.case import resolve_inputs
-
         example = resolve_inputs(list(options.inputs), None, batch=options.batch,
                                  no_batch=options.no_batch)
     name = type(model).__name__
     weights = WeightsOrigin(WeightsSource.module, module=name)
     if has_lazy(model):  # the first batch sizes the lazy modules: of a copy
-        from torchinspect.sources.materialize import lazy_real_copy
-
         return _Built(lazy_real_copy(model).to(device), name, example,
                       ["lazy modules are sized on a copy (the model passed in stays lazy)"], False,
                       weights)

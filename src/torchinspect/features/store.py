@@ -26,7 +26,7 @@ import os
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -50,7 +50,7 @@ class ShardRecord:
     bytes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "files": self.files, "ids": self.ids, "bytes": self.bytes}
+        return asdict(self)
 
 
 def now() -> str:

@@ -189,7 +189,7 @@ def clean_stale_temps(folder: Path) -> list[Path]:
     :data:`TEMP_MARK`) and whose writer is gone: its process no longer runs on this host,
     or the folder is older than :data:`STALE_AFTER_S`. Anything else is never touched.
     Returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(folder.glob(".*.tmp"))
     except OSError:

@@ -365,7 +365,11 @@ def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
             if new != k:
                 renamed[k] = new
             b_tensors[new] = v
-    matched, missing, shape_mm, dtype_mm, folded = [], [], [], [], []
+    matched: list[str] = []
+    missing: list[str] = []
+    folded: list[str] = []
+    shape_mm: list[Any] = []
+    dtype_mm: list[Any] = []
     notes: list[str] = []
     tied_fill: list[str] = []
     for k, ta in a.tensors.items():
@@ -405,7 +409,7 @@ def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
             else:
                 still.append(k)
         missing = still
-    unexpected = []
+    unexpected: list[str] = []
     for k in b_tensors:
         if k not in a.tensors:
             (folded if fold_batch_counters and _is_folded(k) else unexpected).append(k)

@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from torchinspect import __version__
 from torchinspect import device as devices
@@ -16,13 +16,12 @@ from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.flops import FlopsResult, flops_from_trace
 from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.summary import Summary, summary_from_trace
-from torchinspect.arguments import check_depth
+from torchinspect.arguments import ProgressFn, check_depth
 from torchinspect.errors import InspectError
 from torchinspect.overview import aggregate, parts
-from torchinspect.sources.case import ModelCase, ModelOptions, make_case
+from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 
-ProgressFn = Callable[[str], None]
 TOP_LAYERS = 15
 
 
@@ -130,7 +129,7 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def collect_overview(models: Sequence[Any] | Any, inputs: Any = None, *, depth: int = 3,
+def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None, *, depth: int = 3,
                      options: ModelOptions | None = None, graph: bool = True,
                      graph_depth: int = 2, doctor: bool = True, doctor_run: bool = False,
                      bench: bool = False, bench_batches: Sequence[int] | None = None,
@@ -146,7 +145,8 @@ def collect_overview(models: Sequence[Any] | Any, inputs: Any = None, *, depth: 
         raise InspectError(f"graph depth {graph_depth}: must be 0 or more", hint="e.g. 2")
     if bench_seconds <= 0:
         raise InspectError(f"bench seconds {bench_seconds}: must be more than 0", hint="e.g. 1")
-    specs = list(models) if isinstance(models, (list, tuple)) else [models]
+    specs: list[ModelLike] = (list(models) if isinstance(models, (list, tuple))
+                              else [cast("ModelLike", models)])
     if not specs:
         raise InspectError("no model given", hint="e.g. inspect report resnet18 -o report.html")
     opts = options or ModelOptions()

@@ -49,7 +49,7 @@ def _rows(result: BenchResult, cuda: bool) -> tuple[list[str], list[list[Any]]]:
         s = t.stats if t else None
         row: list[Any] = [c.dtype, c.batch if c.batch is not None else "-",
                           c.status.upper() if c.status != "ok" else "ok"]
-        if s is None:
+        if t is None or s is None:
             row += [Shown("", "-")] * 10 + [Shown("", "-")]
         else:
             row += [_t(s.median), _t(s.mean), _t(s.min), _t(s.p90), _t(s.p99), _t(s.std),

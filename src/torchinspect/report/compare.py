@@ -10,14 +10,13 @@ from __future__ import annotations
 from typing import Any
 
 from torchinspect.analysis.conventions import CONVENTION_NOTES
+from torchinspect.analysis.flops import FlopsResult
+from torchinspect.analysis.params import ParamsResult
 from torchinspect.report.base import Report, Table, Text, nbytes, si
 
 
 def comparison_report(command: str, results: list[Any]) -> Report:
     """``results``: Summary, FlopsResult or ParamsResult objects (one kind)."""
-    from torchinspect.analysis.flops import FlopsResult
-    from torchinspect.analysis.params import ParamsResult
-
     rows: list[list[Any]] = []
     data: list[dict[str, Any]] = []
     notes: list[str] = []

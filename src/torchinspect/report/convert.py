@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.io.keys import group_keys, key_template
+from torchinspect.io.state_dict import WRAPPER_PREFIXES
 from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes
 
 if TYPE_CHECKING:
@@ -16,8 +18,6 @@ RENAMES_SHOWN = 8
 
 def _examples(pairs: list[tuple[str, str]], limit: int | None = RENAMES_SHOWN) -> list[str]:
     """Renames grouped by layer pattern: 80 layers read as one line (``limit=None``: all)."""
-    from torchinspect.io.keys import group_keys, key_template
-
     new_of = dict(pairs)
     groups = group_keys([a for a, _ in pairs], {a: key_template(b) for a, b in pairs})
     lines = []
@@ -45,8 +45,6 @@ def _shown(line: str, limit: int = SHOWN_CHARS) -> str:
 
 def wrapper_note(prefixes: list[str]) -> str:
     """``note: every key starts with 'module.' (DataParallel/DDP); --auto-prefix strips it``."""
-    from torchinspect.io.state_dict import WRAPPER_PREFIXES
-
     who = "/".join(dict.fromkeys(WRAPPER_PREFIXES[p] for p in prefixes))
     return (f"note: every key starts with '{''.join(prefixes)}' ({who}); "
             f"--auto-prefix strips {'it' if len(prefixes) == 1 else 'them'}")

@@ -83,6 +83,7 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
         *([("folded num_batches_tracked", len(result.folded))] if result.folded else []),
     ])
     sections.append(counts)
+    rows: list[list[Any]]
     if result.shape_mismatches:
         rows = []
         for g in result.grouped("shape_mismatches")[:limit]:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
@@ -11,7 +12,7 @@ if TYPE_CHECKING:
     from torchinspect.export.onnx import ExportResult
 
 
-def _dims(shape: list[int | str]) -> str:
+def _dims(shape: Sequence[int | str]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 

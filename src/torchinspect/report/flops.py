@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.analysis.flops import COMPARE_NOTE
 from torchinspect.report.base import Report, Table, Text, fmt_si, pct, si
 from torchinspect.report.summary import convention_notes, header_lines
 
@@ -23,8 +24,6 @@ def _call_suffix(m: FlopsRow) -> str:
 
 
 def flops_report(r: FlopsResult) -> Report:
-    from torchinspect.analysis.flops import COMPARE_NOTE
-
     head = header_lines(r.model, r.input, r.device, r.fallback_reason, False)
     head.append(f"Total: {fmt_si(r.macs)} MACs ({r.macs:,}) = {fmt_si(r.flops)} FLOPs")
     sections: list[Any] = [Text(head)]

@@ -268,32 +268,32 @@ def best_throughput(m: ModelOverview) -> Shown:
 
 def bench_sections(ms: list[ModelOverview]) -> list[Any]:
     out: list[Any] = []
-    runs = [m for m in ms if m.bench is not None]
+    runs = [(m, m.bench) for m in ms if m.bench is not None]
     for m in ms:
         if m.bench is None:
             out.append(Text([f"bench ({m.name}): {m.missing.get('bench', 'not requested')}"],
                             title="Bench", style="yellow"))
     if not runs:
         return out
-    batches = sorted({c.batch for m in runs for c in m.bench.configs if c.batch is not None})
+    batches = sorted({c.batch for _, b in runs for c in b.configs if c.batch is not None})
     labels = [str(b) for b in batches]
     thr: list[tuple[str, list[float | None]]] = []
     lat: list[tuple[str, list[float | None]]] = []
     rows: list[list[Any]] = []
-    for m in runs:
-        for dtype in dict.fromkeys(c.dtype for c in m.bench.configs):
+    for m, bench in runs:
+        for dtype in dict.fromkeys(c.dtype for c in bench.configs):
             name = dtype if len(ms) == 1 else f"{m.name} {dtype}"
-            by_batch = {c.batch: c for c in m.bench.configs if c.dtype == dtype}
+            by_batch = {c.batch: c for c in bench.configs if c.dtype == dtype}
             thr.append((name, [_ok(by_batch.get(b), "throughput") for b in batches]))
             lat.append((name, [_ok(by_batch.get(b), "median") for b in batches]))
-        for c in m.bench.configs:
+        for c in bench.configs:
             st = c.timing.stats if c.timing is not None else None
             rows.append([m.name, c.dtype, c.batch if c.batch is not None else "-", c.status,
                          _time(st.median if st else None), _time(st.p25 if st else None),
                          _time(st.p75 if st else None),
                          Shown(c.throughput, f"{c.throughput:,.1f}") if c.throughput else Shown("", "-"),
                          c.timing.iters if c.timing else "-", c.error or "; ".join(c.warnings)])
-    device = runs[0].bench.device
+    device = runs[0][1].device
     if batches:
         out.append(Chart(f"Throughput per batch size ({device}, samples/s)", labels, thr,
                          kind="line", unit="/s", x_title="batch size"))

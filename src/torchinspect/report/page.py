@@ -19,11 +19,11 @@ from torchinspect.report.base import (
     KeyValues,
     Report,
     Section,
-    Shown,
     Table,
     Text,
     fmt_value,
 )
+from torchinspect.report.cells import cell_text, cell_value, column_aligns
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1", "#edc948",
            "#9c755f", "#ff9da7", "#bab0ac")
@@ -90,20 +90,6 @@ def section_html(s: Section, sid: str) -> str:
     return head + "".join(f'<p class="{cls}">{esc(line)}</p>' for line in s.lines)
 
 
-def cell_text(v: Any) -> str:
-    from torchinspect.report.render import _cell
-
-    return _cell(v)
-
-
-def cell_value(v: Any) -> float | None:
-    """The number a column sorts by (None: sorts by text)."""
-    raw = v.value if isinstance(v, Shown) else v
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        return None
-    return float(raw)
-
-
 def parents(depths: list[int]) -> list[int]:
     """Each row's parent row (-1 for none): the nearest earlier row of smaller depth."""
     out: list[int] = []
@@ -117,9 +103,7 @@ def parents(depths: list[int]) -> list[int]:
 
 
 def table_html(t: Table, sid: str) -> str:
-    from torchinspect.report.render import _aligns
-
-    aligns = _aligns(t)
+    aligns = column_aligns(t)
     depths = t.depths if t.depths is not None and len(t.depths) == len(t.rows) else None
     par = parents(depths) if depths else []
     has_kids = set(par)
@@ -204,8 +188,8 @@ def bar_svg(c: Chart, sid: str) -> str:
     width = label_w + plot_w + value_w
     legend, legend_h = _legend(c, label_w, 4)
     top = 6 + legend_h
-    groups = [[(k, vals[i]) for k, (_, vals) in enumerate(c.series)
-               if i < len(vals) and vals[i] is not None] for i in range(len(c.labels))]
+    groups = [[(k, v) for k, (_, vals) in enumerate(c.series)
+               if i < len(vals) and (v := vals[i]) is not None] for i in range(len(c.labels))]
     height = top + sum(max(1, len(g)) * bar_h + gap for g in groups) + 4
     vmax = max((v for g in groups for _, v in g), default=0) or 1
     out = [_svg_open(width, height, c.title or "chart", sid), legend]

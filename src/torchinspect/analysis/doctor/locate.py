@@ -26,7 +26,7 @@ def _library_roots() -> tuple[str, ...]:
     import torchinspect
 
     roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
-    roots |= {str(Path(m.__file__).resolve().parent) for m in (torch, torchinspect)}
+    roots |= {str(Path(m.__file__).resolve().parent) for m in (torch, torchinspect) if m.__file__}
     return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
 
 
@@ -55,7 +55,7 @@ def _source_line(cls: type, method: str, roots: tuple[str, ...]) -> str | None:
             if code is None:
                 continue
             path, line = code.co_filename, code.co_firstlineno
-        if user_file(path, roots):
+        if path is not None and user_file(path, roots):
             return f"{_shown(path)}:{line}"
     return None
 
