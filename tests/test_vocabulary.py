@@ -33,7 +33,10 @@ def _type(param: Any) -> str:
     """The option's Python type, Optional removed; flags are 'flag'."""
     if param.is_flag:
         return "flag"
-    ann = param.type_descriptor.annotation
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None:  # older typer keeps no annotation: the type checks skip (see OLD_TYPER)
+        return "?"
+    ann = descriptor.annotation
     if isinstance(ann, types.UnionType) or typing.get_origin(ann) is typing.Union:
         args = [a for a in typing.get_args(ann) if a is not type(None)]
         ann = args[0] if len(args) == 1 else ann
@@ -54,6 +57,8 @@ def _options() -> list[Opt]:
 
 
 OPTIONS = _options()
+OLD_TYPER = any(o.type == "?" for o in OPTIONS)
+needs_annotations = pytest.mark.skipif(OLD_TYPER, reason="this typer keeps no option annotations")
 BY_NAME: dict[str, list[Opt]] = defaultdict(list)
 for _o in OPTIONS:
     BY_NAME[_o.name].append(_o)
@@ -100,6 +105,7 @@ def test_the_walk_sees_every_command() -> None:
     assert {"--format", "--output", "--batch", "--device"} <= set(SHARED)
 
 
+@needs_annotations
 @pytest.mark.parametrize("name", [_pending(n) for n in SHARED])
 def test_same_name_same_meaning_and_type(name: str) -> None:
     opts = BY_NAME[name]
@@ -117,6 +123,7 @@ def test_short_names_mean_one_option(short: str) -> None:
     assert not wrong
 
 
+@needs_annotations
 def test_format_is_the_report_format_everywhere() -> None:
     from torchinspect.report import OutputFormat
 
