@@ -125,6 +125,10 @@ def example_at(case: ModelCase, batch: int | None) -> Any:
 def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: str,
           top: int) -> tuple[RunMemory, dict[str, int]]:
     """Run one mode on fake tensors under the tracker; replay its log."""
+    if cfg.fsdp:
+        from torchinspect.memory.fsdp import track_sharded
+
+        return track_sharded(case, example, cfg, target, mode, top)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from torchinspect.trace.engine import forward_mode, model_kept
