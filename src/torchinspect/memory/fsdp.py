@@ -101,6 +101,16 @@ def choose_unit(case: ModelCase, cfg: StepConfig) -> str | None:
     return cfg.fsdp_unit
 
 
+def describe(case: ModelCase, cfg: StepConfig) -> str:
+    """The note a prediction carries: what was sharded over how many GPUs."""
+    unit = choose_unit(case, cfg)
+    n = len(unit_modules(case.model, unit)) if unit else 0
+    units = f"fully_shard on {n} {unit} modules and the root" if unit else "fully_shard on the root"
+    return (f"FSDP2 over {cfg.fsdp} GPUs, the peak of one GPU: {units}; parameters, gradients "
+            f"and optimizer state sharded 1/{cfg.fsdp} (weights at a peak include the units "
+            "gathered then); the batch is the batch per GPU; inference runs under no_grad")
+
+
 def shard(model: Any, mesh: Any, unit: str | None) -> list[str]:
     """``fully_shard`` each ``unit`` module, then the root (FSDP2's defaults:
     reshard_after_forward=True, no mixed-precision policy); returns the units' names."""
@@ -146,13 +156,14 @@ class ShardedTracker(StorageTracker):
         return super().storage_serial(_local(tensor))
 
     def resized(self, storage: Any, nbytes: int) -> None:
-        """``storage`` now holds ``nbytes``: the old allocation is released, a new one made."""
+        """``storage`` now holds ``nbytes``: the old allocation is released, a new one made
+        (counted as weights: FSDP2 resizes only the unsharded parameters it gathers)."""
         key = storage._cdata
         old = self._live.pop(key, None)
         if old is not None:
             self.log.events.append(Event(old, False, "resize_"))
         if nbytes:
-            serial = self._new(nbytes, self.phase, self.current_module())
+            serial = self._new(nbytes, "weights", self.current_module())
             self._live[key] = serial
             self.log.events.append(Event(serial, True, "resize_"))
             weakref.finalize(storage, self._release, key, serial)

@@ -81,6 +81,10 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
     check_checkpointing(case, cfg)
     example = example_at(case, batch)
     notes = _notes(cfg, target)
+    if cfg.fsdp:
+        from torchinspect.memory.fsdp import describe
+
+        notes.insert(0, describe(case, cfg))
     runs = {}
     for mode in ("inference", "training"):
         if (mode == "inference" and inference) or (mode == "training" and cfg.train):

@@ -49,6 +49,9 @@ class StepConfig:
                                       or self.fsdp < 1):
             raise InspectError(f"--fsdp {self.fsdp!r}: expected a number of GPUs, 1 or more",
                                hint="e.g. --fsdp 8")
+        if self.fsdp_unit is not None and self.fsdp is None:
+            raise InspectError("--fsdp-unit names the modules FSDP shards: it needs --fsdp N",
+                               hint=f"e.g. --fsdp 8 --fsdp-unit {self.fsdp_unit}")
         if self.amp is not None and self.amp not in ("bf16", "fp16"):
             raise InspectError(f"--amp {self.amp!r}: expected bf16 or fp16", hint="e.g. --amp bf16")
         if self.amp is not None and self.dtype not in (None, "fp32"):
