@@ -115,6 +115,13 @@ def test_unsharded_parameters_are_freed_after_each_unit():
     assert forward < r.weight_bytes + blocks * unit / 2
 
 
+def test_checkpointing_applies_to_the_units():
+    """--checkpointing wraps the copy before fully_shard renames its classes (FSDPBlock)."""
+    plain = predict(Tiny(), 2).training
+    checkpointed = predict(Tiny(), 2, checkpointing="Block").training
+    assert checkpointed.saved_total < plain.saved_total
+
+
 def test_users_model_unchanged():
     model = Tiny()
     before = {n: (type(p), p.device) for n, p in model.named_parameters()}

@@ -242,13 +242,11 @@ def empty_copy(model: Any, device: str, dtype: str | None) -> Any:
 
 
 def sharded_copy(model: Any, mesh: Any, unit: str | None, device: str,
-                 dtype: str | None, fake: Any = None) -> tuple[Any, list[str]]:
-    """:func:`empty_copy` on ``device``, sharded by :func:`shard` (all under ``fake`` if
-    given: the full-size copies are fake too)."""
-    mode = fake if fake is not None else contextlib.nullcontext()
-    with mode:
-        work = empty_copy(model, device, dtype)
-        return work, shard(work, mesh, unit)
+                 dtype: str | None) -> tuple[Any, list[str]]:
+    """:func:`empty_copy` on ``device``, sharded by :func:`shard` (how the benchmark builds the
+    model it measures, on the GPU)."""
+    work = empty_copy(model, device, dtype)
+    return work, shard(work, mesh, unit)
 
 
 def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, mode: str,
@@ -263,29 +261,42 @@ def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, m
     unit = choose_unit(case, cfg)
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     tracker = ShardedTracker(workspace=target.workspace, device_type=target.fake_device)
+    training = mode == "training"
     with fake_mesh(cfg.fsdp) as mesh, warnings.catch_warnings():
         warnings.simplefilter("ignore")
-        model, _ = sharded_copy(case.model, mesh, unit, target.fake_device, cfg.dtype, fake)
         with fake:
-            args, kwargs = fake_inputs(example, target.fake_device, cfg.dtype)
-        for t in model.parameters():
-            tracker.register(t, "weights")
-        for t in model.buffers():
-            tracker.register(t, "buffers")
-        for t in tensor_leaves((args, kwargs)):
-            tracker.register(t, "input")
-        sizes = shard_sizes(model, args, kwargs)
-        with forward_mode(model, mode == "training"), \
-                steps.checkpointed(model, cfg.checkpointing if mode == "training" else None):
-            try:
-                _run(model, args, kwargs, cfg, target, tracker, fake, mode, case.name)
-            except InspectError:
-                raise
-            except Exception as exc:
-                raise _run_error(case.name, mode, exc) from exc
+            model = empty_copy(case.model, target.fake_device, cfg.dtype)
+        # checkpointing before fully_shard, as a training script applies them
+        with steps.checkpointed(model, cfg.checkpointing if training else None):
+            with fake:
+                shard(model, mesh, unit)
+                args, kwargs = fake_inputs(example, target.fake_device, cfg.dtype)
+            for t in model.parameters():
+                tracker.register(t, "weights")
+            for t in model.buffers():
+                tracker.register(t, "buffers")
+            for t in tensor_leaves((args, kwargs)):
+                tracker.register(t, "input")
+            sizes = shard_sizes(model, args, kwargs)
+            with forward_mode(model, training):
+                try:
+                    _run(model, args, kwargs, cfg, target, tracker, fake, mode, case.name)
+                except InspectError:
+                    raise
+                except Exception as exc:
+                    raise _run_error(case.name, mode, exc) from exc
         end = len(tracker.log.events)
-    return replay(tracker.log, end, mode=mode, device=target.device,
-                  root=type(model).__name__, top=top), sizes
+    root = type(case.model).__name__
+    _rename_root(tracker, type(model).__name__, root)
+    return replay(tracker.log, end, mode=mode, device=target.device, root=root, top=top), sizes
+
+
+def _rename_root(tracker: ShardedTracker, fsdp_root: str, root: str) -> None:
+    """Module names under the user's class name (``fully_shard`` renamed the copy's class:
+    ``ResNet`` -> ``FSDPResNet``)."""
+    for a in tracker.log.allocs.values():
+        if a.module == fsdp_root or a.module.startswith(fsdp_root + "."):
+            a.module = root + a.module[len(fsdp_root):]
 
 
 def _run(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: StepConfig,
