@@ -86,6 +86,16 @@ def test_weights_gradients_and_state_are_one_padded_shard(n):
     assert r.params == sum(p.numel() for p in model.parameters())  # all ranks together
 
 
+def test_library_entry_point():
+    from torchinspect.memory import predict_memory
+
+    model = Tiny()
+    r = predict_memory(model, ExampleInputs((TensorSpec((4, 6), "int64", None, 5),)),
+                       optimizer="sgd-momentum", device="cpu", fsdp=2, inference=False)
+    assert r.weight_bytes == shard_bytes(model, 2) and r.config["fsdp"] == 2
+    assert r.notes[0].startswith("FSDP2 over 2 GPUs")
+
+
 def test_one_gpu_holds_everything():
     model = Tiny()
     r = predict(model, 1)
@@ -188,3 +198,22 @@ def test_cli_fsdp_usage_errors(runner, args, message):
     assert res.exit_code == 2, res.output
     assert message in res.output and "hint:" in res.output
     assert "Traceback" not in res.output
+
+
+# ---------------------------------------------------------------- scale
+
+@pytest.mark.slow
+def test_70b_decoder_over_8_gpus_on_a_cpu():
+    import time
+
+    from torchinspect.memory import predict_memory
+    from torchinspect.sources.case import ModelOptions
+
+    started = time.process_time()
+    r = predict_memory("zoo:llama-70b", options=ModelOptions(inputs=["long:4096"]),
+                       dtype="bf16", optimizer="adamw", inference=False, fsdp=8)
+    seconds = time.process_time() - started
+    assert r.params == 70_553_706_496
+    assert 2 * r.params / 8 <= r.weight_bytes < 2 * r.params / 8 * 1.001  # bf16, 1/8 padded
+    assert r.training.optimizer_state >= 2 * r.weight_bytes  # AdamW state of the shards only
+    assert seconds < 60, f"{seconds:.1f} s of CPU time"

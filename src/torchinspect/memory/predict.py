@@ -58,18 +58,21 @@ def predict_memory(model_or_case: Any, inputs: Any = None, *, train: bool = True
                    amp: str | None = None, checkpointing: str | None = None, loss: str = "sum",
                    batch: int | None = None, device: str = "cuda", gpu: str | None = None,
                    foreach: bool | None = None, options: ModelOptions | None = None,
-                   top: int = 10) -> MemoryResult:
+                   top: int = 10, fsdp: int | None = None,
+                   fsdp_unit: str | None = None) -> MemoryResult:
     """Predicted peak memory of inference and of a training step (first and steady state).
 
     ``model_or_case``: a :class:`ModelCase`, an ``nn.Module`` or any MODEL text. ``batch``
     sets the leading dimension of every input. ``device="cuda"`` follows the CUDA caching
     allocator (``torch.cuda.max_memory_allocated``); ``gpu`` names the GPU for the cuBLAS
-    workspace (default: the one present, else h100).
+    workspace (default: the one present, else h100). ``fsdp=N``: the per-GPU peak of FSDP2
+    training over N GPUs, ``fully_shard`` on each ``fsdp_unit`` module (memory/fsdp.py).
     """
     case = model_or_case if isinstance(model_or_case, ModelCase) else make_case(
         model_or_case, inputs, options=options)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp,
-                     checkpointing=checkpointing, loss=loss, foreach=foreach)
+                     checkpointing=checkpointing, loss=loss, foreach=foreach, fsdp=fsdp,
+                     fsdp_unit=fsdp_unit)
     return predict_case(case, cfg, make_target(device, gpu), batch=batch,
                         inference=inference, top=top)
 
