@@ -136,7 +136,11 @@ def fake_mesh(world_size: int) -> Iterator[Any]:
     if dist.is_initialized():
         raise InspectError("--fsdp predicts with a fake process group of its own, and this "
                            "process already has one", hint="predict outside torchrun")
-    from torch.testing._internal.distributed.fake_pg import FakeStore  # registers "fake"
+    try:
+        from torch.testing._internal.distributed.fake_pg import FakeStore  # registers "fake"
+    except ImportError as exc:
+        raise InspectError(f"--fsdp needs torch's fake process group, which this torch lacks "
+                           f"({exc})", hint="use torch 2.5 or later") from exc
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
@@ -304,7 +308,7 @@ def _run(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: StepCon
     from torch.distributed._tools.mod_tracker import ModTracker
 
     from torchinspect.memory.kernels import cuda_kernels
-    from torchinspect.memory.predict import _mark_state, autocast_factory
+    from torchinspect.memory.predict import _mark, _mark_state, autocast_factory
 
     autocast = autocast_factory(cfg.amp, target)
     kernels = cuda_kernels() if target.emulated else contextlib.nullcontext()
@@ -324,12 +328,6 @@ def _run(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: StepCon
                 _mark(tracker, p.grad, "grad")
             _mark_state(tracker, optimizer, target)
         tracker.mark("end")
-
-
-def _mark(tracker: ShardedTracker, tensor: Any, kind: str) -> None:
-    serial = tracker.storage_serial(tensor)
-    if serial is not None:
-        tracker.log.allocs[serial].kind = kind
 
 
 def shard_sizes(model: Any, args: Any, kwargs: Any) -> dict[str, int]:
