@@ -140,7 +140,7 @@ def fake_mesh(world_size: int) -> Iterator[Any]:
         from torch.testing._internal.distributed.fake_pg import FakeStore  # registers "fake"
     except ImportError as exc:
         raise InspectError(f"--fsdp needs torch's fake process group, which this torch lacks "
-                           f"({exc})", hint="use torch 2.5 or later") from exc
+                           f"({exc})", hint="install a torch build with torch.distributed") from exc
 
     dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
     try:
