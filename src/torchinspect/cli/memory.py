@@ -42,6 +42,13 @@ TopOpt = Annotated[int, typer.Option("--top", min=0, help="modules listed by act
 VerifyOpt = Annotated[bool, typer.Option(
     "--verify", help="run the steps for real on the GPU and compare each phase with the "
     "prediction; exit 1 beyond --tolerance.")]
+FsdpOpt = Annotated[int | None, typer.Option(
+    "--fsdp", metavar="N", help="predict the per-GPU peak of FSDP2 (fully_shard) training over "
+    "N GPUs; --batch is the batch per GPU.", show_default=False)]
+FsdpUnitOpt = Annotated[str | None, typer.Option(
+    "--fsdp-unit", metavar="MODULE_TYPE", help="with --fsdp: fully_shard each module of this "
+    "class, then the root (default: the repeated block with the most parameters).",
+    show_default=False)]
 ToleranceOpt = Annotated[float, typer.Option(
     "--tolerance", metavar="FRACTION", help="largest relative error --verify accepts (0.05 = 5%).")]
 
@@ -64,6 +71,8 @@ def memory(
     top: TopOpt = 10,
     verify: VerifyOpt = False,
     tolerance: ToleranceOpt = 0.05,
+    fsdp: FsdpOpt = None,
+    fsdp_unit: FsdpUnitOpt = None,
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -78,12 +87,12 @@ def memory(
 
     batches = parse_batches(batch) or (None,)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp,
-                     checkpointing=checkpointing, loss=loss)
+                     checkpointing=checkpointing, loss=loss, fsdp=fsdp, fsdp_unit=fsdp_unit)
     target = make_target(_semantics(opts.device), gpu)
     budget = parse_budget(fit) if fit is not None else None
     check_tolerance(tolerance, "--tolerance")
     if verify:
-        _require_single(batches, fit)
+        _require_single(batches, fit, fsdp)
         from torchinspect.memory.verify import require_cuda
 
         require_cuda()
@@ -110,7 +119,11 @@ def _semantics(device: str) -> str:
     return "cpu" if device == "cpu" else "cuda"
 
 
-def _require_single(batches: tuple[int | None, ...], fit: str | None) -> None:
+def _require_single(batches: tuple[int | None, ...], fit: str | None, fsdp: int | None) -> None:
+    if fsdp is not None:
+        raise InspectError("--verify measures one process on one GPU, and --fsdp needs one "
+                           "process per GPU", hint="measure FSDP under torchrun: "
+                           "benchmarks/memory_fsdp.py in the torchinspect repository")
     if len(batches) > 1 or fit is not None:
         raise InspectError("--verify measures one batch: it does not combine with a --batch "
                            "list or --fit", hint="e.g. inspect memory MODEL --batch 8 --verify")

@@ -71,17 +71,20 @@ def predict_memory(model: ModelLike, inputs: Any = None, *, train: bool = True,
                    amp: str | None = None, checkpointing: str | None = None, loss: str = "sum",
                    batch: int | None = None, device: str = "cuda", gpu: str | None = None,
                    foreach: bool | None = None, options: ModelOptions | None = None,
-                   top: int = 10) -> MemoryResult:
+                   top: int = 10, fsdp: int | None = None,
+                   fsdp_unit: str | None = None) -> MemoryResult:
     """Predicted peak memory of inference and of a training step (first and steady state).
 
     ``model``: a :class:`ModelCase`, an ``nn.Module`` or any MODEL text. ``batch``
     sets the leading dimension of every input. ``device="cuda"`` follows the CUDA caching
     allocator (``torch.cuda.max_memory_allocated``); ``gpu`` names the GPU for the cuBLAS
-    workspace (default: the one present, else h100).
+    workspace (default: the one present, else h100). ``fsdp=N``: the per-GPU peak of FSDP2
+    training over N GPUs, ``fully_shard`` on each ``fsdp_unit`` module (memory/fsdp.py).
     """
     case = make_case(model, inputs, options=options)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp,
-                     checkpointing=checkpointing, loss=loss, foreach=foreach)
+                     checkpointing=checkpointing, loss=loss, foreach=foreach, fsdp=fsdp,
+                     fsdp_unit=fsdp_unit)
     return predict_case(case, cfg, make_target(device, gpu), batch=batch,
                         inference=inference, top=top)
 
@@ -93,6 +96,10 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
     check_checkpointing(case, cfg)
     example = example_at(case, batch)
     notes = _notes(cfg, target)
+    if cfg.fsdp:
+        from torchinspect.memory.fsdp import describe
+
+        notes.insert(0, describe(case, cfg))
     runs = {}
     for mode in ("inference", "training"):
         if (mode == "inference" and inference) or (mode == "training" and cfg.train):
@@ -135,6 +142,10 @@ def example_at(case: ModelCase, batch: int | None) -> Any:
 def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: str,
           top: int) -> tuple[RunMemory, dict[str, int]]:
     """Run one mode on fake tensors under the tracker; replay its log."""
+    if cfg.fsdp:
+        from torchinspect.memory.fsdp import track_sharded
+
+        return track_sharded(case, example, cfg, target, mode, top)
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     model = case.model

@@ -35,6 +35,8 @@ class StepConfig:
     checkpointing: str | None = None  # class name of the modules to checkpoint
     loss: str = "sum"
     foreach: bool | None = None  # None: as PyTorch picks on the device
+    fsdp: int | None = None  # FSDP2 over this many GPUs: the per-GPU peak (memory/fsdp.py)
+    fsdp_unit: str | None = None  # class name of the modules each fully_shard wraps
 
     def __post_init__(self) -> None:
         for value, allowed, option in ((self.optimizer, OPTIMIZERS, "--optimizer"),
@@ -43,6 +45,13 @@ class StepConfig:
             if value is not None and value not in allowed:
                 raise InspectError(f"{option} {value!r}: expected one of {', '.join(allowed)}",
                                    hint=f"e.g. {option} {allowed[0]}")
+        if self.fsdp is not None and (isinstance(self.fsdp, bool) or not isinstance(self.fsdp, int)
+                                      or self.fsdp < 1):
+            raise InspectError(f"--fsdp {self.fsdp!r}: expected a number of GPUs, 1 or more",
+                               hint="e.g. --fsdp 8")
+        if self.fsdp_unit is not None and self.fsdp is None:
+            raise InspectError("--fsdp-unit names the modules FSDP shards: it needs --fsdp N",
+                               hint=f"e.g. --fsdp 8 --fsdp-unit {self.fsdp_unit}")
         if self.amp is not None and self.amp not in ("bf16", "fp16"):
             raise InspectError(f"--amp {self.amp!r}: expected bf16 or fp16", hint="e.g. --amp bf16")
         if self.amp is not None and self.dtype not in (None, "fp32"):
