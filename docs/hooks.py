@@ -42,6 +42,8 @@ def api_reference() -> str:
     seen: set[str] = set()
     for name in torchinspect._LAZY:
         obj = getattr(torchinspect, name)
+        if not hasattr(obj, "__qualname__"):  # a type alias such as ModelLike (a string at runtime)
+            continue
         targets = [obj]
         if not isinstance(obj, type):
             try:
