@@ -54,6 +54,9 @@ class Table:
     depths: list[int] | None = None  # a tree table: each row's depth (html collapses by it)
     # a table of sentences: these columns fold so the table fits the terminal (or 100 columns)
     wrap: list[str] = field(default_factory=list)
+    # columns the table renderer may leave out (in this order) when a set width (COLUMNS)
+    # can't hold the table without folding its text below FOLD_MIN characters; a footer says
+    optional: list[str] = field(default_factory=list)
 
 
 @dataclass

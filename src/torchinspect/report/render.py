@@ -11,7 +11,7 @@ import io
 import re
 from collections.abc import Callable
 from enum import StrEnum
-from typing import TextIO
+from typing import Any, TextIO
 
 from torchinspect.report.base import (
     Chart,
@@ -182,7 +182,6 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
 
 def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bool,
                  wrap: int) -> None:
-    from rich import box
     from rich.console import Console
     from rich.table import Table as RichTable
     from rich.text import Text as RichText
@@ -196,7 +195,7 @@ def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bo
     # inside its cells is unreadable. An explicit width (COLUMNS) is honoured; tables of
     # sentences (Table.wrap) fold their text columns to the terminal, or WRAP_WIDTH.
     # Rendered into a buffer (colours kept on a terminal), then written without trailing spaces.
-    console = Console(file=buf, width=width or 1000, highlight=False, soft_wrap=False,
+    console = Console(file=buf, width=1000, highlight=False, soft_wrap=False,
                       force_terminal=terminal or None)
     first = True
     for s in text_sections(report.sections):
@@ -204,18 +203,7 @@ def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bo
             console.print()
         first = False
         if isinstance(s, Table):
-            t = RichTable(title=plain(s.title, "bold") if s.title else None, box=box.SIMPLE_HEAD,
-                          title_justify="left", show_edge=False, pad_edge=False)
-            for c, a in zip(s.columns, column_aligns(s), strict=True):
-                # numbers never wrap ("147,96" over "8"); text columns fold when COLUMNS is set
-                folds = c in s.wrap or (width is not None and a != "right" and not s.wrap)
-                t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
-                             no_wrap=not folds)
-            for row in s.rows:
-                t.add_row(*[plain(cell_text(v)) for v in row])
-            console.print(t, width=wrap if s.wrap else None)
-            for line in s.footer:
-                console.print(plain(line))
+            _print_table(console, s, width, wrap, plain)
         elif isinstance(s, KeyValues):
             if s.title:
                 console.print(plain(s.title, "bold"))
@@ -226,12 +214,72 @@ def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bo
             t.add_column(justify="left", overflow="fold")
             for k, v in s.items:
                 t.add_row(plain(str(k)), plain(cell_text(v)))
-            console.print(t)
+            console.print(t, width=width)
         else:
             if s.title:
                 console.print(plain(s.title, "bold"))
             for line in s.lines:  # code is never cut: a copied line must stay one line
-                console.print(plain(line, s.style or ""), soft_wrap=s.code)
+                console.print(plain(line, s.style or ""), soft_wrap=s.code, width=width)
+
+
+# a text column folds to no fewer characters than this (or its longest cell, if shorter)
+FOLD_MIN = 12
+
+
+def _fitted(s: Table, width: int | None) -> tuple[list[int], list[str], int]:
+    """The columns to show at ``width`` and the width to print at. Numbers never fold; text
+    columns fold down to FOLD_MIN. A table that still doesn't fit leaves out its ``optional``
+    columns (in order); one that still doesn't fit is printed wider than ``width`` rather
+    than folded into a column of three-letter pieces."""
+    texts = [[cell_text(v) for v in row] for row in s.rows]
+    aligns = column_aligns(s)
+
+    def least(i: int) -> int:
+        natural = max([len(s.columns[i])] + [len(line) for r in texts if i < len(r)
+                                             for line in (r[i].splitlines() or [""])])
+        folds = aligns[i] != "right"
+        return min(natural, FOLD_MIN) if folds else natural
+
+    keep = list(range(len(s.columns)))
+
+    def need() -> int:
+        return sum(least(i) for i in keep) + 2 * (len(keep) - 1)
+
+    left_out: list[str] = []
+    for name in s.optional:
+        if width is None or need() <= width:
+            break
+        if name in s.columns and s.columns.index(name) in keep:
+            keep.remove(s.columns.index(name))
+            left_out.append(name)
+    return keep, left_out, max(width or 0, need())
+
+
+def _print_table(console: Any, s: Table, width: int | None, wrap: int,
+                 plain: Callable[..., Any]) -> None:
+    from rich import box
+    from rich.table import Table as RichTable
+
+    every = list(range(len(s.columns)))
+    keep, left_out, fit = (every, [], 0) if s.wrap else _fitted(s, width)
+    aligns = column_aligns(s)
+    t = RichTable(title=plain(s.title, "bold") if s.title else None, box=box.SIMPLE_HEAD,
+                  title_justify="left", show_edge=False, pad_edge=False)
+    for i in keep:
+        c, a = s.columns[i], aligns[i]
+        # numbers never wrap ("147,96" over "8"); text columns fold when COLUMNS is set
+        folds = c in s.wrap or (width is not None and a != "right" and not s.wrap)
+        t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
+                     no_wrap=not folds)
+    for row in s.rows:
+        t.add_row(*[plain(cell_text(row[i])) if i < len(row) else "" for i in keep])
+    console.print(t, width=wrap if s.wrap else (fit if width else None))
+    footer = list(s.footer)
+    if left_out:
+        footer.append(f"({', '.join(left_out)} left out to fit {width} columns; a wider "
+                      "terminal or COLUMNS shows them)")
+    for line in footer:
+        console.print(plain(line), width=width)
 
 
 @renderer("json")

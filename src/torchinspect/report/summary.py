@@ -63,6 +63,9 @@ HEADERS = {
     "macs": "MACs", "self_macs": "Self MACs", "trainable": "Trainable",
     "output_bytes": "Output bytes", "flops": "FLOPs",
 }
+# left out, in this order, where COLUMNS is too narrow for the whole table
+FIT_ORDER = ("trainable", "input", "kernel", "params_pct", "self_macs", "self_params",
+             "output_bytes", "flops")
 _NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs", "output_bytes", "flops")
 
 
@@ -84,7 +87,8 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
             footer.append("(×N): N identical consecutive blocks folded into one row; "
                           "rows under it show one block.")
         sections.append(Table(None, [HEADERS[c.value] for c in cols], rows, align=align,
-                              footer=footer, primary=True, depths=[r.depth for r in s.rows]))
+                              footer=footer, primary=True, depths=[r.depth for r in s.rows],
+                              optional=[HEADERS[k] for k in FIT_ORDER]))
     sections.append(totals_section(s.totals))
     sections.append(convention_notes())
     sections.extend(trailer_sections(s.not_counted, s.notes))
