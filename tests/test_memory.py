@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -505,3 +506,50 @@ def test_batch_of_one_with_batchnorm_predicts_inference_and_says_why_not_trainin
     data = json.loads(res.output)
     assert data["training"] is None and data["inference"]["peak"] > 0
     assert "pass --batch 2 or more" in data["notes"][0]
+
+
+# ---------------------------------------------------------------- cuDNN RNN (CUDA targets)
+
+RNN_MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cudnn-rnn-h100.jsonl"
+
+
+def test_cudnn_rnn_reserve_matches_every_measured_shape():
+    """The reserve formula against the reserve tensors cuDNN allocated on an H100 (read from
+    the autograd node's saved tensors by benchmarks/cudnn_rnn_memory.py)."""
+    import json
+
+    from torchinspect.memory.cudnn_rnn import reserve_bytes
+
+    rows = [json.loads(line) for line in RNN_MEASURED.read_text().splitlines()]
+    trained = [r for r in rows if r.get("train") and "saved" in r]
+    assert len(trained) >= 60
+    kinds = {"lstm": "lstm", "gru": "gru", "rnn": "rnn_tanh"}
+    for r in trained:
+        size = 4 if r["dtype"] == "fp32" else 2
+        want = reserve_bytes(kinds[r["kind"]], r["layers"], r["seq"], r["batch"], r["hidden"],
+                             2 if r["bidir"] else 1, size)
+        assert r["saved"]["_saved_result3"] == want, r
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_cuda_target_keeps_cudnns_reserve_for_backward(kind):
+    from torchinspect.memory.cudnn_rnn import reserve_bytes
+
+    layers, seq, batch, hidden = 2, 16, 4, 32
+    rnn = getattr(nn, kind)(8, hidden, layers, batch_first=True)
+    case = make_case(rnn, torch.zeros(batch, seq, 8))
+    gpu = predict_case(case, StepConfig(optimizer="sgd"), make_target("cuda", "h100"),
+                       inference=False)
+    cpu = predict_case(case, StepConfig(optimizer="sgd"), make_target("cpu"), inference=False)
+    reserve = reserve_bytes({"LSTM": "lstm", "GRU": "gru", "RNN": "rnn_tanh"}[kind], layers,
+                            seq, batch, hidden, 1, 4)
+    # what waits for backward on CUDA: the reserve and the output (one allocation each, the
+    # caching allocator's 512-byte rounding aside), not the unrolled cells' saved tensors
+    out = batch * seq * hidden * 4
+    rounded = sum(-(-n // 512) * 512 for n in (reserve, out))
+    assert gpu.training.saved_total >= reserve
+    assert gpu.training.saved_total <= rounded + 4 * 512 * layers  # + hy (cy), no per-step cells
+    assert cpu.training.saved_total != gpu.training.saved_total
+    # eval mode: no reserve
+    inf = predict_case(case, StepConfig(train=False), make_target("cuda", "h100"))
+    assert inf.inference.peak < gpu.training.peak

@@ -13,7 +13,7 @@ import contextlib
 import time
 import warnings
 from collections.abc import Callable, Iterator
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from typing import Any
 
 from torchinspect.errors import InspectError
@@ -86,6 +86,8 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
     """The prediction for one case and batch (the engine behind the CLI, sweeps and --fit)."""
     started = time.perf_counter()
     check_checkpointing(case, cfg)
+    if cfg.amp and not target.faked:  # CUDA's autocast lists are emulated on fake CPU tensors
+        target = replace(target, fake_device="cpu")
     example = example_at(case, batch)
     notes = _notes(cfg, target)
     runs = {}
