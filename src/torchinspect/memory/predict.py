@@ -346,6 +346,6 @@ def _notes(cfg: StepConfig, target: Target) -> list[str]:
     if target.device == "cuda":
         notes.append(f"includes the cuBLAS workspace of {target.gpu} "
                      f"({target.workspace / 2**20:g} MiB per thread that runs a matmul); cuDNN "
-                     "convolution workspaces are not predicted")
+                     "workspaces (convolution, RNN) are not predicted")
     return notes
 
