@@ -96,22 +96,24 @@ def _run(kind: str, x: Any, hx: Any, cx: Any, params: Any, has_biases: bool, lay
 def register(lib: Any) -> None:
     """Register the cuDNN layout for lstm/gru/rnn (dense input) on ``lib`` (aten, IMPL).
     What cuDNN does not take here (proj_size, autocast) runs PyTorch's own decomposition
-    of the op (``torch._decomp``: the unrolled cells)."""
+    of the op (``torch._decomp``: the unrolled cells; imported only then)."""
+    for kind in GATES:
+        lib.impl(f"{kind}.input", _kernel(kind), "CompositeImplicitAutograd")
+
+
+def _decomposed(kind: str, *args: Any) -> Any:
     from torch._decomp import decomposition_table
 
-    for kind in GATES:
-        op = getattr(torch.ops.aten, kind).input
-        lib.impl(f"{kind}.input", _kernel(kind, decomposition_table[op]),
-                 "CompositeImplicitAutograd")
+    return decomposition_table[getattr(torch.ops.aten, kind).input](*args)
 
 
-def _kernel(kind: str, decomposed: Any) -> Any:
+def _kernel(kind: str) -> Any:
     def fn(x: Any, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float,
            train: bool, bidirectional: bool, batch_first: bool) -> Any:
         args = (x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
         h, c = (hx[0], hx[1]) if kind == "lstm" else (hx, None)
         if c is not None and h.shape[-1] != c.shape[-1]:  # proj_size
-            return decomposed(*args)
+            return _decomposed(kind, *args)
         return _run(kind, x, h, c, params, has_biases, num_layers, dropout, train,
-                    bidirectional, batch_first, lambda: decomposed(*args))
+                    bidirectional, batch_first, lambda: _decomposed(kind, *args))
     return fn

@@ -134,13 +134,15 @@ def example_at(case: ModelCase, batch: int | None) -> Any:
 def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: str,
           top: int) -> tuple[RunMemory, dict[str, int]]:
     """Run one mode on fake tensors under the tracker; replay its log."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     from torchinspect.trace.engine import forward_mode, model_kept
 
     model = case.model
     training = mode == "training"
-    fake = FakeTensorMode(allow_non_fake_inputs=True) if target.faked else contextlib.nullcontext()
+    fake: Any = contextlib.nullcontext()
+    if target.faked:
+        from torch._subclasses.fake_tensor import FakeTensorMode
+
+        fake = FakeTensorMode(allow_non_fake_inputs=True)
     tracker = StorageTracker(workspace=target.workspace, device_type=target.fake_device)
     with model_kept(model, buffers=False), forward_mode(model, training), \
             steps.checkpointed(model, cfg.checkpointing if training else None), \
