@@ -9,14 +9,14 @@ TORCH_PINS  ?= torch==2.14.1 torchvision==0.29.1
 STAMP       := $(VENV)/.torchinspect-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow test-all lint bench clean
+.PHONY: install demo test test-slow test-all lint bench docs clean
 
 install: $(STAMP)
 
 $(STAMP): pyproject.toml Makefile
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check $(TORCH_PINS)
-	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev]' $(TORCH_PINS)
+	$(PY) -m pip install -q --disable-pip-version-check -e '.[dev,docs]' $(TORCH_PINS)
 	@command -v dot >/dev/null 2>&1 || { \
 	  if command -v apt-get >/dev/null 2>&1 && [ "$$(id -u)" = 0 ]; then \
 	    (apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq graphviz >/dev/null) \
@@ -45,9 +45,14 @@ test-all: test test-slow
 lint: install
 	$(VENV)/bin/ruff check src tests benchmarks
 	$(VENV)/bin/lint-imports
+	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: src/torchinspect, strict on the public API
+
+# `make docs`: the documentation site (MkDocs + Material) into site/; warnings are errors.
+docs: install
+	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
 bench: install
 	$(PY) benchmarks/run_all.py
 
 clean:
-	rm -rf $(VENV) .pytest_cache .ruff_cache build dist src/*.egg-info
+	rm -rf $(VENV) .pytest_cache .ruff_cache build dist site src/*.egg-info

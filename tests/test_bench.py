@@ -304,6 +304,66 @@ def test_cli_table_csv_and_samples(invoke, tmp_path):
     assert len(t["samples_s"]) == t["iters"]
 
 
+def test_cli_compares_two_saved_results_without_running(invoke, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    old, new = "run1.json", "run2.json"
+    for path in (old, new):
+        r = invoke("bench", "zoo:mnist-net", "--batch", "1,4", *FAST_ARGS, "--format", "json",
+                   "-o", path)
+        assert r.exit_code == 0, r.output
+    import torchinspect.bench.run as run
+
+    def no_run(*a, **k):
+        raise AssertionError("a saved comparison must not run the model")
+
+    monkeypatch.setattr(run, "run_bench", no_run)
+    r = invoke("bench", new, "--compare", old, "--format", "json")
+    assert r.exit_code in (0, 1), r.output
+    data = json.loads(r.stdout)
+    assert data["schema"] == "torchinspect/bench-compare/v1"
+    expected = compare_configs(json.loads((tmp_path / old).read_text()),
+                               json.loads((tmp_path / new).read_text()))
+    assert data["compare"] == [c.to_dict() for c in expected]
+    assert [(c["batch"], c["verdict"] in ("same", "faster", "slower")) for c in data["compare"]] \
+        == [(1, True), (4, True)]
+    assert data["compare_setup"] == []  # same machine, same settings
+    assert r.exit_code == (1 if any(c.verdict == "slower" for c in expected) else 0)
+    table = invoke("bench", new, "--compare", old)
+    assert f"{new} compared with {old}" in table.stdout and "zoo:mnist-net" in table.stdout
+    # twice as slow with tight medians (this machine's own runs may be noisy): exit 1 and
+    # "slower", like a fresh run
+    doc = json.loads((tmp_path / new).read_text())
+    for c in doc["configs"]:
+        c["timing"]["stats"]["median_cov"] = 0.001
+    (tmp_path / "fast.json").write_text(json.dumps(doc))
+    for c in doc["configs"]:
+        c["timing"]["stats"]["median"] *= 2
+    (tmp_path / "slow.json").write_text(json.dumps(doc))
+    r = invoke("bench", "slow.json", "--compare", "fast.json", "--format", "csv")
+    assert r.exit_code == 1 and "slower than the earlier run" in r.stderr
+    assert [row.split(",")[-1] for row in r.stdout.strip().splitlines()[1:]] == ["slower"] * 2
+
+
+@pytest.mark.parametrize(("which", "text"), [
+    ("new", "not an `inspect bench` JSON result (schema 'torchinspect/summary/v"),
+    ("old", "--compare {old}: not an `inspect bench` JSON result"),
+    ("alone", "a saved result, not a model"),
+    ("other-alone", "not an `inspect bench` JSON result (schema 'torchinspect/summary/v"),
+])
+def test_cli_saved_comparison_refuses_other_json(invoke, tmp_path, which, text):
+    summary = tmp_path / "summary.json"
+    r = invoke("summary", "zoo:mnist-net", "--format", "json", "-o", summary)
+    assert r.exit_code == 0, r.output
+    bench = tmp_path / "bench.json"
+    assert invoke("bench", "zoo:mnist-net", *FAST_ARGS, "-f", "json", "-o", bench).exit_code == 0
+    args = {"new": [summary, "--compare", bench], "old": [bench, "--compare", summary],
+            "alone": [bench], "other-alone": [summary]}[which]
+    r = invoke("bench", *args)
+    assert r.exit_code == 2, r.output
+    assert text.format(old=summary) in r.stderr and "hint:" in r.stderr
+    assert "checkpoint" not in r.stderr and "Traceback" not in r.output
+
+
 @pytest.mark.parametrize(("args", "text"), [
     (["--dtype", "fp64"], "--dtype 'fp64' is not a dtype"),
     (["--batch", "1,x"], "is not a positive integer"),

@@ -8,7 +8,7 @@ import random
 import numpy as np
 import pytest
 
-from torchinspect.bench.stats import percentile, summarize
+from torchinspect.bench.stats import percentile, sample_stats
 from torchinspect.bench.timing import TimingConfig, measure
 
 
@@ -37,7 +37,7 @@ class FakeStep:
 def test_stats_match_numpy(seed):
     rng = random.Random(seed)
     xs = [rng.lognormvariate(0, 0.3) for _ in range(rng.randint(2, 300))]
-    s = summarize(xs)
+    s = sample_stats(xs)
     a = np.asarray(xs)
     for q, got in [(25, s.p25), (50, s.median), (75, s.p75), (90, s.p90), (95, s.p95), (99, s.p99)]:
         assert got == pytest.approx(np.percentile(a, q, method="linear"), rel=1e-12)
@@ -57,7 +57,7 @@ def test_percentile_edges():
     assert percentile([1.0, 2.0, 4.0], 75) == 3.0  # h = 1.5 -> 2 + 0.5 * (4 - 2)
     with pytest.raises(ValueError):
         percentile([], 50)
-    one = summarize([0.25])
+    one = sample_stats([0.25])
     assert (one.std, one.cov, one.iqr) == (0.0, 0.0, 0.0)
 
 

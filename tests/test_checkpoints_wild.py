@@ -203,16 +203,16 @@ def test_zero_dim_parameter_from_a_one_element_tensor(tmp_path: Path, invoke) ->
 # ------------------------------------------------------------------ 7. conflicts before writing
 
 
-def test_report_output_on_an_input_is_refused_before_writing(tmp_path: Path, invoke) -> None:
+def test_output_on_an_input_is_refused_before_writing(tmp_path: Path, invoke) -> None:
     src = tmp_path / "a.pt"
     save_plain(src)
     before = src.read_bytes()
     out = tmp_path / "o.pt"
-    result = invoke("convert", src, out, "-o", src)
+    result = invoke("convert", src, "-o", src)  # -o is OUT (the converted checkpoint)
     assert result.exit_code == 2 and "input file" in result.output, result.output
-    assert not out.exists() and src.read_bytes() == before
+    assert src.read_bytes() == before
     result = invoke("convert", src, out, "-o", out)
-    assert result.exit_code == 2 and not out.exists()
+    assert result.exit_code == 2 and "OUT given twice" in result.output and not out.exists()
 
 
 # ------------------------------------------------------------------ 8 + 12. empty tensors, ZeRO-3

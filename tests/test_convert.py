@@ -630,3 +630,77 @@ def test_a_foreign_folder_that_appears_at_out_meanwhile_is_not_swapped_out(tmp_p
     with pytest.raises(InspectError, match="'mine.txt'"):
         convert_checkpoint(tmp_path / "a.pt", out, force=True)
     assert [p.name for p in out.iterdir()] == ["mine.txt"] and not _temps(tmp_path)
+
+
+# ------------------------------------------------------------------ issue 21 item 4, issue 24
+
+
+def test_a_prefix_every_key_shares_is_noted_where_it_is_made(tmp_path: Path, invoke) -> None:
+    saved = save_dataparallel(tmp_path / "dp.pt")
+    result = invoke("convert", tmp_path / "dp.pt", tmp_path / "kept.safetensors")
+    assert result.exit_code == 0, result.output
+    note = "note: every key starts with 'module.' (DataParallel/DDP); --auto-prefix strips it"
+    assert note in result.output
+    assert list(_load(tmp_path / "kept.safetensors")) == list(saved)  # kept, as asked
+    data = json.loads(invoke("convert", tmp_path / "dp.pt", tmp_path / "j.pt", "-f", "json").output)
+    assert data["wrapper_prefixes"] == ["module."]
+    result = invoke("convert", tmp_path / "dp.pt", tmp_path / "stripped.safetensors", "--auto-prefix")
+    assert result.exit_code == 0 and "note: every key" not in result.output
+    net().load_state_dict(_load(tmp_path / "stripped.safetensors"), strict=True)
+    # nested wrappers: DDP around torch.compile
+    torch.save({f"module._orig_mod.{k}": v for k, v in net().state_dict().items()}, tmp_path / "n.pt")
+    result = invoke("convert", tmp_path / "n.pt", tmp_path / "n.safetensors")
+    assert ("every key starts with 'module._orig_mod.' (DataParallel/DDP/torch.compile); "
+            "--auto-prefix strips them") in result.output
+    save_plain(tmp_path / "plain.pt")
+    assert "note: every key" not in invoke("convert", tmp_path / "plain.pt", tmp_path / "p.pt").output
+    # with --arch the refusal names the remap that would make it load
+    result = invoke("convert", tmp_path / "dp.pt", tmp_path / "a.pt", "--arch", f"{HELPERS}:Net")
+    assert result.exit_code == 1
+    assert f"pass --auto-prefix (strip prefix 'module.' (DataParallel/DDP) matches {len(saved)} of " \
+        in result.output
+
+
+def test_out_can_be_given_with_dash_o(tmp_path: Path, invoke) -> None:
+    sd = save_plain(tmp_path / "in.pth")
+    out = tmp_path / "out.safetensors"
+    result = invoke("convert", tmp_path / "in.pth", "-o", out)
+    assert result.exit_code == 0, result.output
+    _assert_equal(_load(out), sd)
+    result = invoke("convert", tmp_path / "in.pth", "--output", f"{tmp_path / 'run'}/")  # slash kept: DCP
+    assert result.exit_code == 0 and (tmp_path / "run" / ".metadata").is_file(), result.output
+    result = invoke("convert", tmp_path / "in.pth", tmp_path / "a.pt", "-o", tmp_path / "b.pt")
+    assert result.exit_code == 2 and "OUT given twice" in result.output
+    assert not (tmp_path / "a.pt").exists() and not (tmp_path / "b.pt").exists()
+    result = invoke("convert", tmp_path / "in.pth")
+    assert result.exit_code == 2 and "missing the converted checkpoint OUT" in result.output
+    assert "the converted checkpoint" in invoke("convert", "--help").output
+
+
+def test_dash_f_without_a_value_asks_about_force(tmp_path: Path, invoke) -> None:
+    save_plain(tmp_path / "a.pt")
+    result = invoke("convert", tmp_path / "a.pt", tmp_path / "o.pt", "-f")
+    assert result.exit_code == 2
+    assert "-f is --format; did you mean --force?" in result.output
+    assert "see `inspect convert --help`" in result.output
+    assert not (tmp_path / "o.pt").exists()
+    result = invoke("diff", tmp_path / "a.pt", tmp_path / "a.pt", "-f")  # diff has no --force
+    assert result.exit_code == 2 and "did you mean --force" not in result.output
+
+
+def test_all_lists_every_renamed_key(tmp_path: Path, invoke) -> None:
+    saved = save_dataparallel(tmp_path / "dp.pt")
+    args = ("convert", tmp_path / "dp.pt", tmp_path / "o.pt", "--auto-prefix")
+    short = invoke(*args).output
+    assert "--all lists every one" in short
+    last = list(saved)[-1]  # module.head.bias: past the first 8 groups
+    line = f"{last} -> {last.removeprefix('module.')}"
+    assert line not in short
+    full = invoke(*args, "--all", "--force").output
+    assert line in full and "more groups" not in full
+    shown = [ln for ln in full.splitlines() if ln.startswith("module.") and " -> " in ln]
+    from torchinspect.io.keys import group_keys
+
+    assert len(shown) == len(group_keys(saved))  # one line per layer pattern, none left out
+    data = json.loads(invoke(*args, "--force", "-f", "json").output)
+    assert len(data["renamed"]) == len(saved)  # JSON is always complete

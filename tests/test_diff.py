@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import importlib.util
 from pathlib import Path
 
+import pytest
 import torch
 
 from test_checkpoint_helpers import (
@@ -195,3 +197,186 @@ def test_usage_errors(tmp_path: Path, invoke) -> None:
     result = invoke("diff", tmp_path / "a.pt", tmp_path / "missing.pt")
     assert result.exit_code == 2 and "no such file" in result.output
     assert "Traceback" not in result.output
+
+
+# ------------------------------------------------------------------ issue 21: prefixes, verdicts
+
+
+def test_the_best_remap_comes_before_the_key_listings(tmp_path: Path, invoke) -> None:
+    save_plain(tmp_path / "plain.pt")
+    save_dataparallel(tmp_path / "dp.pt")
+    out = invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt").output
+    hint = out.index("best remap: strip prefix 'module.' (DataParallel/DDP) would match")
+    assert hint < out.index("Keys") < out.index("Missing (in A, not in B)")
+    assert out.index("Prefix remaps of B's keys") < out.index("Keys")
+    out = invoke("diff", tmp_path / "plain.pt", tmp_path / "dp.pt", "--auto-prefix").output
+    assert out.index("--auto-prefix applied: strip prefix 'module.'") < out.index("Keys")
+
+
+def _printed_code(output: str) -> str:
+    """The lines under "Load it with" in a table report (up to the next blank line)."""
+    lines = output.splitlines()
+    start = next(i for i, ln in enumerate(lines) if ln.startswith("Load it with")) + 1
+    end = next((i for i in range(start, len(lines)) if not lines[i].strip()), len(lines))
+    return "\n".join(lines[start:end])
+
+
+def test_verdict_names_its_conditions_and_the_printed_line_loads(tmp_path: Path, invoke) -> None:
+    """A cuda:0-saved, DataParallel-prefixed resnet18 under ["model"]: the verdict holds only
+    with map_location, the container key and the prefix stripped; the printed Python does it."""
+    import torchvision
+
+    saved = {f"module.{k}": v for k, v in torchvision.models.resnet18().state_dict().items()}
+    path = tmp_path / "gpu_checkpoint.pth.tar"
+    save_simulated_gpu(path, {"model": saved, "epoch": 3})
+    result = invoke("diff", path, "--arch", "resnet18", "--auto-prefix")
+    assert result.exit_code == 0, result.output
+    verdict = next(ln for ln in result.output.splitlines() if ln.startswith("verdict:"))
+    for condition in ('taking ["model"] from the file', 'with map_location="cpu" (saved on cuda:0)',
+                      "after stripping 'module.'"):
+        assert condition in verdict, verdict
+    code = _printed_code(result.output)
+    assert 'map_location="cpu"' in code and '["model"]' in code
+    model = torchvision.models.resnet18()
+    exec(code, {"model": model})  # noqa: S102 - the line the report tells the user to run
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, saved[f"module.{k}"]), k
+    # the plain line fails on both counts the verdict names
+    if not torch.cuda.is_available():
+        with pytest.raises(RuntimeError, match="CUDA"):
+            torch.load(path, weights_only=True)
+    with pytest.raises(RuntimeError, match="Missing key"):
+        torchvision.models.resnet18().load_state_dict(torch.load(path, map_location="cpu")["model"])
+    data = cli_json(invoke("diff", path, "--arch", "resnet18", "--auto-prefix", "-f", "json"))
+    assert data["load_code"] == code and len(data["conditions"]) == 3
+
+
+class _Wrapped(torch.nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.backbone = net()
+
+
+def _infix(k: str) -> str:  # per-block torch.compile: layers._orig_mod.0.attn.q.weight
+    return k.replace("layers.", "layers._orig_mod.", 1)
+
+
+@pytest.mark.parametrize("case", ["compiled", "safetensors-model.", "add-prefix", "strip-and-add",
+                                  "infix", "extra-keys", "flat-with-scalars"])
+def test_the_load_code_loads_every_remap(tmp_path: Path, case: str) -> None:
+    """Each remap's printed expression computes what the diff applied: the code loads."""
+    sd = net(3).state_dict()
+    target = _Wrapped() if case in ("add-prefix", "strip-and-add") else net()
+    weights: dict = {
+        "compiled": {f"_orig_mod.{k}": v for k, v in sd.items()},
+        "safetensors-model.": {f"model.{k}": v for k, v in sd.items()},
+        "add-prefix": dict(sd),
+        "strip-and-add": {f"module.{k}": v for k, v in sd.items()},
+        "infix": {_infix(k): v for k, v in sd.items()},
+        "extra-keys": {**sd, "aux.weight": torch.ones(2)},
+        "flat-with-scalars": {**sd, "epoch": 7, "arch": "Net"},
+    }[case]
+    path = tmp_path / ("w.safetensors" if case.startswith("safetensors") else "w.pt")
+    if path.suffix == ".safetensors":
+        from safetensors.torch import save_file
+
+        save_file({k: v.contiguous() for k, v in weights.items()}, path)
+    else:
+        torch.save(weights, path)
+    res = diff_state_dicts(target, checkpoint_side(path), auto_prefix=True)
+    assert res.verdict.loads, res.verdict_text()
+    code, why_not = res.load_code()
+    assert code, why_not
+    exec("\n".join(code), {"model": target})  # noqa: S102
+    inner = target.backbone if isinstance(target, _Wrapped) else target
+    for k, v in inner.state_dict().items():
+        assert torch.equal(v, sd[k]), (case, k)
+    assert ("strict=False" in code[-1]) == (case == "extra-keys")
+
+
+def test_no_load_line_where_it_would_not_load(tmp_path: Path) -> None:
+    save_plain(tmp_path / "a.pt", net(num_classes=10))
+    save_plain(tmp_path / "b.pt", net(num_classes=5))
+    res = diff_state_dicts(checkpoint_side(tmp_path / "a.pt"), checkpoint_side(tmp_path / "b.pt"))
+    assert res.load_code() == ([], "it does not load") and res.conditions() == []
+
+
+def test_absent_num_batches_tracked_verdict_holds_as_printed(tmp_path: Path) -> None:
+    """A saved state_dict() with its num_batches_tracked deleted in place keeps torch's version
+    _metadata, so BatchNorm does not fill them and strict=True raises on the plain line; the
+    verdict says it needs a plain dict, and the printed code makes one."""
+    sd = net(4).state_dict()
+    for k in [k for k in sd if k.endswith("num_batches_tracked")]:
+        del sd[k]
+    torch.save(sd, tmp_path / "w.pt")
+    with pytest.raises(RuntimeError, match="num_batches_tracked"):
+        net().load_state_dict(torch.load(tmp_path / "w.pt", weights_only=True))
+    res = diff_state_dicts(net(), checkpoint_side(tmp_path / "w.pt"))
+    assert res.verdict is Verdict.strict
+    assert "as a plain dict (BatchNorm then fills the 1 absent num_batches_tracked)" in res.verdict_text()
+    code, _ = res.load_code()
+    model = net()
+    exec("\n".join(code), {"model": model})  # noqa: S102
+    assert all(torch.equal(v, sd[k]) for k, v in model.state_dict().items() if k in sd)
+
+
+def test_the_printed_line_loads_a_real_gpu_saved_container(invoke) -> None:
+    """tests/data/gpu_saved_container.pt was saved on a GPU ({"model": "module."-prefixed
+    state_dict on cuda:0, "optimizer", "epoch"}): the printed lines load it into Tiny here."""
+    from test_checkpoint_helpers import DATA_DIR
+
+    path = DATA_DIR / "gpu_saved_container.pt"
+    arch = f"{DATA_DIR / 'make_gpu_checkpoint.py'}:Tiny"
+    result = invoke("diff", path, "--arch", arch, "--auto-prefix")
+    assert result.exit_code == 0, result.output
+    assert 'with map_location="cpu" (saved on cuda:0)' in result.output
+    spec = importlib.util.spec_from_file_location("make_gpu_checkpoint", DATA_DIR / "make_gpu_checkpoint.py")
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    model = mod.Tiny()
+    exec(_printed_code(result.output), {"model": model})  # noqa: S102
+    reference = torch.load(DATA_DIR / "gpu_saved_reference.pt", weights_only=True)
+    for k, v in model.state_dict().items():
+        assert torch.equal(v, reference[k]), k
+
+
+def test_a_dcp_folder_gets_its_in_place_load_lines(tmp_path: Path) -> None:
+    import warnings
+
+    from torchinspect.checkpoints import convert_checkpoint
+
+    sd = save_plain(tmp_path / "w.pt", net(5))
+    convert_checkpoint(tmp_path / "w.pt", tmp_path / "w.dcp")
+    res = diff_state_dicts(net(), checkpoint_side(tmp_path / "w.dcp"))
+    code, why_not = res.load_code()
+    assert res.verdict is Verdict.strict and code, why_not
+    model = net()
+    with warnings.catch_warnings():  # "torch.distributed is disabled ... single process"
+        warnings.simplefilter("ignore", UserWarning)
+        exec("\n".join(code), {"model": model})  # noqa: S102
+    assert all(torch.equal(v, sd[k]) for k, v in model.state_dict().items())
+    partial = diff_state_dicts(net(n_layers=7), checkpoint_side(tmp_path / "w.dcp"))
+    assert partial.load_code()[0] == [] and "DCP" in partial.load_code()[1]
+
+
+def test_load_lines_are_never_cut_by_the_terminal_width(tmp_path: Path, invoke, monkeypatch) -> None:
+    """A copied line must stay one line: code is not wrapped at 60 columns; Markdown puts it
+    in a code block, HTML in <pre>."""
+    monkeypatch.setenv("COLUMNS", "60")
+    deep = tmp_path / ("a-rather-long-folder-name-" * 3)
+    deep.mkdir()
+    sd = save_plain(deep / "checkpoint.pt")
+    torch.save({"model": {f"module.{k}": v for k, v in sd.items()}}, deep / "checkpoint.pt")
+    result = invoke("diff", deep / "checkpoint.pt", "--arch", f"{HELPERS}:Net", "--auto-prefix")
+    assert result.exit_code == 0, result.output
+    code = _printed_code(result.output)
+    assert max(len(ln) for ln in code.splitlines()) > 60
+    model = net(1)
+    exec(code, {"model": model})  # noqa: S102
+    assert all(torch.equal(v, sd[k]) for k, v in model.state_dict().items())
+    md = invoke("diff", deep / "checkpoint.pt", "--arch", f"{HELPERS}:Net", "--auto-prefix",
+                "-f", "markdown").output
+    assert f"```python\n{code}\n```" in md
+    html = invoke("diff", deep / "checkpoint.pt", "--arch", f"{HELPERS}:Net", "--auto-prefix",
+                  "-f", "html").output
+    assert "<pre><code>import torch\nsd = torch.load(" in html

@@ -220,27 +220,93 @@ def test_select_ignore_and_meta() -> None:
 
 
 def test_cli_doctor_table_json_and_fail_on(invoke) -> None:
+    # like a linter: an error-severity finding fails the run by default
     r = invoke("doctor", "zoo:pitfall-layer-list")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output
     assert "TI001" in r.output and "nn.ModuleList" in r.output and "Why it matters" in r.output
+    r = invoke("doctor", "zoo:pitfall-layer-list", "--fail-on", "never")
+    assert r.exit_code == 0, r.output
+    assert "TI001" in r.output
     r = invoke("doctor", "zoo:pitfall-layer-list", "--fail-on", "error", "--format", "json")
     assert r.exit_code == 1
     data = json.loads(r.stdout)
     assert data["schema"] == "torchinspect/doctor/v1"
     assert data["counts"]["error"] == 1 and data["findings"][0]["code"] == "TI001"
-    assert {"what", "why", "fix", "module", "severity"} <= set(data["findings"][0])
+    assert {"what", "why", "fix", "module", "severity", "location"} <= set(data["findings"][0])
     r = invoke("doctor", "zoo:doctor-aligned", "--fail-on", "info")
     assert r.exit_code == 0 and "no findings" in r.output
+    # warnings and infos pass by default; --fail-on warning makes them count
+    r = invoke("doctor", "zoo:doctor-dropped-rows", "--select", "TI009")
+    assert r.exit_code == 0 and "TI009" in r.output
+    assert invoke("doctor", "zoo:doctor-dropped-rows", "--select", "TI009",
+                  "--fail-on", "warning").exit_code == 1
+
+
+MODEL_FILE = """\
+import torch.nn.functional as F
+from torch import nn
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.blocks = [nn.Linear(16, 16), nn.Linear(16, 16)]
+        self.fc = nn.Linear(16, 10)
+
+    def forward(self, x):
+        return self.fc(F.dropout(x, p=0.5))
+"""
+
+
+def test_findings_in_the_users_file_have_file_and_line(invoke, tmp_path, monkeypatch) -> None:
+    path = tmp_path / "mynet.py"
+    path.write_text(MODEL_FILE)
+    lines = MODEL_FILE.splitlines()
+    init_line = lines.index("    def __init__(self):") + 1
+    forward_line = lines.index("    def forward(self, x):") + 1
+    monkeypatch.chdir(tmp_path)
+    r = invoke("doctor", "mynet.py:Net", "--input", "16", "--format", "json")
+    assert r.exit_code == 1, r.output  # TI001 and TI004 are errors
+    where = {f["code"]: f["location"] for f in json.loads(r.stdout)["findings"]}
+    assert where["TI001"] == f"mynet.py:{init_line}"  # the list is built in __init__
+    assert where["TI004"] == f"mynet.py:{forward_line}"  # F.dropout runs in forward
+    # TI006 names nn.Linear (torch's code): the location is the user's class that holds it
+    assert where["TI006"] == f"mynet.py:{init_line}"
+    table = invoke("doctor", "mynet.py:Net", "--input", "16")
+    assert "Source" in table.stdout and f"mynet.py:{forward_line}" in table.stdout
+    # outside the current folder: the absolute path
+    (tmp_path / "elsewhere").mkdir()
+    monkeypatch.chdir(tmp_path / "elsewhere")
+    r = invoke("doctor", f"{path}:Net", "--input", "16", "--select", "TI001", "-f", "json")
+    assert json.loads(r.stdout)["findings"][0]["location"] == f"{path}:{init_line}"
+
+
+def test_findings_in_library_code_have_no_location(invoke) -> None:
+    """torchvision's own layers are not the user's to edit: no file:line, no Source column."""
+    r = invoke("doctor", "squeezenet1_1", "--device", "meta", "--format", "json")
+    assert r.exit_code == 0, r.output
+    findings = json.loads(r.stdout)["findings"]
+    assert findings and all(f["location"] is None for f in findings)
+    assert "Source" not in invoke("doctor", "squeezenet1_1", "--device", "meta").stdout
+
+
+def test_findings_table_fits_a_ci_log(invoke) -> None:
+    """Without a terminal and without COLUMNS the What/Fix columns fold at 100 columns."""
+    r = invoke("doctor", "zoo:llama-tiny", "--device", "meta", env={"COLUMNS": None})
+    assert r.exit_code == 0, r.output
+    table = r.stdout.split("Findings")[1].split("Why it matters")[0].splitlines()
+    assert table and max(len(line) for line in table) <= 100
+    assert any("layers.0.mlp.gate_proj" in line for line in table)  # names stay whole
 
 
 def test_a_model_too_big_for_the_device_still_gets_the_static_checks(invoke, monkeypatch) -> None:
     """Like a 70B model on a laptop: the module-tree and meta-trace checks run, TI003-TI005
-    say why they did not (exit 0), and nothing is allocated up front."""
+    say why they did not, and nothing is allocated up front."""
     from torchinspect import device as devices
 
     monkeypatch.setattr(devices, "available_bytes", lambda device: 1000)
     r = invoke("doctor", "zoo:pitfall-layer-list", "--format", "json")
-    assert r.exit_code == 0, r.output
+    assert r.exit_code == 1, r.output  # TI001 is an error: found without a real run
     data = json.loads(r.stdout)
     assert "TI001" in [f["code"] for f in data["findings"]]  # the static checks ran
     assert set(data["skipped"]) == {"TI003", "TI004", "TI005"}

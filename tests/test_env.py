@@ -179,3 +179,75 @@ def test_env_lists_each_gpu(invoke):
         assert gpu["total_memory"] == props.total_memory
     if shutil.which("nvidia-smi"):
         assert data["driver_version"]
+
+
+# ---------------------------------------------------------------- versions without imports
+
+
+def test_env_versions_without_importing_torch(tmp_path):
+    """`inspect env --no-runtime` reads every version from metadata and version.py files:
+    torch, torchvision, timm and transformers are never imported."""
+    code = ("import sys, json\n"
+            "from typer.testing import CliRunner\n"
+            "from torchinspect.cli.app import app\n"
+            "r = CliRunner().invoke(app, ['env', '--no-runtime', '-f', 'json'])\n"
+            "assert r.exit_code == 0, r.output\n"
+            "heavy = [m for m in ('torch', 'torchvision', 'timm', 'transformers', 'onnxruntime')"
+            " if m in sys.modules]\n"
+            "assert not heavy, heavy\n"
+            "print(r.stdout)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          check=False, env={**os.environ, "COLUMNS": "120"})
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["runtime"] is False and data["cuda_available"] is None
+    assert data["torch"] == torch.__version__  # with its +cuXXX tag, as torch says
+    assert data["cuda_version"] == torch.version.cuda
+    torchvision = pytest.importorskip("torchvision")
+    assert data["torchvision"] == torchvision.__version__
+    for name in ("timm", "transformers"):
+        assert data[name] == importlib.metadata.version(name)
+
+
+def test_env_table_lists_timm_and_transformers(invoke):
+    result = invoke("env")
+    assert result.exit_code == 0, result.output
+    rows = dict(line.split(None, 1) for line in result.output.split("CUDA")[0].splitlines()[1:]
+                if line.strip())
+    assert rows["timm"] == importlib.metadata.version("timm")
+    assert rows["transformers"] == importlib.metadata.version("transformers")
+
+
+def test_env_imports_torch_only_when_useful(monkeypatch):
+    monkeypatch.delitem(sys.modules, "torch")  # as in a fresh `inspect env`
+    monkeypatch.setattr(env_mod, "nvidia_driver_present", lambda: False)
+    monkeypatch.setattr(env_mod.sys, "platform", "linux")
+    assert env_mod.wants_runtime(None) is False
+    assert env_mod.wants_runtime(True) is True
+    monkeypatch.setattr(env_mod, "nvidia_driver_present", lambda: True)
+    assert env_mod.wants_runtime(None) is True  # a GPU machine: the CUDA facts matter
+    assert env_mod.wants_runtime(False) is False
+
+
+def test_env_without_runtime_says_how_to_get_it(invoke):
+    result = invoke("env", "--no-runtime")
+    assert result.exit_code == 0, result.output
+    assert "torch was not imported" in result.output and "--runtime" in result.output
+    cuda = dict(line.rsplit(None, 1) for line in
+                result.output.split("\nCUDA\n")[1].split("\n\n")[0].splitlines())
+    assert cuda["CUDA available"] == "-" and cuda["CUDA version (torch build)"] == str(
+        torch.version.cuda or "-")
+
+
+def test_version_file_is_read_not_run(monkeypatch, tmp_path):
+    pkg = tmp_path / "fakepkg"
+    pkg.mkdir()
+    marker = tmp_path / "ran"
+    (pkg / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (pkg / "version.py").write_text(f"open({str(marker)!r}, 'w').close()\n"
+                                    "__version__ = '1.2.3+cu999'\ncuda: str = '9.9'\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    assert env_mod.package_version("fakepkg") == "1.2.3+cu999"
+    assert env_mod.version_file("fakepkg")["cuda"] == "9.9"
+    assert not marker.exists() and "fakepkg" not in sys.modules
+    assert env_mod.package_version("no_such_package_here") is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import pytest
 import torch
 import torchvision
 from torch import nn
@@ -34,28 +35,84 @@ def test_golden_flops_table(invoke, golden) -> None:
     golden("flops_resnet18_depth1.txt", result.output)
 
 
-def test_compare_shows_thop_and_torchinfo(invoke) -> None:
-    result = invoke("flops", "resnet18", "--compare", "--format", "json")
-    assert result.exit_code == 0, result.output
-    data = json.loads(result.output)
-    tools = {c["tool"]: c for c in data["compare"]}
-    assert set(tools) == {"thop", "torchinfo"}
+def _other_counters(model_fn, x):
+    """thop, torchinfo and fvcore run here directly on fresh models, for the comparison."""
     import warnings
 
     import torchinfo
+    from fvcore.nn import FlopCountAnalysis
 
     with warnings.catch_warnings():  # thop imports distutils
         warnings.simplefilter("ignore")
         import thop
 
-    model = torchvision.models.resnet18().eval()
-    x = torch.zeros(1, 3, 224, 224)
     with torch.no_grad():
-        thop_macs, _ = thop.profile(model, inputs=(x,), verbose=False)
-    model = torchvision.models.resnet18().eval()
-    ti = torchinfo.summary(model, input_data=x, verbose=0)
-    assert tools["thop"]["macs"] == int(thop_macs)
-    assert tools["torchinfo"]["macs"] == ti.total_mult_adds
+        thop_macs, _ = thop.profile(model_fn().eval(), inputs=(x,), verbose=False)
+        ti = torchinfo.summary(model_fn().eval(), input_data=x, verbose=0).total_mult_adds
+        with warnings.catch_warnings():  # torch.jit deprecation
+            warnings.simplefilter("ignore")
+            fv = FlopCountAnalysis(model_fn().eval(), (x,))
+            fv.unsupported_ops_warnings(False)
+            fv.uncalled_modules_warnings(False)
+            fv_total, fv_ops = fv.total(), dict(fv.by_operator())
+    return {"thop": int(thop_macs), "torchinfo": ti, "fvcore": fv_total}, fv_ops
+
+
+def test_cross_check_shows_three_counters(invoke) -> None:
+    result = invoke("flops", "resnet18", "--cross-check", "thop,torchinfo,fvcore",
+                    "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    tools = {c["tool"]: c for c in data["compare"]}
+    assert list(tools) == ["thop", "torchinfo", "fvcore"]
+    expected, fv_ops = _other_counters(torchvision.models.resnet18, torch.zeros(1, 3, 224, 224))
+    assert {t: c["macs"] for t, c in tools.items()} == expected
+    assert all(c["params"] == 11_689_512 for c in tools.values())
+    # fvcore counts one "flop" per multiply-add for conv/linear: exactly our MACs, plus
+    # per-element counts for batch norm and pooling that we do not count as MACs
+    ours = data["totals"]["macs"]
+    assert fv_ops["conv"] + fv_ops["linear"] == ours
+    assert tools["fvcore"]["macs"] - ours == fv_ops["batch_norm"] + fv_ops["adaptive_avg_pool2d"]
+    assert f"conv/linear/matmul {ours:,}" in tools["fvcore"]["note"]
+    assert "1 per multiply-add" in tools["fvcore"]["note"]
+    table = invoke("flops", "resnet18", "--cross-check", "fvcore", "--depth", "0")
+    assert table.exit_code == 0, table.output
+    row = next(line for line in table.output.splitlines() if line.startswith("fvcore"))
+    assert f"{expected['fvcore']:,}" in row and "MACs (1 per multiply-add)" in row
+
+
+def test_cross_check_counter_not_installed(invoke, monkeypatch) -> None:
+    import sys
+
+    monkeypatch.setitem(sys.modules, "fvcore", None)  # import fvcore raises ImportError
+    monkeypatch.setitem(sys.modules, "fvcore.nn", None)
+    result = invoke("flops", "zoo:convnet", "--cross-check", "all", "--format", "json")
+    assert result.exit_code == 0, result.output
+    tools = {c["tool"]: c for c in json.loads(result.output)["compare"]}
+    assert tools["fvcore"]["macs"] is None
+    assert tools["fvcore"]["note"] == "not installed (pip install fvcore)"
+    assert tools["thop"]["macs"] and tools["torchinfo"]["macs"]  # the others still ran
+
+
+def test_cross_check_bad_tool_is_a_usage_error(invoke) -> None:
+    result = invoke("flops", "zoo:convnet", "--cross-check", "thop,deepspeed")
+    assert result.exit_code == 2
+    assert "--cross-check" in result.stderr and "deepspeed" in result.stderr
+    assert "thop, torchinfo, fvcore" in result.stderr
+
+
+def test_compare_is_a_deprecated_alias(invoke) -> None:
+    old = invoke("flops", "zoo:convnet", "--compare", "--format", "json")
+    assert old.exit_code == 0, old.output
+    assert "--compare is deprecated" in old.stderr and "--cross-check" in old.stderr
+    tools = [c["tool"] for c in json.loads(old.stdout)["compare"]]
+    assert tools == ["thop", "torchinfo"]  # what --compare always ran
+    with pytest.warns(DeprecationWarning, match="cross_check"):
+        r = count_flops("zoo:convnet", compare=True)
+    assert [c.tool for c in r.compare] == ["thop", "torchinfo"]
+    assert [c.tool for c in count_flops("zoo:convnet", cross_check="torchinfo").compare] == [
+        "torchinfo"]
+    assert count_flops("zoo:convnet").compare == []
 
 
 def test_several_models_one_table(invoke) -> None:
@@ -143,3 +200,36 @@ def test_attention_row_is_the_same_number_in_summary_and_flops(invoke) -> None:
     data = json.loads(invoke("flops", "zoo:gpt-tiny", "-f", "json").stdout)
     root = data["modules"][0]
     assert root["name"] == "" and root["macs"] == data["totals"]["macs"] > 0
+
+
+def _stripped(text: str) -> str:
+    """Lines without trailing spaces (the table renderer's padding is not what is tested)."""
+    return "\n".join(line.rstrip() for line in text.splitlines()) + "\n"
+
+
+def test_golden_flops_at_80_columns(invoke, golden, monkeypatch) -> None:
+    """The conventions are short notes below the tables, not a heading wrapped over them."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke("flops", "resnet18", "--depth", "1")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert lines[1].startswith("Total: ")  # the heading: model, input, total; nothing wrapped
+    assert lines[3].startswith("MACs by module")  # the first table right under the heading
+    notes = next(i for i, line in enumerate(lines) if line.startswith("MACs = multiply"))
+    assert lines[notes - 2].rstrip() == "Ops with no MAC formula: their work is not in the MACs."
+    golden("flops_resnet18_depth1_80.txt", _stripped(result.output))
+
+
+def test_notes_wrap_at_word_boundaries_in_a_narrow_terminal(invoke, monkeypatch) -> None:
+    from torchinspect.analysis.conventions import CONVENTION_NOTES
+
+    monkeypatch.setenv("COLUMNS", "40")
+    for args in (["flops", "zoo:convnet"], ["flops", "zoo:convnet", "zoo:mnist-net"]):
+        result = invoke(*args)
+        assert result.exit_code == 0, result.output
+        words = result.output.split()
+        for note in CONVENTION_NOTES:  # every word whole, in order: wrapped between words
+            assert " ".join(note.split()) in " ".join(words), (args, note)
+        heading = result.output.split("\n\n")[0]
+        assert "multiply-accumulates" not in heading  # not a heading over the table

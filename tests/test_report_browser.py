@@ -164,3 +164,21 @@ def test_screenshot_is_not_blank(page, tmp_path):
     assert stat.stddev[0] > 20  # text, bars and lines, not one flat colour
     dark = sum(img.histogram()[:128]) / (img.size[0] * img.size[1])
     assert 0.005 < dark < 0.5  # some ink, mostly paper
+
+
+def test_treemap_tiles_are_drawn_with_names(page):
+    from torchinspect.overview.aggregate import two_levels
+
+    tree = two_levels(summarize(MODEL).trace)
+    expected = sum(1 for p, _ in tree.values() if p) + sum(1 for _, m in tree.values() if m)
+    svg = page.locator('svg[aria-label="Parameters and MACs by module"]')
+    assert svg.count() == 1
+    frame = svg.bounding_box()
+    tiles = svg.locator("rect.tm")
+    assert tiles.count() == expected  # a tile per module with params, one per module with MACs
+    for i in range(tiles.count()):
+        box = tiles.nth(i).bounding_box()
+        assert box and box["width"] > 0 and box["height"] > 0
+        assert frame["x"] - 1 <= box["x"] and box["x"] + box["width"] <= frame["x"] + frame["width"] + 1
+    names = {t.split(":")[0] for t in svg.locator("rect.tm > title").all_text_contents()}
+    assert names == {n for n in tree}

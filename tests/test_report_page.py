@@ -15,7 +15,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from torchinspect.report.base import Chart, Figure, KeyValues, Report, Shown, Table, Text
+from torchinspect.report.base import Chart, Figure, KeyValues, Report, Shown, Table, Text, fmt_si
 
 
 class Tags(HTMLParser):
@@ -297,8 +297,8 @@ def test_comparison_page(invoke, tmp_path):
         s = summarize(spec)
         assert f'<td class="left">{s.model}</td>' in page
         assert f'data-v="{s.totals.params}"' in page
-    # overlaid charts: one legend entry per model
-    block = page[page.index('aria-label="Parameters per top-level block"'):]
+    # models side by side per module type: one legend entry per model
+    block = page[page.index('aria-label="Parameters per module type"'):]
     block = block[:block.index("</svg>")]
     assert block.count('class="lg"') == 2
 
@@ -421,3 +421,209 @@ def test_memory_chart_escapes_module_names():
                           16, None, run, notes=[evil])
     page = render_html(Report("report", {}, memory_sections(result)))
     assert "<img" not in page and "&lt;img src=x" in page
+
+
+# ------------------------------------------------------------------ charts that say something
+
+
+def _chart(page: str, label: str) -> str:
+    """The svg of the chart whose aria-label is ``label``."""
+    start = page.index(f'aria-label="{label}"')
+    return page[start:page.index("</svg>", start)]
+
+
+def _bar_labels(svg: str) -> list[str]:
+    import html
+
+    return [html.unescape(t) for t in re.findall(r'<text [^>]*class="lb"[^>]*>([^<]*)</text>', svg)]
+
+
+def _own_by_class(model, classes: tuple[type, ...]) -> int:
+    return sum(p.numel() for mod in model.modules() if isinstance(mod, classes)
+               for p in mod.parameters(recurse=False))
+
+
+@pytest.fixture(scope="module")
+def resnet18_vs_convnet(tmp_path_factory):
+    from typer.testing import CliRunner
+
+    from torchinspect.cli.app import app
+
+    out = tmp_path_factory.mktemp("cmp") / "cmp.html"
+    r = CliRunner().invoke(app, ["report", "resnet18", "zoo:convnet", "--no-doctor",
+                                 "--no-graph", "-o", str(out)])
+    assert r.exit_code == 0, r.output
+    return out.read_text()
+
+
+def test_comparison_per_module_type(resnet18_vs_convnet):
+    """Unrelated architectures are compared on what they share: module types."""
+    import torchvision
+    from torch import nn
+
+    from torchinspect import zoo
+
+    page = resnet18_vs_convnet
+    params = _chart(page, "Parameters per module type")
+    assert {"Conv2d", "Linear", "norm"} <= set(_bar_labels(params))
+    assert {"Conv2d", "Linear"} <= set(_bar_labels(_chart(page, "MACs per module type")))
+    assert "norm" not in _bar_labels(_chart(page, "MACs per module type"))  # no MACs: no bar
+    r18, convnet = torchvision.models.resnet18(), zoo.get("convnet").build()
+    for name, model in (("resnet18", r18), ("zoo:convnet", convnet)):
+        conv = _own_by_class(model, (nn.Conv2d,))
+        tip = re.search(rf"<title>Conv2d — {re.escape(name)}: ([^<]*)</title>", params)
+        assert tip and tip.group(1) == fmt_si(conv), (name, tip)
+    # resnet18's Linear is fc: 512*1000 + 1000
+    assert "<title>Linear — resnet18: 513.00K</title>" in params
+
+
+def test_comparison_block_bars_only_for_shared_names(resnet18_vs_convnet):
+    page = resnet18_vs_convnet
+    for title in ("Parameters", "MACs"):
+        labels = _bar_labels(_chart(page, f"{title} per top-level block (blocks every model has)"))
+        assert labels == ["layer1", "layer2", "fc"]  # conv1, layer3, layer4 are resnet18's only
+    assert 'aria-label="Parameters per top-level block"' not in page
+
+
+def test_comparison_without_shared_blocks_says_so(invoke, tmp_path):
+    out = tmp_path / "cmp.html"
+    r = invoke("report", "zoo:convnet", "zoo:mnist-net", "--no-doctor", "--no-graph", "-o", out)
+    assert r.exit_code == 0, r.output
+    page = out.read_text()
+    assert "per top-level block (blocks every model has)" not in page
+    assert "No top-level block with params or MACs has the same name in every model" in page
+
+
+def test_top_layers_group_identical_layers():
+    """resnet50's top 15 used to be 14 bars of identical convolutions."""
+    import torchvision
+    from torch import nn
+
+    from torchinspect.overview import collect_overview
+    from torchinspect.report.overview import top_layers_chart
+
+    m = collect_overview("resnet50", graph=False, doctor=False).models[0]
+    chart = top_layers_chart(m)
+    assert len(set(chart.labels)) == len(chart.labels)  # no two bars alike
+    # layer3.1..5.conv2: 3x3, 256 -> 256 channels at 14x14: 256*256*9*14*14 MACs each
+    label = "Conv2d 3×3 p1 256→256 @14×14 (×5)"
+    assert chart.labels[0] == label
+    assert chart.series[0][1][0] == 5 * 256 * 256 * 9 * 14 * 14
+    group = m.top_layers()[0]
+    model = torchvision.models.resnet50()
+    assert group.layers == [f"layer3.{i}.conv2" for i in range(1, 6)]
+    assert group.params == 5 * model.layer3[1].conv2.weight.numel()
+    counting = (nn.Conv2d, nn.Linear)  # the leaf layers that run MACs: each in one group
+    assert sum(g.count for g in m.top_layers(1000)) == sum(
+        isinstance(mod, counting) for mod in model.modules())
+
+
+def test_aggregates_add_up_to_the_totals():
+    from torchinspect.overview import collect_overview
+
+    for spec in ("resnet18", "zoo:llama-tiny"):  # llama-tiny ties its embedding and LM head
+        m = collect_overview(spec, graph=False, doctor=False).models[0]
+        t = m.summary.totals
+        types = m.by_type()
+        assert sum(x.params for x in types.values()) == t.params, spec
+        assert sum(x.macs for x in types.values()) == t.macs, spec
+        tree = m.hierarchy()
+        assert sum(p for p, _ in tree.values()) == t.params, spec
+        assert sum(c for _, c in tree.values()) == t.macs, spec
+
+
+def test_treemap_of_the_top_two_levels(convnet_page):
+    from torchinspect.analysis.summary import summarize
+
+    svg = _chart(convnet_page, "Parameters and MACs by module")
+    s = summarize("zoo:convnet", depth=2)
+    rows = {r.name: r for r in s.rows}
+    tiles = re.findall(r'<rect class="tm" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" '
+                       r'height="([\d.]+)"[^>]*><title>([^<:]+): ', svg)
+    params = [(name, float(w) * float(h)) for x, y, w, h, name in tiles[:len(tiles) // 2 + 1]
+              if rows.get(name) and rows[name].params]
+    # the params panel: a tile per module two levels down, areas in proportion to params
+    names = [n for n, _ in params]
+    assert {"layer1.0", "layer2.0", "fc"} <= set(names)
+    area = dict(params)
+    ratio = area["layer2.0"] / area["fc"]
+    assert ratio == pytest.approx(rows["layer2.0"].params / rows["fc"].params, rel=0.03)
+
+
+def test_squarify_fills_the_box_in_proportion():
+    from torchinspect.report.page import squarify
+
+    values = [6.0, 6.0, 4.0, 3.0, 2.0, 2.0, 1.0]
+    rects = squarify(values, (10.0, 20.0, 600.0, 400.0))
+    total = 600.0 * 400.0
+    for v, (x, y, w, h) in zip(values, rects, strict=True):
+        assert w * h == pytest.approx(total * v / sum(values))
+        assert 10.0 - 1e-6 <= x and x + w <= 610.0 + 1e-6 and 20.0 - 1e-6 <= y and y + h <= 420.0 + 1e-6
+    for i, a in enumerate(rects):  # no two tiles overlap
+        for b in rects[i + 1:]:
+            overlap_w = min(a[0] + a[2], b[0] + b[2]) - max(a[0], b[0])
+            overlap_h = min(a[1] + a[3], b[1] + b[3]) - max(a[1], b[1])
+            assert overlap_w <= 1e-6 or overlap_h <= 1e-6
+    worst = max(max(w / h, h / w) for _, _, w, h in rects)
+    assert worst < 3  # squarified: no long thin slices
+
+
+def test_best_throughput_names_batch_dtype_and_device():
+    from types import SimpleNamespace
+
+    from torchinspect.report.overview import best_throughput
+
+    configs = [SimpleNamespace(status="ok", throughput=t, batch=b, dtype=d)
+               for t, b, d in ((100.0, 1, "fp32"), (900.5, 32, "fp32"), (700.0, 8, "fp16"))]
+    configs.append(SimpleNamespace(status="oom", throughput=None, batch=64, dtype="fp32"))
+    m = SimpleNamespace(bench=SimpleNamespace(configs=configs, device="cpu"))
+    best = best_throughput(m)
+    assert best.value == 900.5
+    assert best.text == "900.5/s at batch 32 (fp32, cpu)"
+    assert best_throughput(SimpleNamespace(bench=None)).text == "-"
+
+
+@pytest.mark.skipif(not HAS_BENCH, reason="inspect bench is not in this build")
+def test_comparison_throughput_cell_names_the_batch(invoke, tmp_path):
+    out = tmp_path / "cmp.html"
+    r = invoke("report", "zoo:mnist-net", "zoo:convnet", "--no-doctor", "--no-graph", "--bench",
+               "--bench-batch", "1,2", "--bench-seconds", "0.05", "-o", out)
+    assert r.exit_code == 0, r.output
+    cells = re.findall(r'<td class="right" data-v="[\d.e+-]+">([\d,.]+/s at batch (\d) '
+                       r'\(fp32, cpu\))</td>', out.read_text())
+    assert len(cells) == 2 and {b for _, b in cells} <= {"1", "2"}
+
+
+def test_treemap_goes_down_through_a_dominant_child():
+    """vit's encoder is one tile unless the treemap looks inside encoder.layers."""
+    import torch
+    from torch import nn
+
+    from torchinspect.analysis.summary import summarize
+    from torchinspect.overview.aggregate import two_levels
+
+    class Encoder(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layers = nn.Sequential(nn.Linear(4, 64), nn.Linear(64, 4))
+            self.norm = nn.LayerNorm(4)
+
+        def forward(self, x):
+            return self.norm(self.layers(x))
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.stem = nn.Linear(4, 4)
+            self.encoder = Encoder()
+
+        def forward(self, x):
+            return self.encoder(self.stem(x))
+
+    trace = summarize(Net(), torch.zeros(1, 4)).trace
+    assert two_levels(trace) == {
+        "stem": (4 * 4 + 4, 4 * 4),
+        "encoder.layers.0": (4 * 64 + 64, 4 * 64),
+        "encoder.layers.1": (64 * 4 + 4, 64 * 4),
+        "encoder.norm": (4 + 4, 0),
+    }

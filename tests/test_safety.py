@@ -186,14 +186,16 @@ ST_INVALID = {
 
 @pytest.mark.parametrize("case", sorted(ST_INVALID))
 def test_every_reader_applies_one_safetensors_rule(tmp_path: Path, invoke, case: str) -> None:
-    """diff, convert and summary (and both library readers) refuse the same files, exit 2."""
+    """diff, convert, params, summary --arch (and both library readers) refuse the same files,
+    exit 2."""
     make, needle = ST_INVALID[case]
     bad = make(tmp_path)
     good = tmp_path / "good_ref.pt"
     save_plain(good)
     _assert_clean_failure(invoke("diff", good, bad), needle)
     _assert_clean_failure(invoke("convert", bad, tmp_path / "out.pt"), needle)
-    _assert_clean_failure(invoke("summary", bad), needle)
+    _assert_clean_failure(invoke("params", bad), needle)  # the metadata view of a bare file
+    _assert_clean_failure(invoke("summary", bad, "--arch", "zoo:convnet"), needle)
     assert not (tmp_path / "out.pt").exists()
     for read in (read_checkpoint, read_checkpoint_meta):
         with pytest.raises(InspectError, match=needle):

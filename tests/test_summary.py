@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 import torch
@@ -404,3 +405,85 @@ def test_summary_prediction_on_meta_matches_fake_tensors() -> None:
         for mode in ("inference", "training"):
             a, b = getattr(fake, mode), getattr(meta, mode)
             assert (a.peak, a.where, a.breakdown) == (b.peak, b.where, b.breakdown), (spec, mode)
+
+
+MIXED = '''\
+import torch
+from torch import nn
+EXAMPLE_INPUT = '2,4'
+class ToHalf(nn.Module):
+    def forward(self, x):
+        return x.half()
+class Split(nn.Module):
+    def forward(self, x):
+        return x[:, :3], x[:, 3:]
+class Mixed(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(4, 8)
+        self.to16 = ToHalf()
+        self.split = Split()
+        self.fc2 = nn.Linear(8, 3)
+    def forward(self, x):
+        a, b = self.split(self.to16(self.fc1(x)))
+        return self.fc2(torch.cat([a, b], 1).float())
+'''
+
+
+def _mixed_expected() -> dict[str, tuple[int, int]]:
+    """(output bytes, FLOPs) per row, by hand: batch 2, float32 = 4 bytes, float16 = 2."""
+    fc1 = (2 * 8 * 4, 2 * (2 * 4 * 8))  # [2, 8] float32; 2 x (batch x in x out) MACs
+    to16 = (2 * 8 * 2, 0)  # the same [2, 8] as float16
+    split = ((2 * 3 + 2 * 5) * 2, 0)  # a tuple: [2, 3] and [2, 5], float16
+    fc2 = (2 * 3 * 4, 2 * (2 * 8 * 3))
+    return {"": (fc2[0], fc1[1] + fc2[1]), "fc1": fc1, "to16": to16, "split": split, "fc2": fc2}
+
+
+def test_output_bytes_and_flops_columns_in_every_format(invoke, tmp_path) -> None:
+    import csv
+    import io
+
+    from torchinspect.report.base import fmt_bytes, fmt_si
+
+    net = tmp_path / "mixed.py"
+    net.write_text(MIXED)
+    spec, expected = f"{net}:Mixed", _mixed_expected()
+    cols = ["--columns", "output,output_bytes,macs,flops"]
+    data = json.loads(invoke("summary", spec, *cols, "-f", "json").stdout)
+    assert {r["name"]: (r["output_bytes"], r["flops"]) for r in data["layers"]} == expected
+    rows = csv.DictReader(io.StringIO(invoke("summary", spec, *cols, "-f", "csv").stdout))
+    got = {r["Layer"] if r["Layer"] != spec else "": (int(r["Output bytes"]), int(r["FLOPs"]))
+           for r in rows}
+    assert got == expected  # raw numbers, not "64 B"
+    for fmt in ("table", "markdown", "html"):
+        result = invoke("summary", spec, *cols, "-f", fmt, terminal_width=200)
+        assert result.exit_code == 0, result.output
+        assert "Output bytes" in result.output and "FLOPs" in result.output, fmt
+        for name in ("fc1", "fc2", "to16"):
+            lines = result.output.split("<tr") if fmt == "html" else result.output.splitlines()
+            line = next(ln for ln in lines if f"─{name}" in ln)
+            nbytes, flops = expected[name]
+            assert fmt_bytes(nbytes) in line, (fmt, line)
+            assert (fmt_si(flops) if flops else "--") in line, (fmt, line)
+
+
+def test_new_columns_are_optional(invoke) -> None:
+    s = summarize("zoo:convnet")
+    assert Column.output_bytes not in s.columns and Column.flops not in s.columns
+    assert all(r.flops == 2 * r.macs for r in s.rows)
+    folded = summarize("resnet50", depth=2, fold=True)
+    row = next(r for r in folded.rows if r.repeat > 1)  # layer1.1…layer1.2 (×2)
+    dims = [int(d) for d in row.output.strip("[]").split(",")]
+    assert row.output_bytes == row.repeat * math.prod(dims) * 4  # each block's output, float32
+
+
+def test_golden_summary_at_80_columns(invoke, golden, monkeypatch) -> None:
+    """The heading is one line; the MAC/FLOP conventions are notes under 80 columns below."""
+    monkeypatch.setenv("COLUMNS", "80")
+    result = invoke("summary", "zoo:convnet", "--depth", "2", "--columns", "type,output,params,macs")
+    assert result.exit_code == 0, result.output
+    lines = result.output.splitlines()
+    assert max(len(line.rstrip()) for line in lines) <= 80
+    assert lines[0].startswith("zoo:convnet  input 1,1,28,28") and lines[1] == ""
+    assert lines.index("Totals") < next(i for i, ln in enumerate(lines) if "FLOPs = 2 x MACs." in ln)
+    golden("summary_convnet_80.txt", "\n".join(ln.rstrip() for ln in lines) + "\n")

@@ -297,10 +297,10 @@ def test_tensor_inputs_and_kwargs() -> None:
 
 
 def test_first_tensor_of_a_shape_tree() -> None:
-    from torchinspect.shapes import TensorMeta, first_tensor
+    from torchinspect.shapes import TensorShape, first_tensor
 
-    a, b = TensorMeta((1, 3), "float32"), TensorMeta((2,), "int64")
+    a, b = TensorShape((1, 3), "float32"), TensorShape((2,), "int64")
     assert first_tensor(a) is a
     assert first_tensor(("text", [None, {"k": b, "z": a}], a)) is b  # depth first, dict order
     assert first_tensor({"x": 1, "y": ["s"]}) is None and first_tensor(None) is None
-    assert a.numel == 3 and TensorMeta((), "float32").numel == 1
+    assert a.numel == 3 and TensorShape((), "float32").numel == 1

@@ -5,10 +5,25 @@ Nothing here imports torch.
 
 from __future__ import annotations
 
+import functools
 import os
-from typing import Any
+import warnings
+from collections.abc import Callable
+from typing import Any, ParamSpec, Protocol, TypeVar
 
 from torchinspect.errors import InspectError
+
+P = ParamSpec("P")
+R = TypeVar("R")
+
+
+class ProgressFn(Protocol):
+    """The progress callback of the API's long runs (``benchmark``, ``collect_overview``):
+    ``fn(text)`` for a passing one-line status, ``fn(text, final=True)`` when a step is done
+    (a finished configuration). ``extract_features`` reports row counts instead (its
+    ``Progress`` events feed a progress bar)."""
+
+    def __call__(self, text: str, /, *, final: bool = False) -> None: ...
 
 
 def as_list(value: Any) -> list[Any]:
@@ -26,3 +41,40 @@ def check_depth(depth: int) -> None:
     if depth < 0:
         raise InspectError(f"depth={depth}: the depth must be 0 or more",
                            hint="e.g. depth=3 (0 shows the model as one row)")
+
+
+def renamed_keywords(**old_to_new: str) -> Callable[[Callable[P, R]], Callable[P, R]]:
+    """Keep an old keyword name working after a parameter was renamed (``model_or_spec=`` ->
+    ``model=``): the value goes to the new name, with a DeprecationWarning. Positional calls,
+    the usual form, never see it."""
+
+    def wrap(fn: Callable[P, R]) -> Callable[P, R]:
+        @functools.wraps(fn)
+        def call(*args: P.args, **kwargs: P.kwargs) -> R:
+            for old, new in old_to_new.items():
+                if old in kwargs:
+                    if new in kwargs:
+                        raise TypeError(f"{fn.__name__}() got both {old}= and {new}=")
+                    warnings.warn(f"{fn.__name__}({old}=...) is deprecated; use {new}=...",
+                                  DeprecationWarning, stacklevel=2)
+                    kwargs[new] = kwargs.pop(old)
+            return fn(*args, **kwargs)
+
+        return call
+
+    return wrap
+
+
+def parse_batches(text: str | None, *, option: str = "--batch") -> tuple[int, ...] | None:
+    """A batch-size list as typed (``"1,8,32"`` -> ``(1, 8, 32)``, repeats once); None or
+    blank -> None (the example's own batch). ``option`` names the flag in the error."""
+    if text is None or not str(text).strip():
+        return None
+    out = []
+    for part in str(text).split(","):
+        part = part.strip()
+        if not part.isdigit() or int(part) <= 0:
+            raise InspectError(f"{option} {text!r}: {part!r} is not a positive integer",
+                               hint=f"e.g. {option} 1,8,32")
+        out.append(int(part))
+    return tuple(dict.fromkeys(out))

@@ -2,10 +2,17 @@
 
 :func:`collect_env` returns an :class:`EnvInfo`; every probe tolerates failure (a missing
 package, no CUDA, no ``nvidia-smi``) and records it instead of raising.
+
+Versions come from package metadata and the packages' ``version.py`` files (read as text,
+never run), so nothing heavy is imported: ``inspect env`` takes a fraction of a second.
+torch itself is imported only for its runtime facts (CUDA/cuDNN availability, GPUs,
+threads, determinism flags): when asked (``runtime=True``), when torch is already imported,
+or when an NVIDIA driver is present.
 """
 
 from __future__ import annotations
 
+import ast
 import importlib.metadata
 import importlib.util
 import os
@@ -15,6 +22,7 @@ import shutil
 import subprocess
 import sys
 from dataclasses import asdict, dataclass, field
+from pathlib import Path
 from typing import Any
 
 from torchinspect import __version__
@@ -52,26 +60,30 @@ class EnvInfo:
     python_executable: str
     platform: str
     machine: str
-    torch: str
+    torch: str | None
     torchvision: str | None
-    cuda_available: bool
+    # the runtime facts below are None when torch was not imported (``runtime`` False)
+    cuda_available: bool | None
     cuda_version: str | None  # CUDA toolkit torch was built with
     hip_version: str | None
-    cudnn_available: bool
+    cudnn_available: bool | None
     cudnn_version: str | None
-    cudnn_enabled: bool
-    cudnn_benchmark: bool
-    cudnn_deterministic: bool
-    deterministic_algorithms: bool
+    cudnn_enabled: bool | None
+    cudnn_benchmark: bool | None
+    cudnn_deterministic: bool | None
+    deterministic_algorithms: bool | None
     gpus: tuple[GpuInfo, ...]
     driver_version: str | None  # from nvidia-smi, None without it
-    mps_available: bool
-    torch_num_threads: int
-    torch_num_interop_threads: int
+    mps_available: bool | None
+    torch_num_threads: int | None
+    torch_num_interop_threads: int | None
     cpu_count: int | None
     components: tuple[Component, ...]
     env_vars: dict[str, str] = field(default_factory=dict)
     notes: tuple[str, ...] = ()  # probes that failed, and why
+    timm: str | None = None
+    transformers: str | None = None
+    runtime: bool = True  # whether torch was imported for the runtime facts
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
@@ -134,15 +146,18 @@ _PACKAGES = (
     ("onnx", "onnx", ("onnx",), "export onnx"),
     ("onnxruntime", "onnxruntime", ("onnxruntime", "onnxruntime-gpu"), "ONNX verification"),
     ("onnxscript", "onnxscript", ("onnxscript",), "torch.onnx dynamo exporter"),
-    ("thop", "thop", ("thop", "ultralytics-thop"), "flops --compare"),
-    ("torchinfo", "torchinfo", ("torchinfo",), "flops --compare"),
+    ("thop", "thop", ("thop", "ultralytics-thop"), "flops --cross-check"),
+    ("torchinfo", "torchinfo", ("torchinfo",), "flops --cross-check"),
+    ("fvcore", "fvcore", ("fvcore",), "flops --cross-check"),
     ("safetensors", "safetensors", ("safetensors",), ".safetensors checkpoints"),
     ("graphviz", "graphviz", ("graphviz",), "graph rendering (Python package)"),
     ("numpy", "numpy", ("numpy",), None),
 )
 
 
-def optional_components() -> list[Component]:
+def optional_components(runtime: bool = True) -> list[Component]:
+    """Optional packages by their metadata (none is imported; onnxruntime's providers are
+    read by importing it only with ``runtime``) and the Graphviz binary."""
     out: list[Component] = []
     for name, module, dists, what in _PACKAGES:
         found = _dist_version(*dists)
@@ -152,7 +167,7 @@ def optional_components() -> list[Component]:
             detail = f"{what}; installed as {found[0]}"
             if found[0] == "ultralytics-thop":
                 detail += " (AGPL-3.0)"
-        if present and name == "onnxruntime":
+        if present and runtime and name == "onnxruntime":
             detail = f"{what}; providers: {_onnxruntime_providers()}"
         out.append(Component(name, present, found[1] if found and present else None, detail))
     dot = shutil.which("dot")
@@ -161,18 +176,56 @@ def optional_components() -> list[Component]:
     return out
 
 
-def _torchvision_version(notes: list[str]) -> str | None:
-    """torchvision.__version__ (with its +cuXXX tag); a failing import is noted, not raised."""
-    found = _dist_version("torchvision")
-    if found is None:
-        return None
+def _package_dir(name: str) -> str | None:
+    """Where package ``name`` would be imported from, without importing it."""
     try:
-        import torchvision
-    except Exception as exc:  # e.g. built for another torch: exactly what env should show
-        notes.append(f"torchvision {found[1]} is installed but does not import: "
-                     f"{type(exc).__name__}: {exc}")
-        return found[1]
-    return str(torchvision.__version__)
+        spec = importlib.util.find_spec(name)
+    except (ImportError, ValueError):
+        return None
+    locations = list(spec.submodule_search_locations or []) if spec else []
+    return locations[0] if locations else None
+
+
+def version_file(name: str) -> dict[str, Any]:
+    """The constants of ``name/version.py`` (torch and torchvision write their full version,
+    with its +cuXXX tag, and the CUDA build there), read as text: never executed."""
+    folder = _package_dir(name)
+    out: dict[str, Any] = {}
+    if folder is None:
+        return out
+    try:
+        tree = ast.parse(Path(folder, "version.py").read_text())
+    except (OSError, SyntaxError, UnicodeDecodeError, ValueError):
+        return out
+    for node in tree.body:
+        target = node.targets[0] if isinstance(node, ast.Assign) and len(node.targets) == 1 \
+            else node.target if isinstance(node, ast.AnnAssign) else None
+        value = node.value if isinstance(node, (ast.Assign, ast.AnnAssign)) else None
+        if isinstance(target, ast.Name) and isinstance(value, ast.Constant):
+            out[target.id] = value.value
+    return out
+
+
+def package_version(name: str) -> str | None:
+    """``name``'s version without importing it: its version.py when it has one (with the
+    local tag, e.g. 2.14.1+cu130), else its distribution's metadata."""
+    found = version_file(name).get("__version__")
+    if isinstance(found, str):
+        return found
+    dist = _dist_version(name)
+    return dist[1] if dist else None
+
+
+def _torch_pin_note(notes: list[str]) -> None:
+    """torchvision pins the torch it was built for: say when the installed one differs."""
+    tv, torch_version = _dist_version("torchvision"), _dist_version("torch")
+    if tv is None or torch_version is None:
+        return
+    for req in importlib.metadata.requires("torchvision") or []:
+        m = re.match(r"torch\s*\(?\s*==\s*([^;,)\s]+)", req)
+        if m and m.group(1) != torch_version[1].split("+")[0]:
+            notes.append(f"torchvision {tv[1]} was built for torch {m.group(1)}, but torch "
+                         f"{torch_version[1]} is installed: it may not import")
 
 
 def _onnxruntime_providers() -> str | None:
@@ -195,12 +248,24 @@ def _gpus(torch: Any, notes: list[str]) -> list[GpuInfo]:
     return gpus
 
 
-def collect_env() -> EnvInfo:
-    """Probe the running interpreter, torch, the GPUs and the optional components."""
+def nvidia_driver_present() -> bool:
+    """An NVIDIA kernel driver is loaded (Linux) or nvidia-smi is on PATH."""
+    return os.path.exists("/proc/driver/nvidia/version") or shutil.which("nvidia-smi") is not None
+
+
+def wants_runtime(runtime: bool | None) -> bool:
+    """Import torch for its runtime facts? Asked; or free (already imported); or useful (an
+    NVIDIA driver is here, or Apple silicon with MPS)."""
+    if runtime is not None:
+        return runtime
+    return ("torch" in sys.modules or nvidia_driver_present()
+            or (sys.platform == "darwin" and platform.machine() == "arm64"))
+
+
+def _torch_runtime(notes: list[str]) -> dict[str, Any]:
+    """The facts that need ``import torch``: CUDA/cuDNN availability, GPUs, flags, threads."""
     import torch
 
-    notes: list[str] = []
-    tv_version = _torchvision_version(notes)
     try:
         cuda_available = torch.cuda.is_available()
     except Exception as exc:
@@ -214,30 +279,54 @@ def collect_env() -> EnvInfo:
         cudnn_available, cudnn_version = False, None
         notes.append(f"cuDNN query failed: {type(exc).__name__}: {exc}")
     mps = getattr(torch.backends, "mps", None)
+    return dict(
+        torch=torch.__version__, cuda_available=cuda_available, cuda_version=torch.version.cuda,
+        hip_version=getattr(torch.version, "hip", None), cudnn_available=cudnn_available,
+        cudnn_version=cudnn_version, cudnn_enabled=bool(cudnn.enabled),
+        cudnn_benchmark=bool(cudnn.benchmark), cudnn_deterministic=bool(cudnn.deterministic),
+        deterministic_algorithms=bool(torch.are_deterministic_algorithms_enabled()),
+        gpus=tuple(_gpus(torch, notes) if cuda_available else ()),
+        mps_available=bool(mps is not None and mps.is_available()),
+        torch_num_threads=torch.get_num_threads(),
+        torch_num_interop_threads=torch.get_num_interop_threads())
+
+
+def _torch_build() -> dict[str, Any]:
+    """What torch's version.py says (no import): its version and the CUDA/HIP it was built for;
+    the runtime facts stay unknown (None)."""
+    build = version_file("torch")
+    return dict(
+        torch=build.get("__version__") or package_version("torch"),
+        cuda_available=None, cuda_version=build.get("cuda"), hip_version=build.get("hip"),
+        cudnn_available=None, cudnn_version=None, cudnn_enabled=None, cudnn_benchmark=None,
+        cudnn_deterministic=None, deterministic_algorithms=None, gpus=(), mps_available=None,
+        torch_num_threads=None, torch_num_interop_threads=None)
+
+
+def collect_env(runtime: bool | None = None) -> EnvInfo:
+    """Probe the interpreter, the installed packages, the GPUs and the optional components.
+
+    ``runtime``: import torch for its runtime facts (True), never (False), or when torch is
+    already imported or an NVIDIA driver / Apple GPU is present (None, the default).
+    """
+    notes: list[str] = []
+    live = wants_runtime(runtime)
+    facts = _torch_runtime(notes) if live else _torch_build()
+    _torch_pin_note(notes)
     return EnvInfo(
         torchinspect=__version__,
         python=platform.python_version(),
         python_executable=sys.executable,
         platform=platform.platform(),
         machine=platform.machine(),
-        torch=torch.__version__,
-        torchvision=tv_version,
-        cuda_available=cuda_available,
-        cuda_version=torch.version.cuda,
-        hip_version=getattr(torch.version, "hip", None),
-        cudnn_available=cudnn_available,
-        cudnn_version=cudnn_version,
-        cudnn_enabled=bool(cudnn.enabled),
-        cudnn_benchmark=bool(cudnn.benchmark),
-        cudnn_deterministic=bool(cudnn.deterministic),
-        deterministic_algorithms=bool(torch.are_deterministic_algorithms_enabled()),
-        gpus=tuple(_gpus(torch, notes) if cuda_available else ()),
+        torchvision=package_version("torchvision"),
+        **facts,
         driver_version=nvidia_driver_version(),
-        mps_available=bool(mps is not None and mps.is_available()),
-        torch_num_threads=torch.get_num_threads(),
-        torch_num_interop_threads=torch.get_num_interop_threads(),
         cpu_count=os.cpu_count(),
-        components=tuple(optional_components()),
+        components=tuple(optional_components(live)),
         env_vars={k: os.environ[k] for k in ENV_VARS if k in os.environ},
         notes=tuple(notes),
+        timm=package_version("timm"),
+        transformers=package_version("transformers"),
+        runtime=live,
     )

@@ -34,7 +34,7 @@ import sysconfig
 import traceback
 from collections.abc import Callable, Iterator
 from types import TracebackType
-from typing import Any
+from typing import Any, Literal
 
 from torchinspect.errors import ModelCodeError, first_line
 
@@ -196,11 +196,11 @@ class model_code:  # noqa: N801 - used as a context manager, reads as one
         self._cwd = _cwd()  # None when the folder was removed under us: nothing to go back to
         self._stdout = sys.stdout
         if self.stdout:
-            sys.stdout = _StdoutToStderr(sys.stderr)  # type: ignore[assignment]
+            sys.stdout = _StdoutToStderr(sys.stderr)
         return self
 
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
-                 tb: TracebackType | None) -> bool:
+                 tb: TracebackType | None) -> Literal[False]:
         sys.stdout = self._stdout
         if self._cwd is not None and _cwd() != self._cwd:
             os.chdir(self._cwd)

@@ -33,33 +33,10 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchinspect.arguments import as_list
+from torchinspect.dtypes import ALIASES, SIZES
 from torchinspect.errors import InspectError
 
-DTYPE_ALIASES: dict[str, str] = {
-    "float": "float32",
-    "float32": "float32",
-    "f32": "float32",
-    "fp32": "float32",
-    "half": "float16",
-    "float16": "float16",
-    "fp16": "float16",
-    "f16": "float16",
-    "bfloat16": "bfloat16",
-    "bf16": "bfloat16",
-    "double": "float64",
-    "float64": "float64",
-    "f64": "float64",
-    "long": "int64",
-    "int64": "int64",
-    "i64": "int64",
-    "int": "int32",
-    "int32": "int32",
-    "i32": "int32",
-    "int16": "int16",
-    "int8": "int8",
-    "uint8": "uint8",
-    "bool": "bool",
-}
+DTYPE_ALIASES = ALIASES  # the words --input takes for a dtype (dtypes.py)
 
 GRAMMAR_HELP = (
     "--input [NAME=][DTYPE:]D1,D2,... e.g. --input 3,224,224 (batch 1 is prepended), "
@@ -87,8 +64,7 @@ class TensorSpec:
 
     @property
     def itemsize(self) -> int:
-        return {"float64": 8, "int64": 8, "float32": 4, "int32": 4, "float16": 2,
-                "bfloat16": 2, "int16": 2, "int8": 1, "uint8": 1, "bool": 1}[self.dtype]
+        return SIZES[self.dtype]
 
     @property
     def nbytes(self) -> int:
@@ -374,5 +350,5 @@ def example_from_strings(specs: str | Sequence[str]) -> ExampleInputs:
     if isinstance(specs, str):
         specs = [specs]
     return ExampleInputs(tuple(parse_spec(s) for s in specs if "=" not in s.partition(":")[0]),
-                         {p.name: p for p in (parse_spec(s) for s in specs
-                                              if "=" in s.partition(":")[0])})
+                         {str(p.name): p for p in (parse_spec(s) for s in specs
+                                                   if "=" in s.partition(":")[0])})

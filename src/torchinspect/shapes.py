@@ -1,6 +1,6 @@
 """Shape trees: the shapes and dtypes of (nested) tensors, JSON-ready, no torch at import.
 
-A shape tree is a :class:`TensorMeta`, or tuples/lists/dicts of shape trees, or a short
+A shape tree is a :class:`TensorShape`, or tuples/lists/dicts of shape trees, or a short
 repr of a non-tensor value. The trace records use them for module inputs/outputs, and the
 sources use them to describe inputs given as tensors. Leaf module: imports only errors.
 """
@@ -14,7 +14,7 @@ from typing import Any
 
 
 @dataclass(frozen=True)
-class TensorMeta:
+class TensorShape:
     """The shape and dtype of one tensor seen in a forward."""
 
     shape: tuple[int, ...]
@@ -31,7 +31,7 @@ class TensorMeta:
         return "[" + ", ".join(str(d) for d in self.shape) + "]"
 
 
-# A shape tree: TensorMeta, or tuples/lists/dicts of shape trees, or a short repr of a value.
+# A shape tree: TensorShape, or tuples/lists/dicts of shape trees, or a short repr of a value.
 ShapeTree = Any
 
 
@@ -54,26 +54,43 @@ def dataclass_fields(value: Any) -> dict[str, Any] | None:
     return None
 
 
+def _pytree_children(value: Any) -> list[Any] | None:
+    """The children of a container registered with ``torch.utils._pytree`` (deque,
+    ``torch.return_types``, a library's own output classes); None for anything else."""
+    from torch.utils import _pytree as pytree
+
+    node = pytree.SUPPORTED_NODES.get(type(value))
+    return list(node.flatten_fn(value)[0]) if node is not None else None
+
+
 def tensor_leaves(value: Any, depth: int = 0) -> list[Any]:
-    """Every tensor in a nested value (tuples, lists, dicts, namedtuples, dataclasses)."""
+    """Every tensor in a nested value, depth first in the containers' order: tuples, lists
+    and dicts (namedtuples, OrderedDicts, transformers' ``ModelOutput``), objects with
+    ``to_tuple()``, dataclass fields (a model may return a dataclass, which pytree sees as one
+    leaf), and any other container registered with ``torch.utils._pytree``. The one walker:
+    the trace, doctor and graph use it."""
     if _is_tensor(value):
         return [value]
-    if depth > 8:
+    if depth > 8 or value is None or isinstance(value, (str, bytes, int, float)):
         return []
+    children: Any
     if isinstance(value, (tuple, list)):
-        return [t for v in value for t in tensor_leaves(v, depth + 1)]
-    if isinstance(value, dict):
-        return [t for v in value.values() for t in tensor_leaves(v, depth + 1)]
-    fields = dataclass_fields(value)
-    if fields is not None:
-        return [t for v in fields.values() for t in tensor_leaves(v, depth + 1)]
-    return []
+        children = value
+    elif isinstance(value, dict):
+        children = value.values()
+    elif hasattr(value, "to_tuple"):  # transformers ModelOutput-likes
+        children = value.to_tuple()
+    elif (fields := dataclass_fields(value)) is not None:
+        children = fields.values()
+    else:
+        children = _pytree_children(value) or ()
+    return [t for v in children for t in tensor_leaves(v, depth + 1)]
 
 
 def shape_tree(value: Any, depth: int = 0) -> ShapeTree:
-    """Tensors -> TensorMeta, containers kept; other values shown by type."""
+    """Tensors -> TensorShape, containers kept; other values shown by type."""
     if _is_tensor(value):
-        return TensorMeta(tuple(int(d) for d in value.shape), dtype_name(value.dtype))
+        return TensorShape(tuple(int(d) for d in value.shape), dtype_name(value.dtype))
     if depth > 6:
         return "…"
     if isinstance(value, tuple) and hasattr(value, "_fields"):  # namedtuple
@@ -111,9 +128,9 @@ def map_tensors(value: Any, fn: Callable[[Any], Any]) -> Any:
     return value
 
 
-def first_tensor(tree: Any) -> TensorMeta | None:
-    """The first :class:`TensorMeta` of a shape tree, depth first (dicts in their order)."""
-    if isinstance(tree, TensorMeta):
+def first_tensor(tree: Any) -> TensorShape | None:
+    """The first :class:`TensorShape` of a shape tree, depth first (dicts in their order)."""
+    if isinstance(tree, TensorShape):
         return tree
     children = tree.values() if isinstance(tree, dict) else tree if isinstance(tree, (tuple, list)) else ()
     for child in children:
@@ -124,7 +141,7 @@ def first_tensor(tree: Any) -> TensorMeta | None:
 
 
 def shape_tree_to_json(tree: ShapeTree) -> Any:
-    if isinstance(tree, TensorMeta):
+    if isinstance(tree, TensorShape):
         return tree.to_dict()
     if isinstance(tree, (tuple, list)):
         return [shape_tree_to_json(t) for t in tree]
@@ -137,7 +154,7 @@ def format_shape_tree(tree: ShapeTree, *, limit: int = 60) -> str:
     """``[1, 64, 56, 56]``; tuples as ``([..], [..])``, dicts as ``{out: [..]}``."""
 
     def show(t: ShapeTree) -> str:
-        if isinstance(t, TensorMeta):
+        if isinstance(t, TensorShape):
             return str(t)
         if isinstance(t, list):
             if len(t) > 3 and all(x == t[0] for x in t):

@@ -12,5 +12,15 @@ COUNTED_CONVENTION = (
 )
 
 
+# The same facts in lines short enough for an 80-column terminal: reports show them as notes
+# below their tables (a long heading wrapped over a narrow table reads badly).
+CONVENTION_NOTES = (
+    "MACs = multiply-accumulates (1 multiply-add = 1); FLOPs = 2 x MACs.",
+    "torchvision's published 'GFLOPS' are MACs.",
+    "Counted: matmul/linear, conv, attention (SDPA); bias excluded.",
+    "Not counted: elementwise, normalization, pooling, softmax.",
+)
+
+
 def conventions() -> dict[str, str]:
     return {"macs": MACS_CONVENTION, "counted": COUNTED_CONVENTION}

@@ -1,5 +1,5 @@
 """`inspect flops`: MACs per module and per aten op, what was not counted, and how
-thop and torchinfo count the same model (``--compare``).
+thop, torchinfo and fvcore count the same model (``--cross-check``).
 
 A module row's ``macs`` include everything inside it (what fvcore's and DeepSpeed's tables
 show); ``self_macs`` are the MACs of ops run directly in its own forward, whatever
@@ -16,8 +16,9 @@ from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.tree import macs_by_op, never_ran_notes, shown_tree
-from torchinspect.arguments import check_depth
-from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
+from torchinspect.arguments import check_depth, renamed_keywords
+from torchinspect.errors import InspectError
+from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case, materialize
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import Trace
 
@@ -124,6 +125,27 @@ def _materialize_like(prep: ModelCase, model: Any) -> tuple[tuple[Any, ...], dic
     return materialize(prep.example, devices.model_device(model))
 
 
+CROSS_CHECK_TOOLS = ("thop", "torchinfo", "fvcore")
+
+
+def parse_cross_check(tools: Any) -> tuple[str, ...]:
+    """``"thop,fvcore"``, ``"all"``, ``True`` (all) or a list -> the tools, in their order."""
+    if tools is None or tools is False or (not isinstance(tools, str) and not tools):
+        return ()
+    if tools is True:
+        return CROSS_CHECK_TOOLS
+    parts = tools.split(",") if isinstance(tools, str) else list(tools)
+    names = [str(p).strip().lower() for p in parts if str(p).strip()]
+    if "all" in names:
+        return CROSS_CHECK_TOOLS
+    unknown = [n for n in names if n not in CROSS_CHECK_TOOLS]
+    if unknown or not names:
+        raise InspectError(f"--cross-check {tools!r}: {', '.join(unknown) or 'no tool'} is not "
+                           "a counter we run", hint="use thop, torchinfo, fvcore (comma-separated) "
+                           "or all")
+    return tuple(t for t in CROSS_CHECK_TOOLS if t in names)
+
+
 def _thop_count(prep: ModelCase) -> ToolCount:
     note = "module hooks on known layer types (BN, pooling, activations too); functional ops missed"
     try:
@@ -167,15 +189,69 @@ def _torchinfo_count(prep: ModelCase) -> ToolCount:
         return ToolCount("torchinfo", None, None, f"failed: {type(exc).__name__}: {str(exc)[:80]}")
 
 
-def count_flops(model_or_spec: Any, inputs: Any = None, *, depth: int = 3, compare: bool = False,
-                device: str | None = None, train: bool = False,
-                options: ModelOptions | None = None) -> FlopsResult:
-    """Count MACs: ``count_flops("resnet18", "3,224,224").macs`` (FLOPs = 2 x MACs)."""
+# fvcore's operator groups that count one "flop" per multiply-add (the rest, e.g. batch_norm,
+# adaptive_avg_pool2d, upsample, count per element)
+FVCORE_MAC_OPS = ("conv", "linear", "matmul", "addmm", "bmm", "mm", "einsum")
+
+
+def _fvcore_count(prep: ModelCase) -> ToolCount:
+    """fvcore.nn.FlopCountAnalysis: a JIT trace on a real CPU copy (it cannot trace meta)."""
+    try:
+        import torch
+
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            from fvcore.nn import FlopCountAnalysis, parameter_count
+    except ImportError:
+        return ToolCount("fvcore", None, None, "not installed (pip install fvcore)")
+    try:
+        real = prep.real_model("cpu")
+        model = (copy.deepcopy(real) if real is prep.model else real).eval()
+        args, kwargs = materialize(prep.example, "cpu")
+        if kwargs:
+            return ToolCount("fvcore", None, None, "keyword inputs are not supported by fvcore")
+        with warnings.catch_warnings(), torch.no_grad():
+            warnings.simplefilter("ignore")
+            analysis = FlopCountAnalysis(model, args)
+            analysis.unsupported_ops_warnings(False)
+            analysis.uncalled_modules_warnings(False)
+            total, by_op = int(analysis.total()), dict(analysis.by_operator())
+        params = int(parameter_count(model)[""])
+    except Exception as exc:
+        return ToolCount("fvcore", None, None, f"failed: {type(exc).__name__}: {str(exc)[:80]}")
+    mac_part = sum(v for k, v in by_op.items() if k in FVCORE_MAC_OPS)
+    rest = {k: v for k, v in by_op.items() if k not in FVCORE_MAC_OPS and v}
+    note = (f"JIT trace on CPU; its 'flops' are MACs (1 per multiply-add): conv/linear/matmul "
+            f"{mac_part:,}")
+    if rest:
+        note += f", plus {sum(rest.values()):,} per element for {', '.join(sorted(rest))}"
+    return ToolCount("fvcore", total, params, note)
+
+
+_COUNTERS = {"thop": _thop_count, "torchinfo": _torchinfo_count, "fvcore": _fvcore_count}
+
+
+@renamed_keywords(model_or_spec="model")
+def count_flops(model: ModelLike, inputs: Any = None, *, depth: int = 3,
+                cross_check: Any = None, device: str | None = None, train: bool = False,
+                options: ModelOptions | None = None, compare: bool | None = None) -> FlopsResult:
+    """Count MACs: ``count_flops("resnet18", "3,224,224").macs`` (FLOPs = 2 x MACs).
+
+    ``cross_check``: other counters to run on the same model and input, ``"thop,fvcore"``,
+    ``"all"`` or a list (their numbers in ``result.compare``). ``compare=True`` is the
+    deprecated spelling of ``cross_check="thop,torchinfo"``.
+    """
+    if compare is not None:
+        warnings.warn("count_flops(compare=...) is deprecated: use cross_check="
+                      "'thop,torchinfo' (or 'all' for fvcore too)", DeprecationWarning,
+                      stacklevel=3)  # the caller, past renamed_keywords' wrapper
+        if compare and cross_check is None:
+            cross_check = "thop,torchinfo"
+    tools = parse_cross_check(cross_check)
     check_depth(depth)
-    case = make_case(model_or_spec, inputs, options=options, device=device)
+    case = make_case(model, inputs, options=options, device=device)
     trace = trace_case(case, train=train)
     result = flops_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
                               depth=depth, notes=[*case.notes, *left_out_notes(case.model)])
-    if compare:
-        result.compare = [_thop_count(case), _torchinfo_count(case)]
+    result.compare = [_COUNTERS[t](case) for t in tools]
     return result

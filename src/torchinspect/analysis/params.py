@@ -10,10 +10,13 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchinspect.analysis.doctor.structure import unregistered
 from torchinspect.analysis.saved_params import SavedParams, is_bare_checkpoint, saved_params
-from torchinspect.arguments import check_depth
-from torchinspect.sources.case import ModelOptions, make_case
+from torchinspect.arguments import check_depth, renamed_keywords
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case
+from torchinspect.trace.moe import moe_notes
 from torchinspect.trace.records import ModuleInfo, ParamStats
+from torchinspect.trace.static import collect_static
 
 
 @dataclass
@@ -81,8 +84,6 @@ def left_out_notes(model: Any) -> list[str]:
         return []
     if not isinstance(model, torch.nn.Module):
         return []
-    from torchinspect.analysis.doctor.structure import unregistered
-
     out = []
     for f in unregistered(model):
         if f.data.get("parameters"):
@@ -93,9 +94,6 @@ def left_out_notes(model: Any) -> list[str]:
 
 def params_from_model(model: Any, *, name: str, depth: int = 3,
                       notes: list[str] | None = None) -> ParamsResult:
-    from torchinspect.trace.moe import moe_notes
-    from torchinspect.trace.static import collect_static
-
     check_depth(depth)
     modules, stats = collect_static(model)
     notes = list(notes or [])
@@ -109,7 +107,8 @@ def params_from_model(model: Any, *, name: str, depth: int = 3,
     return ParamsResult(name, depth, stats, rows_at_depth(modules, depth), notes)
 
 
-def count_params(model_or_spec: Any, *, depth: int = 3, device: str | None = None,
+@renamed_keywords(model_or_spec="model")
+def count_params(model: ModelLike, *, depth: int = 3, device: str | None = None,
                  options: ModelOptions | None = None) -> ParamsResult | SavedParams:
     """Count parameters: ``count_params("resnet18").total == 11_689_512`` (no forward).
 
@@ -118,7 +117,7 @@ def count_params(model_or_spec: Any, *, depth: int = 3, device: str | None = Non
     be told from buffers without the architecture)."""
     check_depth(depth)
     opts = options or ModelOptions()
-    if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
-        return saved_params(model_or_spec, depth=depth, key=opts.key)
-    case = make_case(model_or_spec, options=opts, device=device, need_inputs=False)
+    if isinstance(model, str) and is_bare_checkpoint(model, opts.arch, opts.trust_pickle):
+        return saved_params(model, depth=depth, key=opts.key)
+    case = make_case(model, options=opts, device=device, need_inputs=False)
     return params_from_model(case.model, name=case.name, depth=depth, notes=case.notes)

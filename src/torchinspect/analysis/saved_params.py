@@ -15,6 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.arguments import check_depth
+from torchinspect.errors import InspectError
+from torchinspect.io.checkpoint import read_checkpoint_meta
+from torchinspect.io.formats import detect_format
 
 # state_dict names torch's own modules give their buffers (BatchNorm, HF position ids, ...)
 BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked", "position_ids",
@@ -99,9 +102,6 @@ def is_bare_checkpoint(spec: Any, arch: str | None, trust_pickle: bool) -> bool:
     path = Path(spec.strip())
     if not path.is_file() or path.suffix == ".py":
         return False
-    from torchinspect.errors import InspectError
-    from torchinspect.io.formats import detect_format
-
     try:
         return not detect_format(path).is_model_archive
     except InspectError:
@@ -110,8 +110,6 @@ def is_bare_checkpoint(spec: Any, arch: str | None, trust_pickle: bool) -> bool:
 
 def saved_params(path: str, *, depth: int = 3, key: str | None = None) -> SavedParams:
     """Counts of a weights file without its architecture (no tensor data read)."""
-    from torchinspect.io.checkpoint import read_checkpoint_meta
-
     check_depth(depth)
     meta = read_checkpoint_meta(path, key=key)
     seen: set[str] = set()

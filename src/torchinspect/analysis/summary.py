@@ -12,11 +12,12 @@ from typing import TYPE_CHECKING, Any
 
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
+from torchinspect.analysis.saved_params import is_bare_checkpoint
 from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
-from torchinspect.arguments import check_depth
+from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.shapes import format_shape_tree
-from torchinspect.sources.case import ModelCase, ModelOptions, make_case
+from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
 
@@ -38,14 +39,18 @@ class Column(StrEnum):
     macs = "macs"
     self_macs = "self_macs"
     trainable = "trainable"
+    output_bytes = "output_bytes"  # bytes of the call's output tensors, at their dtype
+    flops = "flops"  # 2 x macs (inclusive), the convention of the totals
 
 
-DEFAULT_COLUMNS: tuple[Column, ...] = tuple(c for c in Column if c is not Column.self_params)
+OPTIONAL_COLUMNS = (Column.self_params, Column.output_bytes, Column.flops)
+DEFAULT_COLUMNS: tuple[Column, ...] = tuple(c for c in Column if c not in OPTIONAL_COLUMNS)
 HEADERS = {
     Column.layer: "Layer", Column.type: "Type", Column.input: "Input shape",
     Column.output: "Output shape", Column.kernel: "Kernel", Column.params: "Params",
     Column.params_pct: "% params", Column.self_params: "Self params", Column.macs: "MACs",
     Column.self_macs: "Self MACs", Column.trainable: "Trainable",
+    Column.output_bytes: "Output bytes", Column.flops: "FLOPs",
 }
 
 
@@ -88,6 +93,8 @@ class SummaryRow:
     recursive: bool = False  # a later call of a module shown before (params on the first)
     calls: int = 1  # how many times the module ran in the forward
     call_number: int = 0  # 0 for its first call, 1 for the second, ...
+    output_bytes: int = 0  # bytes of this call's output tensors (× repeat on a folded row)
+    flops: int = 0  # 2 x macs
 
 
 @dataclass
@@ -197,7 +204,7 @@ def predict_summary_memory(case: ModelCase, memory: str) -> tuple[MemoryResult |
         return None, f"memory not predicted ({exc.message}): the memory lines are sums of leaf outputs"
 
 
-def _kernel(info: ModuleInfo | None) -> str | None:
+def kernel_text(info: ModuleInfo | None) -> str | None:
     if info is None or "kernel_size" not in info.layer:
         return None
     lay = info.layer
@@ -260,12 +267,13 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
             name=node.call.name, label=label, type=node.call.type, depth=node.call.depth,
             input=format_shape_tree(node.call.inputs, limit=EXACT),
             output=format_shape_tree(node.call.outputs, limit=EXACT),
-            kernel=_kernel(info), params=params,
+            kernel=kernel_text(info), params=params,
             params_pct=(100.0 * params / total) if params is not None and total else None,
             macs=node.macs, trainable=_trainable(info), self_params=node.self_params,
             self_macs=node.self_macs, repeat=node.fold, container=bool(node.children),
             called=node.called, ran=node.ran, recursive=node.recursive,
             calls=info.calls if info else 1, call_number=node.call.call_number,
+            output_bytes=node.call.output_bytes * node.fold, flops=2 * node.macs,
         ))
         for i, ch in enumerate(node.children):
             walk(ch, node, child_prefix, i == len(node.children) - 1)
@@ -311,8 +319,6 @@ def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> 
     error points to ``params``, which counts its tensors from the file's metadata, rather
     than showing that view here: a summary whose rows are key prefixes instead of layers,
     with no shapes or MACs, would be a different table under the same name and schema."""
-    from torchinspect.analysis.saved_params import is_bare_checkpoint
-
     opts = options or ModelOptions()
     if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
         raise InspectError(
@@ -323,7 +329,8 @@ def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> 
             "file.py:Name) runs it")
 
 
-def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
+@renamed_keywords(model_or_spec="model")
+def summarize(model: ModelLike, inputs: Any = None, *, depth: int = 3,
               columns: str | list[str] | tuple[Column, ...] | None = None, fold: bool = False,
               device: str | None = None, train: bool = False,
               options: ModelOptions | None = None, memory: str = "inference") -> Summary:
@@ -333,8 +340,8 @@ def summarize(model_or_spec: Any, inputs: Any = None, *, depth: int = 3,
     (``train``), or ``none`` (the sum of leaf outputs, as torchinfo)."""
     check_depth(depth)
     cols = columns if isinstance(columns, tuple) else parse_columns(columns)
-    refuse_bare_checkpoint(model_or_spec, options)
-    case = make_case(model_or_spec, inputs, options=options, device=device)
+    refuse_bare_checkpoint(model, options)
+    case = make_case(model, inputs, options=options, device=device)
     trace = trace_case(case, train=train)
     predicted, why = predict_summary_memory(case, memory)
     notes = [*case.notes, *left_out_notes(case.model), *([why] if why else [])]

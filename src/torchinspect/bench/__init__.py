@@ -5,17 +5,18 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from torchinspect.bench.run import BenchOptions, BenchResult, ConfigResult, run_bench
-from torchinspect.bench.stats import Stats, summarize
+from torchinspect.bench.run import BenchOptions, BenchResult, ConfigResult, parse_dtype, run_bench
+from torchinspect.bench.stats import Stats, sample_stats
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, measure
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case
 
 __all__ = ["BenchOptions", "BenchResult", "ConfigResult", "Stats", "Timing", "TimingConfig",
-           "benchmark", "measure", "run_bench", "summarize"]
+           "benchmark", "measure", "run_bench", "sample_stats"]
 
 
-def benchmark(model: Any, inputs: Any = None, *, device: str = "cpu",
+def benchmark(model: ModelLike, inputs: Any = None, *, device: str = "cpu",
               batch: int | Sequence[int] | None = None, dtype: str | Sequence[str] = "fp32",
-              options: Any = None, progress: ProgressFn | None = None,
+              options: ModelOptions | None = None, progress: ProgressFn | None = None,
               **bench_options: Any) -> BenchResult:
     """Benchmark a model (``nn.Module`` or a MODEL spec such as ``"resnet18"``).
 
@@ -25,9 +26,6 @@ def benchmark(model: Any, inputs: Any = None, *, device: str = "cpu",
     :class:`BenchOptions` fields (``amp``, ``cuda_graphs``, ``timing=TimingConfig(...)``, ...).
     The default device is the CPU, never a GPU.
     """
-    from torchinspect.bench.run import parse_dtype
-    from torchinspect.sources.case import make_case
-
     batches = (batch,) if isinstance(batch, int) else (tuple(batch) if batch else None)
     dtypes = (dtype,) if isinstance(dtype, str) else tuple(dtype)
     case = make_case(model, inputs, options=options, device="meta")

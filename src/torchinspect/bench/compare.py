@@ -1,4 +1,5 @@
-"""``--compare OLD.json``: the change of each configuration's median against an earlier run.
+"""``--compare OLD.json``: the change of each configuration's median against an earlier run
+(a fresh run, or a second saved result: ``inspect bench NEW.json --compare OLD.json``).
 
 Configurations are matched by (dtype, batch). A change is called *significant* when it is
 larger than ``NOISE_SIGMAS`` combined standard errors of the two medians,
@@ -36,20 +37,30 @@ class Change:
         return asdict(self)
 
 
-def load_bench_json(path: str) -> dict[str, Any]:
+def is_saved_result(spec: str) -> bool:
+    """Whether a MODEL argument names a saved result (``run.json``) rather than a model: a
+    ``.json`` file that is not a sharded checkpoint's ``.index.json``."""
+    return spec.lower().endswith(".json") and not spec.lower().endswith(".index.json")
+
+
+def load_bench_json(path: str, option: str = "--compare") -> dict[str, Any]:
+    """A result written by ``inspect bench --format json``; anything else is a usage error
+    naming ``option`` and the file."""
+    where = f"{option} {path}" if option else path
+    hint = "pass a file written by `inspect bench MODEL --format json --output FILE`"
     p = Path(path)
     if not p.is_file():
-        raise InspectError(f"--compare {path}: {'is a folder' if p.is_dir() else 'no such file'}", hint="pass a JSON file written by "
-                           "`inspect bench ... --format json --output FILE`")
+        raise InspectError(f"{where}: {'is a folder' if p.is_dir() else 'no such file'}",
+                           hint=hint)
     try:
         data = json.loads(p.read_text())
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InspectError(f"--compare {path}: not JSON ({exc})",
-                           hint="pass a file written by `inspect bench --format json`") from None
-    if not isinstance(data, dict) or not str(data.get("schema", "")).startswith(SCHEMA_PREFIX):
-        raise InspectError(f"--compare {path}: not an `inspect bench` JSON result "
-                           f"(schema {data.get('schema') if isinstance(data, dict) else None!r})",
-                           hint="pass a file written by `inspect bench --format json`")
+        raise InspectError(f"{where}: not JSON ({exc})", hint=hint) from None
+    if (not isinstance(data, dict) or not str(data.get("schema", "")).startswith(SCHEMA_PREFIX)
+            or not isinstance(data.get("configs"), list)):
+        schema = data.get("schema") if isinstance(data, dict) else None
+        raise InspectError(f"{where}: not an `inspect bench` JSON result (schema {schema!r})",
+                           hint=hint)
     return data
 
 

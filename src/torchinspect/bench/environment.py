@@ -9,6 +9,8 @@ import shutil
 import subprocess
 from typing import Any
 
+from torchinspect.bench.precision import matmul_precision, tf32_state
+
 PROBE_TIMEOUT_S = 5.0
 
 # nvidia-smi clocks_event_reasons (formerly clocks_throttle_reasons) bits that slow a run
@@ -49,8 +51,6 @@ def _cpu_name() -> str | None:
 def capture_environment(device: str) -> dict[str, Any]:
     """Versions, hardware and global math flags for ``device`` (cpu or cuda[:N])."""
     import torch
-
-    from torchinspect.bench.precision import matmul_precision, tf32_state
 
     env: dict[str, Any] = {
         "device": device, "torch": torch.__version__, "python": platform.python_version(),

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable, Iterator
+from functools import partial
 from typing import Any
 
 
@@ -84,14 +85,14 @@ def tf32_switch(on: bool | None) -> Iterator[None]:
         for name, (owner, attr, levels) in _targets(torch).items():
             if _legacy(owner, attr) is not None:
                 if name == "matmul":  # "medium" (bf16 allowed) must come back as "medium"
-                    saved = torch.get_float32_matmul_precision()
-                    undo.append(lambda p=saved: torch.set_float32_matmul_precision(p))
+                    undo.append(partial(torch.set_float32_matmul_precision,
+                                        torch.get_float32_matmul_precision()))
                 else:
-                    undo.append(lambda o=owner, a=attr, v=getattr(owner, attr): setattr(o, a, v))
+                    undo.append(partial(setattr, owner, attr, getattr(owner, attr)))
                 setattr(owner, attr, on)
             elif levels[0] is not None:
                 op = levels[0]
-                undo.append(lambda o=op, v=op.fp32_precision: setattr(o, "fp32_precision", v))
+                undo.append(partial(setattr, op, "fp32_precision", op.fp32_precision))
                 op.fp32_precision = "tf32" if on else "ieee"
         yield
     finally:

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchinspect.io.atomic import atomic_path
+
 PROFILED_CALLS = 3
 # cuDNN's layout conversions around a convolution whose kernel wants the other memory format
 TRANSPOSE_KERNELS = ("nchwToNhwc", "nhwcToNchw")
@@ -117,8 +119,6 @@ def profile_step(step: Callable[[], Any], *, cuda: bool, sync: Callable[[], Any]
         for key, value in (_kernels(prof, n) or {}).items():
             setattr(result, key, value)
     if trace_file:
-        from torchinspect.io.atomic import atomic_path
-
         with atomic_path(trace_file, protect=protect) as tmp:
             prof.export_chrome_trace(str(tmp))
         result.trace_file = str(trace_file)

@@ -29,13 +29,12 @@ from torchinspect.bench.precision import tf32_switch
 from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
+from torchinspect.dtypes import SHORT, short_name
 from torchinspect.errors import InspectError, first_line, is_out_of_memory
 from torchinspect.guard import model_code, training_mode
 from torchinspect.inputs import ExampleInputs, TensorSpec, rebatch
 
-DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
-_DTYPE_ALIASES = {"fp32": "fp32", "float32": "fp32", "float": "fp32", "fp16": "fp16",
-                  "float16": "fp16", "half": "fp16", "bf16": "bf16", "bfloat16": "bf16"}
+DTYPES = SHORT  # the float types a run can use, short name -> torch name (dtypes.py)
 NOISY_COV = 0.025  # CoV above which a row is flagged noisy
 LAUNCH_BOUND_RATIO = 0.8  # host enqueue time / device time above which a run is launch-bound
 MAX_BATCH_CAP = 1 << 16
@@ -44,25 +43,11 @@ OOM_CHOICES = ("skip", "try")
 
 
 def parse_dtype(text: str) -> str:
-    key = text.strip().lower()
-    if key not in _DTYPE_ALIASES:
+    short = short_name(text)
+    if short is None:
         raise InspectError(f"--dtype {text!r} is not a dtype", hint="use fp32, fp16 or bf16 "
                            "(a comma list benchmarks each, e.g. fp32,fp16)")
-    return _DTYPE_ALIASES[key]
-
-
-def parse_batches(text: str | None) -> tuple[int, ...] | None:
-    """``"1,8,32"`` -> (1, 8, 32); None -> None (the example's own batch)."""
-    if text is None or not str(text).strip():
-        return None
-    out = []
-    for part in str(text).split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) <= 0:
-            raise InspectError(f"--batch {text!r}: {part!r} is not a positive integer",
-                               hint="e.g. --batch 1,8,32")
-        out.append(int(part))
-    return tuple(out)
+    return short
 
 
 @dataclass(frozen=True)
@@ -155,6 +140,7 @@ class BenchResult:
     max_batch: MaxBatch | None = None
     profile: ProfileResult | None = None
     notes: list[str] = field(default_factory=list)
+    weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict(): what was timed
 
     @property
     def ok(self) -> bool:
@@ -170,7 +156,7 @@ class BenchResult:
             "configs": [c.to_dict(o.save_samples) for c in self.configs],
             "max_batch": self.max_batch.to_dict() if self.max_batch else None,
             "profile": self.profile.to_dict() if self.profile else None,
-            "notes": list(self.notes),
+            "notes": list(self.notes), "weights": self.weights,
         }
 
 
@@ -491,7 +477,11 @@ def run_bench(case: Any, options: BenchOptions | None = None, *,
     with _global_switches(opts, device):
         env = capture_environment(device)
         result = BenchResult(model=case.name, inputs=case.describe_inputs(), device=device,
-                             options=opts, environment=env, notes=list(case.notes))
+                             options=opts, environment=env, notes=list(case.notes),
+                             weights=case.weights.to_dict())
+        note = case.weights.note("the timings are of untrained weights (the same kernels; "
+                                 "only value-dependent speed, e.g. denormals, may differ)")
+        result.notes += [note] if note else []
         if opts.tf32 is not None and not device.startswith("cuda"):
             result.notes.append(f"--{'' if opts.tf32 else 'no-'}tf32: TF32 is CUDA math; "
                                 "the CPU run is unaffected")

@@ -60,7 +60,7 @@ class Stats:
         return asdict(self)
 
 
-def summarize(samples: Sequence[float]) -> Stats:
+def sample_stats(samples: Sequence[float]) -> Stats:
     """Statistics of a non-empty sequence of samples."""
     xs = sorted(float(x) for x in samples)
     n = len(xs)

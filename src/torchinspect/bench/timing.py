@@ -32,10 +32,9 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchinspect.bench.stats import Stats, summarize
+from torchinspect.arguments import ProgressFn
+from torchinspect.bench.stats import Stats, sample_stats
 
-# progress(text) for a passing status; progress(text, final=True) for a finished configuration
-ProgressFn = Callable[..., None]
 PROGRESS_EVERY_S = 0.5
 
 
@@ -168,7 +167,7 @@ def measure(step: Callable[[], Any], *, config: TimingConfig | None = None,
         blocks += 1
         wall += b1 - b0
         elapsed = b1 - start
-        stats = summarize(samples)
+        stats = sample_stats(samples)
         estimate = max(stats.median, wall / len(samples) if samples else 0.0)
         say(f"{len(samples)} iters, median {fmt_time(stats.median)}, "
             f"±{stats.median_cov * 100:.2f}% (median error)")
@@ -185,7 +184,7 @@ def measure(step: Callable[[], Any], *, config: TimingConfig | None = None,
     assert stats is not None
     return Timing(first_call_s=first, warmup_iters=n, warmup_s=warm, samples=samples,
                   wall_s=wall, blocks=blocks, stop=stop, stats=stats, host_samples=host,
-                  host_stats=summarize(host) if host else None)
+                  host_stats=sample_stats(host) if host else None)
 
 
 def _block_size(estimate: float, cfg: TimingConfig, *, elapsed: float, done: int) -> int:

@@ -64,7 +64,7 @@ def convert_checkpoint(
     ``target`` (key -> tensor or TensorMeta, e.g. an architecture's ``state_dict()`` on meta,
     built by the caller) checks that the result loads with strict=True by PyTorch's rules
     (``allow_partial``: every present key loads, some target keys stay unset). ``protect``
-    names other files that must not be overwritten (e.g. a report's ``-o``).
+    names other files that must not be overwritten (e.g. a report file).
 
     The result is verified before it replaces ``dst``: reloaded with torch.load /
     safetensors and compared with IN, read the same way, tensor by tensor.

@@ -128,7 +128,7 @@ class Entry:
             if overflow is not None:
                 to_inf += int((torch.isinf(t) & torch.isfinite(a)).sum())
                 to_zero += int(((t == 0) & (a != 0)).sum())
-            yield memoryview(t.view(torch.uint8).numpy())
+            yield t.view(torch.uint8).numpy().data  # the array's bytes as a memoryview
         if overflow is not None and (to_inf or to_zero):
             overflow[self.name] = (to_inf, to_zero)
 
@@ -169,6 +169,7 @@ class ConvertResult:
     empty: list[str] = field(default_factory=list)  # 0-element tensors
     shards: list[str] = field(default_factory=list)  # shard files (with shard_size)
     folded: list[str] = field(default_factory=list)  # target's num_batches_tracked absent from IN
+    wrapper_prefixes: list[str] = field(default_factory=list)  # kept prefixes every key carries
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -185,7 +186,7 @@ class ConvertResult:
             "verified": self.verified, "arch_check": self.arch_check, "notes": self.notes,
             "overflow": {k: {"to_inf": a, "to_zero": b} for k, (a, b) in self.overflow.items()},
             "extra_state": self.extra_state, "empty": self.empty, "shards": self.shards,
-            "folded": self.folded,
+            "folded": self.folded, "wrapper_prefixes": self.wrapper_prefixes,
         }
 
 
@@ -273,6 +274,8 @@ def plan_convert(src: str | os.PathLike[str], out: str | os.PathLike[str],
     names = _rename_keys([t.name for t in inp.tensors], as_list(opts.strip_prefix), renames, result)
     if opts.auto_prefix:
         names = _auto_prefix(names, plan.target, result)
+    else:  # said where it is made: the output would keep DataParallel's "module." on every key
+        result.wrapper_prefixes = strip_prefixes(dict.fromkeys(names), DEFAULT_PREFIXES)[1]
     plan.entries = _plan_entries(inp, names, plan.cast_to, result)
     _plan_extras(plan)
     _plan_objects(plan)
@@ -329,11 +332,11 @@ def check_conflicts(dst: Path, kind: OutputKind, inp: LoadedInput, protect: Sequ
                                    hint="write OUT to a folder outside the inputs")
     for p in protect:
         if p.resolve() in (o.resolve() for o in outs):
-            raise InspectError(f"{p}: the report (-o) and OUT are the same file",
+            raise InspectError(f"{p}: a protected file (e.g. a report) and OUT are the same file",
                                hint="write the report to another file name")
         if p.resolve() in (inp.path.resolve(), *(f.resolve() for f in inp.files)):
             raise InspectError(f"{p}: refusing to overwrite the input file",
-                               hint="write the report (-o) to a new file name")
+                               hint="write the report to a new file name")
     if kind is OutputKind.dcp:
         check_dcp_target(dst, force)
         return

@@ -362,9 +362,11 @@ def compare_target(got: Mapping[str, Any], target: dict[str, Any], name: str,
     if not res.matched:
         detail.append("no key matches")
     partial_ok = not res.shape_mismatches and res.matched
+    remap = (f"pass --auto-prefix ({res.remaps[0].describe()} matches {res.remaps[0].matched} of "
+             f"{res.remaps[0].total} keys); ") if res.remaps else ""
     raise InspectError(
         f"the converted weights do not load into {name} with strict=True: {'; '.join(detail)}",
-        hint=("pass --allow-partial to write the partial state_dict anyway; " if partial_ok else "")
+        hint=remap + ("pass --allow-partial to write the partial state_dict anyway; " if partial_ok else "")
         + f"`inspect diff IN --arch {name}` shows every mismatch (OUT was not written)",
         status=ExitStatus.CHECK_FAILED,
     )

@@ -10,6 +10,7 @@ from __future__ import annotations
 import importlib
 import os
 import sys
+from collections.abc import Sequence
 from typing import Any
 
 import typer
@@ -30,20 +31,28 @@ class InspectGroup(TyperGroup):
     """Usage errors (unknown option, bad --format value, --batch 0) in the same two-line
     ``error:``/``hint:`` form as every other error, exit 2; Ctrl-C exits 130."""
 
-    def main(self, args: Any = None, prog_name: str | None = None, complete_var: str | None = None,
-             standalone_mode: bool = True, **extra: Any) -> Any:
+    def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
+             complete_var: str | None = None, standalone_mode: bool = True,
+             windows_expand_args: bool = True, **extra: Any) -> Any:
+        passed = {"windows_expand_args": windows_expand_args, **extra}
         if not standalone_mode:
-            return super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            return super().main(args, prog_name, complete_var, standalone_mode=False, **passed)
         try:
-            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **extra)
+            rv = super().main(args, prog_name, complete_var, standalone_mode=False, **passed)
         except UsageError as exc:
             if type(exc).__name__ == "NoArgsIsHelpError":  # `inspect` alone: show the help
                 exc.show()  # type: ignore[attr-defined]
                 sys.exit(exc.exit_code)  # type: ignore[attr-defined]
             ctx = getattr(exc, "ctx", None)
             path = ctx.command_path if ctx is not None else "inspect"
-            typer.echo(f"error: {exc.format_message()}", err=True)  # type: ignore[attr-defined]
-            typer.echo(f"hint: see `{path} --help`", err=True)
+            message, hint = exc.format_message(), f"see `{path} --help`"  # type: ignore[attr-defined]
+            forced = self._force_meant(exc, args)
+            if forced:
+                message += " -f is --format; did you mean --force?"
+                hint = (f"--force replaces an existing output; -f/--format FORMAT picks the report "
+                        f"format (see `inspect {forced} --help`)")
+            typer.echo(f"error: {message}", err=True)
+            typer.echo(f"hint: {hint}", err=True)
             sys.exit(int(ExitStatus.USAGE))
         except ClickException as exc:
             exc.show()  # type: ignore[attr-defined]
@@ -53,6 +62,17 @@ class InspectGroup(TyperGroup):
         except Exception as exc:  # noqa: BLE001 - one boundary for what escapes a command
             sys.exit(exit_status(exc))
         sys.exit(rv if isinstance(rv, int) else 0)
+
+    def _force_meant(self, exc: Exception, args: Any) -> str | None:
+        """The subcommand, when ``-f`` came without a value in a command that has --force (the
+        user meant --force; click's error carries no context to tell the command by)."""
+        if getattr(exc, "option_name", None) != "-f":
+            return None
+        argv = [str(a) for a in (sys.argv[1:] if args is None else args)]
+        name = next((a for a in argv if not a.startswith("-")), None)
+        cmd = self.commands.get(name) if name else None
+        has_force = cmd is not None and any("--force" in getattr(p, "opts", ()) for p in cmd.params)
+        return name if has_force else None
 
 
 app = typer.Typer(
@@ -107,7 +127,17 @@ def _register() -> None:
     """Register every command; a module that fails to import is an error, never skipped."""
     for name, module, func in COMMANDS:
         mod = importlib.import_module(f"torchinspect.cli.{module}")
-        app.command(name)(getattr(mod, func))
+        fn = getattr(mod, func)
+        # the docstring's first sentence, whole, in `inspect --help` (Click cuts it with "..."
+        # at 45-70 characters unless it is given as short_help)
+        app.command(name, short_help=_summary(fn))(fn)
+
+
+def _summary(fn: Any) -> str | None:
+    """A command's docstring up to its first blank line (the summary, which may run over two
+    lines), on one line."""
+    doc = (fn.__doc__ or "").strip()
+    return " ".join(doc.split("\n\n")[0].split()) if doc else None
 
 
 _register()

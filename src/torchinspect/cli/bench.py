@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import re
 import sys
 import time
 from enum import StrEnum
@@ -11,7 +10,15 @@ from typing import Annotated, Any
 
 import typer
 
-from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
+from torchinspect.arguments import parse_batches
+from torchinspect.cli.common import (
+    ModelArg,
+    OutputOptions,
+    emit,
+    input_files,
+    model_command,
+    model_file_stem,
+)
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
@@ -78,7 +85,8 @@ SamplesOpt = Annotated[bool, typer.Option("--save-samples",
                                           help="keep raw per-iteration times in the JSON.")]
 CompareOpt = Annotated[str | None, typer.Option(
     "--compare", metavar="OLD.json", help="compare with an earlier `--format json` result; "
-    "exit 1 if a configuration got slower beyond the noise.")]
+    "exit 1 if a configuration got slower beyond the noise. With MODEL a saved result "
+    "(NEW.json), compares the two files and runs nothing.")]
 
 
 class _Progress:
@@ -128,8 +136,7 @@ def _trace_path(trace: str | None, output: str | None, model: str) -> str:
         return trace
     if output:
         return f"{os.path.splitext(output)[0]}.trace.json"
-    safe = re.sub(r"[^A-Za-z0-9_.-]+", "_", os.path.basename(model.split(":")[-1]))
-    return f"{safe or 'model'}-bench-trace.json"
+    return f"{model_file_stem(model)}-bench-trace.json"
 
 
 @model_command(device_default="cpu", batch=False,
@@ -161,13 +168,20 @@ def bench(
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """Latency and throughput: warm-up, synchronized timing until the median is stable."""
-    from torchinspect.bench.compare import compare_configs, load_bench_json, setup_differences
-    from torchinspect.bench.run import BenchOptions, parse_batches, parse_dtype, run_bench
+    """Latency and throughput: warm-up, synchronized timing until the median is stable.
+
+    `inspect bench NEW.json --compare OLD.json` compares two saved results (`--format json`)
+    by the same rule, without running anything.
+    """
+    from torchinspect.bench.compare import is_saved_result, load_bench_json
+    from torchinspect.bench.run import BenchOptions, parse_dtype, run_bench
     from torchinspect.bench.timing import TimingConfig
     from torchinspect.report.bench import bench_report
     from torchinspect.sources.case import make_case
 
+    if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
+        _compare_saved(model, compare, out)
+        return
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
                            hint="use --device cpu or --device cuda[:N]")
@@ -195,21 +209,54 @@ def bench(
     case = make_case(model, options=opts, device="meta")  # sized on meta; real_model builds it
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
-    changes = setup = None
-    if old is not None:
-        changes = compare_configs(old, result.to_dict())
-        setup = setup_differences(old, result.to_dict())
+    changes, setup = _against(old, result)
     emit(bench_report(result, changes, setup), out, inputs=[model, *opts.files(), compare])
-    if not result.ok:
-        failed = [c for c in result.configs if c.status == "error"]
-        if failed and len(failed) == len(result.configs):  # the forward itself: an input error
-            raise InspectError(f"{model}: the forward failed in every configuration: "
-                               f"{failed[0].error}",
-                               hint="check --input (shape, dtype) against what the model takes")
-        typer.echo("error: no configuration could be measured (see the status column)", err=True)
-        raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+    _exit_if_unmeasured(result, model)
+    _exit_if_slower(changes)
+    sys.stderr.flush()
+
+
+def _against(old: dict[str, Any] | None, result: Any) -> tuple[Any, Any]:
+    """(per-configuration changes, setup differences) against a saved result; (None, None)."""
+    from torchinspect.bench.compare import compare_configs, setup_differences
+
+    if old is None:
+        return None, None
+    return compare_configs(old, result.to_dict()), setup_differences(old, result.to_dict())
+
+
+def _exit_if_unmeasured(result: Any, model: str) -> None:
+    """No configuration measured: an input error when every forward failed, else exit 1."""
+    if result.ok:
+        return
+    failed = [c for c in result.configs if c.status == "error"]
+    if failed and len(failed) == len(result.configs):  # the forward itself: an input error
+        raise InspectError(f"{model}: the forward failed in every configuration: "
+                           f"{failed[0].error}",
+                           hint="check --input (shape, dtype) against what the model takes")
+    typer.echo("error: no configuration could be measured (see the status column)", err=True)
+    raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+
+
+def _exit_if_slower(changes: list[Any] | None) -> None:
     if changes and any(c.verdict == "slower" for c in changes):
         typer.echo("slower than the earlier run beyond the noise (see the comparison)",
                    err=True)
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))
-    sys.stderr.flush()
+
+
+def _compare_saved(new_path: str, old_path: str | None, out: OutputOptions) -> None:
+    """`inspect bench NEW.json --compare OLD.json`: two saved results, no model run."""
+    from torchinspect.bench.compare import compare_configs, load_bench_json, setup_differences
+    from torchinspect.report.bench import saved_comparison_report
+
+    new = load_bench_json(new_path, option="")
+    if not old_path:
+        raise InspectError(f"{new_path}: a saved result, not a model; nothing to compare it with",
+                           hint=f"inspect bench {new_path} --compare OLD.json (or pass a model "
+                           "to benchmark)")
+    old = load_bench_json(old_path)
+    changes = compare_configs(old, new)
+    emit(saved_comparison_report(new_path, new, old_path, old, changes,
+                                 setup_differences(old, new)), out, inputs=[new_path, old_path])
+    _exit_if_slower(changes)

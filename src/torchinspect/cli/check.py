@@ -8,13 +8,13 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import OutputOptions, emit, input_files, model_command
+from torchinspect.cli.common import MODEL_FORMS, OutputOptions, emit, input_files, model_command
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
 MaybeModelsArg = Annotated[list[str] | None, typer.Argument(
     metavar="[MODEL]...", show_default=False,
-    help="models to check; default: the models listed in [tool.torchinspect.check] of the "
+    help=f"models to check ({MODEL_FORMS}); default: the models listed in [tool.torchinspect.check] of the "
     "nearest pyproject.toml (this folder or above), or of --config.")]
 
 
@@ -61,8 +61,8 @@ def _targets(out: OutputOptions, junit: str | None, save: str | None,
     """Refuse, before any work, outputs that collide or would replace an input."""
     from torchinspect.io.atomic import check_target
 
-    named = [("--junit", junit), ("--save-baseline", save), ("--output", out.output)]
-    named = [(opt, path) for opt, path in named if path]
+    given = [("--junit", junit), ("--save-baseline", save), ("--output", out.output)]
+    named = [(opt, path) for opt, path in given if path]
     for i, (opt, path) in enumerate(named):
         for other, path2 in named[i + 1:]:
             if os.path.abspath(path) == os.path.abspath(path2):

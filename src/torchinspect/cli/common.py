@@ -134,16 +134,21 @@ def command_errors(fn: F) -> F:
 
 # ---------------------------------------------------------------- shared option types
 
+MODEL_FORMS = ("a torchvision name (resnet18), zoo:NAME, file.py:Name, pkg.mod:factory, "
+               "timm:NAME, hf:TYPE (hf:bert, hf:LlamaForCausalLM), a Hugging Face model folder "
+               "(config.json), a TorchScript file, a torch.export .pt2 file, or a checkpoint "
+               "with --arch")
+"""Every form a MODEL argument takes (sources/resolve.py); the one help text of every command."""
+
 ModelsArg = Annotated[
     list[str],
-    typer.Argument(metavar="MODEL...", help="one or more models: a torchvision name (resnet18), "
-                   "zoo:NAME, file.py:Name, pkg.mod:factory, or a checkpoint with --arch.",
+    typer.Argument(metavar="MODEL...", help=f"one or more models: {MODEL_FORMS}.",
                    show_default=False),
 ]
 ModelArg = Annotated[
     str,
-    typer.Argument(metavar="MODEL", help="a torchvision name (resnet18), zoo:NAME, file.py:Name, "
-                   "pkg.mod:factory, or a checkpoint with --arch.", show_default=False),
+    typer.Argument(metavar="MODEL", help=f"{MODEL_FORMS}.",
+                   show_default=False),
 ]
 InputOpt = Annotated[
     list[str] | None,
@@ -370,14 +375,20 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
     return deco
 
 
-def output_command(fn: F) -> F:
-    """Add ``--format/--output`` to a command that takes no model options; it receives ``out``."""
+def output_command(fn: F | None = None, *, report_file: bool = True) -> Any:
+    """Add ``--format/--output`` to a command that takes no model options; it receives ``out``.
+    ``@output_command(report_file=False)`` adds only ``--format``: the command's ``-o`` is its
+    own product (``inspect convert``'s checkpoint) and the report goes to stdout."""
+    params = _OUTPUT_PARAMS if report_file else _OUTPUT_PARAMS[:1]
 
     def build(v: dict[str, Any]) -> dict[str, Any]:
-        return {"out": OutputOptions(OutputFormat(v["format"]), v["output"])}
+        return {"out": OutputOptions(OutputFormat(v["format"]), v.get("output"))}
 
-    extra = [_param(n, a, d) for n, a, d in _OUTPUT_PARAMS]
-    return _inject(fn, extra, ("out",), build)  # type: ignore[return-value]
+    def deco(f: F) -> F:
+        extra = [_param(n, a, d) for n, a, d in params]
+        return _inject(f, extra, ("out",), build)  # type: ignore[return-value]
+
+    return deco(fn) if fn is not None else deco
 
 
 # ---------------------------------------------------------------- output
@@ -445,3 +456,12 @@ def _width() -> int | None:
     if cols and cols.isdigit():
         return int(cols)
     return None
+
+
+def model_file_stem(spec: str) -> str:
+    """A safe file name stem from a MODEL text, for outputs named after the model:
+    ``resnet18``, ``zoo:gpt`` -> ``gpt``, ``net.py:Net`` -> ``Net``, ``ckpt/model.pth`` ->
+    ``model``, ``hf:org/bert`` -> ``bert``."""
+    base = os.path.basename(spec.rstrip("/\\").split(":")[-1].rstrip("/\\"))
+    base = re.sub(r"\.(pth?|bin|ckpt|safetensors|tar|json|py|pkl|pt2|onnx)$", "", base)
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("._") or "model"

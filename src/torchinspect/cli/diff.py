@@ -7,6 +7,7 @@ from typing import Annotated
 import typer
 
 from torchinspect.cli.common import (
+    MODEL_FORMS,
     ArchOpt,
     ArgOpt,
     KeyOpt,
@@ -18,7 +19,7 @@ from torchinspect.cli.common import (
 from torchinspect.errors import ExitStatus
 
 SideArg = Annotated[str, typer.Argument(
-    metavar="A", help="target: a model (resnet18, zoo:NAME, file.py:Name) or a checkpoint file.",
+    metavar="A", help=f"target: a checkpoint file or a model ({MODEL_FORMS}).",
     show_default=False)]
 OtherArg = Annotated[str | None, typer.Argument(
     metavar="B", help="weights to load into A: a checkpoint file (or a model). Omit it and pass "

@@ -17,7 +17,8 @@ IgnoreOpt = Annotated[list[str] | None, typer.Option(
     "--ignore", metavar="CODES", help="skip these checks (comma-separated codes).")]
 FailOnOpt = Annotated[str, typer.Option(
     "--fail-on", metavar="never|info|warning|error",
-    help="exit 1 when a finding is at least this severe (for CI).")]
+    help="exit 1 when a finding is at least this severe (default: error, as linters do; "
+    "never: always exit 0).")]
 
 
 @model_command(device_default="cpu", device_help="where the checks that need real numbers "
@@ -26,7 +27,7 @@ def doctor(
     model: ModelArg,
     select: SelectOpt = None,
     ignore: IgnoreOpt = None,
-    fail_on: FailOnOpt = "never",
+    fail_on: FailOnOpt = "error",
     *,
     opts: ModelOptions,
     out: OutputOptions,

@@ -54,9 +54,22 @@ LayersOpt = Annotated[list[str] | None, typer.Option(
 OutOpt = Annotated[str | None, typer.Option(
     "--output", "-o", metavar="OUT", help="output folder: shards + manifest.json (created; "
     "rerun to resume; one run at a time).")]
-FormatOpt = Annotated[str, typer.Option(
-    "--format", "-f", metavar="table|json|csv|markdown|html",
-    help="format of the report printed on stdout (the shard files: --save-format).")]
+def _format(text: str) -> OutputFormat | FileFormat:
+    """The report format; the old shard values (safetensors|npy|pt) are still taken, for one
+    release, as the shard file type (with a note: see _formats)."""
+    value = text.lower()
+    if value in SHARD_TYPES:
+        return FileFormat(value)
+    try:
+        return OutputFormat(value)
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not one of table, json, csv, markdown, html "
+                                 "(the shard file type is --save-format)") from None
+
+
+FormatOpt = Annotated[OutputFormat, typer.Option(
+    "--format", "-f", parser=_format, metavar="[table|json|csv|markdown|html]",
+    help="output format.")]
 SaveFormatOpt = Annotated[FileFormat, typer.Option("--save-format", case_sensitive=False,
                                                    help="file type of the shards.")]
 ReportOpt = Annotated[str | None, typer.Option("--report", hidden=True)]  # old name of --format
@@ -68,8 +81,15 @@ BatchOpt = Annotated[int | None, typer.Option(
 BatchSizeOpt = Annotated[int | None, typer.Option("--batch-size", min=1, hidden=True)]  # old --batch
 WorkersOpt = Annotated[int | None, typer.Option(
     "--workers", min=0, help="DataLoader worker processes (default: from the CPU count).")]
-DtypeOpt = Annotated[Dtype, typer.Option("--dtype", case_sensitive=False,
-                                         help="compute dtype (fp16/bf16: autocast).")]
+def _dtype(text: str) -> str:
+    try:
+        return Dtype(text.lower()).value
+    except ValueError:
+        raise typer.BadParameter(f"{text!r} is not one of fp32, fp16, bf16") from None
+
+
+DtypeOpt = Annotated[str, typer.Option("--dtype", metavar="fp32|fp16|bf16", parser=_dtype,
+                                       help="compute dtype (fp16/bf16: autocast).")]
 SaveDtypeOpt = Annotated[Dtype | None, typer.Option(
     "--save-dtype", case_sensitive=False, help="storage dtype (default: --dtype); bf16 is kept exact.")]
 PoolOpt = Annotated[Pool, typer.Option("--pool", case_sensitive=False,
@@ -125,11 +145,11 @@ def features(
     list_: ListOpt = False,
     layers: LayersOpt = None,
     output: OutOpt = None,
-    format_: FormatOpt = "table",
+    format_: FormatOpt = OutputFormat.table,
     save_format: SaveFormatOpt = FileFormat.safetensors,
     batch: BatchOpt = None,
     workers: WorkersOpt = None,
-    dtype: DtypeOpt = Dtype.fp32,
+    dtype: DtypeOpt = "fp32",
     save_dtype: SaveDtypeOpt = None,
     pool: PoolOpt = Pool.none,
     shard_size: ShardOpt = "1GB",
@@ -179,7 +199,7 @@ def features(
     with _progress_bar(show and rank0) as on_progress:
         result = extract_features(
             model, inputs or [], layers=names, output=output, options=opts, device=opts.device,
-            batch_size=batch, workers=workers, dtype=dtype.value,
+            batch_size=batch, workers=workers, dtype=dtype,
             save_dtype=save_dtype.value if save_dtype else None, pool=pool.value,
             file_format=save_format.value, shard_size=shard_size, preprocess=preprocess.value,
             resize=resize, crop=crop, mean=_floats(mean, "--mean"), std=_floats(std, "--std"),
@@ -198,11 +218,12 @@ def _deprecated(old: str, new: str) -> None:
     typer.echo(f"note: {old} is deprecated; use {new}", err=True)
 
 
-def _formats(format_: str, report: str | None, save_format: FileFormat) -> tuple[OutputFormat, FileFormat]:
+def _formats(format_: OutputFormat | FileFormat, report: str | None,
+             save_format: FileFormat) -> tuple[OutputFormat, FileFormat]:
     """(report format, shard type). ``--format safetensors|npy|pt`` (the old shard option)
     and ``--report FORMAT`` (the old report option) still work, with a note."""
-    value = format_.lower()
-    if value in SHARD_TYPES:
+    value = str(format_.value).lower()
+    if isinstance(format_, FileFormat):
         _deprecated(f"--format {value} (the shard file type)", f"--save-format {value}")
         save_format, value = FileFormat(value), "table"
     if report is not None:

@@ -16,17 +16,27 @@ from torchinspect.cli.common import (
 )
 from torchinspect.sources.case import ModelOptions
 
+CrossCheckOpt = Annotated[str | None, typer.Option(
+    "--cross-check", metavar="thop,torchinfo,fvcore|all",
+    help="also run these counters on the same model and input and show their totals beside "
+    "ours (fvcore runs on a real CPU copy).")]
 CompareOpt = Annotated[bool, typer.Option(
-    "--compare", help="also show what thop and torchinfo report for the same model and input.")]
+    "--compare", hidden=True, help="deprecated: --cross-check thop,torchinfo.")]
 
 
 @model_command()
 def flops(models: ModelsArg, train: TrainOpt = False, depth: DepthOpt = 3,
-          compare: CompareOpt = False, *, opts: ModelOptions, out: OutputOptions) -> None:
+          cross_check: CrossCheckOpt = None, compare: CompareOpt = False, *,
+          opts: ModelOptions, out: OutputOptions) -> None:
     """MACs (FLOPs = 2 x MACs) per module (with children, and self) and per aten op."""
-    from torchinspect.analysis.flops import count_flops
+    from torchinspect.analysis.flops import count_flops, parse_cross_check
     from torchinspect.report.flops import flops_report
 
-    results = [count_flops(m, depth=depth, compare=compare, train=train, options=opts)
+    if compare:
+        typer.echo("note: --compare is deprecated, use --cross-check thop,torchinfo (or all)",
+                   err=True)
+        cross_check = cross_check or "thop,torchinfo"
+    tools = parse_cross_check(cross_check)  # a bad name is refused before any model is built
+    results = [count_flops(m, depth=depth, cross_check=tools, train=train, options=opts)
                for m in models]
     emit_results("flops", results, flops_report, out, [*models, *opts.files()])

@@ -6,6 +6,7 @@ from typing import Annotated
 
 import typer
 
+from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
@@ -68,7 +69,6 @@ def memory(
     out: OutputOptions,
 ) -> None:
     """Peak GPU memory of inference and of a training step, predicted on fake tensors."""
-    from torchinspect.bench.run import parse_batches
     from torchinspect.cli.common import tolerance as check_tolerance
     from torchinspect.memory.fit import parse_budget, sweep_with_fit
     from torchinspect.memory.predict import check_checkpointing, make_target

@@ -1,5 +1,5 @@
-"""`inspect report MODEL... -o report.html`: one self-contained HTML page (several models:
-one comparison page)."""
+"""`inspect report MODEL... [-o report.html]`: one self-contained HTML page (several models:
+one comparison page). Without -o the page is MODEL.html in the current folder."""
 
 from __future__ import annotations
 
@@ -7,12 +7,16 @@ from typing import Annotated
 
 import typer
 
+from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     DepthOpt,
+    ForceOpt,
     ModelsArg,
     OutputOptions,
     emit,
+    input_files,
     model_command,
+    model_file_stem,
 )
 from torchinspect.errors import InspectError
 from torchinspect.report import OutputFormat
@@ -36,17 +40,6 @@ DEVICE_HELP = ("auto = trace on meta (no memory), real runs (--bench, --doctor-r
                "cpu; cuda[:N] (trace and real runs there); meta.")
 
 
-def parse_batches(text: str) -> tuple[int, ...]:
-    out = []
-    for part in text.split(","):
-        part = part.strip()
-        if not part.isdigit() or int(part) <= 0:
-            raise InspectError(f"--bench-batch {text!r}: {part!r} is not a positive integer",
-                               hint="e.g. --bench-batch 1,8,32")
-        out.append(int(part))
-    return tuple(dict.fromkeys(out))
-
-
 @model_command(device_help=DEVICE_HELP)
 def report(
     models: ModelsArg,
@@ -58,18 +51,28 @@ def report(
     no_graph: NoGraphOpt = False,
     no_doctor: NoDoctorOpt = False,
     doctor_run: DoctorRunOpt = False,
+    force: ForceOpt = False,
     *,
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """One self-contained HTML page: totals, charts, module graph, layers, doctor, bench."""
+    """One self-contained HTML page: totals, charts, module graph, layers, doctor, bench.
+
+    Without -o the page is written to MODEL.html in the current folder (an existing one is
+    replaced only with --force); --format json/markdown/csv print to stdout.
+    """
     from torchinspect.overview import collect_overview
     from torchinspect.report.overview import overview_report
 
-    batches = parse_batches(bench_batch)  # checked even without --bench: bad input is an error
+    # checked even without --bench: bad input is an error
+    batches = parse_batches(bench_batch, option="--bench-batch")
+    if batches is None:
+        raise InspectError("--bench-batch is empty", hint="e.g. --bench-batch 1,8,32")
     inputs = [*models, *opts.files()]
     if out.format is OutputFormat.table:  # the page is the point; --format json/markdown/csv too
         out = OutputOptions(OutputFormat.html, out.output)
+    if out.format is OutputFormat.html and not out.output:  # never 60 KB of HTML on a terminal
+        out = OutputOptions(OutputFormat.html, default_page(models, force=force, inputs=inputs))
     result = collect_overview(models, depth=depth, options=opts, graph=not no_graph,
                               graph_depth=graph_depth, doctor=not no_doctor,
                               doctor_run=doctor_run, bench=bench, bench_batches=batches if bench else None,
@@ -77,5 +80,23 @@ def report(
     emit(overview_report(result), out, inputs)
 
 
-def _progress(text: str) -> None:
+def default_page(models: list[str], *, force: bool, inputs: list[str | None]) -> str:
+    """MODEL.html (A-vs-B.html for several) in the current folder, refused up front when it
+    exists without --force."""
+    import os
+
+    from torchinspect.io.atomic import check_target
+
+    stem = "-vs-".join(dict.fromkeys(model_file_stem(m) for m in models))
+    path = f"{stem[:120]}.html"
+    if os.path.lexists(path) and not force:
+        raise InspectError(f"{path} already exists (the page for {' '.join(models)} when no -o "
+                           "is given)", hint="pass --force to replace it, or -o FILE to write "
+                           "elsewhere")
+    check_target(path, protect=input_files(inputs))  # never an input, a folder, a device
+    typer.echo(f"no -o: the page goes to {path}", err=True)
+    return path
+
+
+def _progress(text: str, *, final: bool = False) -> None:
     typer.echo(f"{text} ...", err=True)

@@ -19,7 +19,8 @@ from torchinspect.sources.case import ModelOptions
 ColumnsOpt = Annotated[str | None, typer.Option(
     "--columns", metavar="COL,...",
     help="columns to show: layer,type,input,output,kernel,params,params_pct,self_params,macs,"
-    "self_macs,trainable (params and macs include the modules inside; self_* are the "
+    "self_macs,trainable, and optional output_bytes (bytes of the layer's output tensors) and "
+    "flops (2 x macs) (params, macs and flops include the modules inside; self_* are the "
     "module's own).")]
 FoldOpt = Annotated[bool, typer.Option("--fold", help="fold runs of identical blocks into one row (×N).")]
 MemoryOpt = Annotated[str, typer.Option(

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from torchinspect import __version__
 from torchinspect.arguments import as_list
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.features import resume, store
@@ -41,6 +42,8 @@ from torchinspect.features.plan import (
 )
 from torchinspect.features.ranks import init_ranks, slowest
 from torchinspect.features.runner import Progress, Runner, channels_last, default_workers
+from torchinspect.sources.case import ModelLike, ModelOptions
+from torchinspect.trace.engine import model_kept
 
 __all__ = ["FeatureResult", "Progress", "default_workers", "extract_features"]
 
@@ -96,12 +99,12 @@ class FeatureResult:
 
 
 def extract_features(
-    model: Any,
+    model: ModelLike,
     inputs: Sequence[str] | str | os.PathLike[str] = (),
     *,
     layers: Sequence[str] | str,
     output: str | os.PathLike[str],
-    options: Any = None,
+    options: ModelOptions | None = None,
     example: Any = None,
     device: str = "cpu",
     batch_size: int | None = None,
@@ -210,8 +213,6 @@ def _extract(plan: ExtractPlan, manifest: dict[str, Any], t0: float) -> FeatureR
                             metadata={"model": plan.name})
     if channels_last(plan):
         plan.net = plan.net.to(memory_format=torch.channels_last)
-    from torchinspect.trace.engine import model_kept
-
     # a caller's module: what its forward assigns (attributes, buffers) is put back
     kept = model_kept(plan.net) if plan.callers else contextlib.nullcontext()
     with kept, LayerCapture(plan.net, plan.opts.layers) as cap:
@@ -267,8 +268,6 @@ def _timing(plan: ExtractPlan, runner: Runner, t0: float) -> dict[str, float | N
 
 def _versions() -> dict[str, Any]:
     import torchvision
-
-    from torchinspect import __version__
 
     return {"versions": {"torch": torch.__version__, "torchvision": torchvision.__version__,
                          "torchinspect": __version__}}

@@ -24,6 +24,7 @@ import torch
 
 from torchinspect.errors import InspectError, first_line
 from torchinspect.io.formats import detect_format
+from torchinspect.io.safetensors import read_safetensors_header
 from torchinspect.io.torch_load import torch_load
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm",
@@ -167,8 +168,6 @@ def _tensor_shapes(path: str) -> dict[str | None, tuple[int, ...]]:
             arr = np.load(path, mmap_mode="r", allow_pickle=False)
             return {None: tuple(arr.shape)}
         if suffix == ".safetensors":
-            from torchinspect.io.safetensors import read_safetensors_header
-
             header = read_safetensors_header(path)
             return {k: e.shape for k, e in sorted(header.entries.items())}
         obj = _load_pt(path)
@@ -186,7 +185,7 @@ def _tensor_shapes(path: str) -> dict[str | None, tuple[int, ...]]:
 
 def tensor_items(path: str, sample_rank: int | None) -> list[InputItem]:
     """One row for a sample-shaped tensor, one per entry for a batch of samples."""
-    items = []
+    items: list[InputItem] = []
     shown = Path(path).as_posix()
     for key, shape in _tensor_shapes(path).items():
         base = shown if key is None else f"{shown}:{key}"

@@ -24,9 +24,12 @@ from typing import Any
 import torch
 from torch import nn
 
+from torchinspect import device as devices
 from torchinspect.errors import InspectError, first_line
 from torchinspect.guard import training_mode
 from torchinspect.shapes import first_tensor
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case, materialize
+from torchinspect.trace.policy import trace_case
 
 
 @dataclass
@@ -52,10 +55,7 @@ class LayerListing:
     notes: list[str] = field(default_factory=list)
 
     def to_dict(self) -> dict[str, Any]:
-        return {"model": self.model, "input": self.input,
-                "modules": [m.to_dict() for m in self.modules],
-                "nodes": [n.to_dict() for n in self.nodes], "fx_error": self.fx_error,
-                "notes": list(self.notes)}
+        return asdict(self)  # LayerInfo's to_dict is asdict too
 
 
 def _shape_of(value: Any) -> tuple[list[int] | None, str | None]:
@@ -84,7 +84,7 @@ def _quiet() -> Iterator[None]:
         yield
 
 
-def list_layers(model: Any, *, options: Any = None) -> LayerListing:
+def list_layers(model: ModelLike, *, options: ModelOptions | None = None) -> LayerListing:
     """Every extractable layer with its output shape at the model's example input.
 
     Module names come from one traced forward (meta by default: no memory, works on
@@ -92,11 +92,7 @@ def list_layers(model: Any, *, options: Any = None) -> LayerListing:
     shapes from running the FX graph on meta tensors. ``model``: a MODEL text, a
     ModelCase or an ``nn.Module`` (with ``options.inputs``).
     """
-    from torchinspect.sources.case import make_case, materialize
-    from torchinspect.trace.policy import trace_case
-
-    case = model if hasattr(model, "rebuild") and hasattr(model, "example") else \
-        make_case(model, options=options, device="auto")
+    case = make_case(model, options=options, device="auto")  # a ModelCase as it is
     trace = trace_case(case)
     modules: dict[str, LayerInfo] = {}
     for c in trace.calls:
@@ -132,8 +128,6 @@ def list_layers(model: Any, *, options: Any = None) -> LayerListing:
 
 
 def devices_on_meta(model: nn.Module) -> bool:
-    from torchinspect import device as devices
-
     return devices.has_meta_tensors(model)
 
 
@@ -199,7 +193,7 @@ class LayerCapture:
                 f"layer {', '.join(bad)}: not a module name, and FX node names are not "
                 f"available for this model ({first_line(exc, typed=True)})",
                 hint="use module names (see `inspect features MODEL --list`)") from None
-        prefixes = set()
+        prefixes: set[str] = set()
         for k in known:
             parts = k.split(".")
             prefixes.update(".".join(parts[:i]) for i in range(1, len(parts)))
@@ -269,7 +263,7 @@ def check_layer_names(model: nn.Module, names: Sequence[str]) -> None:
         known = set(fx_node_names(model))
     except Exception:
         known = set()
-    prefixes = set()
+    prefixes: set[str] = set()
     for k in known:
         parts = k.split(".")
         prefixes.update(".".join(parts[:i]) for i in range(1, len(parts)))

@@ -8,11 +8,9 @@ state that travels through the phases (folder, run, finish) of :func:`extract_fe
 
 from __future__ import annotations
 
-import contextlib
-import hashlib
 import json
 import os
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -20,6 +18,7 @@ from typing import Any
 import torch
 
 from torchinspect import device as devices
+from torchinspect.dtypes import SHORT, short_name
 from torchinspect.errors import InspectError
 from torchinspect.features.inputs import (
     InputItem,
@@ -30,10 +29,12 @@ from torchinspect.features.inputs import (
 from torchinspect.features.layers import check_layer_names
 from torchinspect.features.ranks import Ranks
 from torchinspect.io.writers import parse_size
+from torchinspect.sources.case import make_case, resolve_inputs
+from torchinspect.sources.materialize import has_lazy, lazy_real_copy
+from torchinspect.sources.origin import WeightsOrigin, WeightsSource
 
-DTYPES = {"fp32": torch.float32, "float32": torch.float32, "fp16": torch.float16,
-          "float16": torch.float16, "bf16": torch.bfloat16, "bfloat16": torch.bfloat16}
-DTYPE_NAMES = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+# torch dtype -> the short name manifests and reports use (dtypes.SHORT)
+DTYPE_NAMES = {getattr(torch, name): short for short, name in SHORT.items()}
 RANDOM_INIT_SEED = 0  # a model built here without --weights: the same weights every run
 MAX_IMAGE_BYTES = 256 * 2**20
 DEFAULT_BATCH = 64
@@ -141,10 +142,10 @@ def check_device(device: str) -> str:
 
 
 def _dtype(text: str, option: str) -> torch.dtype:
-    key = str(text).lower()
-    if key not in DTYPES:
+    short = short_name(str(text))
+    if short is None:
         raise InspectError(f"{option} {text!r}: unknown dtype", hint="use fp32, fp16 or bf16")
-    return DTYPES[key]
+    return getattr(torch, SHORT[short])
 
 
 # ------------------------------------------------------------------ model and weights
@@ -157,44 +158,31 @@ class _Built:
     example: Any
     notes: list[str]
     owned: bool  # built or copied here: its memory format may be changed
-    kind: str = "module"  # ModelCase.kind: torchvision, zoo, python, pickle, ...
+    weights: WeightsOrigin
 
 
 def build_model(plan: ExtractPlan, model: Any) -> None:
     """The real model on the plan's device, its name, example and the weights' identity.
 
-    A model built here starts from :data:`RANDOM_INIT_SEED` (the caller's RNG state is put
-    back), so a rerun without ``--weights`` builds the same weights and may resume."""
+    A model built here starts from ``sources.origin.RANDOM_INIT_SEED`` (the caller's RNG
+    state is put back), so a rerun without ``--weights`` builds the same weights and may
+    resume."""
     options = plan.opts.options
-    if isinstance(model, str):
-        with _seeded(plan.device):
-            built = _resolve_model(model, plan.device, options)
-    else:
-        built = _resolve_model(model, plan.device, options)
+    built = _resolve_model(model, plan.device, options)
     plan.net, plan.name, plan.notes, plan.owned = built.net, built.name, built.notes, built.owned
     plan.callers = built.net is _callers(model)
     if not isinstance(model, torch.nn.Module):
         plan.ranks.broadcast_weights(built.net)  # rank 0's, whatever each rank built
-    plan.weights = weights_identity(model, options, built)
-    if plan.weights.get("source") == "random-init":
-        plan.notes.append(f"random init (seed {RANDOM_INIT_SEED}): no weights were loaded, so "
-                          "these features come from an untrained model (pass --weights FILE)")
+    plan.weights = built.weights.to_dict(built.net)
+    note = built.weights.note("these features come from an untrained model")
+    if note:
+        plan.notes.append(note)
     example = built.example
     if plan.opts.example is not None:  # "3,224,224", shapes, tensors: as every other API takes them
-        from torchinspect.sources.case import resolve_inputs
-
         example = resolve_inputs(plan.opts.example, None)
     plan.example = example
     check_layer_names(built.net, plan.opts.layers)
     plan.sample_rank, _, plan.first = example_info(example)
-
-
-@contextlib.contextmanager
-def _seeded(device: str) -> Iterator[None]:
-    cuda = [torch.device(device).index or 0] if device.startswith("cuda") else []
-    with torch.random.fork_rng(devices=cuda):
-        torch.manual_seed(RANDOM_INIT_SEED)
-        yield
 
 
 def _callers(model: Any) -> Any:
@@ -207,92 +195,35 @@ def _resolve_model(model: Any, device: str, options: Any) -> _Built:
     if isinstance(model, torch.nn.Module):
         return _callers_module(model, device, options)
     if isinstance(model, str):
-        from torchinspect.sources.case import make_case
-
         case = make_case(model, options=options, device=device, need_inputs=False)
         return _Built(case.real_model(device), case.name, case.example, list(case.notes), True,
-                      case.kind)
+                      case.weights)
     case = model  # a ModelCase: its model may be the caller's own
     net = case.real_model(device)
-    return _Built(net, case.name, case.example, list(case.notes), net is not case.model, case.kind)
+    return _Built(net, case.name, case.example, list(case.notes), net is not case.model,
+                  case.weights)
 
 
 def _callers_module(model: torch.nn.Module, device: str, options: Any) -> _Built:
-    from torchinspect.sources.materialize import has_lazy
-
     here = devices.model_device(model, default=device)
     if devices.has_meta_tensors(model):
         raise InspectError("the model's weights are on meta", hint="pass a model with real weights")
     example = None  # options.inputs: the example, as for a spec
     if options is not None and getattr(options, "inputs", None):
-        from torchinspect.sources.case import resolve_inputs
-
         example = resolve_inputs(list(options.inputs), None, batch=options.batch,
                                  no_batch=options.no_batch)
     name = type(model).__name__
+    weights = WeightsOrigin(WeightsSource.module, module=name)
     if has_lazy(model):  # the first batch sizes the lazy modules: of a copy
-        from torchinspect.sources.materialize import lazy_real_copy
-
         return _Built(lazy_real_copy(model).to(device), name, example,
-                      ["lazy modules are sized on a copy (the model passed in stays lazy)"], False)
+                      ["lazy modules are sized on a copy (the model passed in stays lazy)"], False,
+                      weights)
     if torch.device(here) != torch.device(device):
         import copy
 
         return _Built(copy.deepcopy(model).to(device), name, example,
-                      [f"the model was copied from {here} to {device}"], True)
-    return _Built(model, name, example, [], False)
-
-
-# models whose weights come from the MODEL file itself
-_FILE_KINDS = ("pickle", "torchscript", "export")
-
-
-def weights_identity(model: Any, options: Any, built: _Built) -> dict[str, Any]:
-    """What the manifest records as the weights: a weights file (``--weights``, or MODEL
-    when it is a pickled/TorchScript/exported model or a checkpoint folder: the sha256 of
-    its bytes), the caller's module (the sha256 of its tensors), or ``random-init`` with
-    the seed (and the sha256 of the tensors it gave)."""
-    path = getattr(options, "weights", None)
-    if path and not isinstance(model, torch.nn.Module):
-        return {"source": os.fspath(path), "sha256": file_sha256(Path(path))}
-    digest = state_sha256(built.net)
-    if isinstance(model, str):
-        random_init = built.kind not in _FILE_KINDS and (
-            not os.path.exists(model) or model.endswith(".py")
-            or any("random init" in n for n in built.notes))
-        if random_init:
-            return {"source": "random-init", "seed": RANDOM_INIT_SEED, "sha256": digest}
-        return {"source": model, "sha256": file_sha256(Path(model))}
-    return {"source": f"module {type(built.net).__name__}", "sha256": digest}
-
-
-def file_sha256(path: Path) -> str:
-    """sha256 of a file, or of a folder's files (sorted relative names and bytes)."""
-    h = hashlib.sha256()
-    files = sorted(p for p in path.rglob("*") if p.is_file()) if path.is_dir() else [path]
-    for f in files:
-        if path.is_dir():
-            h.update(f.relative_to(path).as_posix().encode() + b"\0")
-        with open(f, "rb") as fh:
-            while chunk := fh.read(1 << 22):
-                h.update(chunk)
-    return h.hexdigest()
-
-
-def state_sha256(net: Any) -> str:
-    """sha256 over the names, dtypes, shapes and bytes of a module's parameters and buffers."""
-    h = hashlib.sha256()
-    for key, t in net.state_dict().items():
-        if not isinstance(t, torch.Tensor):
-            continue
-        if torch.nn.parameter.is_lazy(t):  # sized by the first batch: the same for every run
-            h.update(f"{key}:lazy\0".encode())
-            continue
-        h.update(f"{key}:{t.dtype}:{tuple(t.shape)}\0".encode())
-        data = t.detach().to("cpu").contiguous().reshape(-1)
-        if data.numel():
-            h.update(data.view(torch.uint8).numpy().tobytes())
-    return h.hexdigest()
+                      [f"the model was copied from {here} to {device}"], True, weights)
+    return _Built(model, name, example, [], False, weights)
 
 
 def example_info(example: Any) -> tuple[int | None, tuple[int, int] | None, Any]:

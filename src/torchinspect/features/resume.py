@@ -25,6 +25,7 @@ import torch
 
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.features import store
+from torchinspect.sources.origin import describe_weights
 
 LOCK = ".lock"
 # Settings that must match for a rerun to add rows to an existing folder.
@@ -152,16 +153,6 @@ def check_same(folder: Path, manifest: Mapping[str, Any], settings: Mapping[str,
     raise InspectError(
         f"{folder} holds features written with other settings ({', '.join(differs)}){detail}",
         hint="use another output folder, or pass --restart to discard its rows and start over")
-
-
-def describe_weights(w: Mapping[str, Any] | None) -> str:
-    """``random init (seed 0)``, ``w.pt (sha256 1a2b3c4d5e6f)``: for messages and reports."""
-    if not w:
-        return "weights not recorded"
-    digest = f"sha256 {str(w.get('sha256'))[:12]}" if w.get("sha256") else ""
-    if w.get("source") == "random-init":
-        return f"random init (seed {w.get('seed')}" + (f", {digest})" if digest else ")")
-    return f"{w.get('source')}" + (f" ({digest})" if digest else "")
 
 
 # ------------------------------------------------------------------ recovery

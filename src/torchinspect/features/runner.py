@@ -182,7 +182,8 @@ class Runner:
                 and self.mine and all(it.kind == "image" for _, it in self.mine)):
             return
         w0 = time.perf_counter()
-        shapes = [(n, 3, *plan.prep.crop) for n in list(dict.fromkeys(sizes))[:3]]
+        shapes: list[tuple[int, ...]] = [(n, 3, *plan.prep.crop)
+                                         for n in list(dict.fromkeys(sizes))[:3]]
         try:
             warm_up(self.cap, shapes, plan.device, self.autocast, self.channels_last)
         except BaseException:

@@ -26,14 +26,14 @@ import os
 import re
 import time
 from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 import torch
 
 from torchinspect.errors import ExitStatus, InspectError
-from torchinspect.io.atomic import atomic_write_text
+from torchinspect.io.atomic import atomic_write_text, current_umask
 from torchinspect.io.writers import SUFFIX, write_tensors
 
 MANIFEST = "manifest.json"
@@ -50,7 +50,7 @@ class ShardRecord:
     bytes: int
 
     def to_dict(self) -> dict[str, Any]:
-        return {"file": self.file, "files": self.files, "ids": self.ids, "bytes": self.bytes}
+        return asdict(self)
 
 
 def now() -> str:
@@ -90,24 +90,9 @@ def write_json(path: Path, data: Mapping[str, Any]) -> None:
 def _umask_mode(*paths: Path) -> None:
     """Every file of the folder gets the mode a new file gets here (0666 less the umask),
     whatever mode a writer's temporary file had."""
-    mode = 0o666 & ~_umask()
+    mode = 0o666 & ~current_umask()
     for p in paths:
         os.chmod(p, mode)
-
-
-def _umask() -> int:
-    """The process's umask, read without changing it where Linux tells it (os.umask sets
-    it, and writer threads create files meanwhile)."""
-    try:
-        with open("/proc/self/status") as fh:
-            for line in fh:
-                if line.startswith("Umask:"):
-                    return int(line.split()[1], 8)
-    except (OSError, ValueError):
-        pass
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
 
 
 def tensors_info(tensors: Mapping[str, torch.Tensor]) -> dict[str, dict[str, Any]]:

@@ -189,7 +189,7 @@ def clean_stale_temps(folder: Path) -> list[Path]:
     :data:`TEMP_MARK`) and whose writer is gone: its process no longer runs on this host,
     or the folder is older than :data:`STALE_AFTER_S`. Anything else is never touched.
     Returns what was removed."""
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = list(folder.glob(".*.tmp"))
     except OSError:
@@ -294,7 +294,9 @@ def exchange(new: Path, target: Path) -> None:
     os.rename(old, new)
 
 
-def _umask() -> int:
+def current_umask() -> int:
+    """The process's umask, read without changing it where Linux tells it (os.umask sets
+    it, and writer threads create files meanwhile)."""
     try:
         with open("/proc/self/status", encoding="ascii") as fh:
             for line in fh:
@@ -312,7 +314,7 @@ def _mode_for(target: Path, default: int) -> int:
     try:
         return stat.S_IMODE(os.stat(target).st_mode)
     except OSError:
-        return default & ~_umask()
+        return default & ~current_umask()
 
 
 # ------------------------------------------------------------------ full disks

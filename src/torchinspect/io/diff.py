@@ -20,7 +20,7 @@ from torchinspect.io.entries import FilePool
 from torchinspect.io.formats import CheckpointFormat
 from torchinspect.io.keys import KeyGroup, group_keys
 from torchinspect.io.meta import TensorMeta, TensorSet, read_checkpoint_meta
-from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps, state_entry_kind
+from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps, py_str, state_entry_kind
 from torchinspect.io.tensors import open_input
 
 FOLDED_SUFFIXES = (".num_batches_tracked",)
@@ -58,6 +58,7 @@ class DiffSide(TensorSet):
     file_size: int | None = None
     path: Path | None = None  # for --values: reload data from here
     key: str | None = None
+    trusted: bool = False  # read with --trust-pickle (the load line then needs weights_only=False)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -74,7 +75,7 @@ def checkpoint_side(path: str | os.PathLike[str], *, key: str | None = None,
     ``fmt``: the already detected format of a single file (detection runs once per file)."""
     meta = read_checkpoint_meta(path, key=key, trust_pickle=trust_pickle, fmt=fmt)
     return DiffSide(str(path), "checkpoint", meta.tensors, str(meta.format), meta.container_key,
-                    meta.extras, list(meta.notes), meta.file_size, Path(path), key)
+                    meta.extras, list(meta.notes), meta.file_size, Path(path), key, trust_pickle)
 
 
 def entry_meta(key: str, v: Any, device: str = "model") -> TensorMeta | None:
@@ -178,8 +179,10 @@ class DiffResult:
 
     def verdict_text(self) -> str:
         v = self.verdict
+        when = ", ".join(self.conditions())
+        when = f" {when}" if when else ""
         if v is Verdict.strict:
-            return f"loads with strict=True ({len(self.matched)} tensors)"
+            return f"loads with strict=True ({len(self.matched)} tensors){when}"
         if v is Verdict.complete:
             why = []
             if self.unexpected:
@@ -187,15 +190,86 @@ class DiffResult:
             if self.tied_fill:
                 why.append(f"{len(self.tied_fill)} tied key(s) absent from B get their value "
                            "through the tie")
-            return (f"loads with strict=False: every one of the {self.target_total} target tensors "
-                    f"gets a value; {'; '.join(why)}")
+            return (f"loads with strict=False{when}: every one of the {self.target_total} target "
+                    f"tensors gets a value; {'; '.join(why)}")
         if v is Verdict.partial:
             return (f"partial load: only {len(self.matched)} of {self.target_total} target tensors "
-                    f"get a value with strict=False ({len(self.missing)} missing)")
+                    f"get a value with strict=False{when} ({len(self.missing)} missing)")
         if self.shape_mismatches:
             return (f"incompatible: {len(self.shape_mismatches)} shape mismatch(es); "
                     f"load_state_dict raises even with strict=False")
         return "incompatible: no key matches"
+
+    def conditions(self) -> list[str]:
+        """What the verdict assumes about how B is loaded: the container entry taken, CPU
+        storages for tensors saved on another device, the applied key remap."""
+        if self.verdict is Verdict.incompatible or self.b.kind != "checkpoint":
+            return []
+        out = []
+        if self.b.container_key:
+            out.append(f"taking {_subscript(self.b.container_key)} from the file")
+        saved = [d for d in self.b.devices if d != "cpu"]
+        if saved and self.b.format in _TORCH_FILES:
+            out.append(f'with map_location="cpu" (saved on {", ".join(saved)})')
+        if self.applied_remap is not None:
+            out.append(self.applied_remap.condition())
+        if self._needs_plain_dict:
+            out.append(f"as a plain dict (BatchNorm then fills the {len(self.filled)} absent "
+                       "num_batches_tracked)")
+        return out
+
+    @property
+    def filled(self) -> list[str]:
+        """The target's num_batches_tracked that B lacks (folded): BatchNorm fills them."""
+        return [k for k in self.folded if k in self.a.tensors]
+
+    @property
+    def _needs_plain_dict(self) -> bool:
+        """BatchNorm fills an absent num_batches_tracked only when the state_dict carries no
+        version (``_metadata``, which torch.load restores on a saved ``state_dict()``);
+        a remap builds a new dict anyway, safetensors has none."""
+        return bool(self.filled) and self.applied_remap is None and self.b.format in _TORCH_FILES
+
+    def load_code(self) -> tuple[list[str], str]:
+        """Lines of Python that load B into ``model`` as the verdict says, or no lines and why.
+
+        For one torch.save or safetensors file that loads (and a DCP folder holding exactly the
+        model's keys and dtypes); the lines assume the target module is called ``model``."""
+        why_not = self._no_load_code()
+        if why_not:
+            return [], why_not
+        b, path = self.b, py_str(str(self.b.path))
+        if b.format == "dcp":
+            return ["import torch.distributed.checkpoint as dcp", "sd = model.state_dict()",
+                    f"dcp.load(sd, checkpoint_id={path})",
+                    "model.load_state_dict(sd)"], ""
+        lines = _read_lines(b, path)
+        if b.container_key is None and b.extras:  # scalars beside the tensors of a flat dict
+            names = ", ".join(py_str(k) for k in b.extras)
+            lines.append(f"sd = {{k: v for k, v in sd.items() if k not in {{{names}}}}}")
+        if self.applied_remap is not None:
+            lines.append(f"sd = {{{self.applied_remap.python('k')}: v for k, v in sd.items()}}")
+        elif self._needs_plain_dict and not (b.container_key is None and b.extras):
+            lines.append("sd = dict(sd)  # no saved _metadata: BatchNorm fills num_batches_tracked")
+        lines.append("model.load_state_dict(sd)" if self.verdict is Verdict.strict else
+                     "model.load_state_dict(sd, strict=False)")
+        return lines, ""
+
+    def _no_load_code(self) -> str:
+        """Why no load lines are printed ("" when they are)."""
+        b = self.b
+        if self.verdict is Verdict.incompatible:
+            return "it does not load"
+        if b.kind != "checkpoint" or b.path is None:
+            return "B is not a checkpoint file"
+        if b.format == "dcp" and (self.verdict is not Verdict.strict or self.applied_remap
+                                  or self.folded or self.dtype_mismatches):
+            return ("a DCP folder loads in place only into the same keys and dtypes; "
+                    "`inspect convert` it to one .safetensors file first")
+        if b.format not in (*_TORCH_FILES, "safetensors", "dcp"):
+            return (f"{b.format} is not one file torch.load or safetensors reads; "
+                    "`inspect convert` it to one .safetensors file first")
+        return ""
 
     def grouped(self, which: str) -> list[KeyGroup]:
         if which in ("shape_mismatches", "dtype_mismatches"):
@@ -217,11 +291,34 @@ class DiffResult:
             "applied_remap": self.applied_remap.to_dict() if self.applied_remap else None,
             "renamed": self.renamed,
             "values": None if self.values is None else [v.to_dict() for v in self.values],
+            "conditions": self.conditions(), "load_code": "\n".join(self.load_code()[0]) or None,
+            "no_load_code": self.load_code()[1] or None,
             "notes": self.notes, "tied_fill": self.tied_fill, "extra_state": {"a": self.a.extra_state, "b": self.b.extra_state},
             "tied": {"a": self.a.tied, "b": self.b.tied},
             "groups": {w: [g.to_dict() for g in self.grouped(w)]
                        for w in ("missing", "unexpected", "shape_mismatches", "dtype_mismatches")},
         }
+
+
+_TORCH_FILES = ("torch_zip", "torch_legacy")
+
+
+def _read_lines(b: DiffSide, path: str) -> list[str]:
+    """The lines that read one torch.save or safetensors file into ``sd``."""
+    if b.format == "safetensors":
+        return ["from safetensors.torch import load_file", f"sd = load_file({path})"]
+    where = ', map_location="cpu"' if any(d != "cpu" for d in b.devices) else ""
+    line = f"sd = torch.load({path}{where}, weights_only={not b.trusted})"
+    if b.container_key:
+        line += _subscript(b.container_key)
+    if b.trusted:
+        line += "  # --trust-pickle: runs code from the file"
+    return ["import torch", line]
+
+
+def _subscript(container_key: str) -> str:
+    """``model/state_dict`` -> ``["model"]["state_dict"]`` (the entry torch.load's result holds)."""
+    return "".join(f"[{py_str(part)}]" for part in container_key.split("/"))
 
 
 def _is_folded(key: str) -> bool:
@@ -268,7 +365,11 @@ def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
             if new != k:
                 renamed[k] = new
             b_tensors[new] = v
-    matched, missing, shape_mm, dtype_mm, folded = [], [], [], [], []
+    matched: list[str] = []
+    missing: list[str] = []
+    folded: list[str] = []
+    shape_mm: list[Any] = []
+    dtype_mm: list[Any] = []
     notes: list[str] = []
     tied_fill: list[str] = []
     for k, ta in a.tensors.items():
@@ -308,7 +409,7 @@ def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
             else:
                 still.append(k)
         missing = still
-    unexpected = []
+    unexpected: list[str] = []
     for k in b_tensors:
         if k not in a.tensors:
             (folded if fold_batch_counters and _is_folded(k) else unexpected).append(k)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import re
-from collections.abc import Hashable, Iterable
+from collections.abc import Hashable, Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -35,7 +35,7 @@ def _ranges(nums: Iterable[int]) -> str:
     values = sorted(set(nums))
     parts: list[str] = []
     start = prev = values[0]
-    for v in values[1:] + [None]:  # type: ignore[list-item]
+    for v in [*values[1:], None]:
         if v is not None and v == prev + 1:
             prev = v
             continue
@@ -46,7 +46,7 @@ def _ranges(nums: Iterable[int]) -> str:
     return "{" + ",".join(parts) + "}"
 
 
-def group_keys(keys: Iterable[str], detail_of: dict[str, Hashable] | None = None) -> list[KeyGroup]:
+def group_keys(keys: Iterable[str], detail_of: Mapping[str, Hashable] | None = None) -> list[KeyGroup]:
     """Group keys whose non-numeric parts (and ``detail_of[key]``) are equal.
 
     Order follows the first key of each group. A group of one keeps the key as its pattern.

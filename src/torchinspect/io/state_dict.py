@@ -25,7 +25,9 @@ TRAINING_KEYS: frozenset[str] = frozenset({
     "lr_scheduler", "lr_schedulers", "scaler", "amp", "grad_scaler", "loops", "callbacks",
     "rng_state", "rng_states",
 })
-DEFAULT_PREFIXES: tuple[str, ...] = ("module.", "_orig_mod.")
+#: Prefixes that wrappers put in front of every key, and the wrapper that does it.
+WRAPPER_PREFIXES: dict[str, str] = {"module.": "DataParallel/DDP", "_orig_mod.": "torch.compile"}
+DEFAULT_PREFIXES: tuple[str, ...] = tuple(WRAPPER_PREFIXES)
 
 TensorTest = Callable[[Any], bool]
 
@@ -256,18 +258,51 @@ class PrefixRemap:
 
     def describe(self) -> str:
         if self.infix:
-            return f"remove '{self.infix}' wherever it occurs in a key"
+            return f"remove '{self.infix}' wherever it occurs in a key{_origin(self.infix)}"
         if self.strip and self.add:
             return f"replace prefix '{self.strip}' with '{self.add}'"
         if self.strip:
-            return f"strip prefix '{self.strip}'"
+            return f"strip prefix '{self.strip}'{_origin(self.strip)}"
         if self.add:
             return f"add prefix '{self.add}'"
         return "keys as they are"
 
+    def condition(self) -> str:
+        """The remap as a condition of a load verdict: ``after stripping 'module.'``."""
+        if self.infix:
+            return f"after removing '{self.infix}' wherever it occurs in a key"
+        if self.strip and self.add:
+            return f"after replacing the prefix '{self.strip}' with '{self.add}'"
+        if self.strip:
+            return f"after stripping '{self.strip}'"
+        return f"after adding the prefix '{self.add}'" if self.add else ""
+
+    def python(self, var: str = "k") -> str:
+        """A Python expression of ``var`` that computes :meth:`apply` (for a printed load line)."""
+        q = py_str
+        if self.infix:  # found alone (find_prefix_remaps): never with strip or add
+            return f'".".join(p for p in {var}.split(".") if p != {q(self.infix.rstrip("."))})'
+        if self.strip and self.add:
+            return f"{q(self.add)} + {var}[{len(self.strip)}:] if {var}.startswith({q(self.strip)}) else {var}"
+        if self.strip:
+            return f"{var}.removeprefix({q(self.strip)})"
+        return f"{q(self.add)} + {var}" if self.add else var
+
     def to_dict(self) -> dict[str, Any]:
         return {"strip": self.strip, "add": self.add, "infix": self.infix,
                 "matched": self.matched, "total": self.total, "description": self.describe()}
+
+
+def py_str(text: str) -> str:
+    """``text`` as a double-quoted Python string literal (for printed lines of Python)."""
+    import json
+
+    return json.dumps(text)
+
+
+def _origin(prefix: str) -> str:
+    """`` (DataParallel/DDP)`` after a wrapper's prefix, else nothing."""
+    return f" ({WRAPPER_PREFIXES[prefix]})" if prefix in WRAPPER_PREFIXES else ""
 
 
 def _common_prefixes(keys: list[str], limit: int = 8, depth: int = 3) -> list[str]:

@@ -57,6 +57,7 @@ def scan_pickle_globals(data: bytes, max_pickles: int = 4) -> list[str]:
     for _ in range(max_pickles):
         stack: list[Any] = []
         memo: dict[int, Any] = {}
+        arg: Any  # pickletools types it as a union of every opcode's argument
         try:
             for op, arg, _pos in pickletools.genops(stream):
                 name = op.name

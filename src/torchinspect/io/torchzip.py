@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchinspect.dtypes import SIZES
 from torchinspect.errors import InspectError
 from torchinspect.io.formats import zip_prefix
 from torchinspect.io.zipcheck import STORED, open_zip
@@ -34,13 +35,7 @@ STORAGE_DTYPES: dict[str, tuple[str, int]] = {
     "BFloat16Storage": ("bfloat16", 2), "ComplexDoubleStorage": ("complex128", 16),
     "ComplexFloatStorage": ("complex64", 8), "UntypedStorage": ("uint8", 1),
 }
-DTYPE_SIZES: dict[str, int] = {
-    "float64": 8, "float32": 4, "float16": 2, "bfloat16": 2, "int64": 8, "int32": 4,
-    "int16": 2, "int8": 1, "uint8": 1, "bool": 1, "complex128": 16, "complex64": 8,
-    "uint16": 2, "uint32": 4, "uint64": 8, "float8_e4m3fn": 1, "float8_e5m2": 1,
-    "float8_e4m3fnuz": 1, "float8_e5m2fnuz": 1, "float8_e8m0fnu": 1,
-    "qint8": 1, "quint8": 1, "qint32": 4, "quint4x2": 1, "quint2x4": 1, "complex32": 4,
-}
+DTYPE_SIZES = SIZES  # bytes per element by torch dtype name (dtypes.py)
 
 class NeedsTorch(Exception):
     """The pickle uses a global outside this reader's allowlist; let torch.load decide."""
@@ -121,7 +116,7 @@ def _codecs_encode(obj: str, encoding: str = "utf-8") -> bytes:
     return obj.encode("latin1" if encoding == "latin1" else encoding)
 
 
-class PlainNamespace(dict):  # type: ignore[type-arg]
+class PlainNamespace(dict[str, Any]):
     """``argparse.Namespace`` read as plain data (its fields)."""
 
     def __setstate__(self, state: Any) -> None:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -141,7 +141,7 @@ def plan_shards(sizes: Mapping[str, int], max_bytes: int) -> ShardPlan:
 
 # ------------------------------------------------------------------ streaming writers
 
-Chunks = Iterator[bytes | memoryview]
+Chunks = Iterable[bytes | memoryview]
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,9 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from torchinspect.device import available_bytes
 from torchinspect.errors import InspectError
+from torchinspect.io.writers import parse_size
 from torchinspect.memory.predict import Target, predict_case
 from torchinspect.memory.result import FitResult, MemoryResult, MemorySweep
 from torchinspect.memory.step import StepConfig
@@ -21,9 +23,6 @@ BATCH_LIMIT = 1 << 16
 
 def parse_budget(text: str) -> int:
     """``80GB``, ``40GiB``, ``8e10`` or ``cuda`` (the free memory of the GPU that is there)."""
-    from torchinspect.device import available_bytes
-    from torchinspect.io.writers import parse_size
-
     if text.strip().lower().startswith("cuda"):
         import torch
 

@@ -16,15 +16,28 @@ from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, replace
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.arguments import renamed_keywords
+from torchinspect.errors import ExitStatus, InspectError, first_line
+from torchinspect.inputs import ExampleInputs, rebatch
 from torchinspect.memory import step as steps
+from torchinspect.memory.autocast import cuda_autocast_on_cpu
 from torchinspect.memory.gpu import cublas_workspace, parse_gpu
+from torchinspect.memory.kernels import cuda_kernels
+from torchinspect.memory.modules import ForwardModules
 from torchinspect.memory.result import MemoryResult, RunMemory
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.timeline import replay
 from torchinspect.memory.tracker import StorageTracker
-from torchinspect.shapes import map_tensors
-from torchinspect.sources.case import ModelCase, ModelOptions, make_case, materialize
+from torchinspect.shapes import map_tensors, tensor_leaves
+from torchinspect.sources.case import (
+    ModelCase,
+    ModelLike,
+    ModelOptions,
+    describe_inputs,
+    make_case,
+    materialize,
+)
+from torchinspect.trace.engine import forward_mode, model_kept
 
 
 @dataclass(frozen=True)
@@ -60,7 +73,8 @@ def make_target(device: str = "cuda", gpu: str | None = None, *, fast: bool = Fa
     return Target("cuda", name, cublas_workspace(name), "meta" if fast else "cpu")
 
 
-def predict_memory(model_or_case: Any, inputs: Any = None, *, train: bool = True,
+@renamed_keywords(model_or_case="model")
+def predict_memory(model: ModelLike, inputs: Any = None, *, train: bool = True,
                    inference: bool = True, optimizer: str = "adamw", dtype: str | None = None,
                    amp: str | None = None, checkpointing: str | None = None, loss: str = "sum",
                    batch: int | None = None, device: str = "cuda", gpu: str | None = None,
@@ -68,13 +82,12 @@ def predict_memory(model_or_case: Any, inputs: Any = None, *, train: bool = True
                    top: int = 10) -> MemoryResult:
     """Predicted peak memory of inference and of a training step (first and steady state).
 
-    ``model_or_case``: a :class:`ModelCase`, an ``nn.Module`` or any MODEL text. ``batch``
+    ``model``: a :class:`ModelCase`, an ``nn.Module`` or any MODEL text. ``batch``
     sets the leading dimension of every input. ``device="cuda"`` follows the CUDA caching
     allocator (``torch.cuda.max_memory_allocated``); ``gpu`` names the GPU for the cuBLAS
     workspace (default: the one present, else h100).
     """
-    case = model_or_case if isinstance(model_or_case, ModelCase) else make_case(
-        model_or_case, inputs, options=options)
+    case = make_case(model, inputs, options=options)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp,
                      checkpointing=checkpointing, loss=loss, foreach=foreach)
     return predict_case(case, cfg, make_target(device, gpu), batch=batch,
@@ -120,8 +133,6 @@ def check_checkpointing(case: ModelCase, cfg: StepConfig) -> None:
 
 def example_at(case: ModelCase, batch: int | None) -> Any:
     """The case's example with its batch dimension set to ``batch`` (None: as it is)."""
-    from torchinspect.inputs import ExampleInputs, rebatch
-
     example = case.require_example()
     if batch is None:
         return example
@@ -134,12 +145,10 @@ def example_at(case: ModelCase, batch: int | None) -> Any:
 def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: str,
           top: int) -> tuple[RunMemory, dict[str, int]]:
     """Run one mode on fake tensors under the tracker; replay its log."""
-    from torchinspect.trace.engine import forward_mode, model_kept
-
     model = case.model
     training = mode == "training"
     fake: Any = contextlib.nullcontext()
-    if target.faked:
+    if target.faked:  # imported here: the meta path (summary, check) never needs it
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake = FakeTensorMode(allow_non_fake_inputs=True)
@@ -170,8 +179,6 @@ def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: 
 def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
          cfg: StepConfig, target: Target, tracker: StorageTracker, fake: Any, mode: str,
          name: str) -> None:
-    from torchinspect.memory.kernels import cuda_kernels
-
     autocast = autocast_factory(cfg.amp, target)
     kernels = cuda_kernels() if target.emulated else contextlib.nullcontext()
     with fake, tracker, module_tracker(mode) as modules, kernels:
@@ -196,9 +203,8 @@ def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[
 def module_tracker(mode: str) -> Any:
     """Forward hooks for inference; ModTracker (forward and backward) for training."""
     if mode == "inference":
-        from torchinspect.memory.modules import ForwardModules
-
         return ForwardModules()
+    # imported here: it imports torch.distributed (seconds cold), which inference never needs
     from torch.distributed._tools.mod_tracker import ModTracker
 
     return ModTracker()
@@ -285,15 +291,11 @@ def autocast_factory(amp: str | None, target: Target) -> Callable[[], Any]:
         return contextlib.nullcontext
     dt = steps.DTYPES[amp]
     if target.emulated:
-        from torchinspect.memory.autocast import cuda_autocast_on_cpu
-
         return lambda: cuda_autocast_on_cpu(dt)
     return lambda: torch.autocast(target.fake_device, dtype=dt)
 
 
 def _leaves(value: Any) -> Iterator[Any]:
-    from torchinspect.shapes import tensor_leaves
-
     yield from tensor_leaves(value)
 
 
@@ -310,8 +312,6 @@ class TrainingNeedsBatch(InspectError):
 
 
 def _run_error(name: str, mode: str, exc: Exception) -> InspectError:
-    from torchinspect.errors import ExitStatus, first_line
-
     text = first_line(exc)
     if mode == "training" and "more than 1 value per channel" in text:
         return TrainingNeedsBatch(f"{name}: BatchNorm cannot train on this batch ({text})",
@@ -328,8 +328,6 @@ def _run_error(name: str, mode: str, exc: Exception) -> InspectError:
 
 
 def _describe(example: Any) -> str:
-    from torchinspect.sources.case import describe_inputs
-
     return describe_inputs(example)
 
 

@@ -11,13 +11,15 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass, field
+from functools import partial
 from typing import Any
 
 from torchinspect.errors import InspectError
 from torchinspect.memory import step as steps
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
-from torchinspect.sources.case import ModelCase
+from torchinspect.shapes import map_tensors
+from torchinspect.sources.case import ModelCase, materialize
 
 
 @dataclass
@@ -104,7 +106,7 @@ def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str,
                 on_phase("forward", n)
                 steps.train_step(model, state, args, kwargs, optimizer=optimizer, loss=cfg.loss,
                                  autocast=autocast, name=case.name,
-                                 on_phase=lambda p, n=n: on_phase(p, n))
+                                 on_phase=partial(on_phase, n=n))
         on_phase("end", 0)
     peaks.pop("setup:0", None)
     peaks.pop("end:0", None)
@@ -135,9 +137,6 @@ def verify(result: MemoryResult, case: ModelCase, example: Any, cfg: StepConfig,
 
 
 def _inputs(example: Any, dt: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
-    from torchinspect.shapes import map_tensors
-    from torchinspect.sources.case import materialize
-
     args, kwargs = materialize(example, "cpu")
 
     def move(t: Any) -> Any:

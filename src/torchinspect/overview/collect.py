@@ -8,7 +8,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, cast
 
 from torchinspect import __version__
 from torchinspect import device as devices
@@ -16,14 +16,13 @@ from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.flops import FlopsResult, flops_from_trace
 from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.summary import Summary, summary_from_trace
-from torchinspect.arguments import check_depth
+from torchinspect.arguments import ProgressFn, check_depth
 from torchinspect.errors import InspectError
-from torchinspect.overview import parts
+from torchinspect.overview import aggregate, parts
 from torchinspect.overview.memory import memory_part
-from torchinspect.sources.case import ModelCase, ModelOptions, make_case
+from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 
-ProgressFn = Callable[[str], None]
 TOP_LAYERS = 15
 
 
@@ -51,6 +50,7 @@ class ModelOverview:
     memory: Any | None = None  # torchinspect.overview.memory.MemoryPart
     missing: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
+    weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict() of the model
 
     @property
     def name(self) -> str:
@@ -70,31 +70,35 @@ class ModelOverview:
                 out[f.name].macs += f.macs
         return list(out.values())
 
-    def top_layers(self, n: int = TOP_LAYERS) -> list[Block]:
-        """The ``n`` leaf module calls with the most MACs (from the trace's call records)."""
+    def top_layers(self, n: int = TOP_LAYERS) -> list[aggregate.LayerGroup]:
+        """The ``n`` groups of identical leaf layers with the most MACs (a group: the same
+        type, settings, shapes, params and MACs; resnet50's repeated 3×3 convs are one)."""
         trace = self.summary.trace
-        if trace is None:
-            return []
-        leaves = [c for c in trace.calls if not c.children and c.total_macs > 0]
-        leaves.sort(key=lambda c: c.total_macs, reverse=True)
-        out = []
-        for c in leaves[:n]:
-            info = trace.modules.get(c.name)
-            out.append(Block(c.name or self.name, c.type, info.total_params if info else 0,
-                             c.total_macs))
-        return out
+        return aggregate.layer_groups(trace, n) if trace is not None else []
+
+    def by_type(self) -> dict[str, aggregate.TypeTotals]:
+        """Params and MACs per module type family (Conv2d, Linear, attention, norm, ...)."""
+        trace = self.summary.trace
+        return aggregate.by_type(trace) if trace is not None else {}
+
+    def hierarchy(self) -> dict[str, tuple[int, int]]:
+        """``{name: (params, MACs)}`` two levels down the module tree (for a treemap)."""
+        trace = self.summary.trace
+        return aggregate.two_levels(trace) if trace is not None else {}
 
     def to_dict(self) -> dict[str, Any]:
         return {
             "spec": self.spec, "model": self.name,
             "summary": self.summary.to_dict(), "flops": self.flops.to_dict(),
             "blocks": [vars(b) for b in self.blocks()],
-            "top_layers": [vars(b) for b in self.top_layers()],
+            "top_layers": [g.to_dict() for g in self.top_layers()],
+            "by_type": {k: vars(v) for k, v in self.by_type().items()},
+            "hierarchy": {k: {"params": p, "macs": m} for k, (p, m) in self.hierarchy().items()},
             "graph": self.graph.to_dict() if self.graph else None,
             "doctor": self.doctor.to_dict() if self.doctor else None,
             "bench": self.bench.to_dict() if self.bench is not None else None,
             "memory": self.memory.to_dict() if self.memory is not None else None,
-            "missing": dict(self.missing),
+            "weights": self.weights, "missing": dict(self.missing),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
 
@@ -128,7 +132,7 @@ def versions() -> dict[str, str | None]:
     return out
 
 
-def collect_overview(models: Sequence[Any] | Any, inputs: Any = None, *, depth: int = 3,
+def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None, *, depth: int = 3,
                      options: ModelOptions | None = None, graph: bool = True,
                      graph_depth: int = 2, doctor: bool = True, doctor_run: bool = False,
                      bench: bool = False, bench_batches: Sequence[int] | None = None,
@@ -144,7 +148,8 @@ def collect_overview(models: Sequence[Any] | Any, inputs: Any = None, *, depth: 
         raise InspectError(f"graph depth {graph_depth}: must be 0 or more", hint="e.g. 2")
     if bench_seconds <= 0:
         raise InspectError(f"bench seconds {bench_seconds}: must be more than 0", hint="e.g. 1")
-    specs = list(models) if isinstance(models, (list, tuple)) else [models]
+    specs: list[ModelLike] = (list(models) if isinstance(models, (list, tuple))
+                              else [cast("ModelLike", models)])
     if not specs:
         raise InspectError("no model given", hint="e.g. inspect report resnet18 -o report.html")
     opts = options or ModelOptions()
@@ -180,7 +185,8 @@ def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: in
                                  notes=notes, memory=predicted.result if predicted else None)
     flops = flops_from_trace(trace, model=case.name, inputs=described, depth=depth, notes=notes)
     seconds["trace"] = time.perf_counter() - start
-    view = ModelOverview(label, summary, flops, seconds=seconds, memory=predicted)
+    view = ModelOverview(label, summary, flops, seconds=seconds, memory=predicted,
+                         weights=case.weights.to_dict())
     if memory_why:
         view.missing["memory"] = memory_why
 

@@ -1,6 +1,8 @@
 """Presentation: result dataclasses -> Report (one module per command) -> renderer.
 
-Only cli/ imports this package. Nothing here imports torch.
+Only cli/ imports this package. Nothing here imports torch itself; a report module that only
+needs a constant or a formatter of analysis/ (which loads torch) imports it inside the
+function, so rendering a saved result stays light.
 """
 
 from torchinspect.report.base import (

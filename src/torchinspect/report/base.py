@@ -52,6 +52,8 @@ class Table:
     footer: list[str] = field(default_factory=list)
     primary: bool = False  # the table written by --format csv
     depths: list[int] | None = None  # a tree table: each row's depth (html collapses by it)
+    # a table of sentences: these columns fold so the table fits the terminal (or 100 columns)
+    wrap: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -69,6 +71,7 @@ class Text:
     lines: list[str]
     title: str | None = None
     style: str = ""  # rich style for table output, e.g. "yellow"
+    code: bool = False  # lines of Python to copy: never wrapped, a code block in Markdown/HTML
 
 
 @dataclass

@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from torchinspect.bench.timing import fmt_time
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.bench.compare import Change
@@ -48,7 +49,7 @@ def _rows(result: BenchResult, cuda: bool) -> tuple[list[str], list[list[Any]]]:
         s = t.stats if t else None
         row: list[Any] = [c.dtype, c.batch if c.batch is not None else "-",
                           c.status.upper() if c.status != "ok" else "ok"]
-        if s is None:
+        if t is None or s is None:
             row += [Shown("", "-")] * 10 + [Shown("", "-")]
         else:
             row += [_t(s.median), _t(s.mean), _t(s.min), _t(s.p90), _t(s.p99), _t(s.std),
@@ -65,6 +66,7 @@ def _environment(result: BenchResult) -> KeyValues:
     e = result.environment
     o = result.options
     items: list[tuple[str, Any]] = [("model", result.model), ("inputs", result.inputs),
+                                    ("weights", describe_weights(result.weights)),
                                     ("device", result.device)]
     if "gpu" in e:
         items += [("gpu", f"{e['gpu']} (sm {e['capability']}, {fmt_bytes(e['gpu_memory'])})"),
@@ -137,19 +139,7 @@ def bench_report(result: BenchResult, compare: list[Change] | None = None,
         sections.append(Table(f"top operators by {p.sort_by.replace('_', ' ')} time", pcols, prow,
                               footer=footer))
     if compare is not None:
-        crow = [[c.dtype, c.batch if c.batch is not None else "-", _t(c.old_median),
-                 _t(c.new_median),
-                 Shown("" if c.change is None else round(c.change * 100, 4),
-                       "-" if c.change is None else f"{c.change * 100:+.2f}%"),
-                 _pct(c.noise), c.verdict] for c in compare]
-        sections.append(Table("compared with the earlier run",
-                              ["dtype", "batch", "old median", "new median", "change", "noise",
-                               "verdict"], crow,
-                              footer=["noise: 3 standard errors of the two medians combined, "
-                                      "at least 1%"]))
-        if setup:
-            sections.append(Text([*setup, "a change may come from these, not from the code"],
-                                 title="the runs differ in", style="yellow"))
+        sections += compare_sections(compare, setup, "compared with the earlier run")
     if result.notes:
         sections.append(Text(result.notes, title="notes"))
     data = result.to_dict()
@@ -157,3 +147,40 @@ def bench_report(result: BenchResult, compare: list[Change] | None = None,
         data["compare"] = [c.to_dict() for c in compare]
         data["compare_setup"] = list(setup or [])
     return Report("bench", data, sections)
+
+
+def compare_sections(compare: list[Change], setup: list[str] | None, title: str,
+                     primary: bool = False) -> list[Any]:
+    """The verdict table (old and new median per dtype and batch) and what else differs."""
+    rows = [[c.dtype, c.batch if c.batch is not None else "-", _t(c.old_median),
+             _t(c.new_median),
+             Shown("" if c.change is None else round(c.change * 100, 4),
+                   "-" if c.change is None else f"{c.change * 100:+.2f}%"),
+             _pct(c.noise), c.verdict] for c in compare]
+    out: list[Any] = [Table(title, ["dtype", "batch", "old median", "new median", "change",
+                                    "noise", "verdict"], rows, primary=primary,
+                            footer=["noise: 3 standard errors of the two medians combined, "
+                                    "at least 1%"])]
+    if setup:
+        out.append(Text([*setup, "a change may come from these, not from the code"],
+                        title="the runs differ in", style="yellow"))
+    return out
+
+
+def _run_line(path: str, data: dict[str, Any]) -> str:
+    env = data.get("environment") or {}
+    where = env.get("gpu") or env.get("cpu") or data.get("device")
+    return (f"{path}: {data.get('model')} ({data.get('inputs')}) on {data.get('device')}, "
+            f"{where}, torch {env.get('torch')}")
+
+
+def saved_comparison_report(new_path: str, new: dict[str, Any], old_path: str,
+                            old: dict[str, Any], compare: list[Change],
+                            setup: list[str]) -> Report:
+    """``inspect bench NEW.json --compare OLD.json``: two saved results, nothing run."""
+    runs = KeyValues("runs", [("new", _run_line(new_path, new)), ("old", _run_line(old_path, old))])
+    sections = [runs, *compare_sections(compare, setup, f"{new_path} compared with {old_path}",
+                                         primary=True)]
+    data = {"new": new_path, "old": old_path, "compare": [c.to_dict() for c in compare],
+            "compare_setup": list(setup)}
+    return Report("bench-compare", data, sections)

@@ -9,18 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchinspect.analysis.conventions import COUNTED_CONVENTION, MACS_CONVENTION
+from torchinspect.analysis.conventions import CONVENTION_NOTES
+from torchinspect.analysis.flops import FlopsResult
+from torchinspect.analysis.params import ParamsResult
 from torchinspect.report.base import Report, Table, Text, nbytes, si
 
 
 def comparison_report(command: str, results: list[Any]) -> Report:
     """``results``: Summary, FlopsResult or ParamsResult objects (one kind)."""
-    from torchinspect.analysis.flops import FlopsResult
-    from torchinspect.analysis.params import ParamsResult
-
     rows: list[list[Any]] = []
     data: list[dict[str, Any]] = []
     notes: list[str] = []
+    head: list[str] = []
+    foot: list[str] = []
     if all(isinstance(r, ParamsResult) for r in results):
         cols = ["Model", "Params", "Trainable", "Frozen", "Param memory", "Buffers"]
         for r in results:
@@ -42,8 +43,10 @@ def comparison_report(command: str, results: list[Any]) -> Report:
                          "device": dev, "fallback_reason": r.fallback_reason})
             if r.fallback_reason:
                 notes.append(f"{r.model}: traced on {dev}: {r.fallback_reason}")
-        head = [MACS_CONVENTION, COUNTED_CONVENTION]
-    sections: list[Any] = [Text(head), Table(None, cols, rows, primary=True)]
+        foot = list(CONVENTION_NOTES)  # notes below the table, short lines
+    sections: list[Any] = [*([Text(head)] if head else []), Table(None, cols, rows, primary=True)]
+    if foot:
+        sections.append(Text(foot))
     if notes:
         sections.append(Text([f"note: {n}" for n in notes], style="yellow"))
     return Report(f"{command}-comparison", {"models": data}, sections)

@@ -4,25 +4,31 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.io.keys import group_keys, key_template
+from torchinspect.io.state_dict import WRAPPER_PREFIXES
 from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes
 
 if TYPE_CHECKING:
     from torchinspect.checkpoints import ConvertResult
 
 
-def _examples(pairs: list[tuple[str, str]], limit: int = 8) -> list[str]:
-    """Renames grouped by layer pattern: 80 layers read as one line."""
-    from torchinspect.io.keys import group_keys, key_template
+#: Groups of renamed keys the table shows without --all.
+RENAMES_SHOWN = 8
 
+
+def _examples(pairs: list[tuple[str, str]], limit: int | None = RENAMES_SHOWN) -> list[str]:
+    """Renames grouped by layer pattern: 80 layers read as one line (``limit=None``: all)."""
     new_of = dict(pairs)
     groups = group_keys([a for a, _ in pairs], {a: key_template(b) for a, b in pairs})
     lines = []
-    for g in groups[:limit]:
+    for g in groups if limit is None else groups[:limit]:
         news = group_keys([new_of[k] for k in g.keys])
         target = news[0].pattern if len(news) == 1 else new_of[g.keys[0]]
         lines.append(f"{g.pattern} -> {target}" + (f"  ({g.count} keys)" if g.count > 1 else ""))
-    if len(groups) > limit:
-        lines.append(f"... {len(groups) - limit} more; --format json lists all")
+    if limit is not None and len(groups) > limit:
+        rest = sum(g.count for g in groups[limit:])
+        lines.append(f"... {len(groups) - limit} more groups ({rest} keys); --all lists every one "
+                     "(--format json always does)")
     return lines
 
 
@@ -37,7 +43,15 @@ def _shown(line: str, limit: int = SHOWN_CHARS) -> str:
     return f"{line[:limit]}... ({len(line):,} characters; --format json shows all)"
 
 
-def convert_report(r: ConvertResult) -> Report:
+def wrapper_note(prefixes: list[str]) -> str:
+    """``note: every key starts with 'module.' (DataParallel/DDP); --auto-prefix strips it``."""
+    who = "/".join(dict.fromkeys(WRAPPER_PREFIXES[p] for p in prefixes))
+    return (f"note: every key starts with '{''.join(prefixes)}' ({who}); "
+            f"--auto-prefix strips {'it' if len(prefixes) == 1 else 'them'}")
+
+
+def convert_report(r: ConvertResult, *, show_all: bool = False) -> Report:
+    """The Report of `inspect convert` (``show_all``: every renamed key group in the table)."""
     sections: list[Any] = []
     facts: list[tuple[str, Any]] = [
         ("input", f"{r.src} ({r.in_format}, {fmt_bytes(r.file_size_before)})"),
@@ -58,16 +72,19 @@ def convert_report(r: ConvertResult) -> Report:
         facts.append(("folded num_batches_tracked", f"{len(r.folded)} (absent from IN; BatchNorm "
                                                     "fills them on load)"))
     sections.append(KeyValues("Converted", facts))
+    if r.wrapper_prefixes:
+        sections.append(Text([wrapper_note(r.wrapper_prefixes)], style="yellow"))
     if r.cast:
         sections.append(Table("Dtype changes", ["change", "tensors"], [[k, v] for k, v in r.cast.items()]))
     done: list[str] = [f"stripped prefix {s}" for s in r.stripped]
     if r.applied_remap:
-        done.append(f"auto prefix: {r.applied_remap.describe()} "
-                    f"({r.applied_remap.matched} of {r.applied_remap.total} model keys match)")
+        done.append(f"auto prefix: {r.applied_remap.describe()}: "
+                    f"{r.applied_remap.matched} of {r.applied_remap.total} model keys match")
     if done:
         sections.append(Text(done, title="Key changes"))
     if r.renamed:
-        sections.append(Text(_examples(r.renamed), title="Renamed keys"))
+        sections.append(Text(_examples(r.renamed, None if show_all else RENAMES_SHOWN),
+                             title="Renamed keys"))
     if r.dropped:
         sections.append(Text([_shown(f"{k}: {v}") for k, v in r.dropped.items()], title="Dropped"))
     if r.metadata:

@@ -72,6 +72,7 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
             facts.append(f"{len(s.extra_state)} extra state")
         lines.append(f"{name} {s.label}  [{'; '.join(facts)}]")
     sections.append(Text(lines))
+    sections.extend(_remap_sections(result))
     counts = KeyValues("Keys", [
         ("matched", len(result.matched)),
         ("missing (in A, not in B)", len(result.missing)),
@@ -82,6 +83,7 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
         *([("folded num_batches_tracked", len(result.folded))] if result.folded else []),
     ])
     sections.append(counts)
+    rows: list[list[Any]]
     if result.shape_mismatches:
         rows = []
         for g in result.grouped("shape_mismatches")[:limit]:
@@ -97,10 +99,6 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
         sections.append(Text(_group_lines(result, "missing", limit), title="Missing (in A, not in B)"))
     if result.unexpected:
         sections.append(Text(_group_lines(result, "unexpected", limit), title="Unexpected (in B, not in A)"))
-    if result.remaps:
-        rows = [[r.describe(), r.matched, r.total, "yes" if r is result.applied_remap else ""]
-                for r in result.remaps]
-        sections.append(Table("Prefix remaps of B's keys", ["remap", "matched", "of", "applied"], rows))
     if result.values is not None:
         sections.extend(_values_sections(result, limit))
     notes: list[str] = []
@@ -117,19 +115,35 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
     if result.folded:
         notes.append(f"{len(result.folded)} num_batches_tracked entries present on one side only "
                      "were folded (BatchNorm counters, not weights)")
-    if result.applied_remap:
-        notes.append(f"--auto-prefix applied: {result.applied_remap.describe()} "
-                     f"({len(result.renamed)} keys renamed)")
-    elif result.remaps:
-        best = result.remaps[0]
-        notes.append(f"best remap: {best.describe()} would match {best.matched} of {best.total} "
-                     "keys; pass --auto-prefix to apply it")
     if notes:
         sections.append(Text(notes, title="Notes"))
     style = {"strict": "green", "complete": "green", "partial": "yellow",
              "incompatible": "red"}[str(result.verdict)]
     sections.append(Text([f"verdict: {result.verdict_text()}"], style=style))
+    code, why_not = result.load_code()
+    if code:
+        sections.append(Text(code, title="Load it with (model: the target module)", code=True))
+    elif result.verdict.loads:
+        sections.append(Text([f"no load line: {why_not}"]))
     return Report("diff", data, sections)
+
+
+def _remap_sections(result: DiffResult) -> list[Any]:
+    """The prefix remaps first, before the key listings they explain: the best one applied
+    (--auto-prefix) or the one line that says what --auto-prefix would do."""
+    if not result.remaps:
+        return []
+    rows = [[r.describe(), r.matched, r.total, "yes" if r is result.applied_remap else ""]
+            for r in result.remaps]
+    table = Table("Prefix remaps of B's keys", ["remap", "matched", "of", "applied"], rows)
+    if result.applied_remap:
+        line = Text([f"--auto-prefix applied: {result.applied_remap.describe()} "
+                     f"({len(result.renamed)} keys renamed)"])
+    else:
+        best = result.remaps[0]
+        line = Text([f"best remap: {best.describe()} would match {best.matched} of {best.total} "
+                     "keys; pass --auto-prefix to apply it"], style="yellow")
+    return [table, line]
 
 
 def _values_sections(result: DiffResult, limit: int) -> list[Any]:

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.report.base import KeyValues, Report, Table, Text
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.analysis.doctor import DoctorResult
@@ -18,10 +19,14 @@ def doctor_report(r: DoctorResult) -> Report:
     where = f"real-number checks on {r.run_device}" if r.run_device else "no real-number checks"
     sections: list[Any] = [Text([f"{r.model} ({r.inputs}): {len(r.checked)} checks, {where}"])]
     if r.findings:
+        located = any(f.location for f in r.findings)  # file:line in the user's own code
         sections.append(Table(
-            "Findings", ["Code", "Severity", "Module", "What", "Fix"],
-            [[f.code, str(f.severity), f.module or "(model)", f.what, f.fix] for f in r.findings],
-            align=["left"] * 5, primary=True))
+            "Findings", ["Code", "Severity", "Module", *(["Source"] if located else []), "What",
+                         "Fix"],
+            [[f.code, str(f.severity), f.module or "(model)",
+              *([f.location or "-"] if located else []), f.what, f.fix] for f in r.findings],
+            align=["left"] * (6 if located else 5), primary=True,
+            wrap=["What", "Fix"]))
         codes = list(dict.fromkeys(f.code for f in r.findings))
         sections.append(Text([f"{c} {RULES[c].name}: {RULES[c].why}" for c in codes],
                              title="Why it matters"))
@@ -31,6 +36,7 @@ def doctor_report(r: DoctorResult) -> Report:
     sections.append(KeyValues("Result", [
         ("Errors", counts["error"]), ("Warnings", counts["warning"]), ("Info", counts["info"]),
         ("Checks run", ", ".join(r.checked) or "-"),
+        ("Weights", describe_weights(r.weights)),
         ("Time", f"{r.seconds:.2f} s"),
     ]))
     lines = [f"{code} skipped: {why}" for code, why in r.skipped.items()]

@@ -47,12 +47,14 @@ def env_report(info: EnvInfo, fmt: OutputFormat = OutputFormat.table) -> Report:
     versions = KeyValues("Versions", [
         ("torchinspect", info.torchinspect),
         ("python", f"{info.python} ({info.python_executable})"),
-        ("torch", info.torch),
+        ("torch", opt(info.torch)),
         ("torchvision", opt(info.torchvision)),
+        ("timm", opt(info.timm)),
+        ("transformers", opt(info.transformers)),
         ("platform", f"{info.platform} ({info.machine})"),
     ])
     accel = [
-        ("CUDA available", info.cuda_available),
+        ("CUDA available", opt(info.cuda_available)),
         ("CUDA version (torch build)", opt(info.cuda_version)),
         ("cuDNN version (torch build)", opt(info.cudnn_version)),
         ("NVIDIA driver", opt(info.driver_version)),
@@ -63,14 +65,14 @@ def env_report(info: EnvInfo, fmt: OutputFormat = OutputFormat.table) -> Report:
     if info.mps_available:
         accel.append(("MPS available", True))
     accel += [
-        ("cudnn.enabled", info.cudnn_enabled),
-        ("cudnn.benchmark", info.cudnn_benchmark),
-        ("cudnn.deterministic", info.cudnn_deterministic),
-        ("deterministic algorithms", info.deterministic_algorithms),
+        ("cudnn.enabled", opt(info.cudnn_enabled)),
+        ("cudnn.benchmark", opt(info.cudnn_benchmark)),
+        ("cudnn.deterministic", opt(info.cudnn_deterministic)),
+        ("deterministic algorithms", opt(info.deterministic_algorithms)),
     ]
     cpu = [
-        ("torch threads", info.torch_num_threads),
-        ("torch interop threads", info.torch_num_interop_threads),
+        ("torch threads", opt(info.torch_num_threads)),
+        ("torch interop threads", opt(info.torch_num_interop_threads)),
         ("os.cpu_count()", opt(info.cpu_count)),
     ]
     cpu += [(f"${k}", v) for k, v in info.env_vars.items()]
@@ -86,6 +88,10 @@ def env_report(info: EnvInfo, fmt: OutputFormat = OutputFormat.table) -> Report:
         [[c.name, c.present, c.version, c.detail] for c in info.components],
         align=["left", "left", "left", "left"],
     ))
-    if info.notes:
-        sections.append(Text(list(info.notes), title="Notes", style="yellow"))
+    notes = list(info.notes)
+    if not info.runtime:
+        notes.append("torch was not imported (no NVIDIA driver here): CUDA available, cuDNN, "
+                     "GPUs, flags and threads are shown with --runtime")
+    if notes:
+        sections.append(Text(notes, title="Notes", style="yellow"))
     return Report("env", data, sections)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.export.onnx import ExportResult
 
 
-def _dims(shape: list[int | str]) -> str:
+def _dims(shape: Sequence[int | str]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
@@ -27,6 +29,7 @@ def export_report(r: ExportResult, *, show_all: bool = False) -> Report:
         ("Initializers", f"{r.initializers:,} ({fmt_bytes(r.initializer_bytes)})"),
         ("onnx.checker (full_check)", "passed" if r.checked else "not run"),
         ("Verification", _verdict(r)),
+        ("Weights", describe_weights(r.weights)),
         ("Export time", f"{r.seconds.get('export', 0) + r.seconds.get('save', 0):.2f} s"),
     ]
     if "verify" in r.seconds:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.dtypes import SIZES
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.features import FeatureResult, LayerListing
@@ -77,8 +79,6 @@ def features_report(r: FeatureResult) -> Report:
 def weights_text(w: dict[str, Any]) -> str:
     """``random init (seed 0, sha256 ...): no weights loaded``, or the weights file and the
     start of its sha256."""
-    from torchinspect.features.resume import describe_weights
-
     text = describe_weights(w)
     return text + ": no weights loaded" if w.get("source") == "random-init" else text
 
@@ -94,7 +94,7 @@ def _row_bytes(t: dict[str, Any]) -> int:
     n = 1
     for d in t["shape"]:
         n *= d
-    size = {"float32": 4, "float16": 2, "bfloat16": 2, "float64": 8}.get(t["dtype"], 4)
+    size = SIZES.get(t["dtype"], 4)
     return n * size
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.analysis.flops import COMPARE_NOTE
 from torchinspect.report.base import Report, Table, Text, fmt_si, pct, si
-from torchinspect.report.summary import header_lines
+from torchinspect.report.summary import convention_notes, header_lines
 
 if TYPE_CHECKING:
     from torchinspect.analysis.flops import FlopsResult, FlopsRow
@@ -23,8 +24,6 @@ def _call_suffix(m: FlopsRow) -> str:
 
 
 def flops_report(r: FlopsResult) -> Report:
-    from torchinspect.analysis.flops import COMPARE_NOTE
-
     head = header_lines(r.model, r.input, r.device, r.fallback_reason, False)
     head.append(f"Total: {fmt_si(r.macs)} MACs ({r.macs:,}) = {fmt_si(r.flops)} FLOPs")
     sections: list[Any] = [Text(head)]
@@ -43,8 +42,10 @@ def flops_report(r: FlopsResult) -> Report:
         [[op, r.op_calls.get(op, 0), si(m), pct(100.0 * m / total)] for op, m in r.by_op.items()],
         align=["left", "right", "right", "right"]))
     if r.not_counted:
-        sections.append(Table("Not counted (work without a MAC formula)", ["Op", "Calls"],
-                              [[k, v] for k, v in r.not_counted.items()]))
+        sections.append(Table("Not counted", ["Op", "Calls"],
+                              [[k, v] for k, v in r.not_counted.items()],
+                              footer=["Ops with no MAC formula: their work is not in the MACs."]))
+    sections.append(convention_notes())
     if r.compare:
         rows = [["torchinspect", si(r.macs), r.macs, pct(0.0, signed=True), r.params, COMPARE_NOTE]]
         for c in r.compare:

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, cast
 
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes, pct
 
@@ -17,8 +17,8 @@ _COLUMNS = ("weights", "buffers", "input", "gradients", "optimizer state", "acti
 def memory_report(result: MemoryResult | MemorySweep) -> Report:
     """One batch: the full breakdown; several (or --fit): one row per batch."""
     if hasattr(result, "results"):
-        return _sweep_report(result)  # type: ignore[arg-type]
-    r: MemoryResult = result  # type: ignore[assignment]
+        return _sweep_report(cast("MemorySweep", result))
+    r = result  # hasattr above tells mypy it is the one-batch result
     sections: list[Any] = [Text(_header(r))]
     if r.inference is not None:
         sections.append(_inference(r.inference))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.analysis.conventions import COUNTED_CONVENTION, MACS_CONVENTION
+from torchinspect.analysis.conventions import CONVENTION_NOTES
 from torchinspect.report.base import (
     Chart,
     Figure,
@@ -24,6 +24,7 @@ from torchinspect.report.base import (
 )
 from torchinspect.report.memory_chart import memory_sections
 from torchinspect.report.summary import summary_report, totals_section, trailer_sections
+from torchinspect.sources.origin import describe_weights
 
 if TYPE_CHECKING:
     from torchinspect.overview.collect import ModelOverview, Overview
@@ -42,9 +43,12 @@ def header_section(ov: Overview, m: ModelOverview | None) -> KeyValues:
     if m is not None:
         s = m.summary
         items += [("Model", m.spec if m.spec == m.name else f"{m.spec} ({m.name})"),
-                  ("Input", s.input),
+                  ("Input", s.input), ("Weights", describe_weights(m.weights)),
                   ("Traced", f"{'train' if s.train else 'eval'} mode on {s.device}"
                    + (f" ({s.fallback_reason})" if s.fallback_reason else ""))]
+    else:
+        items += [("Weights", "; ".join(f"{m.name}: {describe_weights(m.weights)}"
+                                        for m in ov.models))]
     items += [(name, v or "-") for name, v in ov.versions.items()]
     if ov.bench_device:
         items.append(("Bench device", ov.bench_device))
@@ -54,9 +58,10 @@ def header_section(ov: Overview, m: ModelOverview | None) -> KeyValues:
 
 def single_sections(ov: Overview, m: ModelOverview) -> list[Any]:
     sections: list[Any] = [header_section(ov, m), totals_section(m.summary.totals),
-                           Text([MACS_CONVENTION, COUNTED_CONVENTION])]
-    sections += block_charts([m])
+                           Text(list(CONVENTION_NOTES))]
+    sections += block_charts(m)
     sections.append(top_layers_chart(m))
+    sections.append(treemap_chart(m))
     sections.append(graph_figure(m))
     sections += memory_sections(m.memory.result if m.memory else None, m.missing.get("memory"))
     sections.append(layers_table(m, "Layers"))
@@ -77,7 +82,7 @@ def not_counted_sections(m: ModelOverview, title: str) -> list[Any]:
 def comparison_sections(ov: Overview) -> list[Any]:
     ms = ov.models
     sections: list[Any] = [header_section(ov, None), totals_table(ms),
-                           Text([MACS_CONVENTION, COUNTED_CONVENTION])]
+                           Text(list(CONVENTION_NOTES))]
     sections.append(Chart("Parameters by model", [m.name for m in ms],
                           [("params", [float(m.summary.totals.params) for m in ms])]))
     sections.append(Chart("MACs by model", [m.name for m in ms],
@@ -86,11 +91,13 @@ def comparison_sections(ov: Overview) -> list[Any]:
                           [("parameters", [float(m.summary.totals.param_bytes) for m in ms]),
                            ("activations", [float(m.summary.totals.activation_bytes) for m in ms])],
                           unit="B"))
-    sections += block_charts(ms)
+    sections += type_charts(ms)
+    sections += shared_block_charts(ms)
     if any(m.bench is not None or "bench" in m.missing for m in ms):
         sections += bench_sections(ms)
     for m in ms:
         sections.append(top_layers_chart(m, f"{m.name}: top layers by MACs"))
+        sections.append(treemap_chart(m, f"{m.name}: params and MACs by module"))
         sections.append(graph_figure(m, f"{m.name}: module graph"))
         sections.append(layers_table(m, f"{m.name}: layers", primary=False))
         sections += not_counted_sections(m, f"{m.name}: FLOPs")
@@ -104,10 +111,9 @@ def totals_table(ms: list[ModelOverview]) -> Table:
     for m in ms:
         t = m.summary.totals
         doctor = doctor_cell(m)
-        best = best_throughput(m)
         rows.append([m.name, m.summary.input, t.params, si(t.macs), si(t.flops),
                      nbytes(t.param_bytes), nbytes(t.activation_bytes), nbytes(t.total_bytes),
-                     doctor, Shown(best, f"{best:,.1f}/s") if best is not None else Shown("", "-")])
+                     doctor, best_throughput(m)])
     return Table("Totals side by side",
                  ["Model", "Input", "Params", "MACs", "FLOPs", "Param memory",
                   "Activation memory", "Total size (est.)", "Doctor findings", "Best throughput"],
@@ -125,31 +131,88 @@ def doctor_cell(m: ModelOverview) -> str:
     return text + (f" ({', '.join(not_run)} not run)" if not_run else "")
 
 
-def block_charts(ms: list[ModelOverview]) -> list[Chart]:
-    """Params and MACs per top-level block; several models overlay on the union of blocks."""
-    labels: list[str] = []
-    per: list[dict[str, Any]] = []
-    for m in ms:
-        blocks = {b.name: b for b in m.blocks()}
-        per.append(blocks)
-        for b in blocks.values():
-            label = b.name
-            if label not in labels:
-                labels.append(label)
+def block_charts(m: ModelOverview) -> list[Chart]:
+    """Params and MACs per top-level block of one model."""
+    blocks = m.blocks()
+    shown = [f"{b.name} ({b.type})" for b in blocks]
+    return [Chart("Parameters per top-level block", shown,
+                  [(m.name, [float(b.params) for b in blocks])]),
+            Chart("MACs per top-level block", shown, [(m.name, [float(b.macs) for b in blocks])])]
 
-    def series(attr: str) -> list[tuple[str, list[float | None]]]:
-        return [(m.name, [float(getattr(p[lb], attr)) if lb in p else None for lb in labels])
-                for m, p in zip(ms, per, strict=True)]
 
-    shown = [lb if len(ms) > 1 else f"{lb} ({per[0][lb].type})" for lb in labels]
-    return [Chart("Parameters per top-level block", shown, series("params")),
-            Chart("MACs per top-level block", shown, series("macs"))]
+def shared_block_charts(ms: list[ModelOverview]) -> list[Any]:
+    """Per-block bars of several models only for the top-level names they all have, and
+    only where some model has a value: bars of unrelated blocks side by side say nothing."""
+    per = [{b.name: b for b in m.blocks()} for m in ms]
+    shared = [name for name in per[0] if all(name in p for p in per[1:])]
+    out: list[Any] = []
+    for attr, title in (("params", "Parameters"), ("macs", "MACs")):
+        names = [n for n in shared if any(getattr(p[n], attr) for p in per)]
+        if names:
+            out.append(Chart(f"{title} per top-level block (blocks every model has)", names,
+                             [(m.name, [float(getattr(p[n], attr)) for n in names])
+                              for m, p in zip(ms, per, strict=True)]))
+    if not out:
+        out.append(Text(["No top-level block with params or MACs has the same name in every "
+                         "model: compare them per module type above."],
+                        title="Per top-level block"))
+    return out
+
+
+MAX_TYPES = 12  # bars per type chart; the rest are summed as "other types"
+
+
+def type_charts(ms: list[ModelOverview]) -> list[Any]:
+    """Params and MACs per module type family (Conv2d, Linear, attention, norm, ...), every
+    model side by side: what models of different architectures share."""
+    per = [m.by_type() for m in ms]
+    totals = [(m.summary.totals.params or 1, m.summary.totals.macs or 1) for m in ms]
+    share: dict[str, float] = {}
+    for types, (params, macs) in zip(per, totals, strict=True):
+        for name, t in types.items():
+            share[name] = share.get(name, 0.0) + t.params / params + t.macs / macs
+    names = sorted(share, key=share.__getitem__, reverse=True)
+    shown, rest = names[:MAX_TYPES], names[MAX_TYPES:]
+
+    def chart(title: str, attr: str) -> Chart:
+        """Only the types some model has a value for (norm layers run no MACs)."""
+        rows: list[tuple[str, list[float | None]]] = []
+        for n in shown:
+            vals = [float(getattr(types[n], attr)) if n in types else None for types in per]
+            if any(vals):
+                rows.append((n, vals))
+        if rest:
+            rows.append(("other types", [float(sum(getattr(types[n], attr) for n in rest
+                                                   if n in types)) for types in per]))
+        return Chart(title, [n for n, _ in rows],
+                     [(m.name, [vals[k] for _, vals in rows]) for k, m in enumerate(ms)])
+
+    grouped = {n: sorted({c for types in per if n in types for c in types[n].classes})
+               for n in shown}
+    members = [f"{n} = {', '.join(cs)}" for n, cs in grouped.items() if cs != [n]]
+    if rest:
+        members.append(f"other types = {', '.join(rest)}")
+    note = ("Parameters count on the module that holds them, MACs on the module whose forward "
+            "runs the op" + (f"; {'; '.join(members)}." if members else "."))
+    return [chart("Parameters per module type", "params"), chart("MACs per module type", "macs"),
+            Text([note])]
 
 
 def top_layers_chart(m: ModelOverview, title: str | None = None) -> Chart:
+    """Identical layers as one bar (``Conv2d 3×3 p1 256→256 @14×14 (×5)``): their MACs together."""
     top = m.top_layers()
-    return Chart(title or f"Top {len(top)} layers by MACs", [f"{b.name} ({b.type})" for b in top],
-                 [("MACs", [float(b.macs) for b in top])])
+    labels = [g.name + (f" (×{g.count})" if g.count > 1 else "") for g in top]
+    return Chart(title or f"Top {len(top)} layers by MACs (identical layers as one bar)", labels,
+                 [("MACs", [float(g.macs) for g in top])])
+
+
+def treemap_chart(m: ModelOverview, title: str = "Parameters and MACs by module") -> Chart:
+    """The top two levels of the module tree, sized by params and by MACs (the page draws a
+    treemap; other formats list the values)."""
+    tree = m.hierarchy()
+    return Chart(title, list(tree), [("params", [float(p) for p, _ in tree.values()]),
+                                     ("MACs", [float(c) for _, c in tree.values()])],
+                 kind="treemap")
 
 
 def graph_figure(m: ModelOverview, title: str = "Module graph") -> Figure:
@@ -192,41 +255,47 @@ def doctor_sections(m: ModelOverview, title: str) -> list[Any]:
     return out
 
 
-def best_throughput(m: ModelOverview) -> float | None:
-    if m.bench is None:
-        return None
-    rates = [c.throughput for c in m.bench.configs if c.status == "ok" and c.throughput]
-    return max(rates) if rates else None
+def best_throughput(m: ModelOverview) -> Shown:
+    """The highest samples/s of the bench and where it was reached: ``1,234.5/s at batch 32
+    (fp32, cpu)`` (the raw rate for CSV/JSON and sorting)."""
+    bench = m.bench
+    ok = [c for c in bench.configs if c.status == "ok" and c.throughput] if bench else []
+    if bench is None or not ok:
+        return Shown("", "-")
+    best = max(ok, key=lambda c: c.throughput)
+    batch = f" at batch {best.batch}" if best.batch is not None else ""
+    return Shown(best.throughput, f"{best.throughput:,.1f}/s{batch} ({best.dtype}, "
+                 f"{bench.device})")
 
 
 def bench_sections(ms: list[ModelOverview]) -> list[Any]:
     out: list[Any] = []
-    runs = [m for m in ms if m.bench is not None]
+    runs = [(m, m.bench) for m in ms if m.bench is not None]
     for m in ms:
         if m.bench is None:
             out.append(Text([f"bench ({m.name}): {m.missing.get('bench', 'not requested')}"],
                             title="Bench", style="yellow"))
     if not runs:
         return out
-    batches = sorted({c.batch for m in runs for c in m.bench.configs if c.batch is not None})
+    batches = sorted({c.batch for _, b in runs for c in b.configs if c.batch is not None})
     labels = [str(b) for b in batches]
     thr: list[tuple[str, list[float | None]]] = []
     lat: list[tuple[str, list[float | None]]] = []
     rows: list[list[Any]] = []
-    for m in runs:
-        for dtype in dict.fromkeys(c.dtype for c in m.bench.configs):
+    for m, bench in runs:
+        for dtype in dict.fromkeys(c.dtype for c in bench.configs):
             name = dtype if len(ms) == 1 else f"{m.name} {dtype}"
-            by_batch = {c.batch: c for c in m.bench.configs if c.dtype == dtype}
+            by_batch = {c.batch: c for c in bench.configs if c.dtype == dtype}
             thr.append((name, [_ok(by_batch.get(b), "throughput") for b in batches]))
             lat.append((name, [_ok(by_batch.get(b), "median") for b in batches]))
-        for c in m.bench.configs:
+        for c in bench.configs:
             st = c.timing.stats if c.timing is not None else None
             rows.append([m.name, c.dtype, c.batch if c.batch is not None else "-", c.status,
                          _time(st.median if st else None), _time(st.p25 if st else None),
                          _time(st.p75 if st else None),
                          Shown(c.throughput, f"{c.throughput:,.1f}") if c.throughput else Shown("", "-"),
                          c.timing.iters if c.timing else "-", c.error or "; ".join(c.warnings)])
-    device = runs[0].bench.device
+    device = runs[0][1].device
     if batches:
         out.append(Chart(f"Throughput per batch size ({device}, samples/s)", labels, thr,
                          kind="line", unit="/s", x_title="batch size"))

@@ -19,15 +19,16 @@ from torchinspect.report.base import (
     KeyValues,
     Report,
     Section,
-    Shown,
     Table,
     Text,
     fmt_value,
 )
+from torchinspect.report.cells import cell_text, cell_value, column_aligns
 
 PALETTE = ("#4e79a7", "#f28e2b", "#59a14f", "#e15759", "#76b7b2", "#b07aa1", "#edc948",
            "#9c755f", "#ff9da7", "#bab0ac")
-CHAR_W = 6.6  # px per character of 12px sans text (label column width estimate)
+CHAR_W = 6.6  # px per character of 12px sans text (legend width estimate)
+LABEL_W = 7.6  # the same for bar labels, with room for wide digits and signs (× →)
 
 
 def esc(value: Any) -> str:
@@ -83,22 +84,10 @@ def section_html(s: Section, sid: str) -> str:
         return f'{head}<div class="figure">{scoped_svg(s.svg, sid)}</div>{note}'
     if not isinstance(s, Text):
         raise TypeError(f"cannot render a {type(s).__name__} section")
+    if s.code:
+        return f"{head}<pre><code>{esc(chr(10).join(s.lines))}</code></pre>"
     cls = "note" if s.style else "muted"
     return head + "".join(f'<p class="{cls}">{esc(line)}</p>' for line in s.lines)
-
-
-def cell_text(v: Any) -> str:
-    from torchinspect.report.render import _cell
-
-    return _cell(v)
-
-
-def cell_value(v: Any) -> float | None:
-    """The number a column sorts by (None: sorts by text)."""
-    raw = v.value if isinstance(v, Shown) else v
-    if isinstance(raw, bool) or not isinstance(raw, (int, float)):
-        return None
-    return float(raw)
 
 
 def parents(depths: list[int]) -> list[int]:
@@ -114,9 +103,7 @@ def parents(depths: list[int]) -> list[int]:
 
 
 def table_html(t: Table, sid: str) -> str:
-    from torchinspect.report.render import _aligns
-
-    aligns = _aligns(t)
+    aligns = column_aligns(t)
     depths = t.depths if t.depths is not None and len(t.depths) == len(t.rows) else None
     par = parents(depths) if depths else []
     has_kids = set(par)
@@ -169,6 +156,8 @@ def scoped_svg(svg: str, sid: str) -> str:
 def chart_svg(c: Chart, sid: str) -> str:
     if not c.labels or not c.series:
         return '<p class="note">no data to chart</p>'
+    if c.kind == "treemap":
+        return treemap_svg(c, sid)
     return line_svg(c, sid) if c.kind == "line" else bar_svg(c, sid)
 
 
@@ -194,13 +183,13 @@ def bar_svg(c: Chart, sid: str) -> str:
     """Horizontal bars: a group per label, a bar per series that has a value there (several
     models overlay on the union of their labels), the value written after each bar."""
     bar_h, gap = 14.0, 8.0
-    label_w = min(300.0, max(60.0, CHAR_W * max(len(str(lb)) for lb in c.labels) + 10))
+    label_w = min(360.0, max(60.0, LABEL_W * max(len(str(lb)) for lb in c.labels) + 10))
     plot_w, value_w = 440.0, 90.0
     width = label_w + plot_w + value_w
     legend, legend_h = _legend(c, label_w, 4)
     top = 6 + legend_h
-    groups = [[(k, vals[i]) for k, (_, vals) in enumerate(c.series)
-               if i < len(vals) and vals[i] is not None] for i in range(len(c.labels))]
+    groups = [[(k, v) for k, (_, vals) in enumerate(c.series)
+               if i < len(vals) and (v := vals[i]) is not None] for i in range(len(c.labels))]
     height = top + sum(max(1, len(g)) * bar_h + gap for g in groups) + 4
     vmax = max((v for g in groups for _, v in g), default=0) or 1
     out = [_svg_open(width, height, c.title or "chart", sid), legend]
@@ -278,6 +267,128 @@ def line_svg(c: Chart, sid: str) -> str:
     return "".join(out)
 
 
+# ------------------------------------------------------------------ treemap
+
+Rect = tuple[float, float, float, float]  # x, y, width, height
+
+
+def _worst(row: list[float], side: float) -> float:
+    """The largest aspect ratio of a row of areas laid along ``side`` (squarify's measure)."""
+    total = sum(row)
+    return max(max(side * side * a / (total * total), total * total / (side * side * a))
+               for a in row)
+
+
+def squarify(values: list[float], rect: Rect) -> list[Rect]:
+    """Rectangles for ``values`` (positive) filling ``rect``, areas proportional to the values,
+    as square as the squarified layout of Bruls, Huizing and van Wijk makes them; in the
+    order of ``values``."""
+    x, y, w, h = rect
+    order = sorted(range(len(values)), key=lambda i: values[i], reverse=True)
+    total = sum(values)
+    if total <= 0 or w <= 0 or h <= 0:
+        return [(x, y, 0.0, 0.0) for _ in values]
+    areas = [values[i] * w * h / total for i in order]
+    out: list[Rect] = []
+    i = 0
+    while i < len(areas):
+        side = min(w, h)
+        row = [areas[i]]
+        i += 1
+        while i < len(areas) and _worst([*row, areas[i]], side) <= _worst(row, side):
+            row.append(areas[i])
+            i += 1
+        thick = sum(row) / side
+        pos = y if w >= h else x
+        for a in row:  # along the short side: a column at the left, or a row at the top
+            length = a / thick
+            out.append((x, pos, thick, length) if w >= h else (pos, y, length, thick))
+            pos += length
+        if w >= h:
+            x, w = x + thick, w - thick
+        else:
+            y, h = y + thick, h - thick
+    placed = [(0.0, 0.0, 0.0, 0.0)] * len(values)
+    for k, i in enumerate(order):
+        placed[i] = out[k]
+    return placed
+
+
+def treemap_groups(labels: list[str], values: list[float | None]) -> dict[str, list[tuple[str, float]]]:
+    """Dotted names two levels deep -> ``{top-level name: [(name, value), ...]}`` (values
+    above 0 only; ``(own)`` stays a group of its own)."""
+    groups: dict[str, list[tuple[str, float]]] = {}
+    for label, v in zip(labels, values, strict=False):
+        if v is not None and v > 0:
+            groups.setdefault(label.split(".")[0], []).append((label, float(v)))
+    return groups
+
+
+def _treemap_panel(groups: dict[str, list[tuple[str, float]]], name: str, unit: str,
+                   box: Rect, colors: dict[str, str]) -> list[str]:
+    total = sum(v for items in groups.values() for _, v in items)
+    x0, y0, w, h = box
+    out = [f'<text x="{x0:.1f}" y="{y0 - 6:.1f}" class="lb">{esc(name)}: '
+           f'{esc(fmt_value(total, unit))}</text>']
+    if total <= 0:
+        out.append(f'<text x="{x0 + 6:.1f}" y="{y0 + 16:.1f}" class="val">none</text>')
+        return out
+    keys = list(groups)
+    rects = squarify([sum(v for _, v in groups[k]) for k in keys], box)
+    for key, (gx, gy, gw, gh) in zip(keys, rects, strict=True):
+        color = colors[key]
+        gsum = sum(v for _, v in groups[key])
+        tip = f"{key}: {fmt_value(gsum, unit)} ({100 * gsum / total:.1f}% of {name})"
+        out.append(f'<g class="tm-group"><rect class="tm-box" x="{gx:.1f}" y="{gy:.1f}" '
+                   f'width="{gw:.1f}" height="{gh:.1f}" fill="{color}" fill-opacity="0.25" '
+                   f'stroke="#fff" stroke-width="2"><title>{esc(tip)}</title></rect>')
+        head = 14.0 if gh > 34 and gw > 30 else 0.0
+        if head:
+            out.append(_fit_text(key, gx + 3, gy + 11, gw - 6))
+        inner = (gx + 2, gy + 2 + head, max(0.0, gw - 4), max(0.0, gh - 4 - head))
+        items = groups[key]
+        for (label, v), (cx, cy, cw, ch) in zip(items, squarify([v for _, v in items], inner),
+                                                 strict=True):
+            tip = f"{label}: {fmt_value(v, unit)} ({100 * v / total:.1f}% of {name})"
+            out.append(f'<rect class="tm" x="{cx:.1f}" y="{cy:.1f}" width="{cw:.1f}" '
+                       f'height="{ch:.1f}" fill="{color}" stroke="#fff" stroke-width="1">'
+                       f"<title>{esc(tip)}</title></rect>")
+            if ch > 14 and cw > 24:
+                short = label.rpartition(".")[2]  # the full name is in the tooltip
+                out.append(_fit_text(short, cx + 3, cy + 11, cw - 6, cls="tm-lb", tail=True))
+        out.append("</g>")
+    return out
+
+
+def _fit_text(text: str, x: float, y: float, width: float, cls: str = "tm-head",
+              tail: bool = False) -> str:
+    """``text`` cut to what ``width`` pixels hold (…), or nothing when not one character;
+    ``tail`` keeps the end (``…layer_11``: the index that tells siblings apart)."""
+    fits = int(width / CHAR_W)
+    if fits < 1:
+        return ""
+    keep = max(1, fits - 1)
+    shown = text if len(text) <= fits else ("…" + text[-keep:] if tail else text[:keep] + "…")
+    return f'<text x="{x:.1f}" y="{y:.1f}" class="{cls}">{esc(shown)}</text>'
+
+
+def treemap_svg(c: Chart, sid: str) -> str:
+    """One squarified treemap per series (params, MACs) side by side: a box per top-level
+    module, a tile per module one level down; names and values in tooltips."""
+    pw, ph, gap, top = 380.0, 260.0, 24.0, 22.0
+    width = len(c.series) * pw + (len(c.series) - 1) * gap
+    out = [_svg_open(width, top + ph + 4, c.title or "treemap", sid)]
+    # one colour per top-level module in every panel
+    tops = dict.fromkeys(label.split(".")[0] for label in c.labels)
+    colors = {t: PALETTE[k % len(PALETTE)] for k, t in enumerate(tops)}
+    for k, (name, values) in enumerate(c.series):
+        unit = c.unit if name != "params" else ""
+        box = (k * (pw + gap), top, pw, ph)
+        out += _treemap_panel(treemap_groups(c.labels, values), name, unit, box, colors)
+    out.append("</svg>")
+    return "".join(out)
+
+
 CSS = """
 :root{--fg:#1d2430;--muted:#5b6575;--line:#d9dee7;--bg:#fff;--head:#f3f5f9;--accent:#4e79a7}
 *{box-sizing:border-box}
@@ -319,7 +430,8 @@ padding:6px;background:#fff}
 .figure svg{max-width:100%;height:auto}
 svg.chart{max-width:100%;height:auto;display:block}
 svg .lb{font-size:12px;fill:var(--fg)}svg .val,svg .tick{font-size:11px;fill:var(--muted)}
-svg .lg{font-size:12px;fill:var(--fg)}svg .axis{stroke:#8893a5}svg .grid{stroke:#e8ebf0}
+svg .lg{font-size:12px;fill:var(--fg)}svg .tm-head{font-size:11px;font-weight:600;fill:var(--fg)}
+svg .tm-lb{font-size:10px;fill:#fff}svg rect.tm:hover{fill-opacity:.8}svg .axis{stroke:#8893a5}svg .grid{stroke:#e8ebf0}
 .sev-error{color:#b00020;font-weight:600}.sev-warning{color:#8a5a00;font-weight:600}
 .sev-info{color:var(--muted)}
 """

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.analysis.saved_params import SavedParams
 from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes, nbytes
 
 if TYPE_CHECKING:
@@ -12,8 +13,6 @@ if TYPE_CHECKING:
 
 
 def params_report(r: ParamsResult | SavedParams) -> Report:
-    from torchinspect.analysis.saved_params import SavedParams
-
     if isinstance(r, SavedParams):
         return saved_params_report(r)
     s = r.stats

@@ -11,7 +11,7 @@ import io
 import re
 from collections.abc import Callable
 from enum import StrEnum
-from typing import Any, TextIO
+from typing import TextIO
 
 from torchinspect.report.base import (
     Chart,
@@ -24,6 +24,8 @@ from torchinspect.report.base import (
     Text,
     fmt_value,
 )
+from torchinspect.report.cells import cell_text, column_aligns
+from torchinspect.report.page import render_html
 
 
 class OutputFormat(StrEnum):
@@ -54,36 +56,6 @@ def render(report: Report, fmt: OutputFormat | str, stream: TextIO, width: int |
     if fn is None:  # pragma: no cover - every OutputFormat member has a renderer
         raise KeyError(f"no renderer for {fmt}")
     fn(report, stream, width)
-
-
-def _cell(v: Any) -> str:
-    if isinstance(v, Shown):
-        return v.text
-    if v is None:
-        return "-"
-    if isinstance(v, bool):
-        return "yes" if v else "no"
-    if isinstance(v, int):
-        return f"{v:,}"
-    if isinstance(v, float):
-        return f"{v:,.4g}" if abs(v) < 1e6 else f"{v:,.0f}"
-    return str(v)
-
-
-def _is_num(v: Any) -> bool:
-    if isinstance(v, Shown):
-        v = v.value
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _aligns(t: Table) -> list[str]:
-    if t.align:
-        return t.align
-    out = []
-    for i in range(len(t.columns)):
-        col = [r[i] for r in t.rows if i < len(r) and r[i] is not None]
-        out.append("right" if col and all(_is_num(v) for v in col) else "left")
-    return out
 
 
 def render_csv(report: Report) -> str:
@@ -154,25 +126,62 @@ def render_markdown(report: Report) -> str:
         if s.title:
             out.append(f"### {_md_text(s.title)}\n")
         if isinstance(s, Table):
-            aligns = _aligns(s)
+            aligns = column_aligns(s)
             out.append("| " + " | ".join(_md_escape(c) for c in s.columns) + " |")
             out.append("|" + "|".join("---:" if a == "right" else ":---" for a in aligns) + "|")
             for row in s.rows:
-                out.append("| " + " | ".join(_md_escape(_cell(v)) for v in row) + " |")
+                out.append("| " + " | ".join(_md_escape(cell_text(v)) for v in row) + " |")
             out.append("")
             out.extend(f"{_md_text(line)}  " for line in s.footer)
         elif isinstance(s, KeyValues):
             out.append("| | |")
-            out.append("|:---|---:|")
+            out.append("|:---|:---|")
             for k, v in s.items:
-                out.append(f"| {_md_escape(str(k))} | {_md_escape(_cell(v))} |")
+                out.append(f"| {_md_escape(str(k))} | {_md_escape(cell_text(v))} |")
+        elif s.code:  # a fence longer than any run of backticks inside (a path may hold some)
+            fence = "`" * max(3, 1 + max((len(r) for ln in s.lines for r in re.findall("`+", ln)),
+                                         default=0))
+            out.extend([f"{fence}python", *(printable(ln) for ln in s.lines), fence])
         else:  # one line each (a Markdown viewer joins plain consecutive lines)
             out.extend(f"{_md_text(line)}  " for line in s.lines)
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 
 
+# the width a table of sentences (``Table.wrap`` names its columns) folds to when neither a
+# terminal nor COLUMNS gives one: a CI log stays readable instead of 330 characters wide
+WRAP_WIDTH = 100
+# trailing spaces (and the colour codes after them) at the end of a rendered line
+_TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
+
+
+def _is_terminal(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
+def _wrap_width(stream: TextIO, width: int | None) -> int:
+    """Where ``Table.wrap`` tables fold: COLUMNS, else the terminal's width, else WRAP_WIDTH."""
+    if width:
+        return width
+    if _is_terminal(stream):
+        import shutil
+
+        return shutil.get_terminal_size((WRAP_WIDTH, 24)).columns
+    return WRAP_WIDTH
+
+
 def render_table(report: Report, stream: TextIO, width: int | None = None) -> None:
+    """Rich tables, key/value blocks and notes; no line ends in spaces."""
+    buf = io.StringIO()
+    _render_rich(report, buf, width, terminal=_is_terminal(stream), wrap=_wrap_width(stream, width))
+    stream.write(_TRAILING.sub(r"\1", buf.getvalue()))
+
+
+def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bool,
+                 wrap: int) -> None:
     from rich import box
     from rich.console import Console
     from rich.table import Table as RichTable
@@ -184,13 +193,11 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
         return RichText(printable(v), style=style)
 
     # Tables render at their natural width (like torchinfo): a layer table that wraps
-    # inside its cells is unreadable. An explicit width (COLUMNS) is honoured.
-    class _Console(Console):
-        def on_broken_pipe(self) -> None:  # rich would exit 1; the CLI treats it as done
-            self.quiet = True
-            raise BrokenPipeError("output closed")
-
-    console = _Console(file=stream, width=width or 1000, highlight=False, soft_wrap=False)
+    # inside its cells is unreadable. An explicit width (COLUMNS) is honoured; tables of
+    # sentences (Table.wrap) fold their text columns to the terminal, or WRAP_WIDTH.
+    # Rendered into a buffer (colours kept on a terminal), then written without trailing spaces.
+    console = Console(file=buf, width=width or 1000, highlight=False, soft_wrap=False,
+                      force_terminal=terminal or None)
     first = True
     for s in text_sections(report.sections):
         if not first:
@@ -199,29 +206,32 @@ def render_table(report: Report, stream: TextIO, width: int | None = None) -> No
         if isinstance(s, Table):
             t = RichTable(title=plain(s.title, "bold") if s.title else None, box=box.SIMPLE_HEAD,
                           title_justify="left", show_edge=False, pad_edge=False)
-            for c, a in zip(s.columns, _aligns(s), strict=True):
+            for c, a in zip(s.columns, column_aligns(s), strict=True):
                 # numbers never wrap ("147,96" over "8"); text columns fold when COLUMNS is set
+                folds = c in s.wrap or (width is not None and a != "right" and not s.wrap)
                 t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
-                             no_wrap=width is None or a == "right")
+                             no_wrap=not folds)
             for row in s.rows:
-                t.add_row(*[plain(_cell(v)) for v in row])
-            console.print(t)
+                t.add_row(*[plain(cell_text(v)) for v in row])
+            console.print(t, width=wrap if s.wrap else None)
             for line in s.footer:
                 console.print(plain(line))
         elif isinstance(s, KeyValues):
             if s.title:
                 console.print(plain(s.title, "bold"))
+            # values next to their keys (left-aligned): a right-aligned column pushes every
+            # value out to the longest one, which wraps alone in a narrower terminal
             t = RichTable(box=None, show_header=False, pad_edge=False)
-            t.add_column(justify="left")
-            t.add_column(justify="right")
+            t.add_column(justify="left", no_wrap=True)
+            t.add_column(justify="left", overflow="fold")
             for k, v in s.items:
-                t.add_row(plain(str(k)), plain(_cell(v)))
+                t.add_row(plain(str(k)), plain(cell_text(v)))
             console.print(t)
         else:
             if s.title:
                 console.print(plain(s.title, "bold"))
-            for line in s.lines:
-                console.print(plain(line, s.style or ""))
+            for line in s.lines:  # code is never cut: a copied line must stay one line
+                console.print(plain(line, s.style or ""), soft_wrap=s.code)
 
 
 @renderer("json")
@@ -241,7 +251,6 @@ def _markdown(report: Report, stream: TextIO, width: int | None) -> None:
 
 @renderer("html")
 def _html(report: Report, stream: TextIO, width: int | None) -> None:
-    from torchinspect.report.page import render_html
 
     stream.write(render_html(report))
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.analysis.conventions import COUNTED_CONVENTION, MACS_CONVENTION
+from torchinspect.analysis.conventions import CONVENTION_NOTES
 from torchinspect.report.base import (
     KeyValues,
     Report,
@@ -23,7 +23,8 @@ if TYPE_CHECKING:
 
 # v2: layer rows are inclusive (params and macs include the modules inside, the root row is
 # the model total) with self_params/self_macs; rows carry ran, recursive, calls, call_number,
-# and input/output shapes are exact (no longer cut).
+# and input/output shapes are exact (no longer cut). Added within v2: rows carry output_bytes
+# and flops (2 x macs).
 SCHEMA_VERSION = 2
 SHAPE_WIDTH = 40  # the table shortens shape texts; CSV and JSON keep them whole
 
@@ -42,8 +43,10 @@ def summary_cell(row: SummaryRow, col: Column) -> Any:
         text = getattr(row, name)
         short = text if len(text) <= SHAPE_WIDTH else text[:SHAPE_WIDTH - 1] + "…"
         return Shown(text, short)
-    if name in ("macs", "self_macs"):
+    if name in ("macs", "self_macs", "flops"):
         return si(getattr(row, name), empty="--")
+    if name == "output_bytes":
+        return Shown(row.output_bytes, fmt_bytes(row.output_bytes) if row.output_bytes else "--")
     if name == "params_pct":
         return pct(row.params_pct) if row.params_pct is not None else Shown("", "-")
     if name in ("params", "self_params"):
@@ -58,8 +61,9 @@ HEADERS = {
     "layer": "Layer", "type": "Type", "input": "Input shape", "output": "Output shape",
     "kernel": "Kernel", "params": "Params", "params_pct": "% params", "self_params": "Self params",
     "macs": "MACs", "self_macs": "Self MACs", "trainable": "Trainable",
+    "output_bytes": "Output bytes", "flops": "FLOPs",
 }
-_NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs")
+_NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs", "output_bytes", "flops")
 
 
 def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
@@ -69,8 +73,10 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
         rows = [[summary_cell(r, c) for c in cols] for r in s.rows]
         align = ["right" if c.value in _NUMERIC else "left" for c in cols]
         selves = any(c.value.startswith("self_") for c in cols)
-        footer = ["Params and MACs include the modules inside"
-                  + ("; Self: the module's own." if selves else ".")]
+        footer = [("Params, MACs and FLOPs" if any(c.value == "flops" for c in cols) else "Params and MACs")
+                  + " include the modules inside" + ("; Self: the module's own." if selves else ".")]
+        if any(c.value == "output_bytes" for c in cols):
+            footer.append("Output bytes: the tensors the module returns, at their dtype.")
         if any(r.recursive for r in s.rows):
             footer.append("(call k/N): a module run N times has a row per call; its params "
                           "are on its first row, later ones say (recursive).")
@@ -80,16 +86,22 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
         sections.append(Table(None, [HEADERS[c.value] for c in cols], rows, align=align,
                               footer=footer, primary=True, depths=[r.depth for r in s.rows]))
     sections.append(totals_section(s.totals))
+    sections.append(convention_notes())
     sections.extend(trailer_sections(s.not_counted, s.notes))
     return Report("summary", s.to_dict(), sections, version=SCHEMA_VERSION)
 
 
 def header_lines(model: str, inputs: str, device: str, fallback: str | None, train: bool) -> list[str]:
-    lines = [f"{model}  input {inputs}  ({'train' if train else 'eval'} mode, traced on {device})",
-             MACS_CONVENTION, COUNTED_CONVENTION]
+    lines = [f"{model}  input {inputs}  ({'train' if train else 'eval'} mode, traced on {device})"]
     if fallback:
         lines.append(f"note: traced on {device} instead of meta: {fallback}")
     return lines
+
+
+def convention_notes() -> Text:
+    """What MACs and FLOPs mean and what is counted: short notes below the tables, each line
+    under 80 columns (rich wraps them at word boundaries in a narrower terminal)."""
+    return Text(list(CONVENTION_NOTES))
 
 
 def totals_section(t: Totals) -> KeyValues:

@@ -10,13 +10,18 @@ from typing import Any
 from torchinspect import device as devices
 from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs, TensorSpec
+from torchinspect.io.checkpoint import (
+    CheckpointFormat,
+    detect_format,
+    extract_state_dict,
+    read_checkpoint,
+)
 from torchinspect.sources.base import LoadedModel, SourceKind
+from torchinspect.sources.pt2 import check_pt2
 
 
 def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) -> LoadedModel:
     import torch
-
-    from torchinspect.io.checkpoint import CheckpointFormat, detect_format, read_checkpoint
 
     fmt = detect_format(spec)
     real = devices.real_device(device)
@@ -33,8 +38,6 @@ def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) ->
         notes.append("TorchScript archive: traced on a real device (meta is not supported)")
         return LoadedModel(model, spec, SourceKind.torchscript, None, real, notes, build)
     if fmt == CheckpointFormat.export_pt2:
-        from torchinspect.sources.pt2 import check_pt2
-
         check_pt2(spec, trust_pickle)
 
         def load_ep() -> Any:
@@ -59,8 +62,6 @@ def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) ->
         model = ckpt.obj
         notes.append("full pickled nn.Module loaded with --trust-pickle")
         return LoadedModel(model, spec, SourceKind.pickle, None, devices.model_device(model), notes, None)
-    from torchinspect.io.checkpoint import extract_state_dict
-
     state, _ = extract_state_dict(ckpt.obj, key=key, source=spec)
     raise InspectError(
         f"{spec} holds weights ({len(state)} tensors) but no architecture",

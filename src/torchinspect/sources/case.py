@@ -1,27 +1,48 @@
 """The model case: what every command that takes MODEL starts from.
 
-``make_case(model_or_spec, inputs, options=ModelOptions(...))`` resolves a MODEL text (or
+``make_case(model, inputs, options=ModelOptions(...))`` resolves a MODEL text (or
 takes an ``nn.Module``), resolves the example inputs (``--input``/``--batch`` or the
 model's own example) and returns a :class:`ModelCase` — no trace, no forward.
 
-``model_or_spec`` is an ``nn.Module`` or any MODEL text the CLI accepts (``resnet18``,
-``zoo:gpt``, ``file.py:Name``, a checkpoint with ``arch=``). ``inputs`` is an
+``model`` is a :data:`ModelLike`: an ``nn.Module``, any MODEL text the CLI accepts
+(``resnet18``, ``zoo:gpt``, ``file.py:Name``, a checkpoint with ``arch=``), or a
+:class:`ModelCase` made before (used as it is). Every public function that takes a model
+has the same shape: ``fn(model: ModelLike, inputs=None, *, ..., options: ModelOptions |
+None = None)``. ``inputs`` is an
 :class:`ExampleInputs`, a list of ``--input`` strings, one string, a full shape
 (``(1, 3, 224, 224)``), a tensor, a tuple of tensors, or ``None`` for the model's declared
 example.
+
+``case.weights`` (:class:`~torchinspect.sources.origin.WeightsOrigin`) says where the weights
+come from; a random init is seeded (the build here and every rebuild), so real runs are
+reproducible.
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from torchinspect import device as devices
+from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.guard import model_code
 from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
+from torchinspect.io.torch_load import python_path
 from torchinspect.shapes import format_shape_tree, map_tensors, shape_tree
+from torchinspect.sources.materialize import has_lazy, lazy_real_copy, real_copy, size_lazy
+from torchinspect.sources.origin import (
+    FILE_KINDS,
+    WeightsOrigin,
+    WeightsSource,
+    seeded,
+    seeded_rebuild,
+)
+
+if TYPE_CHECKING:
+    from torch import nn
 
 
 @dataclass
@@ -53,6 +74,15 @@ class ModelOptions:
         return (self.arch, self.weights)
 
 
+def weights_origin(spec: str, options: ModelOptions, kind: str) -> WeightsOrigin:
+    """Where the weights of ``spec`` built with ``options`` come from (no file is read)."""
+    if options.weights:
+        return WeightsOrigin(WeightsSource.file, path=os.fspath(options.weights))
+    if options.arch or kind in FILE_KINDS:  # MODEL is the weights file / the model file
+        return WeightsOrigin(WeightsSource.file, path=spec)
+    return WeightsOrigin.random_init()
+
+
 @dataclass
 class ModelCase:
     """A resolved model and its example inputs, ready for a trace, export, bench or doctor.
@@ -71,6 +101,7 @@ class ModelCase:
     kind: str = "module"  # torchvision, zoo, python, pickle, torchscript, export, module
     weights_key: str | None = None
     requested: str = "auto"  # the --device word asked for (auto, meta, cpu, cuda[:N])
+    weights: WeightsOrigin = field(default_factory=WeightsOrigin.random_init)
 
     @property
     def on_meta(self) -> bool:
@@ -96,13 +127,9 @@ class ModelCase:
         device = devices.parse_device(device)
         target = devices.real_device(device)
         devices.check_available(target)
-        from torchinspect.sources.materialize import has_lazy
-
         here = devices.model_device(self.model, default=target)
         if not self.on_meta and devices.same_device(here, target):
             if has_lazy(self.model):  # a forward would size the caller's lazy modules
-                from torchinspect.sources.materialize import lazy_real_copy
-
                 return self._sized(lazy_real_copy(self.model), target)
             return self.model
         if self.rebuild is None:
@@ -117,53 +144,67 @@ class ModelCase:
 
     def _sized(self, model: Any, target: str) -> Any:
         """``model`` (a copy or a rebuild) with its lazy modules sized by one eval-mode forward
-        on the example, as its first real forward would."""
+        on the example, as its first real forward would (seeded: they are initialized then)."""
         if self.example is None:
             return model
-        from torchinspect.sources.materialize import size_lazy
-
         args, kwargs = self.inputs_on(target)
-        return size_lazy(model, args, kwargs, name=self.name, inputs=self.describe_inputs())
+        with seeded(target):
+            return size_lazy(model, args, kwargs, name=self.name, inputs=self.describe_inputs())
 
     def inputs_on(self, device: str) -> tuple[tuple[Any, ...], dict[str, Any]]:
         """The example materialized on ``device`` as ``(args, kwargs)``."""
         return materialize(self.require_example(), device)
 
 
-def make_case(model_or_spec: Any, inputs: Any = None, *, options: ModelOptions | None = None,
+# What every public function that takes a model accepts (a string alias: this module stays
+# torch-free at import, the CLI imports it at start-up).
+ModelLike: TypeAlias = "str | nn.Module | ModelCase"
+
+
+@renamed_keywords(model_or_spec="model")
+def make_case(model: ModelLike, inputs: Any = None, *, options: ModelOptions | None = None,
               device: str | None = None, need_inputs: bool = True) -> ModelCase:
     """Resolve the model and its example inputs (no forward).
 
     ``device`` overrides ``options.device``. ``inputs`` overrides ``options.inputs``.
     ``need_inputs=False`` keeps the model's own example (maybe None) without requiring one.
+    A :class:`ModelCase` is returned as it is (it was resolved already).
     """
+    if isinstance(model, ModelCase):
+        return model
+    model_or_spec: Any = model
     opts = options or ModelOptions()
     dev = devices.parse_device(device if device is not None else opts.device)
     if isinstance(model_or_spec, str):
+        # the resolvers load with the first MODEL text: the CLI imports this module at
+        # start-up (ModelOptions), and `inspect --help` should not pay for them
         from torchinspect.sources.resolve import load_model
 
         kw: dict[str, Any] = {}
         if opts.weights_config is not None:
             kw["weights_config"] = opts.weights_config
-        from torchinspect.io.torch_load import python_path
-
-        with python_path(opts.python_path), model_code(model_or_spec):
+        # a random init is seeded (the build here and each rebuild): real runs are reproducible
+        build_on = devices.build_device(dev)
+        with python_path(opts.python_path), model_code(model_or_spec), seeded(build_on):
             loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
                                 key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,
-                                device=devices.build_device(dev), **kw)
+                                device=build_on, **kw)
+        rebuild = seeded_rebuild(loaded.rebuild) if loaded.rebuild is not None else None
         case = ModelCase(loaded.model, loaded.name, loaded.example, list(loaded.notes),
-                         loaded.rebuild, str(loaded.kind), loaded.weights_key, requested=dev)
+                         rebuild, str(loaded.kind), loaded.weights_key, requested=dev,
+                         weights=weights_origin(model_or_spec.strip(), opts, str(loaded.kind)))
     else:
         if not _is_module(model_or_spec):
             raise InspectError(f"expected a model name, spec or torch.nn.Module, got "
                                f"{type(model_or_spec).__name__}",
                                hint="pass e.g. 'resnet18', 'zoo:gpt', 'file.py:Net' or a module")
-        case = ModelCase(model_or_spec, type(model_or_spec).__name__, None, requested=dev)
+        name = type(model_or_spec).__name__
+        case = ModelCase(model_or_spec, name, None, requested=dev,
+                         weights=WeightsOrigin(WeightsSource.module, module=name))
         if devices.has_meta_tensors(model_or_spec):  # real runs use an initialized copy
-            from torchinspect.sources.materialize import real_copy
-
             module = model_or_spec
-            case.rebuild = lambda target: real_copy(module, target)
+            case.rebuild = seeded_rebuild(lambda target: real_copy(module, target))
+            case.weights = WeightsOrigin.random_init()
     given = inputs if inputs is not None else (list(opts.inputs) if opts.inputs else None)
     if need_inputs or given is not None or opts.batch is not None:
         case.example = resolve_inputs(given, case.example, batch=opts.batch, no_batch=opts.no_batch)

@@ -20,12 +20,14 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs, TensorSpec
+from torchinspect.io.diff import checkpoint_side, diff_state_dicts, model_side, tied_groups
+from torchinspect.io.layouts import read_hf_index, resolve_layout
 from torchinspect.sources.base import closest
 
 PREFIX = "hf:"
@@ -93,21 +95,22 @@ def config_for(arch: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
     cls = None
     if arch[0].isupper():  # a class name: LlamaForCausalLM
         cls = getattr(tr, arch, None)
-        if cls is None or not isinstance(cls, type) or getattr(cls, "config_class", None) is None:
+        make = getattr(cls, "config_class", None)
+        if cls is None or not isinstance(cls, type) or make is None:
             names = [n for n in dir(tr) if n.endswith(("Model", "LMHeadModel")) or "For" in n]
             near = closest(arch, names)
             raise InspectError(f"unknown transformers model class {arch!r}",
                                hint=f"did you mean {', '.join(PREFIX + n for n in near)}?" if near
                                else "name a model type (hf:llama) or class (hf:LlamaForCausalLM)")
-        make = cls.config_class
     else:
         if arch not in tr.CONFIG_MAPPING:
             near = closest(arch, list(tr.CONFIG_MAPPING.keys()))
             raise InspectError(f"unknown transformers model type {arch!r}",
                                hint=f"did you mean {', '.join(PREFIX + n for n in near)}?" if near
                                else "model types are config.json's model_type values (bert, llama, ...)")
-        def make(**kw: Any) -> Any:
+        def for_model(**kw: Any) -> Any:
             return tr.AutoConfig.for_model(arch, **kw)
+        make = for_model
     _apply(make(), kwargs, PREFIX + arch)  # unknown keys: an error naming the close ones
     # built again with the values, so derived attributes follow them (llama's head_dim =
     # hidden_size // num_attention_heads is computed in __init__)
@@ -190,6 +193,7 @@ def default_example(model: Any, config: Any) -> ExampleInputs:
     import inspect as pyinspect
 
     main = getattr(model, "main_input_name", "input_ids")
+    params: Mapping[str, pyinspect.Parameter]
     try:
         params = pyinspect.signature(model.forward).parameters
     except (TypeError, ValueError):
@@ -202,7 +206,7 @@ def default_example(model: Any, config: Any) -> ExampleInputs:
         kwargs["pixel_values"] = TensorSpec((1, _channels(config), h, w))
     elif main == "input_features":
         mels = getattr(config, "num_mel_bins", None) or getattr(config, "feature_size", 80)
-        kwargs["input_features"] = TensorSpec((1, int(mels), 3000))
+        kwargs["input_features"] = TensorSpec((1, int(mels or 80), 3000))
     elif main == "input_values":
         kwargs["input_values"] = TensorSpec((1, 16000))
     else:
@@ -219,8 +223,6 @@ def default_example(model: Any, config: Any) -> ExampleInputs:
 def folder_weights(path: Path) -> Any:
     """The io Layout of a model folder's weights (one file, or shards + index), or None
     when it holds none."""
-    from torchinspect.io.layouts import resolve_layout
-
     try:
         layout = resolve_layout(path)
     except InspectError:
@@ -235,16 +237,12 @@ def folder_notes(path: Path, model: Any, *, trust_pickle: bool = False) -> list[
     layout = folder_weights(path)
     if layout is None:
         return ["built from config.json (random init; the folder holds no weights file)"]
-    from torchinspect.io.diff import checkpoint_side, diff_state_dicts, model_side, tied_groups
-
     try:
         weights = checkpoint_side(path, trust_pickle=trust_pickle)
     except InspectError as exc:
         return [f"built from config.json; the folder's weights could not be read: {exc.message}"]
     where = layout.path.name
     if layout.kind == "hf_sharded":
-        from torchinspect.io.layouts import read_hf_index
-
         where = f"{len(set(read_hf_index(layout.path).values()))} shards"
     dtypes = sorted({t.dtype for t in weights.tensors.values() if t.kind == "tensor"})
     saved = f"{len(weights.tensors)} tensors in {where}, {'/'.join(dtypes) or '-'}"

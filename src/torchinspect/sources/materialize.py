@@ -99,16 +99,14 @@ def lazy_copy(model: Any) -> Any:
     """
     import torch
     from torch import nn
-    from torch.nn.parameter import UninitializedBuffer, UninitializedParameter, is_lazy
+    from torch.nn.parameter import is_lazy
 
     memo: dict[int, Any] = {}
     for t in (*model.parameters(), *model.buffers()):
         if id(t) in memo:
             continue
         if is_lazy(t):
-            kind = UninitializedParameter if isinstance(t, nn.Parameter) else UninitializedBuffer
-            memo[id(t)] = kind(requires_grad=t.requires_grad, device="meta", dtype=t.dtype) \
-                if kind is UninitializedParameter else kind(device="meta", dtype=t.dtype)
+            memo[id(t)] = _fresh_lazy(t, "meta")
         elif isinstance(t, nn.Parameter):
             memo[id(t)] = nn.Parameter(t.detach().to("meta"), requires_grad=t.requires_grad)
         else:
@@ -121,19 +119,25 @@ def lazy_real_copy(model: Any) -> Any:
     """A copy of a model with lazy modules on its own device, still lazy: the caller's stays
     lazy when the copy is sized. (A plain deepcopy fails on ``UninitializedBuffer``: each
     lazy tensor gets a fresh uninitialized one instead.)"""
-    from torch import nn
-    from torch.nn.parameter import UninitializedBuffer, UninitializedParameter, is_lazy
+    from torch.nn.parameter import is_lazy
 
     memo: dict[int, Any] = {}
     for t in (*model.parameters(), *model.buffers()):
         if id(t) in memo or not is_lazy(t):
             continue
-        if isinstance(t, nn.Parameter):
-            memo[id(t)] = UninitializedParameter(requires_grad=t.requires_grad, device=t.device,
-                                                 dtype=t.dtype)
-        else:
-            memo[id(t)] = UninitializedBuffer(requires_grad=False, device=t.device, dtype=t.dtype)
+        memo[id(t)] = _fresh_lazy(t, t.device)
     return _deepcopy(model, memo, "a lazy copy")
+
+
+def _fresh_lazy(t: Any, device: Any) -> Any:
+    """A new uninitialized parameter/buffer standing for the lazy tensor ``t`` on ``device``."""
+    from torch import nn
+    from torch.nn.parameter import UninitializedBuffer, UninitializedParameter
+
+    # typed Any: torch's stubs leave out the device/dtype keywords these classes take
+    kind: Any = UninitializedParameter if isinstance(t, nn.Parameter) else UninitializedBuffer
+    grad = t.requires_grad if isinstance(t, nn.Parameter) else False
+    return kind(requires_grad=grad, device=device, dtype=t.dtype)
 
 
 def size_lazy(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, name: str | None,

@@ -25,6 +25,7 @@ from torchinspect.sources import torchvision as tvsrc
 from torchinspect.sources.archives import load_file
 from torchinspect.sources.base import LoadedModel, SourceKind, call_builder, parse_kwargs
 from torchinspect.sources.build import finish
+from torchinspect.sources.published import published_config
 
 _FILE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pt2", ".jit", ".tar", ".zip")
 
@@ -36,8 +37,6 @@ def _from_torchvision(tv: tvsrc.TorchvisionModel, kwargs: dict[str, Any], device
                       weights_config: str | None, notes: list[str]) -> tuple[Callable[[str], Any], ExampleInputs | None, str]:
     example_override: ExampleInputs | None = None
     if weights_config is not None:
-        from torchinspect.sources.published import published_config
-
         cfg = published_config(tv.name, None if weights_config in ("", "default") else weights_config)
         merged = dict(cfg.builder_kwargs)
         merged.update(kwargs)
@@ -88,17 +87,9 @@ def load_model(
 
     path = Path(spec)
     if arch is not None:
-        if weights is not None:
-            raise InspectError("give the weights either as MODEL with --arch, or with --weights, not both",
-                               hint=f"inspect summary {spec} --weights {weights}"
-                               if not path.exists() else f"inspect summary {arch} --weights {spec}")
-        if not path.exists():
-            raise InspectError(f"{spec}: no such checkpoint file",
-                               hint="with --arch, MODEL is the weights file to load into it")
-        loaded = load_model(arch, args=kwargs, weights=spec, key=key, strict=strict,
-                            trust_pickle=trust_pickle, device=device, weights_config=weights_config)
-        loaded.name = f"{spec} ({loaded.name})"
-        return loaded
+        return _weights_into_arch(spec, arch, kwargs, weights, key=key, strict=strict,
+                                  trust_pickle=trust_pickle, device=device,
+                                  weights_config=weights_config)
 
     # (torchvision is imported only when needed: zoo and python specs start faster without it)
     if weights_config is not None and (path.exists() or tvsrc.lookup(spec) is None):
@@ -143,6 +134,24 @@ def load_model(
     loaded = finish(build, spec, SourceKind.torchvision, None, device, weights, key, strict,
                      trust_pickle, notes)
     loaded.example = example_override or tvsrc.default_example(tv, loaded.model)
+    return loaded
+
+
+def _weights_into_arch(spec: str, arch: str, kwargs: dict[str, Any], weights: str | None, *,
+                       key: str | None, strict: bool, trust_pickle: bool, device: str,
+                       weights_config: str | None) -> LoadedModel:
+    """``MODEL --arch ARCH``: MODEL is a weights file loaded into the architecture ARCH."""
+    path = Path(spec)
+    if weights is not None:
+        raise InspectError("give the weights either as MODEL with --arch, or with --weights, not both",
+                           hint=f"inspect summary {spec} --weights {weights}"
+                           if not path.exists() else f"inspect summary {arch} --weights {spec}")
+    if not path.exists():
+        raise InspectError(f"{spec}: no such checkpoint file",
+                           hint="with --arch, MODEL is the weights file to load into it")
+    loaded = load_model(arch, args=kwargs, weights=spec, key=key, strict=strict,
+                        trust_pickle=trust_pickle, device=device, weights_config=weights_config)
+    loaded.name = f"{spec} ({loaded.name})"
     return loaded
 
 

@@ -11,13 +11,15 @@ from typing import Any
 
 from torchinspect import device as devices
 from torchinspect.errors import InspectError
+from torchinspect.io.checkpoint import extract_state_dict, read_checkpoint
+from torchinspect.io.diff import FOLDED_SUFFIXES, entry_meta
+from torchinspect.io.meta import TensorSet
+from torchinspect.io.state_dict import find_prefix_remaps
 
 
 def load_weights(model: Any, path: str, *, key: str | None, strict: bool, trust_pickle: bool,
                   notes: list[str]) -> tuple[Any, str | None]:
     """Load a state_dict file into ``model`` (assign on meta; copy otherwise)."""
-    from torchinspect.io.checkpoint import extract_state_dict, read_checkpoint
-
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle)
     state, used_key = extract_state_dict(ckpt.obj, key=key, source=path)
     if used_key:
@@ -64,9 +66,6 @@ def checkpoint_counts(state: dict[str, Any], model_keys: set[str]) -> str:
     tied tensors, bytes with each tie once, and the model's ``num_batches_tracked`` counters
     the file lacks (BatchNorm fills them)."""
     from dataclasses import replace
-
-    from torchinspect.io.diff import FOLDED_SUFFIXES, entry_meta
-    from torchinspect.io.meta import TensorSet
 
     side = TensorSet()
     side.tensors = {}
@@ -117,11 +116,9 @@ def missing_shape_only(exc: BaseException) -> bool:
     return "size mismatch" in str(exc)
 
 
-def _remap_keys(state: dict[str, Any], shapes: dict[str, tuple[int, ...]],
+def _remap_keys(state: dict[str, Any], shapes: dict[str, tuple[int, ...] | None],
                 notes: list[str]) -> dict[str, Any]:
     """The best key remap, applied only when every tensor it matches has the model's shape."""
-    from torchinspect.io.state_dict import find_prefix_remaps
-
     if set(shapes) <= set(state):
         return state
     best = next((r for r in find_prefix_remaps(shapes, state) if _shapes_agree(r, state, shapes)),
@@ -133,7 +130,7 @@ def _remap_keys(state: dict[str, Any], shapes: dict[str, tuple[int, ...]],
     return {best.apply(k): v for k, v in state.items()}
 
 
-def _shapes_agree(remap: Any, state: dict[str, Any], shapes: dict[str, tuple[int, ...]]) -> bool:
+def _shapes_agree(remap: Any, state: dict[str, Any], shapes: dict[str, tuple[int, ...] | None]) -> bool:
     for k, v in state.items():
         new = remap.apply(k)
         if shapes.get(new) is not None and hasattr(v, "shape") and tuple(v.shape) != shapes[new]:

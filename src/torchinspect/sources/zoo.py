@@ -7,13 +7,12 @@ from typing import Any
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, example_from_strings
 from torchinspect.sources.base import closest
+from torchinspect.zoo import REGISTRY  # torch-free until an entry is built
 
 PREFIX = "zoo:"
 
 
 def _registry() -> dict[str, Any]:
-    from torchinspect.zoo import REGISTRY  # torch-free until an entry is built
-
     return REGISTRY
 
 

@@ -1,7 +1,7 @@
 """One instrumented forward -> Trace records (policy.py decides where; engine.py runs it)."""
 
 from torchinspect.trace.policy import trace_case, trace_model
-from torchinspect.trace.records import CallRecord, ModuleInfo, ParamStats, TensorMeta, Trace
+from torchinspect.trace.records import CallRecord, ModuleInfo, ParamStats, TensorShape, Trace
 
-__all__ = ["CallRecord", "ModuleInfo", "ParamStats", "TensorMeta", "Trace", "trace_case",
+__all__ = ["CallRecord", "ModuleInfo", "ParamStats", "TensorShape", "Trace", "trace_case",
            "trace_model"]

@@ -136,6 +136,7 @@ def grouped_mm_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     offs = kwargs.get("offs", args[2] if len(args) > 2 else None)
     out_dtype = kwargs.get("out_dtype", args[4] if len(args) > 4 else None) or a.dtype
     groups = int(offs.shape[0]) if offs is not None else int(b.shape[0])
+    shape: tuple[int, ...]
     if a.dim() == 2 and b.dim() == 3:
         shape = (a.shape[0], b.shape[-1])
     elif a.dim() == 3 and b.dim() == 3:
@@ -283,7 +284,7 @@ class counting:
 
     def __init__(self, counter: MacCounter) -> None:
         self.counter = counter
-        self._modes = [_FunctionCounter(counter), _DispatchCounter(counter)]
+        self._modes: list[Any] = [_FunctionCounter(counter), _DispatchCounter(counter)]
 
     def __enter__(self) -> MacCounter:
         for m in self._modes:

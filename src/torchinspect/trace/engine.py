@@ -18,7 +18,7 @@ import torch
 from torch import nn
 
 from torchinspect.guard import model_code, training_mode
-from torchinspect.shapes import shape_tree, tensor_bytes
+from torchinspect.shapes import map_tensors, shape_tree, tensor_bytes
 from torchinspect.trace.counting import MacCounter, counting
 from torchinspect.trace.records import CallRecord, ModuleInfo
 from torchinspect.trace.static import hookable_modules, is_quantized_module, module_names
@@ -284,8 +284,6 @@ def fake_forward_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[st
     """A FakeTensorMode with fake stand-ins for every parameter and buffer (ties kept) and
     for the (meta) inputs: run_forward's ``fake`` path."""
     from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from torchinspect.shapes import map_tensors
 
     mode = FakeTensorMode(allow_non_fake_inputs=True)
     by_id: dict[int, torch.Tensor] = {}

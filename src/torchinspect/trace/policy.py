@@ -21,9 +21,9 @@ from torchinspect.guard import contained
 from torchinspect.inputs import ExampleInputs
 from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.sources.case import ModelCase, describe_inputs, materialize
-from torchinspect.sources.materialize import has_lazy, lazy_copy, lazy_names, real_copy
+from torchinspect.sources.materialize import has_lazy, lazy_copy, lazy_names, real_copy, size_lazy
 from torchinspect.trace.counting import sdpa_notes
-from torchinspect.trace.engine import is_quantized, meta_state, run_forward
+from torchinspect.trace.engine import fake_forward_inputs, is_quantized, meta_state, run_forward
 from torchinspect.trace.moe import moe_notes
 from torchinspect.trace.records import Trace
 from torchinspect.trace.static import collect_static
@@ -102,8 +102,6 @@ def trace_model(
         run_model, target = _real_model(subject, target, reason, rebuild, notes)
         if run_model is not subject and run_model is not model and has_lazy(run_model):
             # a rebuild of a lazy spec: sized like the meta copy was
-            from torchinspect.sources.materialize import size_lazy
-
             run_model = size_lazy(run_model, *materialize(inputs, target),
                                   name=type(model).__name__, inputs=describe_inputs(inputs))
         if run_model is not subject:
@@ -133,8 +131,6 @@ def _fake_attempt(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: d
     if "item()" not in str(exc) and "data-dependent" not in str(exc).lower():
         return None
     try:
-        from torchinspect.trace.engine import fake_forward_inputs
-
         mode, state, fargs, fkwargs = fake_forward_inputs(model, args, kwargs)
         result = run_forward(model, infos, fargs, fkwargs, state, train, fake_mode=mode)
     except Exception:  # noqa: BLE001 - the forward needs real values: the CPU fallback decides
@@ -146,8 +142,6 @@ def _fake_attempt(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: d
 
 def materialized_lazy(model: nn.Module, inputs: Any, train: bool, notes: list[str]) -> nn.Module:
     """A copy of ``model`` whose lazy modules took their shapes from a forward on ``inputs``."""
-    from torchinspect.sources.materialize import size_lazy
-
     names = lazy_names(model)
     copy = lazy_copy(model)
     size_lazy(copy, *materialize(inputs, "meta"), name=None, inputs=describe_inputs(inputs),

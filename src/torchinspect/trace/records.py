@@ -13,7 +13,7 @@ from typing import Any
 
 from torchinspect.shapes import (  # noqa: F401  (re-exported for the views)
     ShapeTree,
-    TensorMeta,
+    TensorShape,
     format_shape_tree,
     shape_tree_to_json,
 )

@@ -57,6 +57,38 @@ def _example(module: str, factory: str, *args: Any) -> Callable[[], ExampleInput
     return example
 
 
+# inspect doctor's models: (name, class in zoo/doctor.py, its arguments, example, description)
+_DOCTOR: list[tuple[str, str, dict[str, Any], list[str], str]] = [
+    ("doctor-layer-modulelist", "LayerModuleList", {}, ["1,32"],
+     "TI001 clean twin of pitfall-layer-list: layers in an nn.ModuleList"),
+    ("doctor-tensor-buffer", "TensorBuffer", {}, ["1,32"],
+     "TI002 clean twin of pitfall-tensor-attr: the tensor is a registered buffer"),
+    ("doctor-used-branch", "UsedBranch", {}, ["1,32"],
+     "TI003 clean twin of pitfall-unused-branch: the aux head's output is returned"),
+    ("doctor-mode-dropout", "ModeAwareDropout", {}, ["1,32"],
+     "TI004 clean twin of pitfall-functional-dropout: F.dropout(training=self.training)"),
+    ("doctor-nan-grad", "DistanceHead", {"eps": 0.0}, ["1,8,32"],
+     "TI005 trigger: hand-written pairwise distance, sqrt(0) on the diagonal gives NaN gradients"),
+    ("doctor-safe-distance", "DistanceHead", {"eps": 1e-12}, ["1,8,32"],
+     "TI005 clean twin: the same distance with sqrt(x + eps)"),
+    ("doctor-misaligned", "MisalignedMLP", {"aligned": False}, ["1,100"],
+     "TI006 trigger: Linear widths 100/250/10, not multiples of 8 (Tensor Cores)"),
+    ("doctor-aligned", "MisalignedMLP", {"aligned": True}, ["1,96"],
+     "TI006 clean twin: widths 96/256/248/16"),
+    ("doctor-oversized", "FlattenHead", {"pool": "flatten"}, ["1,3,32,32"],
+     "TI007 trigger: VGG-style flatten into Linear(4096, 1024), ~97% of the parameters"),
+    ("doctor-gap-head", "FlattenHead", {"pool": "avg"}, ["1,3,32,32"],
+     "TI007 clean twin: global average pooling before the classifier"),
+    ("doctor-frozen-bn", "FrozenBackboneBN", {"freeze": True, "norm": "batch"}, ["1,32"],
+     "TI008 trigger: frozen backbone; BatchNorm1d sees one value per channel at batch 1"),
+    ("doctor-trainable-ln", "FrozenBackboneBN", {"freeze": False, "norm": "layer"}, ["1,32"],
+     "TI008 clean twin: everything trainable, LayerNorm instead of BatchNorm1d"),
+    ("doctor-dropped-rows", "UnpaddedConvPool", {"padding": 0}, ["1,1,28,28"],
+     "TI009 trigger: unpadded conv, 28 -> 26 -> 13 -> 6: the second max-pool drops a row/column"),
+    ("doctor-padded-pool", "UnpaddedConvPool", {"padding": 1}, ["1,1,28,28"],
+     "TI009 clean twin: padded conv, 28 -> 28 -> 14 -> 7"),
+]
+
 _ENTRIES = [
     ZooEntry(
         "convnet",
@@ -143,36 +175,7 @@ _ENTRIES = [
     ),
     # ---- inspect doctor: a trigger and a clean twin for every check (zoo/doctor.py)
     *[ZooEntry(name, _lazy("doctor", cls, **preset), example, text, ("doctor",))
-      for name, cls, preset, example, text in [
-        ("doctor-layer-modulelist", "LayerModuleList", {}, ["1,32"],
-         "TI001 clean twin of pitfall-layer-list: layers in an nn.ModuleList"),
-        ("doctor-tensor-buffer", "TensorBuffer", {}, ["1,32"],
-         "TI002 clean twin of pitfall-tensor-attr: the tensor is a registered buffer"),
-        ("doctor-used-branch", "UsedBranch", {}, ["1,32"],
-         "TI003 clean twin of pitfall-unused-branch: the aux head's output is returned"),
-        ("doctor-mode-dropout", "ModeAwareDropout", {}, ["1,32"],
-         "TI004 clean twin of pitfall-functional-dropout: F.dropout(training=self.training)"),
-        ("doctor-nan-grad", "DistanceHead", {"eps": 0.0}, ["1,8,32"],
-         "TI005 trigger: hand-written pairwise distance, sqrt(0) on the diagonal gives NaN gradients"),
-        ("doctor-safe-distance", "DistanceHead", {"eps": 1e-12}, ["1,8,32"],
-         "TI005 clean twin: the same distance with sqrt(x + eps)"),
-        ("doctor-misaligned", "MisalignedMLP", {"aligned": False}, ["1,100"],
-         "TI006 trigger: Linear widths 100/250/10, not multiples of 8 (Tensor Cores)"),
-        ("doctor-aligned", "MisalignedMLP", {"aligned": True}, ["1,96"],
-         "TI006 clean twin: widths 96/256/248/16"),
-        ("doctor-oversized", "FlattenHead", {"pool": "flatten"}, ["1,3,32,32"],
-         "TI007 trigger: VGG-style flatten into Linear(4096, 1024), ~97% of the parameters"),
-        ("doctor-gap-head", "FlattenHead", {"pool": "avg"}, ["1,3,32,32"],
-         "TI007 clean twin: global average pooling before the classifier"),
-        ("doctor-frozen-bn", "FrozenBackboneBN", {"freeze": True, "norm": "batch"}, ["1,32"],
-         "TI008 trigger: frozen backbone; BatchNorm1d sees one value per channel at batch 1"),
-        ("doctor-trainable-ln", "FrozenBackboneBN", {"freeze": False, "norm": "layer"}, ["1,32"],
-         "TI008 clean twin: everything trainable, LayerNorm instead of BatchNorm1d"),
-        ("doctor-dropped-rows", "UnpaddedConvPool", {"padding": 0}, ["1,1,28,28"],
-         "TI009 trigger: unpadded conv, 28 -> 26 -> 13 -> 6: the second max-pool drops a row/column"),
-        ("doctor-padded-pool", "UnpaddedConvPool", {"padding": 1}, ["1,1,28,28"],
-         "TI009 clean twin: padded conv, 28 -> 28 -> 14 -> 7"),
-    ]],
+      for name, cls, preset, example, text in _DOCTOR],
     # ---- end of inspect doctor block
 ]
 

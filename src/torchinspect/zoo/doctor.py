@@ -37,6 +37,8 @@ class LayerModuleList(nn.Module):
 class TensorBuffer(nn.Module):
     """Clean twin of ``pitfall-tensor-attr``: ``scale`` is a registered buffer."""
 
+    scale: torch.Tensor
+
     def __init__(self, in_features: int = IN_FEATURES, num_classes: int = 16) -> None:
         super().__init__()
         self.register_buffer("scale", torch.full((in_features,), 0.5))

@@ -6,6 +6,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.zoo._layers import embedding
 
 VOCAB_SIZE = 512
@@ -85,6 +86,4 @@ class GPT(nn.Module):
 
 def example(vocab_size: int = VOCAB_SIZE, seq_len: int = 64):
     """Token ids (1, seq_len) in [0, vocab_size)."""
-    from torchinspect.inputs import ExampleInputs, TensorSpec
-
     return ExampleInputs((TensorSpec((1, seq_len), "int64", None, vocab_size),))

@@ -9,11 +9,13 @@ device and nothing large is allocated when a small preset is built on CPU.
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass, replace
+from typing import Any
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
+from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.zoo._layers import embedding
 
 
@@ -139,7 +141,7 @@ class Llama(nn.Module):
         return self.lm_head(self.norm(x))
 
 
-def llama(preset: str = "llama-tiny", **overrides: object) -> Llama:
+def llama(preset: str = "llama-tiny", **overrides: Any) -> Llama:
     """Build a preset, with any LlamaConfig field overridden (``--arg n_layers=2``)."""
     if preset not in PRESETS:
         raise ValueError(f"unknown llama preset {preset!r}; choose from {', '.join(PRESETS)}")
@@ -154,7 +156,5 @@ def llama(preset: str = "llama-tiny", **overrides: object) -> Llama:
 
 def example(preset: str = "llama-tiny", seq_len: int = 128):
     """Token ids (1, seq_len) in [0, vocab_size) of the preset."""
-    from torchinspect.inputs import ExampleInputs, TensorSpec
-
     vocab = PRESETS[preset].vocab_size
     return ExampleInputs((TensorSpec((1, seq_len), "int64", None, vocab),))

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.zoo._layers import embedding
 
 NUM_CATEGORIES = 20
@@ -52,8 +53,6 @@ class MultiInputNet(nn.Module):
 
 def example():
     """image (1,3,32,32), features {numeric (1,8), category long (1,)}, mask=(1,16) float."""
-    from torchinspect.inputs import ExampleInputs, TensorSpec
-
     features = {
         "numeric": TensorSpec((1, NUMERIC_DIM)),
         "category": TensorSpec((1,), "int64", None, NUM_CATEGORIES),

@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.zoo._layers import embedding
 
 VOCAB_SIZE = 10_000
@@ -45,6 +46,4 @@ class LSTMClassifier(nn.Module):
 
 def example(vocab_size: int = VOCAB_SIZE, seq_len: int = 32):
     """Token ids (1, seq_len) in [0, vocab_size)."""
-    from torchinspect.inputs import ExampleInputs, TensorSpec
-
     return ExampleInputs((TensorSpec((1, seq_len), "int64", None, vocab_size),))

@@ -21,9 +21,11 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+from torchinspect import __version__
 from torchinspect.analysis.check.metrics import Metric, Noise, Reading
 from torchinspect.analysis.check.records import CheckResult, readings_dict
 from torchinspect.errors import InspectError
+from torchinspect.io.atomic import atomic_write_text
 
 SCHEMA = "torchinspect/check-baseline/v1"
 _PREFIX = "torchinspect/check-baseline/v"
@@ -49,8 +51,6 @@ def baseline_document(result: CheckResult) -> dict[str, Any]:
     """The JSON document of a baseline: every reading of every model (errors kept as such)."""
     import torch
 
-    from torchinspect import __version__
-
     models: dict[str, Any] = {}
     for m in result.models:
         entry: dict[str, Any] = {"inputs": m.inputs,
@@ -73,8 +73,6 @@ def baseline_document(result: CheckResult) -> dict[str, Any]:
 
 def write_baseline(result: CheckResult, path: str, *, protect: tuple[str, ...] = ()) -> None:
     """Write the baseline atomically (never over one of the ``protect`` input files)."""
-    from torchinspect.io.atomic import atomic_write_text
-
     text = json.dumps(baseline_document(result), indent=2, allow_nan=False) + "\n"
     atomic_write_text(path, text, protect=protect)
 
@@ -106,7 +104,9 @@ def read_baseline(path: str) -> Baseline:
 def _model(entry: Any, where: str) -> BaselineModel:
     if not isinstance(entry, dict) or not isinstance(entry.get("metrics", {}), dict):
         raise InspectError(f"{where}: not a model entry", hint=_HINT)
-    noise = entry.get("noise") if isinstance(entry.get("noise"), dict) else {}
+    noise = entry.get("noise")
+    if not isinstance(noise, dict):
+        noise = {}
     readings: dict[Metric, Reading] = {}
     for key, value in entry.get("metrics", {}).items():
         try:

@@ -32,6 +32,7 @@ from typing import Any
 
 from torchinspect.analysis.check.metrics import Metric, metric_named, parse_budget, parse_percent
 from torchinspect.errors import InspectError
+from torchinspect.sources import pyspec
 
 TABLE = "[tool.torchinspect.check]"
 OPTION_KEYS = {"input", "arg", "args", "arch", "weights", "key", "batch", "no-batch",
@@ -179,8 +180,6 @@ def _entry(entry: Any, where: str, config: CheckConfig) -> ModelBudget:
 def relative_to(spec: str, base: str) -> str:
     """A model, --arch or --weights text with its file path made relative to ``base`` (the
     config's folder); names (resnet50, zoo:convnet, pkg.mod:Name) are kept as they are."""
-    from torchinspect.sources import pyspec
-
     if spec.startswith(_PREFIXES):
         return spec
     ps = pyspec.parse(spec)

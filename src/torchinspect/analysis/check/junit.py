@@ -7,6 +7,7 @@ from __future__ import annotations
 import xml.etree.ElementTree as ET
 
 from torchinspect.analysis.check.records import CheckResult, Kind, ModelCheck
+from torchinspect.io.atomic import atomic_write_text
 
 _NAME = "torchinspect check"
 
@@ -82,7 +83,5 @@ def junit_error_xml(message: str, hint: str | None) -> str:
 def write_junit(result: CheckResult | str, path: str, *, protect: tuple[str, ...] = ()) -> None:
     """Write a JUnit report (a result, or a document from :func:`junit_error_xml`)
     atomically, never over one of the ``protect`` input files."""
-    from torchinspect.io.atomic import atomic_write_text
-
     text = result if isinstance(result, str) else junit_xml(result)
     atomic_write_text(path, text, protect=protect)

@@ -10,10 +10,16 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from typing import Any
 
+from torchinspect import device as devices
 from torchinspect.analysis.check.config import ModelBudget
 from torchinspect.analysis.check.metrics import Metric, Need, Noise, Reading
 from torchinspect.analysis.check.records import ModelCheck
+from torchinspect.bench import BenchOptions, run_bench
 from torchinspect.errors import InspectError, first_line
+from torchinspect.sources.case import ModelOptions, make_case
+from torchinspect.sources.materialize import has_lazy
+from torchinspect.trace import trace_case
+from torchinspect.trace.static import collect_static
 
 
 @dataclass
@@ -25,8 +31,6 @@ class Sample:
 
 
 def _static(case: Any) -> Sample:
-    from torchinspect.trace.static import collect_static
-
     _, stats = collect_static(case.model)
     return Sample(_param_readings(stats))
 
@@ -39,8 +43,6 @@ def _param_readings(stats: Any) -> dict[Metric, Reading]:
 
 def _traced(case: Any) -> Sample:
     """One forward on meta (as `inspect summary`): MACs, activations and the static numbers."""
-    from torchinspect.trace import trace_case
-
     trace = trace_case(case)
     return Sample({**_param_readings(trace.params),
                    Metric.macs: Reading(float(trace.total_macs)),
@@ -70,9 +72,6 @@ def time_forward(case: Any, timing: Any = None) -> Sample:
     """Median forward latency (ms) at the example's batch with its noise, measured by
     `inspect bench`'s method (its warm-up and stopping rule unless ``timing`` is given) on
     the requested real device (auto/meta: cpu)."""
-    from torchinspect import device as devices
-    from torchinspect.bench import BenchOptions, run_bench
-
     extra = {"timing": timing} if timing is not None else {}
     result = run_bench(case, BenchOptions(device=devices.real_device(case.requested), **extra))
     row = result.configs[0]
@@ -92,8 +91,6 @@ COLLECTORS: dict[Need, Callable[[Any], Sample]] = {
 
 
 def _collect(case: Any, metrics: set[Metric]) -> Sample:
-    from torchinspect.sources.materialize import has_lazy
-
     needs = {m.need for m in metrics}
     if Need.static in needs and has_lazy(case.model):  # sizes come from a forward (on a copy)
         needs.add(Need.trace)
@@ -129,8 +126,6 @@ def options_for(mb: ModelBudget, base: Any) -> Any:
 
 def measure_model(mb: ModelBudget, metrics: set[Metric], options: Any = None) -> ModelCheck:
     """The readings of ``metrics`` for one model, or the error that stopped it."""
-    from torchinspect.sources.case import ModelOptions, make_case
-
     start = time.perf_counter()
     base = options or ModelOptions()
     shown = mb.model if isinstance(mb.model, str) else type(mb.model).__name__  # a module

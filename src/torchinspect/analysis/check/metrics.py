@@ -12,13 +12,14 @@ import math
 import re
 from dataclasses import asdict, dataclass
 from enum import StrEnum
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
+from torchinspect.device import fmt_size
 from torchinspect.errors import InspectError
 
 
 class Unit(StrEnum):
-    count = "count"  # SI suffixes: 25M, 5G
+    number = "count"  # SI suffixes: 25M, 5G (a member named `count` would hide str.count)
     mb = "MB"  # 10^6 bytes
     ms = "ms"
 
@@ -39,15 +40,16 @@ class Metric(StrEnum):
     need: Need
     label: str
 
-    def __new__(cls, key: str, unit: Unit, need: Need, label: str) -> Metric:
-        obj = str.__new__(cls, key)
-        obj._value_ = key
-        obj.unit, obj.need, obj.label = unit, need, label
-        return obj
+    if not TYPE_CHECKING:  # a type checker should see Metric("params") as the lookup it is
+        def __new__(cls, key: str, unit: Unit, need: Need, label: str) -> Metric:
+            obj = str.__new__(cls, key)
+            obj._value_ = key
+            obj.unit, obj.need, obj.label = unit, need, label
+            return obj
 
-    params = "params", Unit.count, Need.static, "parameters (tied weights once)"
-    trainable = "trainable", Unit.count, Need.static, "trainable parameters"
-    macs = "macs", Unit.count, Need.trace, "multiply-accumulates per forward"
+    params = "params", Unit.number, Need.static, "parameters (tied weights once)"
+    trainable = "trainable", Unit.number, Need.static, "trainable parameters"
+    macs = "macs", Unit.number, Need.trace, "multiply-accumulates per forward"
     size_mb = "size-mb", Unit.mb, Need.static, "MB of weights (parameters + buffers)"
     activation_mb = "activation-mb", Unit.mb, Need.trace, "MB of leaf-module outputs of one forward"
     infer_mb = "infer-mb", Unit.mb, Need.memory, "MB peak GPU memory of inference (predicted)"
@@ -62,7 +64,7 @@ class Metric(StrEnum):
     @property
     def counted(self) -> bool:
         """Counts take SI suffixes (25M); MB and ms budgets are plain numbers."""
-        return self.unit is Unit.count
+        return self.unit is Unit.number
 
 
 def metric_named(name: str, where: str) -> Metric:
@@ -153,8 +155,6 @@ def parse_increases(text: str | None, where: str = "--max-increase") -> dict[Met
 
 def fmt_value(metric: Metric, v: float, *, exact: bool = False) -> str:
     """``25.56M`` (measured, ``exact``) / ``30M`` (a limit); MB as ``102.44 MB``."""
-    from torchinspect.device import fmt_size
-
     if metric.counted:
         for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
             if abs(v) >= scale:

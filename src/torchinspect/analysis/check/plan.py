@@ -91,6 +91,6 @@ def _increases(given: str | dict[Metric, float] | None, found: CheckConfig | Non
                            "branch, then pass --baseline FILE")
     if baseline is None:
         return {}
-    out = {m: (v, found.label + " [increase]") for m, v in (found.increase.items() if found else ())}
+    out = {m: (v, found.label + " [increase]") for m, v in found.increase.items()} if found else {}
     out.update({m: (v, "--max-increase") for m, v in cli.items()})
     return out

@@ -123,7 +123,7 @@ class ModelCheck:
 
 def readings_dict(readings: dict[Metric, Reading]) -> dict[str, Any]:
     """``{"params": 11689512, "latency-ms": 0.35, ...}`` (counts as integers)."""
-    return {m.value: int(r.value) if m.unit is Unit.count and float(r.value).is_integer()
+    return {m.value: int(r.value) if m.unit is Unit.number and float(r.value).is_integer()
             else r.value for m, r in readings.items()}
 
 

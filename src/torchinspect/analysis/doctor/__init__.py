@@ -4,6 +4,7 @@
 * :mod:`.structure` module-tree checks, no forward (TI001, TI002, TI006, TI007, TI008 frozen)
 * :mod:`.shapes`    checks over the meta trace's shapes (TI008 BatchNorm, TI009)
 * :mod:`.runtime`   checks that need real numbers on CPU (TI003, TI004, TI005)
+* :mod:`.locate`    ``file:line`` of a finding in the user's own code
 
 :func:`diagnose` is the library entry point (``torchinspect.diagnose``). The model is never
 changed: see :mod:`.runtime` for how the real runs leave it untouched.
@@ -15,6 +16,9 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from torchinspect import device as devices
+from torchinspect.analysis.doctor import runtime, shapes, structure
+from torchinspect.analysis.doctor.locate import locate
 from torchinspect.analysis.doctor.rules import (
     RULES,
     RUN_CODES,
@@ -26,6 +30,12 @@ from torchinspect.analysis.doctor.rules import (
     parse_codes,
     selected_codes,
 )
+from torchinspect.arguments import renamed_keywords
+from torchinspect.errors import InspectError
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case
+from torchinspect.sources.materialize import has_lazy
+from torchinspect.trace import trace_model
+from torchinspect.trace.policy import materialized_lazy
 
 __all__ = ["RULES", "DoctorResult", "FailOn", "Finding", "Rule", "Severity", "diagnose",
            "diagnose_case", "parse_codes"]
@@ -33,8 +43,9 @@ __all__ = ["RULES", "DoctorResult", "FailOn", "Finding", "Rule", "Severity", "di
 _TRACE_CODES = {"TI008", "TI009"}
 
 
-def diagnose(model_or_spec: Any, inputs: Any = None, *, select: Sequence[str] | None = None,
-             ignore: Sequence[str] | None = None, options: Any = None,
+@renamed_keywords(model_or_spec="model")
+def diagnose(model: ModelLike, inputs: Any = None, *, select: Sequence[str] | None = None,
+             ignore: Sequence[str] | None = None, options: ModelOptions | None = None,
              device: str | None = None) -> DoctorResult:
     """Run the doctor's checks on a model (an ``nn.Module`` or any MODEL text).
 
@@ -43,15 +54,12 @@ def diagnose(model_or_spec: Any, inputs: Any = None, *, select: Sequence[str] | 
     example input; ``device="meta"`` skips them. The others read the module tree and the meta
     trace. The model is never changed.
     """
-    from torchinspect import device as devices
-    from torchinspect.sources.case import ModelOptions, make_case
-
     opts = options or ModelOptions(device="cpu")
     wanted = devices.parse_device(device if device is not None else opts.device)
     # built on meta whatever the device: the structure and shape checks need no memory, and a
     # model too big for the device still gets them (TI003-TI005 then say why they did not run)
-    case = make_case(model_or_spec, inputs, options=opts,
-                     device="meta" if isinstance(model_or_spec, str) else wanted)
+    case = make_case(model, inputs, options=opts,
+                     device="meta" if isinstance(model, str) else wanted)
     case.requested = wanted
     return diagnose_case(case, select=select, ignore=ignore)
 
@@ -64,9 +72,6 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     an eval-mode Trace of this case already made (``inspect report`` passes its own), so the
     shape checks need no second forward.
     """
-    from torchinspect import device as devices
-    from torchinspect.analysis.doctor import shapes, structure
-
     start = time.perf_counter()
     codes = selected_codes(select, ignore)
     chosen = set(codes)
@@ -74,11 +79,9 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     findings: list[Finding] = []
     notes: list[str] = []
     skipped: dict[str, str] = {}
-    from torchinspect.sources.materialize import has_lazy
 
     if has_lazy(model):  # the checks read sizes: a meta copy sized by the example (the
-        from torchinspect.trace.policy import materialized_lazy  # caller's stays lazy)
-
+        # caller's stays lazy)
         model = materialized_lazy(model, case.require_example(), False, notes)
 
     if "TI001" in chosen:
@@ -93,8 +96,6 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
         findings += structure.frozen_parameters(model)
     if chosen & _TRACE_CODES:
         if trace is None or trace.train:
-            from torchinspect.trace import trace_model
-
             trace = trace_model(model, case.require_example(), device="meta", rebuild=case.rebuild)
         if trace.fallback_reason:
             notes.append(f"shapes traced on {trace.device}: {trace.fallback_reason}")
@@ -114,20 +115,23 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
         with torch.random.fork_rng(devices=[]):  # random inputs must not move the user's RNG
             run_device = _run_checks(case, device, chosen, wanted, findings, notes, skipped)
 
+    locate(findings, model)
+    if run_device is not None:
+        note = case.weights.note(f"{', '.join(c for c in wanted if c not in skipped)} ran on "
+                                 "an untrained model")
+        notes += [note] if note else []
     order = {code: i for i, code in enumerate(RULES)}
     findings.sort(key=lambda f: (-f.severity.rank, order[f.code]))
     return DoctorResult(
         model=case.name, inputs=case.describe_inputs(), findings=findings,
         checked=[c for c in codes if c not in skipped], skipped=skipped, notes=notes,
-        run_device=run_device, seconds=time.perf_counter() - start)
+        run_device=run_device, seconds=time.perf_counter() - start,
+        weights=case.weights.to_dict(digest=run_device is not None))
 
 
 def _run_checks(case: Any, device: str, chosen: set[str], wanted: list[str], findings: list[Finding],
                 notes: list[str], skipped: dict[str, str]) -> str | None:
     """TI003-TI005 on a real model; returns the device they ran on (None: skipped)."""
-    from torchinspect.analysis.doctor import runtime
-    from torchinspect.errors import InspectError
-
     try:
         real = case.real_model(device)
         args, kwargs = case.inputs_on(device)

@@ -112,6 +112,7 @@ class Finding:
     why: str = ""
     fix: str = ""
     data: dict[str, Any] = field(default_factory=dict)
+    location: str | None = None  # file:line in the user's own code (see .locate)
 
     def __post_init__(self) -> None:
         rule = RULES[self.code]
@@ -124,8 +125,8 @@ class Finding:
 
     def to_dict(self) -> dict[str, Any]:
         return {"code": self.code, "name": self.name, "severity": str(self.severity),
-                "module": self.module, "what": self.what, "why": self.why, "fix": self.fix,
-                "data": self.data}
+                "module": self.module, "location": self.location, "what": self.what,
+                "why": self.why, "fix": self.fix, "data": self.data}
 
 
 @dataclass
@@ -140,6 +141,7 @@ class DoctorResult:
     notes: list[str] = field(default_factory=list)
     run_device: str | None = None  # where the real-number checks ran (cpu), None if none
     seconds: float = 0.0
+    weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict(): what the real checks ran on
 
     def counts(self) -> dict[str, int]:
         out = {s.value: 0 for s in Severity}
@@ -158,7 +160,8 @@ class DoctorResult:
         return {"model": self.model, "inputs": self.inputs, "counts": self.counts(),
                 "findings": [f.to_dict() for f in self.findings], "checked": list(self.checked),
                 "skipped": dict(self.skipped), "notes": list(self.notes),
-                "run_device": self.run_device, "seconds": round(self.seconds, 3)}
+                "run_device": self.run_device, "weights": self.weights,
+                "seconds": round(self.seconds, 3)}
 
 
 def parse_codes(values: Sequence[str] | str | None, *, option: str) -> list[str]:

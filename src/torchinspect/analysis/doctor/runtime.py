@@ -15,11 +15,10 @@ NaN gradient first appears.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, cast
 
 import torch
 from torch import nn
@@ -27,25 +26,9 @@ from torch import nn
 from torchinspect.analysis.doctor.rules import Finding, Severity
 from torchinspect.analysis.doctor.structure import show_names
 from torchinspect.errors import first_line
-
-
-def tensors_in(value: Any, depth: int = 0) -> Iterator[torch.Tensor]:
-    """Every tensor in a nested output (tuples, lists, dicts, namedtuples, dataclass-likes)."""
-    if isinstance(value, torch.Tensor):
-        yield value
-    elif depth > 8:
-        return
-    elif isinstance(value, (tuple, list)):
-        for v in value:
-            yield from tensors_in(v, depth + 1)
-    elif isinstance(value, dict):
-        for v in value.values():
-            yield from tensors_in(v, depth + 1)
-    elif hasattr(value, "to_tuple"):  # transformers ModelOutput
-        yield from tensors_in(value.to_tuple(), depth + 1)
-    elif dataclasses.is_dataclass(value) and not isinstance(value, type):
-        for f in dataclasses.fields(value):
-            yield from tensors_in(getattr(value, f.name, None), depth + 1)
+from torchinspect.shapes import tensor_leaves
+from torchinspect.trace.engine import model_kept
+from torchinspect.trace.static import hookable_modules
 
 
 def _fingerprint(value: Any) -> tuple[float, ...]:
@@ -55,7 +38,7 @@ def _fingerprint(value: Any) -> tuple[float, ...]:
     reductions would be ~10x slower on CPU.)
     """
     parts = []
-    for t in tensors_in(value):
+    for t in tensor_leaves(value):
         t = t.detach()
         if t.numel() == 0 or t.is_meta:
             continue
@@ -125,8 +108,6 @@ class _Probe:
 
     def __enter__(self) -> _Probe:
         names = {id(m): n for n, m in self.model.named_modules()}
-        from torchinspect.trace.static import hookable_modules
-
         for module in hookable_modules(self.model):  # a TorchScript root: none
             name = names.get(id(module), "?")
             self.handles.append(module.register_forward_pre_hook(
@@ -146,7 +127,7 @@ class _Probe:
                                     () if self.grads else _fingerprint((args, kwargs))))
             self.stack.append(index)
             if self.grads:
-                for t in tensors_in((args, kwargs)):
+                for t in tensor_leaves((args, kwargs)):
                     if t.requires_grad:
                         t.register_hook(self._in_grad(index))
         return hook
@@ -160,7 +141,7 @@ class _Probe:
         call.done = self.finished
         self.finished += 1
         if self.grads:
-            for t in tensors_in(output):
+            for t in tensor_leaves(output):
                 if t.requires_grad:
                     t.register_hook(self._out_grad(index))
 
@@ -183,8 +164,6 @@ class _Probe:
 def _restored(model: nn.Module) -> Iterator[None]:
     """Restore every module's training flag, its attributes and buffers (what a forward
     assigns), and the RNG state afterwards."""
-    from torchinspect.trace.engine import model_kept
-
     flags = [(m, m.training) for m in model.modules()]
     # the forwards run on buffer copies (_forward): attributes are what can change
     with model_kept(model, buffers=False), torch.random.fork_rng(devices=[]):
@@ -234,7 +213,7 @@ def _batch_of_two(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, A
     Training-mode BatchNorm needs more than one value per channel; a batch of one fails on
     1x1 feature maps (Inception's aux head) although the model is fine.
     """
-    ts = [t for t in tensors_in((args, kwargs)) if t.dim() >= 2]
+    ts = [t for t in tensor_leaves((args, kwargs)) if t.dim() >= 2]
     if not ts or any(t.shape[0] != 1 for t in ts):
         return None
 
@@ -369,13 +348,14 @@ def check_gradients(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
             return res
         if errors:
             res.notes.append(f"gradient checks ran in {label} ({errors[0]})")
-        outs = [t for t in tensors_in(out) if t.requires_grad and t.is_floating_point()]
+        outs = [t for t in tensor_leaves(out) if t.requires_grad and t.is_floating_point()]
         if not outs:
             res.skipped["TI003"] = "no output depends on a trainable parameter"
             return res
         gen = torch.Generator().manual_seed(0)
         loss = sum((o.float() * torch.randn(o.shape, generator=gen).to(o.device)).sum() for o in outs)
-        grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
+        grads = torch.autograd.grad(cast(torch.Tensor, loss), [p for _, p in params],
+                                    allow_unused=True)
     if "TI003" in codes:
         res.findings += _no_gradient([n for (n, _), g in zip(params, grads, strict=True) if g is None],
                                      [n for n, _ in params], model)

@@ -94,9 +94,9 @@ def _hook_managed(module: nn.Module) -> set[str]:
     from their parameters (registering it as a buffer would break them)."""
     names = set()
     for hook in module._forward_pre_hooks.values():
-        if type(hook).__module__.startswith("torch.nn.utils") and isinstance(
-                getattr(hook, "name", None), str):
-            names.add(hook.name)
+        name = getattr(hook, "name", None)
+        if type(hook).__module__.startswith("torch.nn.utils") and isinstance(name, str):
+            names.add(name)
     return names
 
 

@@ -9,7 +9,9 @@
 * :mod:`.build` -- :func:`build_graph`, the case-level API behind ``inspect graph``.
 * :mod:`.model` -- the :class:`Graph` dataclasses.
 
-The core returns a :class:`Graph` dataclass and never prints.
+The core returns a :class:`Graph` dataclass and never prints. The package stays torch-free at
+import (``cli/graph.py`` takes :class:`GraphKind` at start-up), so the trace and analysis
+modules, which import torch, are imported inside the functions that use them.
 """
 
 from torchinspect.export.graph.autograd import autograd_graph

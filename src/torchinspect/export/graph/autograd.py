@@ -21,9 +21,9 @@ from torchinspect.export.graph.model import (
     _device_of,
     _fmt_shape,
     _shape,
-    _tensors,
 )
 from torchinspect.guard import training_mode
+from torchinspect.shapes import tensor_leaves
 
 
 @dataclass
@@ -46,7 +46,7 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     the input leaves appear too. ``saved=True`` adds the tensors each function saved.
     ``state``: stand-ins by name (e.g. meta copies) run through ``functional_call``.
     """
-    from torchinspect.trace.engine import model_kept
+    from torchinspect.trace.engine import model_kept  # torch (package docstring)
 
     prep = _prepare(model, args, kwargs, state)
     # what the forward assigns is put back after the walk: restoring a buffer earlier would
@@ -85,7 +85,7 @@ def _prepare(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
         return v
 
     args, kwargs = pytree.tree_map(leafify, (tuple(args), dict(kwargs or {})))
-    input_names = {id(t): f"input {i}" for i, t in enumerate(_tensors((args, kwargs)))}
+    input_names = {id(t): f"input {i}" for i, t in enumerate(tensor_leaves((args, kwargs)))}
     return _Prepared(args, kwargs, state, names, input_names)
 
 
@@ -114,7 +114,7 @@ def _forward(model: Any, prep: _Prepared) -> Any:
         except (InspectError, MemoryError, KeyboardInterrupt):
             raise
         except Exception as exc:  # the model's forward on these inputs: a user error
-            from torchinspect.trace.policy import forward_error
+            from torchinspect.trace.policy import forward_error  # torch (package docstring)
 
             if is_out_of_memory(exc):
                 raise  # the CLI says "ran out of memory", with its own hint
@@ -142,7 +142,7 @@ class _Walk:
     saved_count: int = 0
 
     def run(self, out: Any) -> None:
-        outputs = [t for t in _tensors(out) if t.grad_fn is not None or t.requires_grad]
+        outputs = [t for t in tensor_leaves(out) if t.grad_fn is not None or t.requires_grad]
         if not outputs:
             raise InspectError(f"{self.graph.model}: the output does not depend on anything "
                                "that requires a gradient, so it has no autograd graph",

@@ -4,17 +4,20 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchinspect.arguments import check_depth
+from torchinspect import device as devices
+from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.export.graph.autograd import autograd_graph
 from torchinspect.export.graph.flow import _Flow, module_flow
 from torchinspect.export.graph.model import Graph, GraphKind
 from torchinspect.export.graph.modules import module_graph
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case
 
 
-def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str = "autograd",
+@renamed_keywords(case_or_model="model")
+def build_graph(model: ModelLike, inputs: Any = None, *, kind: GraphKind | str = "autograd",
                 depth: int | None = None, fold: bool = True, saved: bool = False,
-                options: Any = None, functions: bool = True) -> Graph:
+                options: ModelOptions | None = None, functions: bool = True) -> Graph:
     """The graph of a model case (or a model/spec and inputs): the library twin of ``inspect graph``.
 
     ``kind="autograd"`` runs one real forward on the case's device (auto/meta: cpu; refused
@@ -22,14 +25,12 @@ def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str
     a CPU fallback), drawing functional ops as nodes unless ``functions=False``.
     ``options``: a ModelOptions when a spec is given.
     """
-    from torchinspect.sources.case import ModelCase, make_case
-
     if str(kind) not in {k.value for k in GraphKind}:
         raise InspectError(f"kind={kind!r}: unknown graph kind", hint="use 'autograd' or 'module'")
     kind = GraphKind(kind)
     if depth is not None:
         check_depth(depth)
-    case = case_or_model if isinstance(case_or_model, ModelCase) else make_case(case_or_model, inputs, options=options)
+    case = make_case(model, inputs, options=options)
     if kind is GraphKind.autograd:
         graph = _autograd_of(case, saved)
     else:
@@ -40,10 +41,8 @@ def build_graph(case_or_model: Any, inputs: Any = None, *, kind: GraphKind | str
 
 
 def _autograd_of(case: Any, saved: bool) -> Graph:
-    from torchinspect import device as devices
-
     if case.requested == "meta":  # asked for explicitly: the same graph, no memory
-        from torchinspect.trace.engine import meta_state
+        from torchinspect.trace.engine import meta_state  # torch (package docstring)
 
         args, kwargs = case.inputs_on("meta")
         return autograd_graph(case.model, args, kwargs, saved=saved, name=case.name,
@@ -59,7 +58,7 @@ def _autograd_of(case: Any, saved: bool) -> Graph:
 
 
 def _module_of(case: Any, depth: int | None, fold: bool, functions: bool) -> Graph:
-    from torchinspect.trace import trace_case
+    from torchinspect.trace import trace_case  # torch (package docstring)
 
     trace = trace_case(case)
     note = None
@@ -76,7 +75,7 @@ def _module_of(case: Any, depth: int | None, fold: bool, functions: bool) -> Gra
 
 def _flow_for(case: Any, device: str) -> _Flow:
     """The tensor flow on the device the trace ran on (meta: stand-ins for real weights)."""
-    from torchinspect.trace.engine import meta_state
+    from torchinspect.trace.engine import meta_state  # torch (package docstring)
 
     if device == "meta":
         args, kwargs = case.inputs_on("meta")

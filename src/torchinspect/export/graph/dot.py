@@ -13,6 +13,7 @@ from typing import Any
 
 from torchinspect.errors import InspectError
 from torchinspect.export.graph.model import Graph, GraphCluster, GraphNode
+from torchinspect.io.atomic import atomic_write_bytes, atomic_write_text, check_target
 
 RENDER_FORMATS = ("svg", "png", "pdf")
 WRITE_FORMATS = (*RENDER_FORMATS, "dot", "json")
@@ -153,8 +154,6 @@ def write_graph(graph: Graph, path: str | os.PathLike[str], *, force: bool = Fal
     Without the Graphviz ``dot`` binary an image request writes ``<name>.dot`` instead and
     says so in ``fallback_reason``.
     """
-    from torchinspect.io.atomic import atomic_write_bytes, atomic_write_text
-
     fmt = output_format(path)
     target = Path(path)
     if fmt == "json":
@@ -177,8 +176,6 @@ def write_graph(graph: Graph, path: str | os.PathLike[str], *, force: bool = Fal
 def _render(source: str, fmt: str, target: Path, *, force: bool,
             protect: tuple[str, ...]) -> tuple[bytes | None, str | None]:
     """The rendered image, or None and why it could not be rendered here."""
-    from torchinspect.io.atomic import check_target
-
     try:
         import graphviz
     except ImportError:

@@ -11,8 +11,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from torchinspect.export.graph.model import _tensors
 from torchinspect.guard import training_mode
+from torchinspect.shapes import tensor_leaves
 
 INPUT, OUTPUT = -1, -2  # pseudo call indices of the module graph's input and output nodes
 FUNC = 1 << 40  # producer ids at and above this are functional ops: FUNC + index
@@ -80,14 +80,14 @@ class _Flow:
 
     def of(self, value: Any) -> frozenset[int]:
         out: frozenset[int] = frozenset()
-        for t in _tensors(value):
+        for t in tensor_leaves(value):
             entry = self.producers.get(id(t))
             if entry is not None and entry[0] is t:
                 out |= entry[1]
         return out
 
     def mark(self, value: Any, calls: frozenset[int]) -> None:
-        for t in _tensors(value):
+        for t in tensor_leaves(value):
             self.producers[id(t)] = (t, calls)
 
     def pre(self, module: Any, args: Any, kwargs: Any) -> None:
@@ -110,7 +110,7 @@ class _Flow:
         """A torch function ran on tensors of known producers: a layout op passes them on,
         any other op becomes the producer of its outputs."""
         name = function_name(func)
-        tensors = _tensors(out)
+        tensors = tensor_leaves(out)
         if name is None or not tensors:
             self.mark(out, sources)
             return
@@ -146,14 +146,14 @@ def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     flow.mark((args, kwargs), frozenset({INPUT}))
     handles = []
     try:
-        from torchinspect.trace.static import hookable_modules
+        from torchinspect.trace.static import hookable_modules  # torch (package docstring)
 
         for m in hookable_modules(model):
             handles.append(m.register_forward_pre_hook(flow.pre, with_kwargs=True))
             handles.append(m.register_forward_hook(flow.post, with_kwargs=True, always_call=True))
         import torch
 
-        from torchinspect.trace.engine import model_kept
+        from torchinspect.trace.engine import model_kept  # torch (package docstring)
 
         with model_kept(model), training_mode(model), torch.no_grad(), _flow_mode(flow):
             if state:

@@ -105,16 +105,8 @@ def _fmt_shape(shape: list[int] | tuple[int, ...] | None) -> str:
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _tensors(value: Any) -> list[Any]:
-    """Every tensor in a value: pytree containers, and dataclass fields (a model may return
-    a dataclass, which pytree sees as one leaf)."""
-    from torch.utils import _pytree as pytree
-
-    return [t for leaf in pytree.tree_leaves(value) for t in tensor_leaves(leaf)]
-
-
 def _device_of(out: Any) -> str:
-    ts = _tensors(out)
+    ts = tensor_leaves(out)
     return str(ts[0].device) if ts else "cpu"
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError, first_line
+from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.export.onnx.result import ExportResult, IOInfo
 
 
@@ -17,7 +17,8 @@ def _check(target: Path) -> None:
         onnx.checker.check_model(str(target), full_check=True)
     except Exception as exc:  # noqa: BLE001 - the checker raises several types
         raise InspectError(f"{target}: onnx.checker rejected the exported file: {first_line(exc)}",
-                           hint="try another --opset, or --legacy", status=1) from exc
+                           hint="try another --opset, or --legacy",
+                           status=ExitStatus.CHECK_FAILED) from exc
 
 
 def _dtype_name(elem_type: int) -> str:

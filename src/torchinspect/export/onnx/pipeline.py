@@ -7,6 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
+from torchinspect.arguments import renamed_keywords
 from torchinspect.export.onnx.describe import _check, _describe
 from torchinspect.export.onnx.plan import (
     ExportPlan,
@@ -18,15 +19,19 @@ from torchinspect.export.onnx.result import ExportResult
 from torchinspect.export.onnx.verify import verify_export
 from torchinspect.export.onnx.write import write_onnx
 from torchinspect.guard import training_mode
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case
+from torchinspect.trace.engine import model_kept
 
 
-def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = None, *,
+@renamed_keywords(case_or_model="model")
+def export_onnx(model: ModelLike, path: str | os.PathLike[str], inputs: Any = None, *,
                 opset: int | None = None, legacy: bool = False, static: bool = False,
                 dynamic: Sequence[str] = (), verify: bool | None = None, atol: float = 1e-4,
                 rtol: float = 1e-3, force: bool = False, external_data: bool | None = None,
                 device: str = "cpu", protect: Sequence[str] = (), report: bool = False,
                 input_names: Sequence[str] | None = None,
-                output_names: Sequence[str] | None = None) -> ExportResult:
+                output_names: Sequence[str] | None = None,
+                options: ModelOptions | None = None) -> ExportResult:
     """Export to ONNX at ``path``, check it, and (``verify``) compare onnxruntime with PyTorch.
 
     ``verify=None`` verifies when onnxruntime is installed. ``external_data=None`` stores the
@@ -36,10 +41,7 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     ``input_names``/``output_names`` say otherwise. Never overwrites ``path``, its data file
     or the report unless ``force``, nor any file in ``protect``.
     """
-    from torchinspect.sources.case import ModelCase, make_case
-    from torchinspect.trace.engine import model_kept
-
-    case = case_or_model if isinstance(case_or_model, ModelCase) else make_case(case_or_model, inputs)
+    case = make_case(model, inputs, options=options)
     plan = plan_export(case, path, opset=opset, legacy=legacy, static=static, dynamic=dynamic,
                        verify=verify, atol=atol, rtol=rtol, force=force,
                        external_data=external_data, device=device, protect=protect,
@@ -57,7 +59,10 @@ def export_onnx(case_or_model: Any, path: str | os.PathLike[str], inputs: Any = 
     if plan.verify:
         result.verify = verify_export(plan)
     result.seconds = plan.seconds
-    result.notes = plan.notes
+    result.weights = case.weights.to_dict()
+    note = case.weights.note("the file holds untrained weights"
+                             + (" (verified with them)" if plan.verify else ""))
+    result.notes = [*plan.notes, *([note] if note else [])]
     return result
 
 

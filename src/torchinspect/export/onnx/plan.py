@@ -13,12 +13,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchinspect import device as devices
 from torchinspect.arguments import as_list
 from torchinspect.errors import InspectError
 from torchinspect.io.atomic import check_target
 
 
 def _tensor_leaves(value: Any) -> list[Any]:
+    """The tensors in the order torch.export flattens them (pytree leaves only), so input and
+    output names line up with the ONNX graph; shapes.tensor_leaves also opens dataclasses,
+    which the exporter does not."""
     import torch
     from torch.utils import _pytree as pytree
 
@@ -216,8 +220,6 @@ def plan_export(case: Any, path: str | os.PathLike[str], *, opset: int | None, l
                 protect: Sequence[str], report: bool, input_names: Sequence[str] | None,
                 output_names: Sequence[str] | None) -> ExportPlan:
     """Check everything that can fail before the export, then build the model on its device."""
-    from torchinspect import device as devices
-
     target = Path(path)
     protect = tuple(p for p in protect if p)
     check_outputs(target, force=force, protect=protect, report=report)

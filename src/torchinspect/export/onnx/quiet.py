@@ -8,7 +8,7 @@ import io
 import logging
 import os
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
@@ -25,6 +25,10 @@ def _quiet() -> Iterator[None]:
         logging.disable(previous)
 
 
+def _no_fflush(_: None) -> int:
+    return 0
+
+
 @contextlib.contextmanager
 def _native_stdout_to_stderr() -> Iterator[None]:
     """C++ code (the TorchScript exporter's "Torch IR graph at exception" dump) writes to file
@@ -39,11 +43,11 @@ def _native_stdout_to_stderr() -> Iterator[None]:
     except (OSError, ValueError):  # no real stdout (embedded, closed): nothing to protect
         yield
         return
+    fflush: Callable[[None], object]
     try:
         fflush = ctypes.CDLL(None).fflush
     except (OSError, AttributeError):  # no C library to flush (not POSIX)
-        def fflush(_: None) -> int:
-            return 0
+        fflush = _no_fflush
     try:
         fflush(None)
         os.dup2(2, 1)

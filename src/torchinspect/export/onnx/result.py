@@ -77,6 +77,7 @@ class ExportResult:
     seconds: dict[str, float]
     report_path: str | None = None
     notes: list[str] = field(default_factory=list)
+    weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict(): exported and verified
 
     @property
     def nodes(self) -> int:

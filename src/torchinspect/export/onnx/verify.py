@@ -11,14 +11,13 @@ from torchinspect.errors import first_line, is_out_of_memory
 from torchinspect.export.onnx.plan import ExportPlan, _bound, _tensor_leaves
 from torchinspect.export.onnx.result import OutputDiff, VerifyRun
 from torchinspect.guard import training_mode
+from torchinspect.trace.engine import model_kept
 
 VERIFY_BATCHES = (1, 3)
 
 
 def verify_export(plan: ExportPlan) -> list[VerifyRun]:
     """One :class:`VerifyRun` per batch size; a file onnxruntime cannot load is one failed run."""
-    from torchinspect.trace.engine import model_kept
-
     t0 = time.perf_counter()
     leaves = _tensor_leaves((plan.args, plan.kwargs))
     batch0 = int(leaves[0].shape[0]) if leaves and leaves[0].dim() else 1

@@ -21,7 +21,7 @@ from torchinspect.export.onnx.plan import (
     default_output_names,
 )
 from torchinspect.export.onnx.quiet import _quiet
-from torchinspect.io.atomic import check_target
+from torchinspect.io.atomic import atomic_path, atomic_write_bytes, check_target
 
 
 def write_onnx(plan: ExportPlan) -> tuple[Path | None, Path | None]:
@@ -146,8 +146,6 @@ def _keep_report(artifacts: Path, plan: ExportPlan) -> Path | None:
     reports = sorted(artifacts.glob("*.md"))
     if not reports:
         return None
-    from torchinspect.io.atomic import atomic_write_bytes
-
     atomic_write_bytes(plan.report, reports[-1].read_bytes(), force=plan.force,
                        protect=plan.protect)
     for r in reports:
@@ -157,8 +155,6 @@ def _keep_report(artifacts: Path, plan: ExportPlan) -> Path | None:
 
 def _save(plan: ExportPlan, program: Any, tmp_file: Path) -> Path | None:
     """Save (dynamo) or move (legacy, already written) into place atomically; data file first."""
-    from torchinspect.io.atomic import atomic_path
-
     target, data = plan.target, plan.data_file
     with atomic_path(target, force=plan.force, protect=plan.protect) as tmp:
         if program is not None:

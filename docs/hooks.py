@@ -1,0 +1,63 @@
+"""MkDocs hook: the option tables of every command page come from the Typer app itself.
+
+A page writes ``<!-- inspect-options NAME -->`` where the reference of ``inspect NAME``
+belongs; the hook replaces the marker with ``torchinspect.cli.reference.command_reference``
+(usage, arguments, options with their help and defaults), so the pages cannot drift from
+``inspect NAME --help``. An unknown NAME fails the build.
+
+``<!-- api-reference -->`` (docs/api.md) becomes the mkdocstrings reference of every public
+name in ``torchinspect._LAZY`` and of the dataclasses the functions return.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Any
+
+_MARKER = re.compile(r"<!--\s*inspect-options\s+([a-z-]+)\s*-->")
+
+
+def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
+    if "api-reference" in markdown:
+        markdown = _API.sub(lambda m: api_reference(), markdown)
+    if "inspect-options" not in markdown:
+        return markdown
+    from torchinspect.cli.reference import command_reference
+
+    return _MARKER.sub(lambda m: command_reference(m.group(1)), markdown)
+
+
+_API = re.compile(r"<!--\s*api-reference\s*-->")
+
+
+def api_reference() -> str:
+    """``:::`` blocks for every public name of ``torchinspect._LAZY`` and the dataclass each
+    function returns, at their defining modules (so a moved function can't break the page,
+    and a new one can't be left out)."""
+    import typing
+
+    import torchinspect
+
+    lines: list[str] = []
+    seen: set[str] = set()
+    for name in torchinspect._LAZY:
+        obj = getattr(torchinspect, name)
+        targets = [obj]
+        if not isinstance(obj, type):
+            try:
+                returned = typing.get_type_hints(obj).get("return")
+            except Exception:  # noqa: BLE001 - an unresolvable annotation: document the function alone
+                returned = None
+            targets += [t for t in (typing.get_args(returned) or (returned,))
+                        if isinstance(t, type) and t.__module__.startswith("torchinspect.")]
+        for target in targets:
+            path = f"{target.__module__}.{target.__qualname__}"
+            if path in seen:
+                continue
+            seen.add(path)
+            options = ["heading_level: 3", "show_root_full_path: false"]
+            if isinstance(target, type):
+                options += ["show_if_no_docstring: true", "show_bases: false",
+                            'filters: ["!^_"]']
+            lines += [f"::: {path}", "    options:", *(f"      {o}" for o in options), ""]
+    return "\n".join(lines)
