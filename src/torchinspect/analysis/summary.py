@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from dataclasses import asdict, dataclass, field
 from enum import StrEnum
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
@@ -16,13 +16,13 @@ from torchinspect.analysis.saved_params import is_bare_checkpoint
 from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
+from torchinspect.memory.predict import make_target, predict_case
+from torchinspect.memory.result import MemoryResult
+from torchinspect.memory.step import StepConfig
 from torchinspect.shapes import format_shape_tree
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
-
-if TYPE_CHECKING:
-    from torchinspect.memory.result import MemoryResult
 
 
 class Column(StrEnum):
@@ -193,9 +193,6 @@ def predict_summary_memory(case: ModelCase, memory: str) -> tuple[MemoryResult |
                            hint="--memory inference (the default), train or none")
     if memory == "none":
         return None, None
-    from torchinspect.memory.predict import make_target, predict_case
-    from torchinspect.memory.step import StepConfig
-
     try:
         return predict_case(case, StepConfig(train=memory == "train"),
                             make_target("cuda", fast=True),
