@@ -142,8 +142,13 @@ def memory_items(t: Totals) -> list[tuple[str, Any]]:
                                                            t.training_optimizer or "")
         items.append((f"Peak memory, training step (predicted, {on}, {optimizer})",
                       Shown(t.peak_training_bytes, f"{fmt_bytes(t.peak_training_bytes)}"
-                            f" ({t.peak_training_at})")))
+                            f" ({_step(t.peak_training_at)})")))
     return items
+
+
+def _step(where: str | None) -> str:
+    """``backward at fc (steady step)`` -> ``backward at fc, steady step``."""
+    return (where or "-").replace(" (", ", ").removesuffix(")")
 
 
 def _at(where: str | None) -> str:
