@@ -553,3 +553,37 @@ def test_cuda_target_keeps_cudnns_reserve_for_backward(kind):
     # eval mode: no reserve
     inf = predict_case(case, StepConfig(train=False), make_target("cuda", "h100"))
     assert inf.inference.peak < gpu.training.peak
+
+
+def test_forward_modules_name_and_nest_as_modtracker_does():
+    """Inference follows the running module with two forward hooks (no torch.distributed
+    import); the names and parents it reports are ModTracker's."""
+    from torch.distributed._tools.mod_tracker import ModTracker
+
+    from torchinspect.memory.modules import ForwardModules
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(2)])
+            self.shared = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for b in self.blocks:
+                x = self.shared(b(x))
+            return self.shared(x)
+
+    def seen(tracker_cls: type) -> list[tuple[str, ...]]:
+        net, out = Net(), []
+        with tracker_cls() as t:
+            hook = torch.nn.modules.module.register_module_forward_hook(
+                lambda m, i, o: out.append(tuple(sorted(t.parents - {"Global"}))))
+            try:
+                with torch.no_grad():
+                    net(torch.zeros(2, 4))
+            finally:
+                hook.remove()
+        return out
+
+    assert seen(ForwardModules) == seen(ModTracker)
+    assert ("Net", "Net.blocks.1") in seen(ForwardModules)  # ModuleList children by index
