@@ -587,3 +587,20 @@ def test_forward_modules_name_and_nest_as_modtracker_does():
 
     assert seen(ForwardModules) == seen(ModTracker)
     assert ("Net", "Net.blocks.1") in seen(ForwardModules)  # ModuleList children by index
+
+
+def test_cudnn_rnn_final_state_carries_gradients():
+    """A head on h_n (not on the output) still trains every parameter before the LSTM."""
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.lstm, self.head = nn.Linear(8, 8), nn.LSTM(8, 16, batch_first=True), nn.Linear(16, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            _, (h, _) = self.lstm(self.emb(x))
+            return self.head(h[-1])
+
+    net = Net()
+    r = predict_case(make_case(net, torch.zeros(4, 5, 8)), StepConfig(optimizer="sgd"),
+                     make_target("cuda"), inference=False)
+    assert r.training.gradients == sum(round_size(p.numel() * 4) for p in net.parameters())

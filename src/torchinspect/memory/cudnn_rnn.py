@@ -56,7 +56,6 @@ class _CudnnRNN(torch.autograd.Function):
             reserve = x.new_empty(reserve_bytes(kind, layers, seq, batch, hidden, dirs,
                                                 x.element_size()), dtype=torch.uint8)
         ctx.save_for_backward(x, hx, cx, out, reserve, *weights)
-        ctx.mark_non_differentiable(*(t for t in (hy, cy) if t is not None))
         return (out, hy, cy) if cy is not None else (out, hy)
 
     @staticmethod
