@@ -496,3 +496,36 @@ def test_pre_commit_hook_names_a_real_command(invoke) -> None:
         assert hook.get("pass_filenames") is False  # file names would be read as models
         r = invoke(*args, "--help")
         assert r.exit_code == 0 and "--baseline" in r.output
+
+
+def test_memory_budgets_are_inspect_memorys_predictions(invoke, tmp_path: Path,
+                                                        monkeypatch: pytest.MonkeyPatch) -> None:
+    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.step import StepConfig
+    from torchinspect.sources.case import make_case
+
+    want = predict_case(make_case("zoo:mnist-net", None), StepConfig(), make_target("cuda"))
+    infer, train = want.inference.peak / 1e6, want.training.peak / 1e6
+    assert train > infer
+    r = check_budgets("zoo:mnist-net", max_infer_mb=infer, max_train_mb=train)
+    got = {x.metric: x.value for x in r.models[0].results}
+    assert got == {Metric.infer_mb: pytest.approx(infer), Metric.train_mb: pytest.approx(train)}
+    assert r.passed  # value == limit passes
+    fail = invoke("check", "zoo:mnist-net", "--max-train-mb", f"{train * 0.99:.3f}")
+    assert fail.exit_code == 1 and "train-mb" in fail.output and "FAIL" in fail.output
+    assert invoke("check", "zoo:mnist-net", "--max-infer-mb", "lots").exit_code == 2
+    # config keys and baselines pick them up
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.torchinspect.check]\nmax-infer-mb = 1000\n\n[[tool.torchinspect.check.models]]\n'
+        f'model = "zoo:mnist-net"\nmax-train-mb = {train / 2:.3f}\n')
+    r = invoke("check", "-f", "json")
+    assert r.exit_code == 1, r.output
+    results = {x["metric"]: x["passed"] for x in json.loads(r.stdout)["models"][0]["results"]}
+    assert results == {"infer-mb": True, "train-mb": False}
+    (tmp_path / "pyproject.toml").write_text('[[tool.torchinspect.check.models]]\nmodel = "zoo:mnist-net"\n')
+    assert invoke("check", "--save-baseline", "base.json").exit_code == 0
+    saved = json.loads((tmp_path / "base.json").read_text())["models"]["zoo:mnist-net"]["metrics"]
+    assert saved["train-mb"] == pytest.approx(train) and saved["infer-mb"] == pytest.approx(infer)
+    r = invoke("check", "--baseline", "base.json", "--max-increase", "train-mb=1%")
+    assert r.exit_code == 0, r.output

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import pytest
 import torch
@@ -505,3 +506,101 @@ def test_batch_of_one_with_batchnorm_predicts_inference_and_says_why_not_trainin
     data = json.loads(res.output)
     assert data["training"] is None and data["inference"]["peak"] > 0
     assert "pass --batch 2 or more" in data["notes"][0]
+
+
+# ---------------------------------------------------------------- cuDNN RNN (CUDA targets)
+
+RNN_MEASURED = Path(__file__).resolve().parents[1] / "benchmarks" / "results" / "cudnn-rnn-h100.jsonl"
+
+
+def test_cudnn_rnn_reserve_matches_every_measured_shape():
+    """The reserve formula against the reserve tensors cuDNN allocated on an H100 (read from
+    the autograd node's saved tensors by benchmarks/cudnn_rnn_memory.py)."""
+    import json
+
+    from torchinspect.memory.cudnn_rnn import reserve_bytes
+
+    rows = [json.loads(line) for line in RNN_MEASURED.read_text().splitlines()]
+    trained = [r for r in rows if r.get("train") and "saved" in r]
+    assert len(trained) >= 60
+    kinds = {"lstm": "lstm", "gru": "gru", "rnn": "rnn_tanh"}
+    for r in trained:
+        size = 4 if r["dtype"] == "fp32" else 2
+        want = reserve_bytes(kinds[r["kind"]], r["layers"], r["seq"], r["batch"], r["hidden"],
+                             2 if r["bidir"] else 1, size)
+        assert r["saved"]["_saved_result3"] == want, r
+
+
+@pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+def test_cuda_target_keeps_cudnns_reserve_for_backward(kind):
+    from torchinspect.memory.cudnn_rnn import reserve_bytes
+
+    layers, seq, batch, hidden = 2, 16, 4, 32
+    rnn = getattr(nn, kind)(8, hidden, layers, batch_first=True)
+    case = make_case(rnn, torch.zeros(batch, seq, 8))
+    gpu = predict_case(case, StepConfig(optimizer="sgd"), make_target("cuda", "h100"),
+                       inference=False)
+    cpu = predict_case(case, StepConfig(optimizer="sgd"), make_target("cpu"), inference=False)
+    reserve = reserve_bytes({"LSTM": "lstm", "GRU": "gru", "RNN": "rnn_tanh"}[kind], layers,
+                            seq, batch, hidden, 1, 4)
+    # what waits for backward on CUDA: the reserve and the output (one allocation each, the
+    # caching allocator's 512-byte rounding aside), not the unrolled cells' saved tensors
+    out = batch * seq * hidden * 4
+    rounded = sum(-(-n // 512) * 512 for n in (reserve, out))
+    assert gpu.training.saved_total >= reserve
+    assert gpu.training.saved_total <= rounded + 4 * 512 * layers  # + hy (cy), no per-step cells
+    assert cpu.training.saved_total != gpu.training.saved_total
+    # eval mode: no reserve
+    inf = predict_case(case, StepConfig(train=False), make_target("cuda", "h100"))
+    assert inf.inference.peak < gpu.training.peak
+
+
+def test_forward_modules_name_and_nest_as_modtracker_does():
+    """Inference follows the running module with two forward hooks (no torch.distributed
+    import); the names and parents it reports are ModTracker's."""
+    from torch.distributed._tools.mod_tracker import ModTracker
+
+    from torchinspect.memory.modules import ForwardModules
+
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.blocks = nn.ModuleList([nn.Sequential(nn.Linear(4, 4), nn.ReLU()) for _ in range(2)])
+            self.shared = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            for b in self.blocks:
+                x = self.shared(b(x))
+            return self.shared(x)
+
+    def seen(tracker_cls: type) -> list[tuple[str, ...]]:
+        net, out = Net(), []
+        with tracker_cls() as t:
+            hook = torch.nn.modules.module.register_module_forward_hook(
+                lambda m, i, o: out.append(tuple(sorted(t.parents - {"Global"}))))
+            try:
+                with torch.no_grad():
+                    net(torch.zeros(2, 4))
+            finally:
+                hook.remove()
+        return out
+
+    assert seen(ForwardModules) == seen(ModTracker)
+    assert ("Net", "Net.blocks.1") in seen(ForwardModules)  # ModuleList children by index
+
+
+def test_cudnn_rnn_final_state_carries_gradients():
+    """A head on h_n (not on the output) still trains every parameter before the LSTM."""
+    class Net(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.emb, self.lstm, self.head = nn.Linear(8, 8), nn.LSTM(8, 16, batch_first=True), nn.Linear(16, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            _, (h, _) = self.lstm(self.emb(x))
+            return self.head(h[-1])
+
+    net = Net()
+    r = predict_case(make_case(net, torch.zeros(4, 5, 8)), StepConfig(optimizer="sgd"),
+                     make_target("cuda"), inference=False)
+    assert r.training.gradients == sum(round_size(p.numel() * 4) for p in net.parameters())

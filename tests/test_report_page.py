@@ -373,6 +373,56 @@ def test_comparison_doctor_cell_names_the_checks_that_did_not_run(invoke, tmp_pa
         assert "TI003, TI004, TI005 not run" in cell
 
 
+def test_report_memory_section_timeline_bar_and_json(convnet_page, invoke):
+    """The memory section: inspect memory's prediction (the summary's numbers), a timeline
+    with forward/backward/optimizer shaded and the peak marked, a stacked bar, and the whole
+    breakdown in JSON."""
+    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.step import StepConfig
+    from torchinspect.report.base import fmt_bytes
+    from torchinspect.report.memory_chart import CATEGORY_FILL, PHASE_FILL
+    from torchinspect.sources.case import make_case
+
+    want = predict_case(make_case("zoo:convnet", None), StepConfig(), make_target("cuda"))
+    p = parse(convnet_page)
+    labels = {a.get("aria-label") for a in p.find("svg", class_="chart")}
+    assert {"allocated memory of two training steps", "what is allocated at the peak"} <= labels
+    timeline = re.search(r'aria-label="allocated memory of two training steps".*?</svg>',
+                         convnet_page, re.S).group(0)
+    for phase in ("forward", "backward", "optimizer"):  # each phase of both steps is shaded
+        assert timeline.count(f'fill="{PHASE_FILL[phase]}"') >= 2, phase
+    assert f"peak {fmt_bytes(want.training.peak)}: {want.training.where}" in timeline
+    bar = re.search(r'aria-label="what is allocated at the peak".*?</svg>', convnet_page, re.S).group(0)
+    for cat in ("weights", "gradients", "optimizer state"):
+        b = want.training.breakdown[cat]
+        assert f'fill="{CATEGORY_FILL[cat]}"><title>{cat}: {fmt_bytes(b)}</title>' in bar
+    # the totals show the same peaks as the summary; the JSON has the whole prediction
+    assert f"{fmt_bytes(want.inference.peak)}" in convnet_page
+    r = invoke("report", "zoo:convnet", "-f", "json", "--no-graph", "--no-doctor")
+    assert r.exit_code == 0, r.output
+    m = json.loads(r.stdout)["models"][0]
+    assert m["memory"]["training"]["peak"] == want.training.peak
+    assert m["memory"]["training"]["breakdown"] == want.training.breakdown
+    assert m["memory"]["training"]["saved"][0]["bytes"] == want.training.saved[0][1]
+    assert m["summary"]["totals"]["peak_training_bytes"] == want.training.peak
+
+
+def test_memory_chart_escapes_module_names():
+    from torchinspect.memory.result import MemoryResult, PhasePeak, RunMemory
+    from torchinspect.report.memory_chart import memory_sections
+    from torchinspect.report.page import render_html
+
+    evil = '<img src=x onerror="alert(1)">'
+    run = RunMemory("training", 300, "backward", 1, evil, {"weights": 100, "activations": 200},
+                    [PhasePeak("forward", 1, 200, evil, {}), PhasePeak("backward", 1, 300, evil, {})],
+                    [(evil, 200)], 200, [("forward", 1, 100), ("forward", 1, 200),
+                                         ("backward", 1, 300), ("optimizer", 1, 150)])
+    result = MemoryResult("m", "1,4", None, "cuda", "h100", {"optimizer": "adamw"}, 10, 100, 0,
+                          16, None, run, notes=[evil])
+    page = render_html(Report("report", {}, memory_sections(result)))
+    assert "<img" not in page and "&lt;img src=x" in page
+
+
 # ------------------------------------------------------------------ charts that say something
 
 

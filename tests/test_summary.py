@@ -333,6 +333,80 @@ def test_shapes_are_exact_in_json_and_csv(invoke, tmp_path) -> None:
     assert exact not in table and "{first_output: [1, 4], second_output:" in table  # shortened
 
 
+# ---------------------------------------------------------------- memory lines (issue 22)
+
+
+def _predicted(spec: str, train: bool):
+    """`inspect memory`'s own prediction (fake CPU tensors, the memory command's path)."""
+    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.step import StepConfig
+    from torchinspect.sources.case import make_case
+
+    return predict_case(make_case(spec, None), StepConfig(train=train), make_target("cuda"),
+                        inference=True)
+
+
+def test_memory_lines_are_the_memory_commands_numbers(invoke) -> None:
+    result = invoke("summary", "zoo:llama-tiny", "--memory", "train", "--format", "json")
+    assert result.exit_code == 0, result.output
+    totals = json.loads(result.output)["totals"]
+    want = _predicted("zoo:llama-tiny", train=True)
+    assert totals["memory_method"] == "predicted" and totals["memory_device"] == "cuda"
+    assert totals["peak_inference_bytes"] == want.inference.peak == totals["total_bytes"]
+    assert totals["peak_inference_at"] == want.inference.where
+    assert totals["activation_bytes"] == want.inference.breakdown["activations"]
+    assert totals["peak_training_bytes"] == want.training.peak
+    assert totals["training_optimizer"] == "adamw"
+    # the peak is more than the weights, and not the sum of every leaf output
+    assert totals["peak_inference_bytes"] > totals["param_bytes"] + totals["input_bytes"]
+
+
+def test_memory_lines_are_labelled(invoke) -> None:
+    text = invoke("summary", "resnet18", "--depth", "0").output
+    line = next(ln for ln in text.splitlines() if ln.startswith("Peak memory, inference"))
+    assert "(predicted, CUDA)" in line and "at fc" in line
+    assert "training step" not in text and "Activation memory" not in text
+    train = invoke("summary", "resnet18", "--depth", "0", "--memory", "train").output
+    assert "Peak memory, training step (predicted, CUDA, AdamW)" in train
+    old = invoke("summary", "resnet18", "--depth", "0", "--memory", "none", "-f", "json")
+    totals = json.loads(old.output)["totals"]
+    assert totals["memory_method"] == "leaf outputs" and totals["peak_inference_bytes"] is None
+    assert totals["total_bytes"] == (totals["param_bytes"] + totals["buffer_bytes"]
+                                     + totals["input_bytes"] + totals["activation_bytes"])
+    bad = invoke("summary", "resnet18", "--memory", "most")
+    assert bad.exit_code == 2 and "--memory 'most'" in bad.output
+
+
+def test_memory_lines_fall_back_with_a_note() -> None:
+    class Picky(nn.Module):  # its forward reads a value: no prediction without data
+        def __init__(self) -> None:
+            super().__init__()
+            self.fc = nn.Linear(4, 4)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            return self.fc(x[: int(x.sum().item()) % 3 + 1])
+
+    s = summarize(Picky(), torch.ones(2, 4), device="cpu")
+    assert s.totals.memory_method == "leaf outputs" and s.totals.peak_inference_bytes is None
+    assert any("memory not predicted" in n for n in s.notes)
+
+
+def test_summary_prediction_on_meta_matches_fake_tensors() -> None:
+    """The summary predicts on plain meta tensors (fast); `inspect memory` on fake CPU
+    tensors: the same log, so the same numbers, inference and training."""
+    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.step import StepConfig
+    from torchinspect.sources.case import make_case
+
+    for spec, inputs in (("resnet18", "3,64,64"), ("zoo:llama-tiny", None)):
+        case = make_case(spec, inputs)
+        fake, meta = (predict_case(case, StepConfig(), make_target("cuda", fast=fast))
+                      for fast in (False, True))
+        for mode in ("inference", "training"):
+            a, b = getattr(fake, mode), getattr(meta, mode)
+            assert (a.peak, a.where, a.breakdown) == (b.peak, b.where, b.breakdown), (spec, mode)
+
+
 MIXED = '''\
 import torch
 from torch import nn

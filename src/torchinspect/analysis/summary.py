@@ -16,8 +16,11 @@ from torchinspect.analysis.saved_params import is_bare_checkpoint
 from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
+from torchinspect.memory.predict import make_target, predict_case
+from torchinspect.memory.result import MemoryResult
+from torchinspect.memory.step import StepConfig
 from torchinspect.shapes import format_shape_tree
-from torchinspect.sources.case import ModelLike, ModelOptions, make_case
+from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
 
@@ -106,8 +109,18 @@ class Totals:
     param_bytes_by_dtype: dict[str, int]
     buffer_bytes: int
     input_bytes: int
+    # with a memory prediction (the default): the activations allocated at the predicted
+    # inference peak and that peak; without one (--memory none or a failed prediction): the
+    # sum of leaf-module outputs and weights + buffers + input + that sum (``memory_method``)
     activation_bytes: int
     total_bytes: int
+    memory_method: str = "leaf outputs"  # predicted | leaf outputs
+    memory_device: str | None = None  # the allocator the prediction follows (cuda)
+    peak_inference_bytes: int | None = None
+    peak_inference_at: str | None = None  # "inference at layer1.0.conv1"
+    peak_training_bytes: int | None = None  # --memory train
+    peak_training_at: str | None = None
+    training_optimizer: str | None = None
 
 
 @dataclass
@@ -145,16 +158,47 @@ class Summary:
         }
 
 
-def totals_of(trace: Trace) -> Totals:
+def totals_of(trace: Trace, memory: MemoryResult | None = None) -> Totals:
     p = trace.params
     act = trace.activation_bytes
-    return Totals(
+    totals = Totals(
         params=p.total, trainable=p.trainable, frozen=p.frozen, buffers=p.buffers,
         macs=trace.total_macs, flops=2 * trace.total_macs, param_bytes=p.param_bytes,
         param_bytes_by_dtype={k: v.bytes for k, v in p.by_dtype.items()},
         buffer_bytes=p.buffer_bytes, input_bytes=trace.input_bytes, activation_bytes=act,
         total_bytes=p.param_bytes + p.buffer_bytes + trace.input_bytes + act,
     )
+    if memory is not None and memory.inference is not None:
+        run = memory.inference
+        totals.memory_method, totals.memory_device = "predicted", memory.device
+        totals.activation_bytes = run.breakdown.get("activations", 0)
+        totals.total_bytes = totals.peak_inference_bytes = run.peak
+        totals.peak_inference_at = run.where
+    if memory is not None and memory.training is not None:
+        totals.peak_training_bytes = memory.training.peak
+        totals.peak_training_at = memory.training.where
+        totals.training_optimizer = memory.config.get("optimizer")
+    return totals
+
+
+MEMORY_CHOICES = ("inference", "train", "none")
+
+
+def predict_summary_memory(case: ModelCase, memory: str) -> tuple[MemoryResult | None, str | None]:
+    """The memory lines' prediction (``inspect memory``'s engine, CUDA caching allocator):
+    inference, and a training step (AdamW) with ``memory="train"``; ``(None, why)`` when the
+    model cannot be predicted (the summary then shows the sum of leaf outputs)."""
+    if memory not in MEMORY_CHOICES:
+        raise InspectError(f"--memory {memory!r}: expected one of {', '.join(MEMORY_CHOICES)}",
+                           hint="--memory inference (the default), train or none")
+    if memory == "none":
+        return None, None
+    try:
+        return predict_case(case, StepConfig(train=memory == "train"),
+                            make_target("cuda", fast=True),
+                            top=0), None
+    except InspectError as exc:
+        return None, f"memory not predicted ({exc.message}): the memory lines are sums of leaf outputs"
 
 
 def kernel_text(info: ModuleInfo | None) -> str | None:
@@ -251,7 +295,8 @@ def _call_suffix(trace: Trace, node: ShownCall) -> str:
 
 def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
                        columns: tuple[Column, ...] = DEFAULT_COLUMNS, fold: bool = False,
-                       notes: list[str] | None = None) -> Summary:
+                       notes: list[str] | None = None,
+                       memory: MemoryResult | None = None) -> Summary:
     check_depth(depth)
     root = shown_tree(trace, depth, not_run=True)
     if root is None:
@@ -261,7 +306,7 @@ def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,
     return Summary(
         model=model, input=inputs, device=trace.device, fallback_reason=trace.fallback_reason,
         train=trace.train, depth=depth, columns=columns, rows=rows_of(trace, root, model),
-        totals=totals_of(trace), not_counted=dict(trace.uncounted),
+        totals=totals_of(trace, memory), not_counted=dict(trace.uncounted),
         notes=[*(notes or []), *trace.notes, *never_ran_notes(trace)], folded=fold, trace=trace,
     )
 
@@ -285,13 +330,18 @@ def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> 
 def summarize(model: ModelLike, inputs: Any = None, *, depth: int = 3,
               columns: str | list[str] | tuple[Column, ...] | None = None, fold: bool = False,
               device: str | None = None, train: bool = False,
-              options: ModelOptions | None = None) -> Summary:
-    """Summarize a model: ``summarize("resnet18", "3,224,224")`` or ``summarize(model, x)``."""
+              options: ModelOptions | None = None, memory: str = "inference") -> Summary:
+    """Summarize a model: ``summarize("resnet18", "3,224,224")`` or ``summarize(model, x)``.
+
+    ``memory``: the predicted peak of ``inference`` (default), also of a training step
+    (``train``), or ``none`` (the sum of leaf outputs, as torchinfo)."""
     check_depth(depth)
     cols = columns if isinstance(columns, tuple) else parse_columns(columns)
     refuse_bare_checkpoint(model, options)
     case = make_case(model, inputs, options=options, device=device)
     trace = trace_case(case, train=train)
+    predicted, why = predict_summary_memory(case, memory)
+    notes = [*case.notes, *left_out_notes(case.model), *([why] if why else [])]
     return summary_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
-                              depth=depth, columns=cols, fold=fold,
-                              notes=[*case.notes, *left_out_notes(case.model)])
+                              depth=depth, columns=cols, fold=fold, notes=notes,
+                              memory=predicted)

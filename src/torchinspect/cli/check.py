@@ -28,6 +28,10 @@ ParamsOpt = _opt("params", "N parameters, e.g. 25M, 1.5e9, 30000000")
 MacsOpt = _opt("macs", "N multiply-accumulates per forward, e.g. 5G")
 SizeOpt = _opt("size-mb", "MB of weights (parameters + buffers, 1 MB = 10^6 bytes), e.g. 100")
 ActOpt = _opt("activation-mb", "MB of activations (leaf-module outputs of one forward)")
+InferOpt = _opt("infer-mb", "MB peak GPU memory of inference, predicted as `inspect memory` "
+               "does (no GPU needed)")
+TrainMbOpt = _opt("train-mb", "MB peak GPU memory of an AdamW training step (forward, "
+                  "backward, optimizer step), predicted as `inspect memory` does")
 LatencyOpt = _opt("latency-ms", "median ms per forward at the example input, measured like "
                   "`inspect bench` on --device (auto/meta: cpu; cuda for GPU budgets); a breach "
                   "inside the measurement noise is noted, not failed")
@@ -76,6 +80,8 @@ def check(
     max_size_mb: SizeOpt = None,  # type: ignore[valid-type]
     max_activation_mb: ActOpt = None,  # type: ignore[valid-type]
     max_latency_ms: LatencyOpt = None,  # type: ignore[valid-type]
+    max_infer_mb: InferOpt = None,  # type: ignore[valid-type]
+    max_train_mb: TrainMbOpt = None,  # type: ignore[valid-type]
     config: ConfigOpt = None,
     junit: JunitOpt = None,
     baseline: BaselineOpt = None,
@@ -95,7 +101,8 @@ def check(
     _targets(out, junit, save_baseline, protect)
     given = {core.Metric.params: max_params, core.Metric.macs: max_macs,
              core.Metric.size_mb: max_size_mb, core.Metric.activation_mb: max_activation_mb,
-             core.Metric.latency_ms: max_latency_ms}
+             core.Metric.latency_ms: max_latency_ms, core.Metric.infer_mb: max_infer_mb,
+             core.Metric.train_mb: max_train_mb}
     try:
         plan = core.plan_check(models or [], core.cli_limits(given), config=config,
                                baseline=baseline, max_increase=max_increase,

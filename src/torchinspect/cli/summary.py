@@ -23,6 +23,11 @@ ColumnsOpt = Annotated[str | None, typer.Option(
     "flops (2 x macs) (params, macs and flops include the modules inside; self_* are the "
     "module's own).")]
 FoldOpt = Annotated[bool, typer.Option("--fold", help="fold runs of identical blocks into one row (×N).")]
+MemoryOpt = Annotated[str, typer.Option(
+    "--memory", metavar="inference|train|none",
+    help="memory lines: the predicted peak of inference on CUDA (default; `inspect memory`'s "
+    "engine), also of a training step (train: AdamW, forward + backward + step), or none (the "
+    "sum of leaf outputs, as torchinfo).")]
 TotalsOpt = Annotated[bool, typer.Option("--totals", help="totals only (one row per model).")]
 
 
@@ -34,6 +39,7 @@ def summary(
     columns: ColumnsOpt = None,
     fold: FoldOpt = False,
     totals: TotalsOpt = False,
+    memory: MemoryOpt = "inference",
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -43,7 +49,8 @@ def summary(
     from torchinspect.report.summary import summary_report
 
     cols = parse_columns(columns)
-    results = [summarize(m, depth=depth, columns=cols, fold=fold, train=train, options=opts)
+    results = [summarize(m, depth=depth, columns=cols, fold=fold, train=train, options=opts,
+                         memory=memory)
                for m in models]
     emit_results("summary", results, summary_report, out, [*models, *opts.files()],
                  totals_only=totals)

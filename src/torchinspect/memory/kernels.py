@@ -15,6 +15,8 @@ caller (Python, ``nn.MultiheadAttention``, C++ composites) gets it:
   ``T x S`` score matrix. The same aten kernels are called here: their fake-tensor
   implementations give the shapes and their autograd formulas save what the GPU saves. What
   the GPU kernels refuse takes the explicit math path, as on the GPU.
+* ``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``: cuDNN's one-call RNN with its reserve space
+  (``cudnn_rnn.py``) instead of the unrolled cells.
 """
 
 from __future__ import annotations
@@ -106,6 +108,9 @@ def cuda_kernels() -> Iterator[None]:
             lib.impl("scaled_dot_product_attention", attention, "CompositeImplicitAutograd")
             lib.impl("dropout", dropout, "CompositeImplicitAutograd")
             lib.impl("rms_norm", rms_norm, "CompositeImplicitAutograd")
+            from torchinspect.memory.cudnn_rnn import register
+
+            register(lib)
         yield
     finally:
         lib._destroy()

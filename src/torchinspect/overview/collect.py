@@ -19,6 +19,7 @@ from torchinspect.analysis.summary import Summary, summary_from_trace
 from torchinspect.arguments import ProgressFn, check_depth
 from torchinspect.errors import InspectError
 from torchinspect.overview import aggregate, parts
+from torchinspect.overview.memory import memory_part
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 
@@ -46,6 +47,7 @@ class ModelOverview:
     graph: parts.GraphPart | None = None
     doctor: parts.DoctorPart | None = None
     bench: Any | None = None  # torchinspect.bench.BenchResult
+    memory: Any | None = None  # torchinspect.overview.memory.MemoryPart
     missing: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict() of the model
@@ -95,6 +97,7 @@ class ModelOverview:
             "graph": self.graph.to_dict() if self.graph else None,
             "doctor": self.doctor.to_dict() if self.doctor else None,
             "bench": self.bench.to_dict() if self.bench is not None else None,
+            "memory": self.memory.to_dict() if self.memory is not None else None,
             "weights": self.weights, "missing": dict(self.missing),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
@@ -134,7 +137,7 @@ def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None
                      graph_depth: int = 2, doctor: bool = True, doctor_run: bool = False,
                      bench: bool = False, bench_batches: Sequence[int] | None = None,
                      bench_seconds: float = 1.0, device: str | None = None,
-                     progress: ProgressFn | None = None) -> Overview:
+                     progress: ProgressFn | None = None, memory: bool = True) -> Overview:
     """Collect a report for one model or several (``collect_overview(["resnet18", "vgg11"])``).
 
     ``device`` (default: ``options.device``, else auto) is where the trace runs (auto: meta,
@@ -157,7 +160,7 @@ def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None
     cases = [make_case(spec, inputs, options=opts, device=dev) for spec in specs]  # fail early
     out = [_one(spec, case, depth=depth, graph=graph, graph_depth=graph_depth, doctor=doctor,
                 doctor_run=doctor_run, bench=bench, bench_batches=bench_batches,
-                bench_seconds=bench_seconds, real=real, progress=progress)
+                bench_seconds=bench_seconds, real=real, progress=progress, memory=memory)
            for spec, case in zip(specs, cases, strict=True)]
     created = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Overview(out, versions(), created, real if bench else None)
@@ -165,7 +168,8 @@ def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None
 
 def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: int,
          doctor: bool, doctor_run: bool, bench: bool, bench_batches: Sequence[int] | None,
-         bench_seconds: float, real: str, progress: ProgressFn | None) -> ModelOverview:
+         bench_seconds: float, real: str, progress: ProgressFn | None,
+         memory: bool = True) -> ModelOverview:
     say = progress or (lambda _text: None)
     label = spec if isinstance(spec, str) else type(spec).__name__
     seconds: dict[str, float] = {}
@@ -174,11 +178,17 @@ def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: in
     trace = trace_case(case)
     described = case.describe_inputs()
     notes = [*case.notes, *left_out_notes(case.model)]
+    t0 = time.perf_counter()
+    predicted, memory_why = parts.attempt(lambda: memory_part(case)) if memory else (None, None)
+    seconds["memory"] = time.perf_counter() - t0
     summary = summary_from_trace(trace, model=case.name, inputs=described, depth=depth,
-                                 notes=notes)
+                                 notes=notes, memory=predicted.result if predicted else None)
     flops = flops_from_trace(trace, model=case.name, inputs=described, depth=depth, notes=notes)
     seconds["trace"] = time.perf_counter() - start
-    view = ModelOverview(label, summary, flops, seconds=seconds, weights=case.weights.to_dict())
+    view = ModelOverview(label, summary, flops, seconds=seconds, memory=predicted,
+                         weights=case.weights.to_dict())
+    if memory_why:
+        view.missing["memory"] = memory_why
 
     def timed(part: str, fn: Callable[[], Any]) -> Any:
         say(f"{case.name}: {part}")

@@ -22,6 +22,7 @@ from torchinspect.report.base import (
     nbytes,
     si,
 )
+from torchinspect.report.memory_chart import memory_sections
 from torchinspect.report.summary import summary_report, totals_section, trailer_sections
 from torchinspect.sources.origin import describe_weights
 
@@ -62,6 +63,7 @@ def single_sections(ov: Overview, m: ModelOverview) -> list[Any]:
     sections.append(top_layers_chart(m))
     sections.append(treemap_chart(m))
     sections.append(graph_figure(m))
+    sections += memory_sections(m.memory.result if m.memory else None, m.missing.get("memory"))
     sections.append(layers_table(m, "Layers"))
     sections += not_counted_sections(m, "FLOPs")
     sections += doctor_sections(m, "Doctor findings")

@@ -123,10 +123,41 @@ def totals_section(t: Totals) -> KeyValues:
     items += [
         ("Buffer memory", Shown(t.buffer_bytes, fmt_bytes(t.buffer_bytes))),
         ("Input size", Shown(t.input_bytes, fmt_bytes(t.input_bytes))),
-        ("Activation memory (forward, est.)", Shown(t.activation_bytes, fmt_bytes(t.activation_bytes))),
-        ("Estimated total size", Shown(t.total_bytes, fmt_bytes(t.total_bytes))),
+        *memory_items(t),
     ]
     return KeyValues("Totals", items)
+
+
+def memory_items(t: Totals) -> list[tuple[str, Any]]:
+    """The memory lines: ``inspect memory``'s predicted peaks, or (--memory none, or a model
+    the prediction cannot follow) torchinfo's sum of leaf outputs, labelled as such."""
+    if t.memory_method != "predicted":
+        return [("Activation memory (sum of leaf outputs)",
+                 Shown(t.activation_bytes, fmt_bytes(t.activation_bytes))),
+                ("Estimated total size (weights + input + leaf outputs)",
+                 Shown(t.total_bytes, fmt_bytes(t.total_bytes)))]
+    on = (t.memory_device or "cuda").upper()
+    items: list[tuple[str, Any]] = [(
+        f"Peak memory, inference (predicted, {on})",
+        Shown(t.peak_inference_bytes, f"{fmt_bytes(t.peak_inference_bytes)}"
+              f" ({_at(t.peak_inference_at)})"))]
+    if t.peak_training_bytes is not None:
+        optimizer = {"adamw": "AdamW", "adam": "Adam"}.get(t.training_optimizer or "",
+                                                           t.training_optimizer or "")
+        items.append((f"Peak memory, training step (predicted, {on}, {optimizer})",
+                      Shown(t.peak_training_bytes, f"{fmt_bytes(t.peak_training_bytes)}"
+                            f" ({_step(t.peak_training_at)})")))
+    return items
+
+
+def _step(where: str | None) -> str:
+    """``backward at fc (steady step)`` -> ``backward at fc, steady step``."""
+    return (where or "-").replace(" (", ", ").removesuffix(")")
+
+
+def _at(where: str | None) -> str:
+    """``inference at fc`` -> ``at fc`` (the label already says inference)."""
+    return (where or "").removeprefix("inference ") or "-"
 
 
 def trailer_sections(not_counted: dict[str, int], notes: list[str]) -> list[Any]:

@@ -49,6 +49,25 @@ def _traced(case: Any) -> Sample:
                    Metric.activation_mb: Reading(trace.activation_bytes / 1e6)})
 
 
+def _memory(case: Any) -> Sample:
+    """`inspect memory`'s predicted peaks on CUDA (the numbers `inspect summary` shows):
+    inference, and an AdamW training step when the model can train (a model whose training
+    step cannot be predicted, e.g. no floating output, gets no train-mb reading)."""
+    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.step import StepConfig
+
+    target = make_target("cuda", fast=True)
+    inference = predict_case(case, StepConfig(train=False), target, top=0).inference
+    readings = {Metric.infer_mb: Reading(inference.peak / 1e6)} if inference else {}
+    try:
+        training = predict_case(case, StepConfig(), target, inference=False, top=0).training
+    except InspectError:
+        training = None
+    if training is not None:
+        readings[Metric.train_mb] = Reading(training.peak / 1e6)
+    return Sample(readings)
+
+
 def time_forward(case: Any, timing: Any = None) -> Sample:
     """Median forward latency (ms) at the example's batch with its noise, measured by
     `inspect bench`'s method (its warm-up and stopping rule unless ``timing`` is given) on
@@ -66,7 +85,8 @@ def time_forward(case: Any, timing: Any = None) -> Sample:
 
 # one collector per kind of measurement; a trace also yields what the static pass does
 COLLECTORS: dict[Need, Callable[[Any], Sample]] = {
-    Need.static: _static, Need.trace: _traced, Need.timing: time_forward,
+    Need.static: _static, Need.trace: _traced, Need.memory: _memory,
+    Need.timing: time_forward,
 }
 
 

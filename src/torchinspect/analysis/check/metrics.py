@@ -29,6 +29,7 @@ class Need(StrEnum):
 
     static = "static"  # the module's tensors, no forward
     trace = "trace"  # one forward on meta (as `inspect summary`)
+    memory = "memory"  # `inspect memory`'s prediction (fake tensors, CUDA caching allocator)
     timing = "timing"  # real forwards timed like `inspect bench`
 
 
@@ -51,6 +52,9 @@ class Metric(StrEnum):
     macs = "macs", Unit.number, Need.trace, "multiply-accumulates per forward"
     size_mb = "size-mb", Unit.mb, Need.static, "MB of weights (parameters + buffers)"
     activation_mb = "activation-mb", Unit.mb, Need.trace, "MB of leaf-module outputs of one forward"
+    infer_mb = "infer-mb", Unit.mb, Need.memory, "MB peak GPU memory of inference (predicted)"
+    train_mb = "train-mb", Unit.mb, Need.memory, ("MB peak GPU memory of an AdamW training "
+                                                  "step (predicted)")
     latency_ms = "latency-ms", Unit.ms, Need.timing, "median ms per forward"
 
     @property

@@ -1,0 +1,118 @@
+"""cuDNN's RNN (``nn.LSTM``, ``nn.GRU``, ``nn.RNN`` on CUDA), as the caching allocator sees it.
+
+On CUDA, PyTorch runs these modules through ``_cudnn_rnn``: one kernel call for all layers
+and time steps, which allocates the output, the final hidden (and cell) state and, when the
+module is in training mode, a **reserve space** that it keeps for the backward. On a CPU the
+same module runs unrolled cells whose saved tensors are different, so a prediction for CUDA
+takes cuDNN's layout instead (:func:`reserve_bytes`).
+
+The reserve size was measured on an H100 (cuDNN 9.19, torch 2.11) over 60 shapes of LSTM,
+GRU and RNN, 1-3 layers, uni- and bidirectional, fp32 and bf16 (``benchmarks/cudnn_rnn_memory.py``,
+``benchmarks/RESULTS-memory.md``); every one matched, to the byte,
+
+    (gates x layers + layers - 1) x seq x batch x hidden x directions x element size + 256
+
+with ``gates`` 5 for LSTM (4 gates and the cell state), 6 for GRU and 1 for a plain RNN: per
+layer and time step what the backward needs, and the output of every layer but the last.
+cuDNN's temporary **workspace** (freed inside the call) depends on the algorithm it picks on
+that GPU and is not predicted (docs/concepts/memory.md: known limits).
+
+Handled: dense input (not packed sequences), no ``proj_size``, outside autocast; anything
+else keeps PyTorch's composite (the unrolled cells).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+GATES = {"lstm": 5, "gru": 6, "rnn_tanh": 1, "rnn_relu": 1}
+RESERVE_EXTRA = 256
+
+
+def reserve_bytes(kind: str, layers: int, seq: int, batch: int, hidden: int, directions: int,
+                  element_size: int) -> int:
+    """cuDNN's RNN reserve space in bytes (kept for backward in training mode)."""
+    units = seq * batch * hidden * directions * element_size
+    return (GATES[kind] * layers + layers - 1) * units + RESERVE_EXTRA
+
+
+class _CudnnRNN(torch.autograd.Function):
+    """What ``_cudnn_rnn`` allocates and keeps: output, hy (cy), the reserve in training;
+    its backward: the gradients of the input, the initial state and the weights."""
+
+    @staticmethod
+    def forward(ctx: Any, kind: str, x: Any, hx: Any, cx: Any, layers: int, dirs: int,
+                batch_first: bool, train: bool, *weights: Any) -> Any:
+        seq, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
+        hidden = hx.shape[-1]
+        shape = (batch, seq, dirs * hidden) if batch_first else (seq, batch, dirs * hidden)
+        out = x.new_empty(shape)
+        hy = torch.empty_like(hx)
+        cy = torch.empty_like(cx) if cx is not None else None
+        reserve = None
+        if train:
+            reserve = x.new_empty(reserve_bytes(kind, layers, seq, batch, hidden, dirs,
+                                                x.element_size()), dtype=torch.uint8)
+        ctx.save_for_backward(x, hx, cx, out, reserve, *weights)
+        return (out, hy, cy) if cy is not None else (out, hy)
+
+    @staticmethod
+    def backward(ctx: Any, *grads: Any) -> Any:
+        x, hx, cx, _, _, *weights = ctx.saved_tensors
+        dx = torch.empty_like(x) if ctx.needs_input_grad[1] else None
+        dhx = torch.empty_like(hx) if ctx.needs_input_grad[2] else None
+        dcx = torch.empty_like(cx) if cx is not None and ctx.needs_input_grad[3] else None
+        dw = [torch.empty_like(w) if ctx.needs_input_grad[8 + i] else None
+              for i, w in enumerate(weights)]
+        return (None, dx, dhx, dcx, None, None, None, None, *dw)
+
+
+def _supported(x: Any, weights: Any, has_biases: bool, layers: int, dirs: int) -> bool:
+    per_layer = 4 if has_biases else 2
+    return (x.dim() == 3 and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
+            and len(weights) == per_layer * layers * dirs
+            and not any(_autocast(d) for d in ("cpu", "cuda")))
+
+
+def _autocast(device: str) -> bool:
+    try:
+        return torch.is_autocast_enabled(device)
+    except RuntimeError:  # a build without that device's autocast
+        return False
+
+
+def _run(kind: str, x: Any, hx: Any, cx: Any, params: Any, has_biases: bool, layers: int,
+         dropout: float, train: bool, bidirectional: bool, batch_first: bool,
+         fallback: Any) -> Any:
+    dirs = 2 if bidirectional else 1
+    if not _supported(x, params, has_biases, layers, dirs):
+        return fallback()
+    return _CudnnRNN.apply(kind, x, hx, cx, layers, dirs, batch_first, train, *params)
+
+
+def register(lib: Any) -> None:
+    """Register the cuDNN layout for lstm/gru/rnn (dense input) on ``lib`` (aten, IMPL).
+    What cuDNN does not take here (proj_size, autocast) runs PyTorch's own decomposition
+    of the op (``torch._decomp``: the unrolled cells; imported only then)."""
+    for kind in GATES:
+        lib.impl(f"{kind}.input", _kernel(kind), "CompositeImplicitAutograd")
+
+
+def _decomposed(kind: str, *args: Any) -> Any:
+    from torch._decomp import decomposition_table
+
+    return decomposition_table[getattr(torch.ops.aten, kind).input](*args)
+
+
+def _kernel(kind: str) -> Any:
+    def fn(x: Any, hx: Any, params: Any, has_biases: bool, num_layers: int, dropout: float,
+           train: bool, bidirectional: bool, batch_first: bool) -> Any:
+        args = (x, hx, params, has_biases, num_layers, dropout, train, bidirectional, batch_first)
+        h, c = (hx[0], hx[1]) if kind == "lstm" else (hx, None)
+        if c is not None and h.shape[-1] != c.shape[-1]:  # proj_size
+            return _decomposed(kind, *args)
+        return _run(kind, x, h, c, params, has_biases, num_layers, dropout, train,
+                    bidirectional, batch_first, lambda: _decomposed(kind, *args))
+    return fn
