@@ -402,7 +402,7 @@ def test_cli_sweep_and_fit_rows(runner):
     (["--fit", "lots"], "--fit 'lots'"),
     (["--checkpointing", "Nope"], "--checkpointing Nope: resnet18 has no module"),
     (["--optimizer", "lion"], "--optimizer 'lion'"),
-    (["--amp", "bf16", "--dtype", "fp16"], "--amp keeps fp32 master weights"),
+    (["--amp", "--dtype", "fp8"], "--amp 'fp8': expected bf16 or fp16"),
 ])
 def test_cli_usage_errors(runner, args, message):
     from torchinspect.cli.app import app
@@ -604,3 +604,12 @@ def test_cudnn_rnn_final_state_carries_gradients():
     r = predict_case(make_case(net, torch.zeros(4, 5, 8)), StepConfig(optimizer="sgd"),
                      make_target("cuda"), inference=False)
     assert r.training.gradients == sum(round_size(p.numel() * 4) for p in net.parameters())
+
+
+def test_cli_amp_reads_dtype_as_bench_does(runner, monkeypatch):
+    """--amp is a flag in every command: --dtype names the autocast dtype (fp16 by default)."""
+    from torchinspect.cli import memory as cli_memory
+
+    assert cli_memory._amp("bf16", True) == (None, "bf16")
+    assert cli_memory._amp(None, True) == (None, "fp16")
+    assert cli_memory._amp("bf16", False) == ("bf16", None)

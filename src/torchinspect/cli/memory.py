@@ -22,9 +22,9 @@ OptimizerOpt = Annotated[str, typer.Option(
 DtypeOpt = Annotated[str | None, typer.Option(
     "--dtype", metavar="fp32|bf16|fp16", help="cast weights and float inputs to this dtype.",
     show_default=False)]
-AmpOpt = Annotated[str | None, typer.Option(
-    "--amp", metavar="bf16|fp16", help="autocast to this dtype (fp32 master weights).",
-    show_default=False)]
+AmpOpt = Annotated[bool, typer.Option(
+    "--amp", help="fp32 weights, forward under torch.autocast (--dtype fp16/bf16; fp32 means "
+    "fp16 on CUDA, bf16 on CPU).")]
 CheckpointOpt = Annotated[str | None, typer.Option(
     "--checkpointing", metavar="MODULE_TYPE",
     help="what-if: activation checkpointing (non-reentrant) on every module of this class, "
@@ -63,7 +63,7 @@ def memory(
     train: TrainOpt = True,
     optimizer: OptimizerOpt = "adamw",
     dtype: DtypeOpt = None,
-    amp: AmpOpt = None,
+    amp: AmpOpt = False,
     checkpointing: CheckpointOpt = None,
     loss: LossOpt = "sum",
     fit: FitOpt = None,
@@ -86,7 +86,8 @@ def memory(
     from torchinspect.sources.case import make_case
 
     batches = parse_batches(batch) or (None,)
-    cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp,
+    dtype, amp_dtype = _amp(dtype, amp)
+    cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp_dtype,
                      checkpointing=checkpointing, loss=loss, fsdp=fsdp, fsdp_unit=fsdp_unit)
     target = make_target(_semantics(opts.device), gpu)
     budget = parse_budget(fit) if fit is not None else None
@@ -127,3 +128,11 @@ def _require_single(batches: tuple[int | None, ...], fit: str | None, fsdp: int 
     if len(batches) > 1 or fit is not None:
         raise InspectError("--verify measures one batch: it does not combine with a --batch "
                            "list or --fit", hint="e.g. inspect memory MODEL --batch 8 --verify")
+
+
+def _amp(dtype: str | None, amp: bool) -> tuple[str | None, str | None]:
+    """(weights dtype, autocast dtype), the way bench reads --dtype and --amp: with --amp the
+    weights stay fp32 and --dtype names the autocast dtype (fp32 or none: fp16)."""
+    if not amp:
+        return dtype, None
+    return None, (dtype if dtype not in (None, "fp32") else "fp16")

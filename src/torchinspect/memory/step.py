@@ -53,7 +53,7 @@ class StepConfig:
             raise InspectError("--fsdp-unit names the modules FSDP shards: it needs --fsdp N",
                                hint=f"e.g. --fsdp 8 --fsdp-unit {self.fsdp_unit}")
         if self.amp is not None and self.amp not in ("bf16", "fp16"):
-            raise InspectError(f"--amp {self.amp!r}: expected bf16 or fp16", hint="e.g. --amp bf16")
+            raise InspectError(f"--amp {self.amp!r}: expected bf16 or fp16", hint="e.g. --amp --dtype bf16")
         if self.amp is not None and self.dtype not in (None, "fp32"):
             raise InspectError("--amp keeps fp32 master weights: it does not combine with --dtype "
                                f"{self.dtype}", hint="use either --amp bf16 or --dtype bf16")
