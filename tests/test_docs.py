@@ -340,7 +340,7 @@ def test_readme_is_a_landing_page() -> None:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return out
