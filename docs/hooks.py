@@ -42,8 +42,6 @@ def api_reference() -> str:
     seen: set[str] = set()
     for name in torchinspect._LAZY:
         obj = getattr(torchinspect, name)
-        if not hasattr(obj, "__qualname__"):  # a type alias such as ModelLike (a string at runtime)
-            continue
         targets = [obj]
         if not isinstance(obj, type):
             try:
@@ -53,7 +51,7 @@ def api_reference() -> str:
             targets += [t for t in (typing.get_args(returned) or (returned,))
                         if isinstance(t, type) and t.__module__.startswith("torchinspect.")]
         for target in targets:
-            path = f"{target.__module__}.{target.__qualname__}"
+            path = _doc_path(target, name, torchinspect._LAZY[name])
             if path in seen:
                 continue
             seen.add(path)
@@ -63,3 +61,12 @@ def api_reference() -> str:
                             'filters: ["!^_"]']
             lines += [f"::: {path}", "    options:", *(f"      {o}" for o in options), ""]
     return "\n".join(lines)
+
+
+def _doc_path(target: object, name: str, module: str) -> str:
+    """Where mkdocstrings finds ``target``: its defining module, or, for a value without one
+    (a type alias such as ``ModelLike``, a string at run time), the module that binds it."""
+    defined, qualname = getattr(target, "__module__", None), getattr(target, "__qualname__", None)
+    if isinstance(defined, str) and isinstance(qualname, str):
+        return f"{defined}.{qualname}"
+    return f"{module}.{name}"

@@ -271,6 +271,43 @@ def test_model_chdir_does_not_move_relative_outputs(invoke, tmp_path, monkeypatc
     assert (work / "j.xml").is_file() and not (elsewhere / "j.xml").exists()
 
 
+
+def test_reports_show_output_paths_as_written(invoke, tmp_path, monkeypatch):
+    """Outputs are anchored to absolute paths before model code runs; the reports still show
+    the paths the way the user wrote them (not /tmp/.../g.dot, wrapped over two lines)."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")
+    r = invoke("graph", "zoo:mnist-net", "--kind", "module", "-o", "g.dot")
+    assert r.exit_code == 0, r.output
+    assert "File            g.dot" in r.output and str(tmp_path) not in r.output
+    r = invoke("features", "zoo:convnet", "-l", "fc", "-b", "2", "-o", "feats")
+    assert r.exit_code == 0, r.output
+    assert "zoo:convnet: features in feats\n" in r.output and str(tmp_path) not in r.output
+
+
+def test_as_written_maps_the_file_what_is_inside_and_what_is_beside():
+    import dataclasses
+
+    from torchinspect.cli.common import OutputPath, as_written
+
+    @dataclasses.dataclass
+    class Wrote:
+        path: str
+        inside: str
+        beside: str | None
+        other: str
+
+    out = OutputPath("sub/m.onnx")
+    base = os.path.abspath("sub")
+    got = as_written(Wrote(str(out), os.path.join(str(out), "manifest.json"),
+                           os.path.join(base, "m.export-report.md"), "/elsewhere/x"),
+                     out, "path", "inside", "beside", "other")
+    assert got == Wrote("sub/m.onnx", os.path.join("sub/m.onnx", "manifest.json"),
+                        os.path.join("sub", "m.export-report.md"), "/elsewhere/x")
+    plain = Wrote("/a", "/a/b", None, "x")
+    assert as_written(plain, "a", "path") is plain  # not an anchored output: unchanged
+
+
 # ------------------------------------------------------------------ eval mode, one switch
 
 SEEN: list[bool] = []

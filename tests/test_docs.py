@@ -284,12 +284,47 @@ def test_api_page_documents_every_public_name() -> None:
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
     text = hooks.api_reference()
-    for name in torchinspect._LAZY:
+    for name, module in torchinspect._LAZY.items():
         obj = getattr(torchinspect, name)
-        if not hasattr(obj, "__qualname__"):  # ModelLike: a type alias, a string at runtime
-            continue
-        assert f"::: {obj.__module__}.{obj.__qualname__}\n" in text, name
+        if isinstance(obj, str):  # a type alias (ModelLike): documented where it is bound
+            assert f"::: {module}.{name}\n" in text, name
+        else:
+            assert f"::: {obj.__module__}.{obj.__qualname__}\n" in text, name
     assert "::: torchinspect.analysis.summary.Summary\n" in text  # what summarize returns
+
+
+# owned by the memory2 branch while it is in flight: the lead drops these after merging it
+_ROLES_PENDING = ("torchinspect.analysis.summary", "torchinspect.memory.")
+_SPHINX_ROLE = re.compile(r":(?:py:)?(?:func|class|meth|attr|mod|data|exc|obj|const):`")
+
+
+def test_api_docstrings_use_markdown_not_sphinx_roles() -> None:
+    """mkdocstrings renders docstrings as Markdown: a `:func:` role would show raw."""
+    import importlib
+    import inspect
+
+    hooks = _hooks()
+    raw = []
+    for line in hooks.api_reference().splitlines():
+        if not line.startswith("::: ") or line[4:].startswith(_ROLES_PENDING):
+            continue
+        module, _, name = line[4:].rpartition(".")
+        obj = getattr(importlib.import_module(module), name)
+        members = [obj, *(m for n, m in vars(obj).items() if not n.startswith("_"))] if (
+            isinstance(obj, type)) else [obj]
+        raw += [f"{line[4:]}: {m!r}" for m in members
+                if isinstance(inspect.getdoc(m), str) and _SPHINX_ROLE.search(inspect.getdoc(m))]
+        raw += [line[4:]] if _SPHINX_ROLE.search(importlib.import_module(module).__doc__ or "") else []
+    assert not raw, raw
+
+
+def _hooks():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("docs_hooks", DOCS / "hooks.py")
+    hooks = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(hooks)
+    return hooks
 
 
 def test_readme_is_a_landing_page() -> None:
@@ -305,7 +340,7 @@ def test_readme_is_a_landing_page() -> None:
 def site(tmp_path_factory: pytest.TempPathFactory) -> Path:
     pytest.importorskip("mkdocs", reason="the docs extra is not installed (pip install -e '.[docs]')")
     out = tmp_path_factory.mktemp("site")
-    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-q", "-d", str(out)],
+    done = subprocess.run([sys.executable, "-m", "mkdocs", "build", "--strict", "-d", str(out)],
                           cwd=ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stdout + done.stderr
     return out

@@ -219,6 +219,14 @@ def test_select_ignore_and_meta() -> None:
     assert set(r.skipped) == {"TI003", "TI004", "TI005"} and r.run_device is None
 
 
+def test_cli_doctor_counts_its_checks_in_words(invoke) -> None:
+    r = invoke("doctor", "zoo:pitfall-layer-list", "--select", "TI001", "--fail-on", "never")
+    assert r.exit_code == 0, r.output
+    assert ": 1 check, " in r.output, r.output
+    r = invoke("doctor", "zoo:pitfall-layer-list", "--select", "TI001,TI002", "--fail-on", "never")
+    assert ": 2 checks, " in r.output, r.output
+
+
 def test_cli_doctor_table_json_and_fail_on(invoke) -> None:
     # like a linter: an error-severity finding fails the run by default
     r = invoke("doctor", "zoo:pitfall-layer-list")

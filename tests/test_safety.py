@@ -225,3 +225,18 @@ def test_deeply_nested_shard_index_is_a_clean_error(tmp_path: Path, invoke) -> N
     good = tmp_path / "good_ref.pt"
     save_plain(good)
     _assert_clean_failure(invoke("diff", good, index), "not a readable JSON index")
+
+
+def test_loading_a_torchscript_archive_prints_no_torch_deprecation(tmp_path: Path) -> None:
+    """torch's FutureWarning that `torch.jit.load` is deprecated is not ours to show under
+    every summary of a .ts.pt file."""
+    import warnings
+
+    from torchinspect.sources.archives import load_file
+
+    path = _torchscript(tmp_path)
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        loaded = load_file(str(path), key=None, trust_pickle=False, device="cpu")
+    assert isinstance(loaded.model, torch.jit.ScriptModule)
+    assert not [w for w in seen if "torch.jit.load" in str(w.message)], [str(w.message) for w in seen]

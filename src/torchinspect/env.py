@@ -1,6 +1,6 @@
 """What the tool runs on: versions, CUDA and GPUs, CPU threads, optional components.
 
-:func:`collect_env` returns an :class:`EnvInfo`; every probe tolerates failure (a missing
+``collect_env`` returns an ``EnvInfo``; every probe tolerates failure (a missing
 package, no CUDA, no ``nvidia-smi``) and records it instead of raising.
 
 Versions come from package metadata and the packages' ``version.py`` files (read as text,

@@ -13,7 +13,7 @@ Grammar of one ``--input`` value::
 * ``ids=long:1,128``   passed as the keyword argument ``ids``
 * repeat ``--input`` for several positional inputs, in order.
 
-Batch rule (:func:`fit_to_example`, the same for every model source): the model's own
+Batch rule (``fit_to_example``, the same for every model source): the model's own
 example gives each input's rank R and dtype. A spec of rank R is used as is, a spec of rank
 R-1 gets the batch prepended, any other rank is an error naming R. A spec without a
 dtype takes the example's (``--input 512`` for token ids is int64:1,512); a written float

@@ -49,7 +49,7 @@ class ToolCount:
 
 @dataclass
 class FlopsResult:
-    """The result of :func:`count_flops`."""
+    """The result of ``count_flops``."""
 
     model: str
     input: str

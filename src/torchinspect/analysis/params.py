@@ -34,7 +34,7 @@ class ParamRow:
 
 @dataclass
 class ParamsResult:
-    """The result of :func:`count_params`."""
+    """The result of ``count_params``."""
 
     model: str
     depth: int
@@ -113,7 +113,7 @@ def count_params(model: ModelLike, *, depth: int = 3, device: str | None = None,
     """Count parameters: ``count_params("resnet18").total == 11_689_512`` (no forward).
 
     A weights file without ``--arch`` is counted from its metadata instead (a
-    :class:`SavedParams`: tensors, elements, bytes per dtype, key tree; parameters cannot
+    ``SavedParams``: tensors, elements, bytes per dtype, key tree; parameters cannot
     be told from buffers without the architecture)."""
     check_depth(depth)
     opts = options or ModelOptions()

@@ -1,4 +1,4 @@
-"""Latency and throughput measurement (``inspect bench``; Python: :func:`benchmark`)."""
+"""Latency and throughput measurement (``inspect bench``; Python: ``benchmark``)."""
 
 from __future__ import annotations
 
@@ -20,10 +20,10 @@ def benchmark(model: ModelLike, inputs: Any = None, *, device: str = "cpu",
               **bench_options: Any) -> BenchResult:
     """Benchmark a model (``nn.Module`` or a MODEL spec such as ``"resnet18"``).
 
-    ``inputs`` as for :func:`torchinspect.sources.case.make_case` (``"3,224,224"``, a shape,
+    ``inputs`` as for ``torchinspect.sources.case.make_case`` (``"3,224,224"``, a shape,
     tensors); ``batch`` one size or a sweep; ``dtype`` ``fp32``/``fp16``/``bf16`` or several;
-    ``options`` a :class:`~torchinspect.sources.case.ModelOptions`; other keywords are
-    :class:`BenchOptions` fields (``amp``, ``cuda_graphs``, ``timing=TimingConfig(...)``, ...).
+    ``options`` a ``ModelOptions``; other keywords are
+    ``BenchOptions`` fields (``amp``, ``cuda_graphs``, ``timing=TimingConfig(...)``, ...).
     The default device is the CPU, never a GPU.
     """
     batches = (batch,) if isinstance(batch, int) else (tuple(batch) if batch else None)

@@ -1,11 +1,11 @@
 """``inspect bench``: latency and throughput of a model case over batch sizes and dtypes.
 
-:func:`run_bench` takes a :class:`~torchinspect.sources.case.ModelCase` (weights sized on
-meta before anything is allocated) and :class:`BenchOptions`, and returns a
-:class:`BenchResult`. For each dtype and batch size it builds the inputs, runs the model in
+``run_bench`` takes a ``ModelCase`` (weights sized on
+meta before anything is allocated) and ``BenchOptions``, and returns a
+``BenchResult``. For each dtype and batch size it builds the inputs, runs the model in
 eval mode under ``torch.inference_mode`` (optionally autocast, channels-last,
 ``torch.compile`` or a CUDA graph captured on a side stream) and times it with
-:func:`torchinspect.bench.timing.measure`. An out-of-memory configuration becomes an ``oom``
+``torchinspect.bench.timing.measure``. An out-of-memory configuration becomes an ``oom``
 row and the sweep goes on (larger batches ``skipped`` or ``tried``, as chosen). The user's
 module is never mutated: training flags and global switches (threads, cuDNN benchmark) are
 restored in ``finally``; dtype or layout changes happen on a copy unless the model was

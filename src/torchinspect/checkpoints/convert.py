@@ -1,5 +1,5 @@
 """`inspect convert IN OUT`: make a checkpoint load (CPU storages, unwrapped container, clean
-keys, chosen dtype), in three phases over one :class:`ConvertPlan`.
+keys, chosen dtype), in three phases over one ``ConvertPlan``.
 
 ``plan = plan_convert(...)`` checks every output against every input before anything is
 written; ``write(plan)`` streams each tensor from IN (one chunk in memory at a time) into

@@ -1,9 +1,9 @@
 """`inspect convert`, phase 1: what will be written where (no byte is written here).
 
-:func:`plan_convert` opens IN (metadata), checks every output path against every input
+``plan_convert`` opens IN (metadata), checks every output path against every input
 before anything is written, applies the key changes in order (container unwrap, strip,
 rename, auto prefix), chooses each tensor's output dtype and decides where non-tensor
-entries go. The :class:`ConvertPlan` it returns travels through ``write`` and ``verify``.
+entries go. The ``ConvertPlan`` it returns travels through ``write`` and ``verify``.
 """
 
 from __future__ import annotations

@@ -11,6 +11,7 @@ No torch here: importing this module must stay instant (`inspect --help`).
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import inspect
 import os
@@ -32,6 +33,7 @@ from torchinspect.report.render import printable
 from torchinspect.sources.case import ModelOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
+R = TypeVar("R")
 
 
 # Set by the root callback on every invocation (so it never leaks between invocations).
@@ -308,6 +310,31 @@ def _outputs_absolute(injected: dict[str, Any], kwargs: dict[str, Any]) -> None:
     for name in _OUTPUT_NAMES:
         if isinstance(kwargs.get(name), str) and kwargs[name]:
             kwargs[name] = OutputPath(kwargs[name])
+
+
+def as_written(result: R, output: object, *fields: str) -> R:
+    """``result`` (a dataclass) with its path ``fields`` shown the way the user wrote
+    ``output``: the core derived them from the anchored, absolute `OutputPath` (the file
+    itself, a file inside it, or one beside it), and a report shows the user's own words."""
+    if not isinstance(output, OutputPath):
+        return result
+    anchored = str(output)
+    pairs = [(anchored, output.shown), (os.path.dirname(anchored), os.path.dirname(output.shown))]
+    changes = {}
+    for name in fields:
+        value = getattr(result, name)
+        if isinstance(value, str):
+            changes[name] = _as_given(value, pairs)
+    return dataclasses.replace(result, **changes)  # type: ignore[type-var]
+
+
+def _as_given(value: str, pairs: list[tuple[str, str]]) -> str:
+    for anchored, given in pairs:
+        if value == anchored:
+            return given or "."
+        if value.startswith(anchored.rstrip(os.sep) + os.sep):
+            return os.path.join(given, value[len(anchored.rstrip(os.sep)) + 1:])
+    return value
 
 
 def _check_output(injected: dict[str, Any], values: list[Any]) -> None:

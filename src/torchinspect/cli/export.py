@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import ForceOpt, ModelArg, OutputOptions, emit, model_command
+from torchinspect.cli.common import (
+    ForceOpt,
+    ModelArg,
+    OutputOptions,
+    as_written,
+    emit,
+    model_command,
+)
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
@@ -67,6 +74,7 @@ def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
                          external_data=True if external_data else None, device=case.requested,
                          protect=protect, report=exporter_report, input_names=input_names,
                          output_names=output_names)
+    result = as_written(result, out.output, "path", "data_path", "report_path")
     typer.echo(f"wrote {result.path}", err=True)
     emit(export_report(result, show_all=show_all), OutputOptions(out.format, None))
     if result.verified is False:

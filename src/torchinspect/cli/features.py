@@ -14,7 +14,7 @@ from typing import Annotated, Any
 
 import typer
 
-from torchinspect.cli.common import ModelArg, OutputOptions, emit, model_command
+from torchinspect.cli.common import ModelArg, OutputOptions, as_written, emit, model_command
 from torchinspect.errors import InspectError
 from torchinspect.report import OutputFormat
 from torchinspect.sources.case import ModelOptions
@@ -207,6 +207,7 @@ def features(
             max_image_size=max_image_size, progress=on_progress)
     if not rank0:
         return
+    result = as_written(result, output, "output", "manifest")
     emit(features_report(result), out)
     if result.new_failed and not skip_unreadable:
         typer.echo(f"error: {result.new_failed} input(s) could not be read (listed above); the "

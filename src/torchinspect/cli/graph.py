@@ -6,7 +6,14 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import ForceOpt, ModelArg, OutputOptions, emit, model_command
+from torchinspect.cli.common import (
+    ForceOpt,
+    ModelArg,
+    OutputOptions,
+    as_written,
+    emit,
+    model_command,
+)
 from torchinspect.errors import InspectError
 from torchinspect.export.graph import GraphKind
 from torchinspect.report.render import OutputFormat
@@ -68,6 +75,7 @@ def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepth
                          functions=functions is not False)
     written = None
     if out.output is not None:
-        written = write_graph(result, out.output, force=force, protect=protect)
+        written = as_written(write_graph(result, out.output, force=force, protect=protect),
+                             out.output, "path", "requested")
         typer.echo(f"wrote {written.path}", err=True)
     emit(graph_report(result, written, show_all=show_all), OutputOptions(out.format, None))

@@ -2,12 +2,12 @@
 
 The phases, each in its own module:
 
-1. :mod:`~torchinspect.features.plan`: options checked, the model built (random init from a
+1. ``plan``: options checked, the model built (random init from a
    fixed seed), the weights' identity, the ordered inputs and the settings;
-2. :mod:`~torchinspect.features.resume`: rank 0 locks the folder, recovers what an earlier
+2. ``resume``: rank 0 locks the folder, recovers what an earlier
    run left and checks that a resume adds rows of the same model with the same settings;
-3. :mod:`~torchinspect.features.runner`: the loop over this rank's pending inputs;
-4. :mod:`~torchinspect.features.store`: rank 0 merges every rank's shards into the manifest.
+3. ``runner``: the loop over this rank's pending inputs;
+4. ``store``: rank 0 merges every rank's shards into the manifest.
 
 One process or many: under ``torchrun`` each rank takes a contiguous slice of the sorted
 list of pending inputs (see ranks.py).

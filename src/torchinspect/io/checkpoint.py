@@ -2,11 +2,11 @@
 
 Two readers, two jobs:
 
-* this module (:func:`read_checkpoint`, :func:`read_state_dict`) *loads* a whole weights
+* this module (``read_checkpoint``, ``read_state_dict``) *loads* a whole weights
   file into torch tensors, for commands that put the weights into a model
   (``summary --weights``, ``--arch``, features, export, ...);
-* io/tensors.py (:func:`~torchinspect.io.tensors.open_input`, and
-  :func:`read_checkpoint_meta` over it) *describes* a checkpoint entry by entry without
+* io/tensors.py (``open_input``, and
+  ``read_checkpoint_meta`` over it) *describes* a checkpoint entry by entry without
   loading it, and streams tensor bytes from the file: ``diff`` and ``convert``.
 
 Both apply the same validity rules before anything is read: io/zipcheck.py for zip
@@ -14,10 +14,10 @@ archives, io/safetensors.py for safetensors headers (docs/concepts/safety.md).
 
 Every ``.pt/.pth/.bin/.ckpt`` load goes through ``torch.load(weights_only=True,
 map_location="cpu")`` (mmap for zip archives); ``.safetensors`` through safetensors after
-our own header validation. A weights-only refusal raises :class:`UnsafeCheckpointError`
+our own header validation. A weights-only refusal raises ``UnsafeCheckpointError``
 naming the offending globals; there is no automatic unsafe retry. TorchScript and
-``torch.export`` archives are models, not weights: :func:`read_checkpoint` refuses them
-with a hint, and :func:`detect_format` lets a model source route them.
+``torch.export`` archives are models, not weights: ``read_checkpoint`` refuses them
+with a hint, and ``detect_format`` lets a model source route them.
 
 Public API (all importable from here)::
 
@@ -91,9 +91,9 @@ def read_checkpoint(path: str | os.PathLike[str], *, trust_pickle: bool = False,
       JSON, bad/overlapping offsets -> error), then ``safetensors.torch.load_file``.
     * GPU-saved storages are mapped to CPU; no CUDA is needed.
 
-    Raises :class:`UnsafeCheckpointError` when a weights-only load refuses the file (the
+    Raises ``UnsafeCheckpointError`` when a weights-only load refuses the file (the
     offending globals listed; ``trust_pickle=True`` is the only way past it), and
-    :class:`InspectError` with a one-line message naming the file for empty, truncated,
+    ``InspectError`` with a one-line message naming the file for empty, truncated,
     Git LFS pointer, text/HTML, TorchScript or ``.pt2`` files.
     """
     path, fmt, size = weights_file(path)
@@ -107,7 +107,7 @@ def read_checkpoint(path: str | os.PathLike[str], *, trust_pickle: bool = False,
 def read_state_dict(path: str | os.PathLike[str], *, key: str | None = None,
                     trust_pickle: bool = False,
                     mmap: bool = True) -> tuple[dict[str, Any], Checkpoint, str | None]:
-    """:func:`read_checkpoint` + :func:`extract_state_dict`: ``(state_dict, checkpoint, key_used)``."""
+    """``read_checkpoint`` + ``extract_state_dict``: ``(state_dict, checkpoint, key_used)``."""
     ckpt = read_checkpoint(path, trust_pickle=trust_pickle, mmap=mmap)
     sd, used = extract_state_dict(ckpt.obj, key, source=str(path))
     return sd, ckpt, used

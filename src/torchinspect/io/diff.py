@@ -2,7 +2,7 @@
 
 Side A is the target (a model, or a reference checkpoint), side B the weights to load into
 it: "missing" keys are in A but not B, "unexpected" keys in B but not A — the words of
-``load_state_dict``. Checkpoint sides are read with :func:`read_checkpoint_meta` (no tensor
+``load_state_dict``. Checkpoint sides are read with ``read_checkpoint_meta`` (no tensor
 data, no torch import); ``values=True`` loads data (memory-mapped) to compare numbers.
 """
 
@@ -99,7 +99,7 @@ def model_side(label: str, state_dict: dict[str, Any], notes: list[str] | None =
                tied: list[list[str]] | None = None) -> DiffSide:
     """A model's ``state_dict()`` (meta tensors are fine) as a diff side. Tensors, modules'
     extra state and quantized packed params all count: ``load_state_dict`` expects them.
-    ``tied``: groups of keys that are one parameter in the model (see :func:`tied_groups`)."""
+    ``tied``: groups of keys that are one parameter in the model (see ``tied_groups``)."""
     group_of = {k: f"tied:{i}" for i, g in enumerate(tied or []) for k in g}
     tensors = {}
     for k, v in state_dict.items():
@@ -345,13 +345,13 @@ def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
                      fold_batch_counters: bool = True) -> DiffResult:
     """Compare B (weights) against A (target) by key, shape and dtype.
 
-    ``a`` and ``b``: a checkpoint path, a state_dict, a module, or a :class:`DiffSide`
-    (:func:`checkpoint_side`/:func:`model_side` give options such as a container key).
+    ``a`` and ``b``: a checkpoint path, a state_dict, a module, or a ``DiffSide``
+    (``checkpoint_side``/``model_side`` give options such as a container key).
 
     ``auto_prefix`` applies the best prefix remap of B's keys (see
-    :func:`find_prefix_remaps`) before comparing; candidates are reported either way.
+    ``find_prefix_remaps``) before comparing; candidates are reported either way.
     ``num_batches_tracked`` entries missing on one side are folded (BatchNorm fills them
-    in) rather than listed. Values are compared separately by :func:`compare_values`.
+    in) rather than listed. Values are compared separately by ``compare_values``.
     """
     a, b = as_side(a, "A"), as_side(b, "B")
     remaps = find_prefix_remaps(a.tensors.keys(), b.tensors.keys())

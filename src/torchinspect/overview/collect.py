@@ -1,5 +1,5 @@
 """Collect what `inspect report` shows: one trace per model, its summary and flops views,
-and the optional graph, doctor and bench parts (see :mod:`torchinspect.overview.parts`)."""
+and the optional graph, doctor and bench parts (see ``torchinspect.overview.parts``)."""
 
 from __future__ import annotations
 
@@ -105,7 +105,7 @@ class ModelOverview:
 
 @dataclass
 class Overview:
-    """The result of :func:`collect_overview` (``to_dict()`` for JSON)."""
+    """The result of ``collect_overview`` (``to_dict()`` for JSON)."""
 
     models: list[ModelOverview]
     versions: dict[str, str | None]

@@ -17,7 +17,8 @@ def doctor_report(r: DoctorResult) -> Report:
 
     counts = r.counts()
     where = f"real-number checks on {r.run_device}" if r.run_device else "no real-number checks"
-    sections: list[Any] = [Text([f"{r.model} ({r.inputs}): {len(r.checked)} checks, {where}"])]
+    checks = f"{len(r.checked)} check{'' if len(r.checked) == 1 else 's'}"
+    sections: list[Any] = [Text([f"{r.model} ({r.inputs}): {checks}, {where}"])]
     if r.findings:
         located = any(f.location for f in r.findings)  # file:line in the user's own code
         sections.append(Table(

@@ -5,6 +5,7 @@ A plain weights file without an architecture is refused with a hint to pass --ar
 
 from __future__ import annotations
 
+import warnings
 from typing import Any
 
 from torchinspect import device as devices
@@ -29,7 +30,10 @@ def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) ->
     if fmt == CheckpointFormat.torchscript:
         def build(dev: str) -> Any:
             try:
-                return torch.jit.load(spec, map_location=dev)
+                with warnings.catch_warnings():  # torch's own deprecation of TorchScript:
+                    warnings.filterwarnings(  # noise under every summary of a .ts.pt file
+                        "ignore", message=r".*torch\.jit\.load.* is deprecated", category=FutureWarning)
+                    return torch.jit.load(spec, map_location=dev)
             except RuntimeError as exc:
                 raise InspectError(f"{spec}: not a loadable TorchScript archive ({first_line(exc)})",
                                    hint="re-export it with torch.jit.save") from None

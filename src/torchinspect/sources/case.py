@@ -2,18 +2,18 @@
 
 ``make_case(model, inputs, options=ModelOptions(...))`` resolves a MODEL text (or
 takes an ``nn.Module``), resolves the example inputs (``--input``/``--batch`` or the
-model's own example) and returns a :class:`ModelCase` — no trace, no forward.
+model's own example) and returns a ``ModelCase`` — no trace, no forward.
 
-``model`` is a :data:`ModelLike`: an ``nn.Module``, any MODEL text the CLI accepts
+``model`` is a ``ModelLike``: an ``nn.Module``, any MODEL text the CLI accepts
 (``resnet18``, ``zoo:gpt``, ``file.py:Name``, a checkpoint with ``arch=``), or a
-:class:`ModelCase` made before (used as it is). Every public function that takes a model
+``ModelCase`` made before (used as it is). Every public function that takes a model
 has the same shape: ``fn(model: ModelLike, inputs=None, *, ..., options: ModelOptions |
 None = None)``. ``inputs`` is an
-:class:`ExampleInputs`, a list of ``--input`` strings, one string, a full shape
+``ExampleInputs``, a list of ``--input`` strings, one string, a full shape
 (``(1, 3, 224, 224)``), a tensor, a tuple of tensors, or ``None`` for the model's declared
 example.
 
-``case.weights`` (:class:`~torchinspect.sources.origin.WeightsOrigin`) says where the weights
+``case.weights`` (``WeightsOrigin``) says where the weights
 come from; a random init is seeded (the build here and every rebuild), so real runs are
 reproducible.
 """
@@ -168,7 +168,7 @@ def make_case(model: ModelLike, inputs: Any = None, *, options: ModelOptions | N
 
     ``device`` overrides ``options.device``. ``inputs`` overrides ``options.inputs``.
     ``need_inputs=False`` keeps the model's own example (maybe None) without requiring one.
-    A :class:`ModelCase` is returned as it is (it was resolved already).
+    A ``ModelCase`` is returned as it is (it was resolved already).
     """
     if isinstance(model, ModelCase):
         return model

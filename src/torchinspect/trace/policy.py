@@ -69,7 +69,7 @@ def trace_model(
 
     ``device``: "meta"/"auto" (default; no memory), or "cpu"/"cuda[:N]" to force a real run
     there (the model must already be there or be rebuildable). The model's code runs
-    contained (:func:`torchinspect.guard.contained`): torch's switches it sets are put back.
+    contained (``torchinspect.guard.contained``): torch's switches it sets are put back.
     """
     if not isinstance(model, nn.Module):
         raise InspectError(f"expected a torch.nn.Module, got {type(model).__name__}",

@@ -1,7 +1,7 @@
 """What one instrumented forward produces: plain dataclasses, JSON-ready, no torch inside.
 
-A :class:`Trace` holds static facts about every module (parameters, buffers, layer
-settings) in ``modules`` and one :class:`CallRecord` per module call in ``calls``, in
+A ``Trace`` holds static facts about every module (parameters, buffers, layer
+settings) in ``modules`` and one ``CallRecord`` per module call in ``calls``, in
 call order. MACs are attributed to the innermost module that was running (``own``);
 ``total_macs(call)`` adds the calls nested inside it.
 """

@@ -2,7 +2,7 @@
 activations, latency).
 
 Budgets come from the command line (``--max-params 25M``), from the nearest
-``pyproject.toml`` with a ``[tool.torchinspect.check]`` table (see :mod:`.config`) or from
+``pyproject.toml`` with a ``[tool.torchinspect.check]`` table (see ``.config``) or from
 ``--config FILE``; the command line wins. A baseline (``--save-baseline FILE``) keeps every
 metric of every model; ``--baseline FILE --max-increase params=2%`` fails a model that grew
 more. Every model is checked, and one that cannot be built or run is reported as an error

@@ -1,7 +1,7 @@
-"""The results of ``inspect check``: one :class:`Measured` row per limit checked (an absolute
+"""The results of ``inspect check``: one ``Measured`` row per limit checked (an absolute
 budget, an allowed increase over a baseline, or a change shown for information), one
-:class:`ModelCheck` per model (its readings, or the error that stopped it), and the
-:class:`CheckResult`."""
+``ModelCheck`` per model (its readings, or the error that stopped it), and the
+``CheckResult``."""
 
 from __future__ import annotations
 

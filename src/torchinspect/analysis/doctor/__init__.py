@@ -1,13 +1,13 @@
 """``inspect doctor``: find the classic PyTorch pitfalls in a model (checks TI001..TI009).
 
-* :mod:`.rules`     the registry (code, severity, why, fix), findings, the result
-* :mod:`.structure` module-tree checks, no forward (TI001, TI002, TI006, TI007, TI008 frozen)
-* :mod:`.shapes`    checks over the meta trace's shapes (TI008 BatchNorm, TI009)
-* :mod:`.runtime`   checks that need real numbers on CPU (TI003, TI004, TI005)
-* :mod:`.locate`    ``file:line`` of a finding in the user's own code
+* ``.rules``     the registry (code, severity, why, fix), findings, the result
+* ``.structure`` module-tree checks, no forward (TI001, TI002, TI006, TI007, TI008 frozen)
+* ``.shapes``    checks over the meta trace's shapes (TI008 BatchNorm, TI009)
+* ``.runtime``   checks that need real numbers on CPU (TI003, TI004, TI005)
+* ``.locate``    ``file:line`` of a finding in the user's own code
 
-:func:`diagnose` is the library entry point (``torchinspect.diagnose``). The model is never
-changed: see :mod:`.runtime` for how the real runs leave it untouched.
+``diagnose`` is the library entry point (``torchinspect.diagnose``). The model is never
+changed: see ``.runtime`` for how the real runs leave it untouched.
 """
 
 from __future__ import annotations
@@ -66,7 +66,7 @@ def diagnose(model: ModelLike, inputs: Any = None, *, select: Sequence[str] | No
 
 def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
                   ignore: Sequence[str] | None = None, trace: Any = None) -> DoctorResult:
-    """The checks on a resolved :class:`~torchinspect.sources.case.ModelCase`.
+    """The checks on a resolved ``ModelCase``.
 
     Real-number checks run on ``case.requested`` (auto -> cpu; meta -> skipped). ``trace``:
     an eval-mode Trace of this case already made (``inspect report`` passes its own), so the

@@ -1,4 +1,4 @@
-"""The case-level API: :func:`build_graph`, the library twin of ``inspect graph``."""
+"""The case-level API: ``build_graph``, the library twin of ``inspect graph``."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""What :func:`~torchinspect.export.onnx.export_onnx` returns: the file, its inputs and
+"""What ``export_onnx`` returns: the file, its inputs and
 outputs, and how the verification went."""
 
 from __future__ import annotations
