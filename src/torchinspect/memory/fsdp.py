@@ -258,7 +258,7 @@ def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, m
     """:func:`predict.track` for ``cfg.fsdp`` ranks: FSDP2 on fake tensors, rank 0's log."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from torchinspect.memory.predict import _run_error, fake_inputs
+    from torchinspect.memory.faking import _run_error, fake_inputs
     from torchinspect.memory.timeline import replay
     from torchinspect.trace.engine import forward_mode
 
@@ -307,8 +307,8 @@ def _run(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: StepCon
          target: Any, tracker: ShardedTracker, fake: Any, mode: str, name: str) -> None:
     from torch.distributed._tools.mod_tracker import ModTracker
 
+    from torchinspect.memory.faking import _mark, _mark_state, autocast_factory
     from torchinspect.memory.kernels import cuda_kernels
-    from torchinspect.memory.predict import _mark, _mark_state, autocast_factory
 
     autocast = autocast_factory(cfg.amp, target)
     kernels = cuda_kernels() if target.emulated else contextlib.nullcontext()

@@ -1,0 +1,175 @@
+"""What the fake run is made of, shared by the single-GPU prediction (memory/predict.py) and
+the FSDP2 one (memory/fsdp.py): the target device's semantics, fake copies of the model's
+state and inputs, the kinds the tracker marks, autocast, and the error a failed run becomes.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from torchinspect.arguments import renamed_keywords
+from torchinspect.errors import ExitStatus, InspectError, first_line
+from torchinspect.memory import step as steps
+from torchinspect.memory.autocast import cuda_autocast_on_cpu
+from torchinspect.memory.gpu import cublas_workspace, parse_gpu
+from torchinspect.memory.tracker import StorageTracker
+from torchinspect.shapes import map_tensors, tensor_leaves
+from torchinspect.sources.case import (
+    materialize,
+)
+
+
+@dataclass(frozen=True)
+class Target:
+    """The device the prediction is for, and the one the fake tensors run on."""
+
+    device: str  # cuda: caching allocator, CUDA autocast lists, cuBLAS workspace; cpu: bytes
+    gpu: str | None
+    workspace: int
+    # the fake tensors' device: cpu (the backward of fake CUDA tensors needs a live CUDA
+    # context, and CPU fake tensors give one answer everywhere); cuda for comparisons on a GPU
+    fake_device: str
+
+    @property
+    def emulated(self) -> bool:
+        return self.device == "cuda" and self.fake_device in ("cpu", "meta")
+
+    @property
+    def faked(self) -> bool:
+        """Fake tensors (FakeTensorMode) rather than plain meta tensors."""
+        return self.fake_device != "meta"
+
+
+def make_target(device: str = "cuda", gpu: str | None = None, *, fast: bool = False) -> Target:
+    """``fast``: plain meta tensors instead of fake CPU tensors (no fake-tensor dispatch
+    overhead, several times faster; same numbers for inference, see test_memory)."""
+    if device not in ("cuda", "cpu"):
+        raise InspectError(f"--device {device!r}: memory predicts for cuda or cpu",
+                           hint="--device cuda (the default) or --device cpu")
+    if device == "cpu":
+        return Target("cpu", None, 0, "cpu")
+    name = parse_gpu(gpu)
+    return Target("cuda", name, cublas_workspace(name), "meta" if fast else "cpu")
+
+
+@renamed_keywords(model_or_case="model")
+def _mark(tracker: StorageTracker, tensor: Any, kind: str) -> None:
+    serial = tracker.storage_serial(tensor)
+    if serial is not None:
+        tracker.log.allocs[serial].kind = kind
+
+
+def _mark_state(tracker: StorageTracker, optimizer: Any, target: Target) -> None:
+    """Optimizer state is state; a step counter the real optimizer keeps on the host is not
+    device memory (non-fused, non-capturable Adam/AdamW)."""
+    if optimizer is None:
+        return
+    host_steps = target.emulated and not any(
+        g.get("capturable") or g.get("fused") for g in optimizer.param_groups)
+    for entry in optimizer.state.values():
+        for key, value in entry.items():
+            kind = "host" if key == "step" and host_steps else "state"
+            _mark(tracker, value, kind)
+
+
+def fake_state(model: Any, device: str, dtype: str | None) -> tuple[dict[str, Any], dict[str, str]]:
+    """Fake parameters and buffers, in the order ``model.to(device)`` allocates them."""
+    import torch
+
+    cast = steps.DTYPES[dtype] if dtype else None
+    state: dict[str, Any] = {}
+    kinds: dict[str, str] = {}
+    for name, t, kind in _apply_order(model):
+        dt = cast if cast is not None and t.is_floating_point() else t.dtype
+        fake = torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=dt, device=device)
+        if kind == "weights" and t.requires_grad and fake.is_floating_point():
+            fake.requires_grad_(True)
+        state[name] = fake
+        kinds[name] = kind
+    return state, kinds
+
+
+def _apply_order(model: Any) -> list[tuple[str, Any, str]]:
+    """``Module._apply``'s order: each module's children first, then its parameters, then its
+    buffers; a tensor shared by several names comes once (``functional_call`` ties the rest)."""
+    seen: set[int] = set()
+    out: list[tuple[str, Any, str]] = []
+    visited: set[int] = set()
+
+    def walk(m: Any, prefix: str) -> None:
+        if id(m) in visited:
+            return
+        visited.add(id(m))
+        for child_name, child in m._modules.items():
+            if child is not None:
+                walk(child, f"{prefix}{child_name}.")
+        for kind, table in (("weights", m._parameters), ("buffers", m._buffers)):
+            for name, t in table.items():
+                if t is not None and id(t) not in seen:
+                    seen.add(id(t))
+                    out.append((prefix + name, t, kind))
+
+    walk(model, "")
+    return out
+
+
+def fake_inputs(example: Any, device: str, dtype: str | None) -> tuple[tuple[Any, ...], dict[str, Any]]:
+    import torch
+
+    cast = steps.DTYPES[dtype] if dtype else None
+    args, kwargs = materialize(example, "meta")
+
+    def fake(t: Any) -> Any:
+        dt = cast if cast is not None and t.is_floating_point() else t.dtype
+        return torch.empty_strided(tuple(t.shape), tuple(t.stride()), dtype=dt, device=device)
+
+    return map_tensors(args, fake), map_tensors(kwargs, fake)
+
+
+def autocast_factory(amp: str | None, target: Target) -> Callable[[], Any]:
+    """A context factory: autocast to ``amp`` with the target device's op lists."""
+    import torch
+
+    if amp is None:
+        return contextlib.nullcontext
+    dt = steps.DTYPES[amp]
+    if target.emulated:
+        return lambda: cuda_autocast_on_cpu(dt)
+    return lambda: torch.autocast(target.fake_device, dtype=dt)
+
+
+def _leaves(value: Any) -> Iterator[Any]:
+    yield from tensor_leaves(value)
+
+
+def _sizes(state: dict[str, Any], kinds: dict[str, str], args: Any, kwargs: Any) -> dict[str, int]:
+    nbytes = {k: sum(t.numel() * t.element_size() for n, t in state.items() if kinds[n] == k)
+              for k in ("weights", "buffers")}
+    return {"params": sum(t.numel() for n, t in state.items() if kinds[n] == "weights"),
+            "weights": nbytes["weights"], "buffers": nbytes["buffers"],
+            "input": sum(t.numel() * t.element_size() for t in _leaves((args, kwargs)))}
+
+
+class TrainingNeedsBatch(InspectError):
+    """BatchNorm refuses to train on one value per channel (a batch of 1 at the end)."""
+
+
+def _run_error(name: str, mode: str, exc: Exception) -> InspectError:
+    text = first_line(exc)
+    if mode == "training" and "more than 1 value per channel" in text:
+        return TrainingNeedsBatch(f"{name}: BatchNorm cannot train on this batch ({text})",
+                                  hint="pass --batch 2 or more")
+    if "data-dependent" in text.lower() or type(exc).__name__ in (
+            "DynamicOutputShapeException", "DataDependentOutputException"):
+        return InspectError(f"{name}: the {mode} forward depends on tensor values "
+                            f"({type(exc).__name__}), which a prediction without data cannot follow",
+                            hint="measure it on the GPU instead (inspect bench --max-batch)",
+                            status=ExitStatus.INTERNAL)
+    return InspectError(f"{name}: the {mode} run on fake tensors failed: {type(exc).__name__}: "
+                        f"{text}", hint="rerun with --debug for the traceback",
+                        status=ExitStatus.INTERNAL)
+
+
