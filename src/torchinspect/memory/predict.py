@@ -77,6 +77,7 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
     check_checkpointing(case, cfg)
     if cfg.amp and not target.faked:  # CUDA's autocast lists are emulated on fake CPU tensors
         target = replace(target, fake_device="cpu")
+    case = _sized_lazy(case)
     example = example_at(case, batch)
     notes = _notes(cfg, target)
     if cfg.fsdp:
@@ -216,3 +217,16 @@ def _notes(cfg: StepConfig, target: Target) -> list[str]:
                      "workspaces (convolution, RNN) are not predicted")
     return notes
 
+
+def _sized_lazy(case: ModelCase) -> ModelCase:
+    """A case whose lazy modules (``nn.LazyLinear``...) are sized on a meta copy, as the
+    trace sizes them: the user's model stays lazy, the prediction sees real shapes."""
+    from torchinspect.sources.case import materialize
+    from torchinspect.sources.materialize import has_lazy, lazy_copy, size_lazy
+
+    if not has_lazy(case.model) or case.example is None:
+        return case
+    args, kwargs = materialize(case.example, "meta")
+    sized = size_lazy(lazy_copy(case.model), args, kwargs, name=case.name,
+                      inputs=case.describe_inputs())
+    return replace(case, model=sized)
