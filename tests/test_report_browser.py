@@ -94,7 +94,10 @@ def test_charts_and_graph_are_drawn(page):
         assert box and box["width"] > 200 and box["height"] > 20
     bars = page.locator("svg.chart rect.bar")
     assert bars.count() >= 3
-    figure = page.locator("section.sec-figure")
+    figures = page.locator("section.sec-figure")
+    assert figures.count() == 3  # the module graph, the memory timeline, the bar at the peak
+    assert figures.filter(has_text="Allocated memory").locator("svg").count() == 1
+    figure = figures.filter(has_text="Module graph")
     assert figure.count() == 1
     if figure.locator("svg").count():  # Graphviz drew it: nodes are there
         assert figure.locator("svg g.node").count() >= 3
