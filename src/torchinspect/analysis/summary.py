@@ -2,7 +2,7 @@
 
 Row numbers follow the convention of ``analysis/tree.py``: Params and MACs include
 everything inside the module (the root row is the model total), Self columns are the module's
-own. Returns a :class:`Summary` dataclass; ``report/summary.py`` presents it."""
+own. Returns a `Summary` dataclass; ``report/summary.py`` presents it."""
 
 from __future__ import annotations
 
@@ -125,7 +125,7 @@ class Totals:
 
 @dataclass
 class Summary:
-    """The result of :func:`summarize` (``to_dict()`` for data; report/summary.py renders it)."""
+    """The result of `summarize` (``to_dict()`` for data; report/summary.py renders it)."""
 
     model: str
     input: str

@@ -5,7 +5,7 @@ the bytes asked for: a request is rounded up to 512 bytes; requests up to 1 MiB 
 2 MiB segments (the small pool), larger ones from 20 MiB segments (up to 10 MiB) or from
 segments rounded up to 2 MiB; a free cached block is reused best-fit and split only when
 what remains is at least 512 bytes (small pool) or more than 1 MiB (large pool) — an
-unsplit block counts whole. :class:`CachingAllocator` follows these rules
+unsplit block counts whole. `CachingAllocator` follows these rules
 (``c10/cuda/CUDACachingAllocator.cpp``: ``round_size``, ``get_allocation_size``,
 ``get_free_block``, ``should_split``; one stream, no ``max_split_size_mb``, no expandable
 segments), so the replayed peak is the number PyTorch reports, not just the sum of tensors.
@@ -61,7 +61,7 @@ class CachingAllocator:
     _top: int = 0
 
     def malloc(self, nbytes: int) -> int:
-        """Allocate; returns the block's address (its key for :meth:`free`)."""
+        """Allocate; returns the block's address (its key for `free`)."""
         size = round_size(nbytes)
         small = size <= SMALL_SIZE
         pool = self._pools[small]

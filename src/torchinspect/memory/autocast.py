@@ -4,7 +4,7 @@ PyTorch's autograd engine needs a live CUDA context to run a backward over CUDA 
 on a machine without a GPU the fake run uses CPU fake tensors. CPU autocast casts the same
 ops down (matmul, linear, conv, bmm, SDPA) but keeps many ops in low precision that CUDA
 autocast runs in float32 (layer_norm, softmax, sum, exp, pow, upsampling, ...), and that
-changes what is allocated and saved. :func:`cuda_autocast_on_cpu` registers, for the time of
+changes what is allocated and saved. `cuda_autocast_on_cpu` registers, for the time of
 one run, AutocastCPU kernels that apply CUDA's lists (``aten/src/ATen/autocast_mode.cpp``:
 lower precision, fp32, fp32-unless-a-dtype-is-given, promote; ops CUDA leaves alone run
 unchanged) and removes them afterwards. A test checks every name here against the

@@ -4,7 +4,7 @@ On CUDA, PyTorch runs these modules through ``_cudnn_rnn``: one kernel call for 
 and time steps, which allocates the output, the final hidden (and cell) state and, when the
 module is in training mode, a **reserve space** that it keeps for the backward. On a CPU the
 same module runs unrolled cells whose saved tensors are different, so a prediction for CUDA
-takes cuDNN's layout instead (:func:`reserve_bytes`).
+takes cuDNN's layout instead (`reserve_bytes`).
 
 The reserve size was measured on an H100 (cuDNN 9.19, torch 2.11) over 60 shapes of LSTM,
 GRU and RNN, 1-3 layers, uni- and bidirectional, fp32 and bf16 (``benchmarks/cudnn_rnn_memory.py``,

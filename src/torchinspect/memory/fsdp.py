@@ -6,15 +6,15 @@ really allocates is tracked like any other storage: the sharded parameters (1/N 
 padded on dim 0 to a multiple of N), the all-gather buffer and the unsharded parameters of
 each unit while it runs (the next unit's too when it is prefetched), the unsharded gradients,
 the reduce-scatter input and output, the sharded gradients and the optimizer state of the
-shards. Two things need help beyond :class:`StorageTracker`:
+shards. Two things need help beyond `StorageTracker`:
 
 * FSDP2 frees and re-allocates unsharded parameters by resizing their storage
-  (``UntypedStorage.resize_``), which is no aten op: :func:`storage_resizes` logs it.
+  (``UntypedStorage.resize_``), which is no aten op: `storage_resizes` logs it.
 * The optimizer steps on ``DTensor`` parameters: their local tensors are what is allocated
-  (:class:`ShardedTracker` looks through the wrapper).
+  (`ShardedTracker` looks through the wrapper).
 
 The units are what a training script would wrap: ``fully_shard`` on each module of one type
-(``--fsdp-unit``, default :func:`default_unit`: the repeated module type with the most
+(``--fsdp-unit``, default `default_unit`: the repeated module type with the most
 parameters per instance, e.g. a transformer layer or a ResNet Bottleneck), then on the root;
 ``reshard_after_forward=True`` and FSDP2's default prefetching. Activations are those of the
 batch given (the batch per GPU). Ranks hold equal shards, so rank 0 stands for every rank.
@@ -150,8 +150,8 @@ def fake_mesh(world_size: int) -> Iterator[Any]:
 
 
 class ShardedTracker(StorageTracker):
-    """A :class:`StorageTracker` that counts a ``DTensor``'s local tensor (the wrapper holds
-    no memory) and logs storage resizes (:func:`storage_resizes`)."""
+    """A `StorageTracker` that counts a ``DTensor``'s local tensor (the wrapper holds
+    no memory) and logs storage resizes (`storage_resizes`)."""
 
     def _see(self, t: Any, phase: str, module: str, op: str) -> int | None:
         return super()._see(_local(t), phase, module, op)
@@ -225,7 +225,7 @@ def inference(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], autocas
 
 
 def make_optimizer(name: str, model: Any, foreach: bool | None) -> Any:
-    """The optimizer over the (sharded) parameters, or :class:`NoOptimizer`."""
+    """The optimizer over the (sharded) parameters, or `NoOptimizer`."""
     params = [p for p in model.parameters() if p.requires_grad]
     return steps.make_optimizer(name, params, foreach) or NoOptimizer(model)
 
@@ -247,7 +247,7 @@ def empty_copy(model: Any, device: str, dtype: str | None) -> Any:
 
 def sharded_copy(model: Any, mesh: Any, unit: str | None, device: str,
                  dtype: str | None) -> tuple[Any, list[str]]:
-    """:func:`empty_copy` on ``device``, sharded by :func:`shard` (how the benchmark builds the
+    """`empty_copy` on ``device``, sharded by `shard` (how the benchmark builds the
     model it measures, on the GPU)."""
     work = empty_copy(model, device, dtype)
     return work, shard(work, mesh, unit)
@@ -255,7 +255,7 @@ def sharded_copy(model: Any, mesh: Any, unit: str | None, device: str,
 
 def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, mode: str,
                   top: int) -> tuple[RunMemory, dict[str, int]]:
-    """:func:`predict.track` for ``cfg.fsdp`` ranks: FSDP2 on fake tensors, rank 0's log."""
+    """`predict.track` for ``cfg.fsdp`` ranks: FSDP2 on fake tensors, rank 0's log."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
     from torchinspect.memory.faking import _run_error, fake_inputs

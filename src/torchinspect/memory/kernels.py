@@ -1,7 +1,7 @@
 """CUDA's choice of kernels where it changes memory, for a prediction on fake CPU tensors.
 
 On CPU fake tensors some composite ops take their CPU route, which allocates and saves
-differently from the GPU. For the time of a prediction, :func:`cuda_kernels` registers
+differently from the GPU. For the time of a prediction, `cuda_kernels` registers
 CompositeImplicitAutograd kernels (removed afterwards) that take the GPU's route, so every
 caller (Python, ``nn.MultiheadAttention``, C++ composites) gets it:
 

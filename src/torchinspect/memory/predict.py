@@ -1,7 +1,7 @@
 """``predict_memory``: the peak GPU memory of inference and of a training step, without a GPU.
 
 The model runs on fake tensors (``FakeTensorMode``: shapes, dtypes and aliasing, no data)
-under :class:`StorageTracker`; its log is replayed through the caching allocator's rules
+under `StorageTracker`; its log is replayed through the caching allocator's rules
 (``timeline.replay``). Weights are never allocated, so a 70B model is predicted on a laptop.
 The user's model is not changed: the forward runs through ``functional_call`` on fake copies
 of its parameters and buffers, and train/eval flags and checkpoint wrappers are put back.
@@ -56,7 +56,7 @@ def predict_memory(model: ModelLike, inputs: Any = None, *, train: bool = True,
                    fsdp_unit: str | None = None) -> MemoryResult:
     """Predicted peak memory of inference and of a training step (first and steady state).
 
-    ``model``: a :class:`ModelCase`, an ``nn.Module`` or any MODEL text. ``batch``
+    ``model``: a `ModelCase`, an ``nn.Module`` or any MODEL text. ``batch``
     sets the leading dimension of every input. ``device="cuda"`` follows the CUDA caching
     allocator (``torch.cuda.max_memory_allocated``); ``gpu`` names the GPU for the cuBLAS
     workspace (default: the one present, else h100). ``fsdp=N``: the per-GPU peak of FSDP2

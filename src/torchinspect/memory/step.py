@@ -1,7 +1,7 @@
 """The steps whose memory is predicted (on fake tensors) and measured (on the GPU).
 
 One definition serves both, so the prediction and ``--verify`` run the same code:
-:func:`inference` is an eval-mode forward under ``inference_mode``; :func:`train_step` is
+`inference` is an eval-mode forward under ``inference_mode``; `train_step` is
 ``zero_grad(set_to_none=True)``, forward, loss (``sum``/``mean`` of the first floating
 output), ``backward``, ``optimizer.step()``; forward outputs and the loss are locals, dropped
 when the step returns. ``on_phase(name)`` is called as each phase starts.

@@ -1,6 +1,6 @@
 """The storage tracker: every allocation and release of a run, in order.
 
-:class:`StorageTracker` is a ``TorchDispatchMode`` that sees each aten op's outputs. A storage it
+`StorageTracker` is a ``TorchDispatchMode`` that sees each aten op's outputs. A storage it
 has not seen is an allocation: it gets a serial number, and ``weakref.finalize`` on its
 ``UntypedStorage`` logs the release when PyTorch really lets it go (views share a storage,
 in-place ops return one it knows, saved-for-backward tensors keep theirs alive until the
