@@ -15,7 +15,34 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                      help="rewrite tests/golden/* from the current output instead of comparing")
 
 
+# Tests measured at 5 s or more on the 2-core machine (pytest --durations): they run in
+# `make test-slow` (CI runs it too), so that `make test` stays under 3 minutes on 2 cores.
+SLOW_TESTS = (
+    "tests/test_convert.py::test_a_killed_dcp_replace_leaves_old_or_new_and_the_next_run_cleans_up",
+    "tests/test_convert.py::test_two_converts_to_one_out_the_second_fails",
+    "tests/test_convert.py::test_ctrl_c_during_a_dcp_convert_is_exit_130_without_output",
+    "tests/test_bench.py::test_cli_zoo_model_end_to_end_json",
+    "tests/test_bench.py::test_cli_saved_comparison_refuses_other_json",
+    "tests/test_bench.py::test_cli_compares_two_saved_results_without_running",
+    "tests/test_bench.py::test_max_batch_search_with_a_fake_allocator",
+    "tests/test_bench.py::test_cli_table_csv_and_samples",
+    "tests/test_trace_torchvision_all.py::test_builder_traces_with_default_input[regnet_y_128gf]",
+    "tests/test_flops.py::test_cross_check_shows_three_counters",
+    "tests/test_memory.py::test_cli_sweep_and_fit_rows",
+    "tests/test_weights_origin.py::test_bench_says_what_it_timed",
+    "tests/test_export.py::test_the_exporter_report_is_written_only_when_asked_and_never_over_a_file",
+    "tests/test_features.py::test_two_concurrent_runs_one_folder_never_corrupt_it",
+    "tests/test_features.py::test_kill_before_the_shard_recovers_a_readable_folder",
+    "tests/test_cli.py::test_closed_pipe_exits_quietly_with_0",
+    "tests/test_report_page.py::test_comparison_throughput_cell_names_the_batch",
+)
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    slow = pytest.mark.slow
+    for item in items:
+        if item.nodeid.startswith(SLOW_TESTS):
+            item.add_marker(slow)
     import torch
 
     if torch.cuda.is_available():
