@@ -192,7 +192,7 @@ def storage_resizes(tracker: ShardedTracker) -> Iterator[None]:
         tracker.resized(storage, int(size))
         return out
 
-    cls.resize_ = resize_  # type: ignore[method-assign]
+    cls.resize_ = resize_  # type: ignore[method-assign,assignment]
     try:
         yield
     finally:
@@ -263,6 +263,8 @@ def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, m
     from torchinspect.trace.engine import forward_mode
 
     unit = choose_unit(case, cfg)
+    if cfg.fsdp is None:
+        raise InspectError("a sharded prediction needs --fsdp N", hint="e.g. --fsdp 2")
     fake = FakeTensorMode(allow_non_fake_inputs=True)
     tracker = ShardedTracker(workspace=target.workspace, device_type=target.fake_device)
     training = mode == "training"
