@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -479,24 +480,31 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": f"{ROOT / 'src'}{os.pathsep}{ROOT}"}
 
 
-def test_second_writer_is_refused_with_the_holder_and_a_dead_holder_frees_the_folder(invoke, tmp_path):
-    _images(tmp_path / "imgs", n=3)
-    out = tmp_path / "o"
-    out.mkdir()
+@contextlib.contextmanager
+def _lock_holder(out: Path):
+    """Another process holding OUT's lock for the block; killed (-9) after it."""
     holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK.format(src=str(ROOT / "src"), out=str(out))],
                               stdout=subprocess.PIPE, text=True, env=_env())
     try:
         assert holder.stdout.readline().strip() == "locked"
+        yield holder
+    finally:
+        holder.kill()  # kill -9: the kernel drops the lock with the process
+        holder.wait()
+        holder.stdout.close()
+
+
+def test_second_writer_is_refused_with_the_holder_and_a_dead_holder_frees_the_folder(invoke, tmp_path):
+    _images(tmp_path / "imgs", n=3)
+    out = tmp_path / "o"
+    out.mkdir()
+    with _lock_holder(out) as holder:
         r = invoke("features", TINY, tmp_path / "imgs", "-l", "relu", "-o", out, "--workers", "0")
         assert r.exit_code == 2, r.output
         import socket
 
         assert f"pid {holder.pid} on {socket.gethostname()}, started " in r.stderr
         assert not (out / "manifest.json").exists()  # refused before anything was written
-    finally:
-        holder.kill()  # kill -9: the kernel drops the lock with the process
-        holder.wait()
-        holder.stdout.close()
     r = invoke("features", TINY, tmp_path / "imgs", "-l", "relu", "-o", out, "--workers", "0")
     assert r.exit_code == 0, r.output
     assert FeatureFolder.open(out).manifest["rows"] == 3
@@ -787,19 +795,12 @@ def test_torchrun_ranks_stop_together_when_the_folder_is_locked(tmp_path):
     _images(tmp_path / "imgs", n=4)
     out = tmp_path / "o"
     out.mkdir()
-    holder = subprocess.Popen([sys.executable, "-c", HOLD_LOCK.format(src=str(ROOT / "src"), out=str(out))],
-                              stdout=subprocess.PIPE, text=True, env=_env())
-    try:
-        assert holder.stdout.readline().strip() == "locked"
+    with _lock_holder(out) as holder:
         two = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
                               "--nproc-per-node", "2", "-m", "torchinspect", "features", TINY,
                               str(tmp_path / "imgs"), "-l", "relu", "-o", str(out), "--workers", "0",
                               "--no-progress"], env={**_env(), "OMP_NUM_THREADS": "1"},
                              capture_output=True, text=True, timeout=240)
-    finally:
-        holder.kill()
-        holder.wait()
-        holder.stdout.close()
     assert two.returncode != 0
     assert f"being written by another `inspect features` run (pid {holder.pid}" in two.stderr
     assert "rank 0 stopped: " in two.stderr  # rank 1's own message
