@@ -159,6 +159,34 @@ def test_no_two_modules_import_each_other() -> None:
     assert _cycles(graph) == []
 
 
+def _layers_contract() -> dict:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+
+
+def _diagram_in(page: Path) -> str:
+    """The layer diagram of a docs page: the fenced block that starts with ``cli > report``,
+    its lines joined (the docs wrap it over several lines)."""
+    blocks = page.read_text().split("```")
+    diagram = next(b for b in blocks[1::2] if b.strip().startswith("cli > report"))
+    return " ".join(diagram.split())
+
+
+@pytest.mark.parametrize("page", ["development.md", "development-layout.md"])
+def test_the_layer_diagram_in_the_docs_is_the_import_linter_contract(page: str) -> None:
+    contract = _layers_contract()
+    assert contract["exhaustive"] is True and contract["containers"] == ["torchinspect"]
+    layers = [layer for layer in contract["layers"] if layer != "__main__"]
+    assert _diagram_in(ROOT / "docs" / page) == " > ".join(layers), (
+        f"docs/{page}: the layer diagram differs from pyproject.toml's layers contract")
+    # every package and root module of ours has a place in the diagram (exhaustive)
+    named = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    children = {path.stem if path.is_file() else path.name for path in PACKAGE.iterdir()
+                if (path.suffix == ".py" and path.stem != "__init__")
+                or (path / "__init__.py").is_file()}
+    assert children == named
+
+
 def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):

@@ -331,7 +331,7 @@ def test_sparse_buffers_and_scripted_layers_in_train_mode():
 
 
 def test_size_and_budget_texts():
-    from torchinspect.analysis.check import Measured, Metric
+    from torchinspect.check import Measured, Metric
     from torchinspect.io.writers import parse_size
 
     assert parse_size("1e9") == 10**9 and parse_size("2GiB") == 2 * 1024**3

@@ -91,7 +91,7 @@ def test_check_shows_close_counts_in_full_and_integers_in_json(invoke):
     r = invoke("check", "resnet18", "--max-params", "11689513", "-f", "json")
     result = _strict(r.stdout)["models"][0]["results"][0]
     assert result["value"] == 11689512 and isinstance(result["value"], int)
-    from torchinspect.analysis.check import Metric, fmt_value
+    from torchinspect.check import Metric, fmt_value
 
     assert fmt_value(Metric.latency_ms, 1000.0) == "1,000 ms"
     assert fmt_value(Metric.latency_ms, 12.5) == "12.5 ms"

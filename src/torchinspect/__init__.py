@@ -37,8 +37,8 @@ _LAZY = {
     "FlopsResult": "torchinspect.analysis",
     "diagnose": "torchinspect.analysis.doctor",
     "DoctorResult": "torchinspect.analysis.doctor",
-    "check_budgets": "torchinspect.analysis.check",
-    "CheckResult": "torchinspect.analysis.check",
+    "check_budgets": "torchinspect.check",
+    "CheckResult": "torchinspect.check",
     # checkpoints
     "read_checkpoint": "torchinspect.io.checkpoint",
     "Checkpoint": "torchinspect.io.checkpoint",
@@ -71,12 +71,12 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.analysis import count_flops as count_flops
     from torchinspect.analysis import count_params as count_params
     from torchinspect.analysis import summarize as summarize
-    from torchinspect.analysis.check import CheckResult as CheckResult
-    from torchinspect.analysis.check import check_budgets as check_budgets
     from torchinspect.analysis.doctor import DoctorResult as DoctorResult
     from torchinspect.analysis.doctor import diagnose as diagnose
     from torchinspect.bench import BenchResult as BenchResult
     from torchinspect.bench import benchmark as benchmark
+    from torchinspect.check import CheckResult as CheckResult
+    from torchinspect.check import check_budgets as check_budgets
     from torchinspect.checkpoints import ConvertResult as ConvertResult
     from torchinspect.checkpoints import convert_checkpoint as convert_checkpoint
     from torchinspect.env import EnvInfo as EnvInfo

@@ -1,6 +1,6 @@
 """`inspect summary`: a Keras/torchinfo-like layer table with totals, from one Trace.
 
-Row numbers follow the convention of ``analysis/tree.py``: Params and MACs include
+Row numbers follow the convention of ``trace/tree.py``: Params and MACs include
 everything inside the module (the root row is the model total), Self columns are the module's
 own. Returns a `Summary` dataclass; ``report/summary.py`` presents it."""
 
@@ -13,7 +13,6 @@ from typing import Any
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.saved_params import is_bare_checkpoint
-from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.memory.predict import make_target, predict_case
@@ -23,6 +22,7 @@ from torchinspect.shapes import format_shape_tree
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
+from torchinspect.trace.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 
 
 class Column(StrEnum):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from torchinspect.analysis.check.records import CheckResult, Kind, ModelCheck
+from torchinspect.check.records import CheckResult, Kind, ModelCheck
 from torchinspect.io.atomic import atomic_write_text
 
 _NAME = "torchinspect check"

@@ -22,8 +22,8 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect import __version__
-from torchinspect.analysis.check.metrics import Metric, Noise, Reading
-from torchinspect.analysis.check.records import CheckResult, readings_dict
+from torchinspect.check.metrics import Metric, Noise, Reading
+from torchinspect.check.records import CheckResult, readings_dict
 from torchinspect.errors import InspectError
 from torchinspect.io.atomic import atomic_write_text
 
