@@ -29,6 +29,10 @@ _LAZY = {
     # views over one trace
     "trace_model": "torchinspect.trace",
     "Trace": "torchinspect.trace",
+    "register_mac_formula": "torchinspect.trace.formulas",
+    "unregister_mac_formula": "torchinspect.trace.formulas",
+    "mac_formulas": "torchinspect.trace.formulas",
+    "MacFormulaEntry": "torchinspect.trace.formulas",
     "summarize": "torchinspect.analysis",
     "Summary": "torchinspect.analysis",
     "count_params": "torchinspect.analysis",
@@ -109,6 +113,10 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.sources.case import make_case as make_case
     from torchinspect.trace import Trace as Trace
     from torchinspect.trace import trace_model as trace_model
+    from torchinspect.trace.formulas import MacFormulaEntry as MacFormulaEntry
+    from torchinspect.trace.formulas import mac_formulas as mac_formulas
+    from torchinspect.trace.formulas import register_mac_formula as register_mac_formula
+    from torchinspect.trace.formulas import unregister_mac_formula as unregister_mac_formula
 
 __all__ = ["__version__", *_LAZY]
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.analysis.conventions import CONVENTION_NOTES
+from torchinspect.analysis.conventions import convention_notes as convention_lines
 from torchinspect.report.base import (
     KeyValues,
     Report,
@@ -105,7 +105,7 @@ def header_lines(model: str, inputs: str, device: str, fallback: str | None, tra
 def convention_notes() -> Text:
     """What MACs and FLOPs mean and what is counted: short notes below the tables, each line
     under 80 columns (rich wraps them at word boundaries in a narrower terminal)."""
-    return Text(list(CONVENTION_NOTES))
+    return Text(convention_lines())
 
 
 def totals_section(t: Totals) -> KeyValues:
