@@ -21,7 +21,7 @@ from torchinspect.io.diff import (
     model_side,
     tied_groups,
 )
-from torchinspect.io.formats import detect_format
+from torchinspect.io.formats import detect_format, suffixes
 from torchinspect.io.torch_load import python_path
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.sources.hf import folder_weights
@@ -29,7 +29,7 @@ from torchinspect.sources.hf import folder_weights
 if TYPE_CHECKING:
     from torchinspect.io.formats import CheckpointFormat
 
-_WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar", ".json")
+_WEIGHT_SUFFIXES = suffixes(holds=("weights", "layout"))  # named like weights: a missing file
 
 
 @dataclass(frozen=True)
