@@ -46,8 +46,8 @@ _LAZY = {
     # checkpoints
     "read_checkpoint": "torchinspect.io.checkpoint",
     "Checkpoint": "torchinspect.io.checkpoint",
-    "diff_state_dicts": "torchinspect.io.diff",
-    "DiffResult": "torchinspect.io.diff",
+    "diff_state_dicts": "torchinspect.checkpoints.diff",
+    "DiffResult": "torchinspect.checkpoints.diff",
     "convert_checkpoint": "torchinspect.checkpoints",
     "ConvertResult": "torchinspect.checkpoints",
     # the other command cores
@@ -83,6 +83,8 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.check import check_budgets as check_budgets
     from torchinspect.checkpoints import ConvertResult as ConvertResult
     from torchinspect.checkpoints import convert_checkpoint as convert_checkpoint
+    from torchinspect.checkpoints.diff import DiffResult as DiffResult
+    from torchinspect.checkpoints.diff import diff_state_dicts as diff_state_dicts
     from torchinspect.env import EnvInfo as EnvInfo
     from torchinspect.env import collect_env as collect_env
     from torchinspect.errors import ExitStatus as ExitStatus
@@ -99,8 +101,6 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.inputs import parse_inputs as parse_inputs
     from torchinspect.io.checkpoint import Checkpoint as Checkpoint
     from torchinspect.io.checkpoint import read_checkpoint as read_checkpoint
-    from torchinspect.io.diff import DiffResult as DiffResult
-    from torchinspect.io.diff import diff_state_dicts as diff_state_dicts
     from torchinspect.memory import MemoryResult as MemoryResult
     from torchinspect.memory import predict_memory as predict_memory
     from torchinspect.overview import Overview as Overview

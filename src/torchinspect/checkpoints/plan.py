@@ -22,7 +22,7 @@ from torchinspect.arguments import as_list
 from torchinspect.dtypes import FLOATING, SHORT
 from torchinspect.errors import InspectError
 from torchinspect.io.atomic import protected
-from torchinspect.io.diff import entry_meta
+from torchinspect.io.compare import entry_meta
 from torchinspect.io.entries import FilePool, LoadedInput, TensorSource
 from torchinspect.io.formats import writer_for
 from torchinspect.io.meta import TensorMeta

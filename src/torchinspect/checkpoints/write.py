@@ -26,7 +26,7 @@ from torchinspect.checkpoints.plan import (
 from torchinspect.dtypes import short_name
 from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.io.atomic import atomic_folder, atomic_path, is_disk_full
-from torchinspect.io.diff import tensor_value
+from torchinspect.io.compare import tensor_value
 from torchinspect.io.entries import FilePool
 from torchinspect.io.writers import torch_dtype, write_pt_stream, write_safetensors_stream
 
