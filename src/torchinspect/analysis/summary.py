@@ -109,18 +109,33 @@ class Totals:
     param_bytes_by_dtype: dict[str, int]
     buffer_bytes: int
     input_bytes: int
+    leaf_output_bytes: int  # the sum of every leaf module's outputs (torchinfo's estimate)
+    estimated_total_bytes: int  # weights + buffers + input + leaf_output_bytes
     # with a memory prediction (the default): the activations allocated at the predicted
-    # inference peak and that peak; without one (--memory none or a failed prediction): the
-    # sum of leaf-module outputs and weights + buffers + input + that sum (``memory_method``)
-    activation_bytes: int
-    total_bytes: int
-    memory_method: str = "leaf outputs"  # predicted | leaf outputs
+    # inference peak (the peak itself is peak_inference_bytes); None without one
+    predicted_activation_bytes: int | None = None
+    memory_method: str = "leaf outputs"  # predicted | leaf outputs: which figures the table shows
     memory_device: str | None = None  # the allocator the prediction follows (cuda)
     peak_inference_bytes: int | None = None
     peak_inference_at: str | None = None  # "inference at layer1.0.conv1"
     peak_training_bytes: int | None = None  # --memory train
     peak_training_at: str | None = None
     training_optimizer: str | None = None
+
+    @property
+    def activation_bytes(self) -> int:
+        """The activations a table shows: predicted at the inference peak when there is a
+        prediction, else the sum of leaf outputs (``memory_method`` says which)."""
+        if self.predicted_activation_bytes is not None:
+            return self.predicted_activation_bytes
+        return self.leaf_output_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """The memory a table shows: the predicted inference peak, else the estimate."""
+        if self.peak_inference_bytes is not None:
+            return self.peak_inference_bytes
+        return self.estimated_total_bytes
 
 
 @dataclass
@@ -165,14 +180,14 @@ def totals_of(trace: Trace, memory: MemoryResult | None = None) -> Totals:
         params=p.total, trainable=p.trainable, frozen=p.frozen, buffers=p.buffers,
         macs=trace.total_macs, flops=2 * trace.total_macs, param_bytes=p.param_bytes,
         param_bytes_by_dtype={k: v.bytes for k, v in p.by_dtype.items()},
-        buffer_bytes=p.buffer_bytes, input_bytes=trace.input_bytes, activation_bytes=act,
-        total_bytes=p.param_bytes + p.buffer_bytes + trace.input_bytes + act,
+        buffer_bytes=p.buffer_bytes, input_bytes=trace.input_bytes, leaf_output_bytes=act,
+        estimated_total_bytes=p.param_bytes + p.buffer_bytes + trace.input_bytes + act,
     )
     if memory is not None and memory.inference is not None:
         run = memory.inference
         totals.memory_method, totals.memory_device = "predicted", memory.device
-        totals.activation_bytes = run.breakdown.get("activations", 0)
-        totals.total_bytes = totals.peak_inference_bytes = run.peak
+        totals.predicted_activation_bytes = run.breakdown.get("activations", 0)
+        totals.peak_inference_bytes = run.peak
         totals.peak_inference_at = run.where
     if memory is not None and memory.training is not None:
         totals.peak_training_bytes = memory.training.peak

@@ -18,6 +18,7 @@ import torch
 
 from torchinspect.errors import InspectError
 from torchinspect.features import store
+from torchinspect.features.batch_fit import BatchFit, fit_batch, per_row_bytes
 from torchinspect.features.batches import (
     Prefetch,
     Ready,
@@ -30,7 +31,6 @@ from torchinspect.features.batches import (
 from torchinspect.features.gpu import BackgroundWriter, GpuImages
 from torchinspect.features.inputs import InputItem, RowDataset, collate_rows
 from torchinspect.features.layers import LayerCapture
-from torchinspect.features.memory import BatchFit, fit_batch, per_row_bytes
 from torchinspect.features.plan import ExtractPlan
 
 

@@ -25,7 +25,10 @@ if TYPE_CHECKING:
 # the model total) with self_params/self_macs; rows carry ran, recursive, calls, call_number,
 # and input/output shapes are exact (no longer cut). Added within v2: rows carry output_bytes
 # and flops (2 x macs).
-SCHEMA_VERSION = 2
+# v3: totals.activation_bytes/total_bytes (whose meaning changed with memory_method) became
+# leaf_output_bytes and estimated_total_bytes (always the leaf-output estimate) and
+# predicted_activation_bytes (null without a prediction; the peak is peak_inference_bytes).
+SCHEMA_VERSION = 3
 SHAPE_WIDTH = 40  # the table shortens shape texts; CSV and JSON keep them whole
 
 
@@ -133,9 +136,9 @@ def memory_items(t: Totals) -> list[tuple[str, Any]]:
     the prediction cannot follow) torchinfo's sum of leaf outputs, labelled as such."""
     if t.memory_method != "predicted":
         return [("Activation memory (sum of leaf outputs)",
-                 Shown(t.activation_bytes, fmt_bytes(t.activation_bytes))),
+                 Shown(t.leaf_output_bytes, fmt_bytes(t.leaf_output_bytes))),
                 ("Estimated total size (weights + input + leaf outputs)",
-                 Shown(t.total_bytes, fmt_bytes(t.total_bytes)))]
+                 Shown(t.estimated_total_bytes, fmt_bytes(t.estimated_total_bytes)))]
     on = (t.memory_device or "cuda").upper()
     items: list[tuple[str, Any]] = [(
         f"Peak memory, inference (predicted, {on})",
