@@ -259,15 +259,59 @@ def test_one_signature_shape_for_functions_that_take_a_model(name: str) -> None:
     assert (options.annotation, options.default) == ("ModelOptions | None", None)
 
 
-def test_old_keyword_names_still_work_with_a_warning() -> None:
+# every public keyword that was renamed: (function, old keyword, new keyword, other arguments)
+RENAMED_KEYWORDS = [
+    ("make_case", "model_or_spec", "model", {"inputs": "1,4"}),
+    ("summarize", "model_or_spec", "model", {"inputs": "1,4", "memory": "none"}),
+    ("count_params", "model_or_spec", "model", {}),
+    ("count_flops", "model_or_spec", "model", {"inputs": "1,4"}),
+    ("diagnose", "model_or_spec", "model", {"inputs": "1,4", "device": "meta"}),
+    ("predict_memory", "model_or_case", "model", {"inputs": "1,4", "train": False}),
+    ("build_graph", "case_or_model", "model", {"inputs": "1,4", "kind": "module"}),
+    ("export_onnx", "case_or_model", "model", {"path": "not-onnx.txt", "inputs": "1,4"}),
+]
+
+
+def test_every_renamed_keyword_is_listed() -> None:
+    """Every ``@renamed_keywords`` in the package has a row above (and no row is stale)."""
+    found = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for dec in node.decorator_list:
+                if isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "renamed_keywords":
+                    assert not node.name.startswith("_"), f"{module}.{node.name}: not public"
+                    found |= {(node.name, kw.arg, kw.value.value) for kw in dec.keywords
+                              if isinstance(kw.value, ast.Constant)}
+    assert found == {(fn, old, new) for fn, old, new, _ in RENAMED_KEYWORDS}
+
+
+@pytest.mark.parametrize(("name", "old", "new", "kwargs"), RENAMED_KEYWORDS,
+                         ids=[row[0] for row in RENAMED_KEYWORDS])
+def test_old_keyword_names_still_work_with_a_warning(name: str, old: str, new: str,
+                                                     kwargs: dict, tmp_path, monkeypatch) -> None:
+    from torch import nn
+
+    monkeypatch.chdir(tmp_path)
+    fn = getattr(torchinspect, name)
+    model = nn.Linear(4, 2)
+    with pytest.warns(DeprecationWarning, match=rf"{name}\({old}=\.\.\.\) is deprecated; "
+                                                rf"use {new}="):
+        try:
+            result = fn(**{old: model}, **kwargs)
+        except torchinspect.InspectError as exc:  # reached the function: not a TypeError
+            assert name == "export_onnx" and "not-onnx.txt" in exc.message
+            result = None
+    if name == "count_params":
+        assert result.total == fn(model).total == 4 * 2 + 2
+    with pytest.raises(TypeError, match=f"got both {old}= and {new}="):
+        fn(**{old: model, new: model}, **kwargs)
+
+
+def test_a_model_case_is_taken_as_it_is() -> None:
     from torch import nn
 
     model = nn.Linear(4, 2)
-    with pytest.warns(DeprecationWarning, match=r"count_params\(model_or_spec=...\)"):
-        old = torchinspect.count_params(model_or_spec=model)
-    assert old.total == torchinspect.count_params(model).total == 4 * 2 + 2
-    with pytest.warns(DeprecationWarning, match="case_or_model"):
-        graph = torchinspect.build_graph(case_or_model=model, inputs="1,4", kind="module")
-    assert graph.nodes
     case = torchinspect.make_case(model, "1,4")
     assert torchinspect.make_case(case) is case  # a ModelCase is taken as it is
