@@ -9,7 +9,7 @@ TORCH_PINS  ?= torch==2.14.1 torchvision==0.29.1
 STAMP       := $(VENV)/.torchinspect-installed
 PYTEST_ARGS ?=
 
-.PHONY: install demo test test-slow test-all lint bench docs clean
+.PHONY: install demo test test-slow test-all lint bench bench-report docs clean
 
 install: $(STAMP)
 
@@ -51,8 +51,13 @@ lint: install
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
+# `make bench`: every benchmark script (GPU ones where a GPU is), then the RESULTS pages.
 bench: install
 	$(PY) benchmarks/run_all.py
+
+# `make bench-report`: the RESULTS pages from the committed raw data (no GPU, nothing runs).
+bench-report: install
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build dist site src/*.egg-info
