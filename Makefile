@@ -43,9 +43,9 @@ test-slow: install
 test-all: test test-slow
 
 lint: install
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src models_zoo tests benchmarks
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: src/torchinspect, strict on the public API
+	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: src/torchinspect and models_zoo, strict on the public API
 
 # `make docs`: the documentation site (MkDocs + Material) into site/; warnings are errors.
 docs: install

@@ -31,13 +31,17 @@ LONG_BY_DESIGN = {
 }
 
 
+ZOO = ROOT / "models_zoo"  # installed as torchinspect.zoo (pyproject's package-dir)
+
+
 def _modules() -> dict[str, Path]:
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
+    for base, prefix in ((PACKAGE, ["torchinspect"]), (ZOO, ["torchinspect", "zoo"])):
+        for path in sorted(base.rglob("*.py")):
+            parts = prefix + list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
     return out
 
 
@@ -185,6 +189,17 @@ def test_the_layer_diagram_in_the_docs_is_the_import_linter_contract(page: str) 
                 if (path.suffix == ".py" and path.stem != "__init__")
                 or (path / "__init__.py").is_file()}
     assert children == named
+
+
+def test_the_wheel_lists_every_package_and_serves_the_zoo_from_models_zoo() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"] == {"": "src", "torchinspect.zoo": "models_zoo"}
+    on_disk = {".".join(p.parent.relative_to(SRC).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert set(config["packages"]) == on_disk | {"torchinspect.zoo"}
+    assert not (PACKAGE / "zoo").exists()
+    import torchinspect.zoo
+
+    assert Path(torchinspect.zoo.__file__).parent == ZOO  # the editable install maps it
 
 
 def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
