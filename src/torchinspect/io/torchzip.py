@@ -28,14 +28,14 @@ from torchinspect.errors import InspectError
 from torchinspect.io.formats import zip_prefix
 from torchinspect.io.zipcheck import STORED, open_zip
 
-# torch storage class name -> (dtype name, itemsize)
-STORAGE_DTYPES: dict[str, tuple[str, int]] = {
-    "DoubleStorage": ("float64", 8), "FloatStorage": ("float32", 4), "HalfStorage": ("float16", 2),
-    "LongStorage": ("int64", 8), "IntStorage": ("int32", 4), "ShortStorage": ("int16", 2),
-    "CharStorage": ("int8", 1), "ByteStorage": ("uint8", 1), "BoolStorage": ("bool", 1),
-    "BFloat16Storage": ("bfloat16", 2), "ComplexDoubleStorage": ("complex128", 16),
-    "ComplexFloatStorage": ("complex64", 8), "UntypedStorage": ("uint8", 1),
-}
+# torch storage class name -> (dtype name, itemsize); the sizes are dtypes.py's
+STORAGE_DTYPES: dict[str, tuple[str, int]] = {cls: (name, SIZES[name]) for cls, name in {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16",
+    "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
+    "BFloat16Storage": "bfloat16", "ComplexDoubleStorage": "complex128",
+    "ComplexFloatStorage": "complex64", "UntypedStorage": "uint8",
+}.items()}
 DTYPE_SIZES = SIZES  # bytes per element by torch dtype name (dtypes.py)
 
 class NeedsTorch(Exception):
