@@ -214,7 +214,51 @@ RSS (`os.wait4`). Checkpoint A here: {d['checkpoint_bytes'] / 1e9:.2f} GB.
     return text, ["checkpoints-perf.json"]
 
 
+def summary_snippet() -> tuple[str, list[str]]:
+    """The bullets of docs/results.md for the pages rendered here (included with --8<--)."""
+    acc, perf = load("trace-accuracy-torchvision"), load("trace-perf-summary")
+    rows = acc["data"]["rows"]
+    r18, llama = perf["data"]["resnet18"], perf["data"]["llama70b"]
+    ckpt, doctor, report, export = (load(n) for n in ("checkpoints-perf", "doctor-perf",
+                                                      "report-perf", "export-perf"))
+    diffs = [r for r in ckpt["data"]["rows"] if r["case"].startswith("diff")]
+    converts = [r for r in ckpt["data"]["rows"] if r["case"].startswith("convert")]
+    size = ckpt["data"]["checkpoint_bytes"]
+    med = statistics.median
+    text = f"""- **Published tables** ([accuracy of the counts](results/trace.md)). All {len(rows)}
+  torchvision classification models at their first published weights' settings: parameters
+  equal `weights.meta["num_params"]` for
+  {sum(r["params"] == r["params_published"] for r in rows)}/{len(rows)}; MACs are within 0.1%
+  of `weights.meta["_ops"]` for {sum(abs(r["rel"]) <= 1e-3 for r in rows)}/{len(rows)}, and
+  {sum(r["ok"] == "ok" for r in rows)}/{len(rows)} round to the published 3-decimal GFLOPS.
+- **Peers.** On `zoo:llama-70b` at 1×2048 tokens our MACs are {llama["macs"]:,} and
+  `torch.utils.flop_counter.FlopCounterMode` / 2 gives {llama["flop_counter_macs"]:,}.
+- **Speed** ([accuracy of the counts](results/trace.md); {perf["machine"]["cores"]}-core
+  CPU, load average {perf["machine"]["load_average"]}). `inspect summary resnet18`: median
+  {med(r18["inspect_s"]):.2f} s against {med(r18["torchinfo_s"]):.2f} s for a torchinfo
+  script (ratio {med(r18["ratios"]):.2f}); `inspect summary zoo:llama-70b --input
+  long:1,2048`: {llama["wall"]:.1f} s, {llama["rss"] / 1e6:.0f} MB peak RSS.
+- **Checkpoints** ([checkpoints](results/checkpoints.md); {size / 1e9:.2f} GB files).
+  `diff`: {min(r["wall_s"] for r in diffs):.2f}-{max(r["wall_s"] for r in diffs):.2f} s,
+  up to {max(r["peak_rss_mb"] for r in diffs):.0f} MB peak RSS; `convert`:
+  {min(r["wall_s"] for r in converts):.1f}-{max(r["wall_s"] for r in converts):.1f} s, peak
+  RSS {min(r["peak_rss_mb"] for r in converts) * 2 ** 20 / size:.2f}-{max(r["peak_rss_mb"] for r in converts) * 2 ** 20 / size:.2f}x the checkpoint.
+- **Other commands** (whole process, medians; [doctor and check](results/doctor.md),
+  [report](results/report.md), [export and graph](results/export.md)): `doctor resnet50`
+  {med(doctor["data"]["doctor_s"]):.1f} s, `check resnet50` {med(doctor["data"]["check_s"]):.1f} s
+  (summary {med(doctor["data"]["summary_s"]):.1f} s), `report resnet50`
+  {med(report["data"]["wall_s"]):.1f} s ({med(report["data"]["cpu_s"]):.1f} s CPU), `graph
+  resnet50` {med(export["data"]["graph_s"]):.1f} s; `export resnet18` with onnxruntime
+  verification {med(export["data"]["ratios"]):.2f}x a hand-written script. Measured on the
+  shared 2-core CPU machine under load (the pages give the load): wall times are upper bounds.
+"""
+    return text, ["trace-accuracy-torchvision.json", "trace-perf-summary.json",
+                  "checkpoints-perf.json", "doctor-perf.json", "report-perf.json",
+                  "export-perf.json"]
+
+
 PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
+    "RESULTS-summary.md": summary_snippet,
     "RESULTS-report.md": report_page,
     "RESULTS-doctor.md": doctor_page,
     "RESULTS-trace.md": trace_page,
