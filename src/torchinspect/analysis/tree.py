@@ -137,13 +137,16 @@ def shown_tree(trace: Trace, depth: int, *, not_run: bool = False) -> ShownCall 
     if not trace.calls:
         return None
 
-    def build(n: _Node) -> ShownCall:
+    def build(n: _Node, level: int) -> ShownCall:
         node = ShownCall(n.call, macs=n.call.total_macs,
                          self_macs=n.call.own_macs if is_called(n.call) else 0)
-        node.children = [build(child) for child in n.children if child.call.depth <= depth]
+        # a module shared by several parents (one ReLU held by every block) is as deep as
+        # the call it runs in, not as its first name
+        node.children = [build(child, d) for child in n.children
+                         if (d := max(child.call.depth, level + 1)) <= depth]
         return node
 
-    root = build(_call_tree(trace))
+    root = build(_call_tree(trace), 0)
     if not_run:
         _add_never_ran(trace, root, depth)
     seen: set[str] = set()
