@@ -280,6 +280,68 @@ def test_csv_has_raw_numbers(invoke) -> None:
     assert sum(int(r["MACs"]) for n, r in rows.items() if n != "resnet18") == data["totals"]["macs"]
 
 
+class _Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.relu(self.l1(x)))
+
+
+class _PartlyScripted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = torch.jit.script(_Inner())
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.enc(x))
+
+
+class _Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed_tokens, self.layer = nn.Embedding(100, 16), nn.Linear(16, 16)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.layer(self.embed_tokens(ids))
+
+
+class _T5Tied(nn.Module):
+    """transformers' T5 after tie_weights: ``shared`` is never called; its weight runs in
+    encoder.embed_tokens, decoder.embed_tokens and lm_head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = nn.Embedding(100, 16)
+        self.encoder, self.decoder = _Stack(), _Stack()
+        self.lm_head = nn.Linear(16, 100, bias=False)
+        for m in (self.encoder.embed_tokens, self.decoder.embed_tokens, self.lm_head):
+            m.weight = self.shared.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.encoder(ids) + self.decoder(ids))
+
+
+def test_modules_inside_a_scripted_submodule_are_not_marked_not_run() -> None:
+    s = summarize(_PartlyScripted(), torch.randn(1, 8))
+    assert s.totals.macs == 2 * 64 + 16  # the scripted l1 and l2 are counted...
+    assert all(r.ran for r in s.rows) and "enc.l1" not in {r.name for r in s.rows}
+    assert not any("never ran" in n for n in s.notes)  # ...so they are not "never ran"
+    enc = next(r for r in s.rows if r.name == "enc")
+    assert (enc.params, enc.macs) == (144, 128)
+    assert any("TorchScript" in n and "enc" in n for n in s.notes)
+
+
+def test_a_tied_embedding_is_not_reported_as_never_run() -> None:
+    s = summarize(_T5Tied(), torch.zeros(1, 5, dtype=torch.long))
+    shared = next(r for r in s.rows if r.name == "shared")
+    assert shared.ran and shared.runs_as == "encoder.embed_tokens" and shared.params == 1600
+    assert "(not run)" not in shared.label and "runs as encoder.embed_tokens" in shared.label
+    assert not any("never ran" in n for n in s.notes)
+
+
 def test_parameters_of_modules_that_never_ran_are_named(invoke) -> None:
     """zoo:pitfall-unused-branch: the root used to absorb aux_head's 4,290 params silently."""
     from torchinspect.zoo.pitfalls import UnusedBranch

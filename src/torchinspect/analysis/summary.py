@@ -90,6 +90,7 @@ class SummaryRow:
     container: bool = False  # its children are shown as rows of their own
     called: bool = True  # False: a container (ModuleList, ...) whose forward never ran
     ran: bool = True  # False: a module holding parameters/buffers that never ran
+    runs_as: str | None = None  # not called itself; its tied weights ran in this module
     recursive: bool = False  # a later call of a module shown before (params on the first)
     calls: int = 1  # how many times the module ran in the forward
     call_number: int = 0  # 0 for its first call, 1 for the second, ...
@@ -268,7 +269,7 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
             params_pct=(100.0 * params / total) if params is not None and total else None,
             macs=node.macs, trainable=_trainable(info), self_params=node.self_params,
             self_macs=node.self_macs, repeat=node.fold, container=bool(node.children),
-            called=node.called, ran=node.ran, recursive=node.recursive,
+            called=node.called, ran=node.ran, runs_as=node.runs_as, recursive=node.recursive,
             calls=info.calls if info else 1, call_number=node.call.call_number,
             output_bytes=node.call.output_bytes * node.fold, flops=2 * node.macs,
         ))
@@ -287,6 +288,8 @@ def _call_suffix(trace: Trace, node: ShownCall) -> str:
     several times (a block reused in a loop), else nothing."""
     if not node.ran:
         return " (not run)"
+    if node.runs_as is not None:
+        return f" (tied, runs as {node.runs_as})"
     info = trace.modules.get(node.call.name)
     if node.called and info is not None and info.calls > 1 and node.fold == 1:
         return f" (call {node.call.call_number + 1}/{info.calls})"
