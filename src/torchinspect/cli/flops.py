@@ -9,6 +9,7 @@ import typer
 from torchinspect.cli.common import (
     DepthOpt,
     ModelsArg,
+    each_model,
     OutputOptions,
     TrainOpt,
     emit_results,
@@ -37,6 +38,6 @@ def flops(models: ModelsArg, train: TrainOpt = False, depth: DepthOpt = 3,
                    err=True)
         cross_check = cross_check or "thop,torchinfo"
     tools = parse_cross_check(cross_check)  # a bad name is refused before any model is built
-    results = [count_flops(m, depth=depth, cross_check=tools, train=train, options=opts)
-               for m in models]
+    results = each_model(models, lambda m: count_flops(m, depth=depth, cross_check=tools,
+                                                       train=train, options=opts))
     emit_results("flops", results, flops_report, out, [*models, *opts.files()])

@@ -9,6 +9,7 @@ import typer
 from torchinspect.cli.common import (
     DepthOpt,
     ModelsArg,
+    each_model,
     OutputOptions,
     TrainOpt,
     emit_results,
@@ -49,8 +50,7 @@ def summary(
     from torchinspect.report.summary import summary_report
 
     cols = parse_columns(columns)
-    results = [summarize(m, depth=depth, columns=cols, fold=fold, train=train, options=opts,
-                         memory=memory)
-               for m in models]
+    results = each_model(models, lambda m: summarize(
+        m, depth=depth, columns=cols, fold=fold, train=train, options=opts, memory=memory))
     emit_results("summary", results, summary_report, out, [*models, *opts.files()],
                  totals_only=totals)
