@@ -311,11 +311,19 @@ def test_baseline_catches_a_model_grown_by_one_linear(invoke, tmp_path: Path,
     failure = _suites(tmp_path / "pr.xml").find(
         "testsuite[@name='models/nets.py:Tiny']/testcase[@name='increase-params']/failure")
     assert failure is not None and failure.get("message") == growth
+    # one unit for the allowance: "limit 0.5%" in the message, "allowed +0.50%" beside it
+    assert f"baseline {old:,}, change {(new - old) / old * 100:+.2f}%, allowed +0.50%" \
+        in (failure.text or "") and "0.005" not in (failure.text or "")
     convnet = _suites(tmp_path / "pr.xml").find("testsuite[@name='zoo:convnet']")
     assert convnet.get("failures") == "0" and convnet.get("tests") == "3"  # max-macs + 2 increases
     # a Markdown summary for the pull request
     md = invoke("check", "--baseline", "main.json", "--max-increase", "params=0.5%", "-f", "markdown")
     assert md.exit_code == 1
+    assert md.stdout.startswith("## torchinspect check: FAIL (2 model(s), ")
+    # what did not change is folded away under the table; the change that failed is not
+    loud, _, folded = md.stdout.partition("<details><summary>")
+    assert "unchanged row(s)</summary>" in folded and "| zoo:convnet | macs |" in folded
+    assert f"| models/nets.py:Tiny | params | {new} | {old} |" in loud
     assert "### Failures" in md.stdout and growth in md.stdout
     assert "| Model | Metric | Measured | Baseline | Change | Limit | Headroom | Budget | Result |" in md.stdout
     assert f"| {(new - old) / old * 100:+.2f}% | +0.5% |" in md.stdout
@@ -529,3 +537,36 @@ def test_memory_budgets_are_inspect_memorys_predictions(invoke, tmp_path: Path,
     assert saved["train-mb"] == pytest.approx(train) and saved["infer-mb"] == pytest.approx(infer)
     r = invoke("check", "--baseline", "base.json", "--max-increase", "train-mb=1%")
     assert r.exit_code == 0, r.output
+
+
+def test_size_mb_is_shown_in_mb_like_its_budget(invoke) -> None:
+    r = invoke("check", "zoo:convnet", "--max-size-mb", "1")
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if "size-mb" in line)
+    assert "0.117 MB" in row and "1 MB" in row and "KB" not in row
+
+
+def test_a_train_mb_that_is_mostly_cublas_workspace_says_so(invoke) -> None:
+    r = invoke("check", "zoo:convnet", "--max-train-mb", "100")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "train-mb is 99% cuBLAS workspace (64 MiB of 67.79 MB" in text
+    assert "infer-mb" not in text  # no note for a metric not checked
+
+
+def test_config_models_as_a_list_of_names(invoke, tmp_path: Path) -> None:
+    """models = ["zoo:convnet", "nets.py:Net"], as people write it first, beside the tables."""
+    (tmp_path / "nets.py").write_text("import torch.nn as nn\nEXAMPLE_INPUT = '1,8'\n"
+                                      "class Net(nn.Sequential):\n"
+                                      "    def __init__(self):\n"
+                                      "        super().__init__(nn.Linear(8, 4))\n")
+    cfg = tmp_path / "budgets.toml"
+    cfg.write_text('[check]\nmax-params = "1M"\nmodels = ["zoo:convnet", "nets.py:Net"]\n')
+    r = invoke("check", "--config", str(cfg), "-f", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [m["model"] for m in data["models"]] == ["zoo:convnet", "nets.py:Net"]
+    assert all(x["limit"] == 1e6 and x["passed"] for m in data["models"] for x in m["results"])
+    cfg.write_text('[check]\nmodels = "zoo:convnet"\n')
+    r = invoke("check", "--config", str(cfg))
+    assert r.exit_code == 2 and 'models = ["resnet50", "nets.py:Net"]' in r.output

@@ -9,9 +9,9 @@ import typer
 from torchinspect.cli.common import (
     DepthOpt,
     ModelsArg,
-    each_model,
     OutputOptions,
     TrainOpt,
+    each_model,
     emit_results,
     model_command,
 )
