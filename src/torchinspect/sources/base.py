@@ -83,10 +83,16 @@ def parse_kwargs(pairs: Sequence[str] | dict[str, Any] | None) -> dict[str, Any]
 
 
 def closest(name: str, candidates: Sequence[str], n: int = 3) -> list[str]:
-    found = difflib.get_close_matches(name, candidates, n=n, cutoff=0.5)
-    if len(found) < n:
-        low = name.lower()
-        found += [c for c in candidates if low and low in c.lower() and c not in found]
+    """Up to ``n`` candidates a typo of ``name`` could have meant (``resnt18`` -> resnet18,
+    ``Bert`` -> bert), or that start with it (``Bert`` -> BertModel); none for a name like no candidate (``notamodel``
+    suggests nothing rather than three unrelated names)."""
+    by_lower: dict[str, str] = {}
+    for c in candidates:
+        by_lower.setdefault(c.lower(), c)
+    low = name.lower()
+    found = [by_lower[c] for c in difflib.get_close_matches(low, list(by_lower), n=n, cutoff=0.75)]
+    if len(found) < n and len(low) >= 3:
+        found += [c for c in candidates if c.lower().startswith(low) and c not in found]
     return found[:n]
 
 
