@@ -76,6 +76,7 @@ def test_suggestions_are_close_names_or_none():
     assert closest("notamodel", ["EvollaModel", "olmoe", "afmoe", "bert"]) == []
     assert closest("resnt18", ["resnet18", "vgg11"]) == ["resnet18"]
     assert closest("Bert", ["bert", "BertModel", "AlbertModel"]) == ["bert", "BertModel"]
+    assert closest("num_layer", ["num_hidden_layers", "vocab_size"]) == ["num_hidden_layers"]
     pytest.importorskip("transformers")
     with pytest.raises(InspectError) as err:
         load_model("hf:notamodel")
