@@ -482,11 +482,41 @@ def test_documented_pyproject_example_runs(invoke, tmp_path: Path,
 
 
 def test_readme_and_docs_install_what_exists() -> None:
-    for text in (ROOT.joinpath("README.md").read_text(), DOCS.read_text()):
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    placeholder = "/" + "OWNER" + "/"  # github.com/<that>/torchinspect (not spelled here)
+    for name in tracked:  # no placeholder URL anywhere
+        path = ROOT / name
+        if path.is_file() and path.suffix in {".md", ".yml", ".yaml", ".toml", ".py", ""}:
+            assert placeholder not in path.read_text(errors="replace"), name
+    for page in (ROOT.joinpath("README.md"), ROOT.joinpath("docs/getting-started.md")):
+        text = page.read_text()
         assert not re.search(r"pip install torchinspect\s*$", text, flags=re.M)  # not published
-    workflow = next(b for b in _fenced(DOCS.read_text(), "yaml") if "pull_request" in b)
-    assert 'torchinspect @ git+https://github.com/OWNER/torchinspect' in workflow
-    assert "--save-baseline" in workflow and "--baseline" in workflow and "upload-artifact" in workflow
+        assert "pip install ." in text and "pip wheel --no-deps -w dist ." in text
+        assert "source .venv/bin/activate" in text  # `inspect` on PATH after make demo
+    makefile = ROOT.joinpath("Makefile").read_text()
+    demo = makefile[makefile.index("\ndemo:"):].split("\n\n")[0]
+    assert "chromium" not in demo and "browser" not in demo.splitlines()[1]
+
+
+def test_the_ci_workflow_is_a_real_file_the_docs_include() -> None:
+    import yaml  # PyYAML comes with the dev extra (transformers, timm)
+
+    path = ROOT / ".github/workflows/model-size.yml"
+    flow = yaml.safe_load(path.read_text())
+    assert flow["permissions"] == {"contents": "read", "actions": "read", "checks": "write",
+                                   "pull-requests": "write"}
+    steps = {s.get("name", s.get("uses")): s for s in flow["jobs"]["size"]["steps"]}
+    fetch = steps["fetch main's baseline"]["run"]
+    assert "::error title=no baseline::" in fetch and fetch.count("exit 1") == 2  # loud, not silent
+    assert "--baseline model-baseline.json" in steps["compare"]["run"]
+    assert "--save-baseline" in steps["save the baseline"]["run"]
+    assert '--8<-- ".github/workflows/model-size.yml"' in DOCS.read_text()  # included, not copied
+    assert "pull_request" not in "".join(_fenced(DOCS.read_text(), "yaml")).replace(
+        '--8<-- ".github/workflows/model-size.yml"', "")
+    assert "actionlint" in ROOT.joinpath("Makefile").read_text()
 
 
 def test_pre_commit_hook_names_a_real_command(invoke) -> None:

@@ -159,13 +159,13 @@ def never_ran(trace: Trace) -> list[str]:
 def never_ran_notes(trace: Trace) -> list[str]:
     """One note naming every module whose parameters are in the totals but never ran; one
     naming the TorchScript modules whose insides ran unseen."""
-    notes = []
+    notes: list[str] = []
     scripted = [c.name for c in trace.calls
                 if (info := trace.modules.get(c.name)) is not None and info.scripted
                 and any(_encloses(c.name, m) and m != c.name for m in trace.modules)]
     if scripted:
-        names = ", ".join(dict.fromkeys(n or "(model)" for n in scripted))
-        notes.append(f"TorchScript module(s) {names}: the modules inside take no hooks, so they "
+        shown = ", ".join(dict.fromkeys(n or "(model)" for n in scripted))
+        notes.append(f"TorchScript module(s) {shown}: the modules inside take no hooks, so they "
                      "have no rows; their parameters and MACs are on the scripted module's row")
     names = never_ran(trace)
     if not names:

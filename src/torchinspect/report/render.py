@@ -138,6 +138,8 @@ def render_markdown(report: Report) -> str:
             folded = [r for r, q in zip(s.rows, quiet, strict=True) if q]
             if loud or not folded:
                 out.extend(_md_rows(s, loud))
+            else:
+                out.append(f"All {len(folded)} rows {_md_text(s.quiet_label)}.")
             if folded:  # a collapsed block: a pull-request comment shows what changed first
                 out += ["", f"<details><summary>{len(folded)} {_md_text(s.quiet_label)} "
                         f"row(s)</summary>", "", *_md_rows(s, folded), "", "</details>"]

@@ -22,7 +22,7 @@ def build_graph(model: ModelLike, inputs: Any = None, *, kind: GraphKind | str =
 
     ``kind="module"`` (the default) traces on meta (auto: with a CPU fallback), drawing
     functional ops as nodes unless ``functions=False``; ``depth=None`` picks the deepest
-    level whose picture stays readable (at most :data:`READABLE_NODES` nodes) and says so in
+    level whose picture stays readable (at most `READABLE_NODES` nodes) and says so in
     ``notes``. ``kind="autograd"`` runs one real forward on the case's device (auto/meta:
     cpu; refused up front when the weights would not fit) and draws every autograd op.
     ``options``: a ModelOptions when a spec is given.
