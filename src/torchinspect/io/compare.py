@@ -131,6 +131,8 @@ class KeyMatch:
     renamed: dict[str, str]  # B key -> key after the applied remap
     notes: list[str] = field(default_factory=list)
     tied_fill: list[str] = field(default_factory=list)  # missing in B, set through a tie in A
+    # nothing matched as saved: the shape mismatches the best prefix remap would still leave
+    remap_mismatches: list[Mismatch] = field(default_factory=list)
 
     @property
     def loads(self) -> bool:
@@ -215,7 +217,7 @@ def match_keys(a: Any, b: Any, *, auto_prefix: bool = False,
                              "load_state_dict would silently change this layer's shape")
             continue
         if ta.shape != tb.shape:
-            notes.append(f"{k}: a {_fmt(tb.shape)} tensor loads into a 0-dim parameter "
+            notes.append(f"{k}: a {fmt_shape(tb.shape)} tensor loads into a 0-dim parameter "
                          "(PyTorch takes its single element)")
         matched.append(k)
         if ta.dtype != tb.dtype:
@@ -241,8 +243,13 @@ def match_keys(a: Any, b: Any, *, auto_prefix: bool = False,
     for k in b_tensors:
         if k not in a.tensors:
             (folded if fold_batch_counters and _is_folded(k) else unexpected).append(k)
+    remap_mm: list[Mismatch] = []
+    if not matched and remaps and applied is None:  # what the remap the report offers leaves
+        remap_mm = match_keys(a, b, auto_prefix=True,
+                              fold_batch_counters=fold_batch_counters).shape_mismatches
     return KeyMatch(a, b, matched, missing, unexpected, shape_mm, dtype_mm, folded, remaps,
-                      applied, renamed, notes=notes, tied_fill=tied_fill)
+                    applied, renamed, notes=notes, tied_fill=tied_fill,
+                    remap_mismatches=remap_mm)
 
 
 def _shapes_load(target: tuple[int, ...], source: tuple[int, ...]) -> bool:
@@ -251,7 +258,7 @@ def _shapes_load(target: tuple[int, ...], source: tuple[int, ...]) -> bool:
     return target == source or (target == () and source == (1,))
 
 
-def _fmt(shape: tuple[int, ...]) -> str:
+def fmt_shape(shape: tuple[int, ...]) -> str:
     return "(" + ", ".join(str(d) for d in shape) + (",)" if len(shape) == 1 else ")")
 
 

@@ -24,11 +24,12 @@ if TYPE_CHECKING:
 # v2: layer rows are inclusive (params and macs include the modules inside, the root row is
 # the model total) with self_params/self_macs; rows carry ran, recursive, calls, call_number,
 # and input/output shapes are exact (no longer cut). Added within v2: rows carry output_bytes
-# and flops (2 x macs).
-# v3: totals.activation_bytes/total_bytes (whose meaning changed with memory_method) became
+# and flops (2 x macs). v3: a row's input/output are lists of dimensions (nested lists and
+# objects for several tensors or a dict), their texts input_text/output_text.
+# v4: totals.activation_bytes/total_bytes (whose meaning changed with memory_method) became
 # leaf_output_bytes and estimated_total_bytes (always the leaf-output estimate) and
 # predicted_activation_bytes (null without a prediction; the peak is peak_inference_bytes).
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 SHAPE_WIDTH = 40  # the table shortens shape texts; CSV and JSON keep them whole
 
 
