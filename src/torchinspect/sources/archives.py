@@ -17,6 +17,7 @@ from torchinspect.io.checkpoint import (
     extract_state_dict,
     read_checkpoint,
 )
+from torchinspect.io.pt2 import load_exported_program
 from torchinspect.sources.base import LoadedModel, SourceKind
 from torchinspect.sources.pt2 import check_pt2
 
@@ -45,6 +46,8 @@ def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) ->
         check_pt2(spec, trust_pickle)
 
         def load_ep() -> Any:
+            if not trust_pickle:  # never torch.export.load on an untrusted file
+                return load_exported_program(spec)
             try:
                 return torch.export.load(spec)
             except Exception as exc:
