@@ -18,6 +18,7 @@ from torchinspect.io.checkpoint import (
     read_checkpoint,
 )
 from torchinspect.io.pt2 import load_exported_program
+from torchinspect.io.torchscript import torchscript_refusal
 from torchinspect.sources.base import LoadedModel, SourceKind
 from torchinspect.sources.pt2 import check_pt2
 
@@ -29,6 +30,9 @@ def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) ->
     real = devices.real_device(device)
     notes: list[str] = []
     if fmt == CheckpointFormat.torchscript:
+        if not trust_pickle:  # torch.jit.load runs the archive's __setstate__ code
+            raise torchscript_refusal(spec)
+
         def build(dev: str) -> Any:
             try:
                 with warnings.catch_warnings():  # torch's own deprecation of TorchScript:
