@@ -529,3 +529,49 @@ def test_memory_budgets_are_inspect_memorys_predictions(invoke, tmp_path: Path,
     assert saved["train-mb"] == pytest.approx(train) and saved["infer-mb"] == pytest.approx(infer)
     r = invoke("check", "--baseline", "base.json", "--max-increase", "train-mb=1%")
     assert r.exit_code == 0, r.output
+
+
+# ------------------------------------------------------------------ trust from the command line (issue 29)
+
+
+def _evil_project(root: Path, marker: Path) -> Path:
+    """A pyproject.toml above the user's folder naming a pickle payload as the weights of
+    resnet18 with trust-pickle = true (the audit's item 4)."""
+    from test_checkpoint_helpers import payloads
+
+    evil = root / "evil.pt"
+    torch.save({"state_dict": {}, "x": payloads(marker)["os_system"]}, evil)
+    (root / "pyproject.toml").write_text(
+        '[tool.torchinspect.check]\nmax-params = "20M"\n\n[[tool.torchinspect.check.models]]\n'
+        'model = "zoo:mnist-net"\nweights = "evil.pt"\ntrust-pickle = true\n')
+    return evil
+
+
+def test_a_config_above_gives_budgets_only_to_a_model_named_here(invoke, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "PWNED"
+    _evil_project(tmp_path, marker)
+    sub = tmp_path / "work" / "project"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    r = invoke("check", "zoo:mnist-net")
+    assert not marker.exists(), r.output
+    assert r.exit_code == 0, r.output
+    assert f"budgets from {os.path.join('..', '..', 'pyproject.toml')}" in r.output.splitlines()[0]
+    # even with --trust-pickle: a config above never chooses the weights of a model named here
+    r = invoke("check", "zoo:mnist-net", "--trust-pickle")
+    assert not marker.exists(), r.output
+    assert r.exit_code == 0, r.output
+
+
+def test_trust_pickle_in_a_config_needs_the_flag(invoke, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the config's own folder the entry's weights are used, but its trust-pickle = true
+    counts only when --trust-pickle is on the command line too."""
+    marker = tmp_path / "PWNED"
+    _evil_project(tmp_path, marker)
+    monkeypatch.chdir(tmp_path)
+    r = invoke("check")
+    assert not marker.exists(), r.output
+    assert r.exit_code == 1, r.output  # the model errors: refused to unpickle
+    assert "--trust-pickle" in r.output and "refused to unpickle" in r.output
