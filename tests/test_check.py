@@ -575,3 +575,28 @@ def test_trust_pickle_in_a_config_needs_the_flag(invoke, tmp_path: Path,
     assert not marker.exists(), r.output
     assert r.exit_code == 1, r.output  # the model errors: refused to unpickle
     assert "--trust-pickle" in r.output and "refused to unpickle" in r.output
+
+
+def test_two_runs_saving_one_baseline_the_second_is_refused(invoke, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29, item 8: while this run measures, another run writes the baseline: this one
+    does not replace it (exit 2, one line) and does not say "wrote"."""
+    from torchinspect.analysis import check as core
+
+    out = tmp_path / "main.json"
+    assert invoke("check", "zoo:mnist-net", "--save-baseline", out).exit_code == 0
+    other = out.read_text()
+    real = core.run_check
+
+    def slow_run(*a, **kw):
+        result = real(*a, **kw)
+        out.write_text(other.replace('"created"', '"created_by_the_other_run": 1, "created"'))
+        return result
+
+    monkeypatch.setattr(core, "run_check", slow_run)
+    r = invoke("check", "zoo:mnist-net", "--save-baseline", out)
+    assert r.exit_code == 2, r.output
+    assert "written by another run" in r.output and f"wrote {out}" not in r.output
+    assert "created_by_the_other_run" in out.read_text()  # the other run's file is kept
+    monkeypatch.setattr(core, "run_check", real)
+    assert invoke("check", "zoo:mnist-net", "--save-baseline", out).exit_code == 0  # alone: fine
