@@ -47,3 +47,22 @@ def test_a_small_fallback_still_runs_and_says_so() -> None:
     assert t.fallback_reason and "item()" in t.fallback_reason
     assert any("ran for real on the CPU instead, allocating weights 0 B + inputs 16 B" in n
                for n in t.notes), t.notes
+
+
+@pytest.mark.parametrize("shape", [(0, 2**63), (0, 2**62, 4)])
+def test_every_reader_refuses_an_empty_tensor_of_impossible_shape(tmp_path, invoke, shape) -> None:
+    """diff accepted a zip tensor of shape [0, 2**63] that convert and summary refused."""
+    import collections
+
+    import torch
+
+    class Forged:
+        def __reduce__(self):  # noqa: ANN204 - a forged tensor record
+            return (torch._utils._rebuild_tensor_v2,
+                    (torch.empty(0).untyped_storage(), 0, shape, (1,) * len(shape), False,
+                     collections.OrderedDict()))
+
+    path = tmp_path / "forged.pt"
+    torch.save({"w": Forged(), "b": torch.zeros(2)}, path)
+    for args in (["diff", path, path], ["convert", path, tmp_path / "o.safetensors"], ["params", path]):
+        _one_error(invoke(*args), "invalid shape")

@@ -246,7 +246,9 @@ def clean_stale_temps(folder: Path) -> list[Path]:
             continue
         here = host == socket.gethostname()
         alive = here and pid_text.isdigit() and _alive(int(pid_text))
-        if (here and not alive) or age > STALE_AFTER_S:
+        # an empty mark a minute old: its writer died writing it (a full disk), never ran
+        unmarked = not pid_text and age > 60
+        if (here and not alive) or unmarked or age > STALE_AFTER_S:
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed
