@@ -27,6 +27,7 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
     ("perf_doctor.py", [], 0),
     ("perf_export.py", [], 0),
     ("bench_checkpoints.py", [], 0),
+    ("pt2_read.py", [], 0),
     ("bench_accuracy.py", [], 0),
     ("bench_features.py", ["cpu"], 0),
     ("bench_features.py", ["gpu"], 1),

@@ -652,7 +652,7 @@ def test_two_runs_saving_one_baseline_the_second_is_refused(invoke, tmp_path: Pa
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 29, item 8: while this run measures, another run writes the baseline: this one
     does not replace it (exit 2, one line) and does not say "wrote"."""
-    from torchinspect.analysis import check as core
+    from torchinspect import check as core
 
     out = tmp_path / "main.json"
     assert invoke("check", "zoo:mnist-net", "--save-baseline", out).exit_code == 0
