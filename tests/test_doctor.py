@@ -4,6 +4,7 @@ the model is left untouched, and the numbers behind TI007/TI009 match direct com
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -11,41 +12,88 @@ import torch.nn.functional as F
 from torch import nn
 
 import torchinspect.zoo as models_zoo
-from torchinspect.analysis.doctor import RULES, diagnose
-from torchinspect.analysis.doctor.runtime import check_eval, check_gradients
+from torchinspect.analysis.doctor import diagnose, rules
 from torchinspect.analysis.doctor.shapes import dropped_edges
 
-PAIRS = [  # code, trigger, clean twin
-    ("TI001", "pitfall-layer-list", "doctor-layer-modulelist"),
-    ("TI002", "pitfall-tensor-attr", "doctor-tensor-buffer"),
-    ("TI003", "pitfall-unused-branch", "doctor-used-branch"),
-    ("TI004", "pitfall-functional-dropout", "doctor-mode-dropout"),
-    ("TI005", "doctor-nan-grad", "doctor-safe-distance"),
-    ("TI006", "doctor-misaligned", "doctor-aligned"),
-    ("TI007", "doctor-oversized", "doctor-gap-head"),
-    ("TI008", "doctor-frozen-bn", "doctor-trainable-ln"),
-    ("TI009", "doctor-dropped-rows", "doctor-padded-pool"),
+ZOO = Path(models_zoo.__file__).parent
+
+# code, severity, trigger, clean twin, the statement the finding must point at (file, text)
+PAIRS = [
+    ("TI001", "error", "pitfall-layer-list", "doctor-layer-modulelist",
+     ("pitfalls.py", "self.layers = [nn.Linear(a, b)")),
+    ("TI002", "warning", "pitfall-tensor-attr", "doctor-tensor-buffer",
+     ("pitfalls.py", "self.scale = torch.full(")),
+    ("TI003", "warning", "pitfall-unused-branch", "doctor-used-branch",
+     ("pitfalls.py", "self.aux_head = nn.Sequential(")),
+    ("TI004", "error", "pitfall-functional-dropout", "doctor-mode-dropout",
+     ("pitfalls.py", "x = F.dropout(F.relu(self.fc1(x)), p=self.p)")),
+    ("TI005", "error", "doctor-nan-grad", "doctor-safe-distance",
+     ("doctor.py", "return torch.sqrt((diff * diff).sum(-1) + self.eps)")),
+    ("TI006", "info", "doctor-misaligned", "doctor-aligned",
+     ("doctor.py", "self.fc1 = nn.Linear(dims[0], dims[1])")),
+    ("TI007", "info", "doctor-oversized", "doctor-gap-head",
+     ("doctor.py", "self.classifier = nn.Sequential(nn.Linear(width, 1024)")),
+    ("TI008", "warning", "doctor-frozen-bn", "doctor-trainable-ln",
+     ("doctor.py", "self.norm = nn.BatchNorm1d(hidden)")),
+    ("TI009", "warning", "doctor-dropped-rows", "doctor-padded-pool",
+     ("doctor.py", "self.pool2 = nn.MaxPool2d(2)")),
+    ("TI010", "error", "pitfall-inplace-sigmoid", "doctor-outofplace-sigmoid",
+     ("mistakes.py", "h = self.gate(h)")),
+    ("TI011", "error", "pitfall-wrong-width", "doctor-right-width",
+     ("mistakes.py", "return self.head(h)  # mistake")),
+    ("TI012", "error", "pitfall-parameter-in-forward", "doctor-parameter-in-init",
+     ("mistakes.py", "else nn.Parameter(torch.randn(HIDDEN, CLASSES) * 0.1)  # mistake")),
+    ("TI013", "warning", "pitfall-log-softmax", "doctor-log-softmax",
+     ("mistakes.py", "return torch.log(F.softmax(logits, dim=-1))  # mistake")),
+    ("TI014", "warning", "pitfall-host-tensor", "doctor-device-tensor",
+     ("mistakes.py", "ramp = torch.arange(IN, dtype=x.dtype) / IN  # mistake")),
+    ("TI015", "warning", "pitfall-item-in-forward", "doctor-clamp-in-forward",
+     ("mistakes.py", "elif h.max().item() > 10.0:  # mistake")),
+    ("TI016", "info", "pitfall-conv-bias-bn", "doctor-conv-no-bias-bn",
+     ("mistakes.py", "self.conv = nn.Conv2d(3, HIDDEN, 3, padding=1, bias=fixed is False)")),
+    ("TI017", "error", "pitfall-repeated-layer", "doctor-distinct-layers",
+     ("mistakes.py", "self.blocks = nn.ModuleList([layer] * 4)  # mistake")),
+    ("TI018", "warning", "pitfall-data-in-forward", "doctor-no-data",
+     ("mistakes.py", "scale = self.scale if self.fixed else self.scale.data  # mistake")),
+    ("TI019", "warning", "pitfall-constant-init", "doctor-random-init",
+     ("mistakes.py", "nn.init.constant_(self.fc.weight, 0.01)  # mistake")),
+    ("TI020", "warning", "pitfall-float64", "doctor-float32",
+     ("mistakes.py", "self.fc = nn.Linear(IN, HIDDEN, dtype=dtype)")),
+    ("TI021", "warning", "pitfall-trainable-buffer", "doctor-temperature-parameter",
+     ("mistakes.py", 'self.register_buffer("temperature", torch.ones(1, requires_grad=True))')),
 ]
 
 
+def line_of(file: str, text: str) -> str:
+    """``file:line`` of the one line of the zoo file that holds ``text``."""
+    lines = (ZOO / file).read_text().splitlines()
+    hits = [i + 1 for i, line in enumerate(lines) if text in line]
+    assert len(hits) == 1, (file, text, hits)
+    return f"{(ZOO / file).relative_to(Path.cwd()) if (ZOO / file).is_relative_to(Path.cwd()) else ZOO / file}:{hits[0]}"
+
+
 def test_every_rule_has_a_zoo_pair() -> None:
-    assert sorted(code for code, _, _ in PAIRS) == sorted(RULES)
-    for _, trigger, clean in PAIRS:
+    assert sorted(code for code, *_ in PAIRS) == sorted(rules())
+    for _, _, trigger, clean, _ in PAIRS:
         assert trigger in models_zoo.REGISTRY and clean in models_zoo.REGISTRY
 
 
-@pytest.mark.parametrize(("code", "trigger", "clean"), PAIRS, ids=[p[0] for p in PAIRS])
-def test_trigger_and_clean_twin(code: str, trigger: str, clean: str) -> None:
+@pytest.mark.parametrize(("code", "severity", "trigger", "clean", "where"), PAIRS,
+                         ids=[p[0] for p in PAIRS])
+def test_trigger_at_its_line_and_clean_twin(code: str, severity: str, trigger: str, clean: str,
+                                            where: tuple[str, str]) -> None:
     found = diagnose(f"zoo:{trigger}")
-    assert code in {f.code for f in found.findings}, found.findings
+    mine = [f for f in found.findings if f.code == code]
+    assert mine, found.findings
+    assert (mine[0].severity.value, mine[0].location) == (severity, line_of(*where)), mine[0]
     twin = diagnose(f"zoo:{clean}")
     assert twin.findings == [], twin.findings  # the twin is clean for every check
-    assert twin.skipped == {} and twin.checked == list(RULES)
+    assert twin.skipped == {} and twin.checked == list(rules())
 
 
 def test_trigger_details() -> None:
     by = {}
-    for code, trigger, _ in PAIRS:
+    for code, _, trigger, _, _ in PAIRS[:9]:
         by[code] = [f for f in diagnose(f"zoo:{trigger}", select=[code]).findings]
     assert by["TI001"][0].module == "layers" and by["TI001"][0].data["modules"] == 3
     lost = sum(p.numel() for layer in models_zoo.get("pitfall-layer-list").build().layers
@@ -58,6 +106,7 @@ def test_trigger_details() -> None:
     assert by["TI004"][0].module == ""  # F.dropout is called in the root's own forward
     assert by["TI005"][0].module == "distance"  # where the NaN gradient is born
     assert by["TI005"][0].data["parameters"] == ["embed.weight", "embed.bias"]
+    assert by["TI005"][0].data["backward_node"] in ("MulBackward0", "SqrtBackward0")
     assert {f.module for f in by["TI006"]} == {"fc1", "fc2", "head"}
     assert by["TI006"][0].data["suggested"] == {"in_features": 104, "out_features": 256}
     assert [f.module for f in by["TI007"]] == ["classifier.0"]
@@ -130,17 +179,18 @@ class _Log(nn.Module):
 
 def test_nan_forward_located() -> None:
     model = nn.Sequential(nn.Linear(4, 4), _Log(), nn.Linear(4, 2))
-    res = check_eval(model, (torch.randn(1, 4),), {}, {"TI005"})
-    assert [(x.code, x.module) for x in res.findings] == [("TI005", "1")]
+    res = diagnose(model, torch.randn(1, 4), select=["TI005"])
+    fwd = [x for x in res.findings if x.data.get("stage") == "forward"]
+    assert [(x.code, x.module) for x in fwd] == [("TI005", "1")]
 
 
 def test_gradients_with_batch_one_batchnorm() -> None:
     """Training-mode BatchNorm on (1, C) raises; the check retries with batch 2."""
     model = nn.Sequential(nn.Linear(4, 8), nn.BatchNorm1d(8), nn.Linear(8, 2), nn.Linear(8, 2))
     model.forward = lambda x: model[2](model[1](model[0](x)))  # type: ignore[method-assign]
-    res = check_gradients(model, (torch.randn(1, 4),), {}, {"TI003"})
+    res = diagnose(model, torch.randn(1, 4), select=["TI003"])
     assert [(x.code, x.module) for x in res.findings] == [("TI003", "3")]
-    assert res.notes == [] and res.skipped == {}
+    assert res.skipped == {} and not any("gradient checks ran in" in n for n in res.notes)
 
 
 @pytest.mark.parametrize("cls", [nn.Conv1d, nn.Conv2d, nn.MaxPool2d, nn.AvgPool2d])
@@ -216,7 +266,8 @@ def test_select_ignore_and_meta() -> None:
     r = diagnose("zoo:pitfall-layer-list", select=["ti1", "TI006"], ignore=["tensor-core-alignment"])
     assert r.checked == ["TI001"] and [f.code for f in r.findings] == ["TI001"]
     r = diagnose("zoo:pitfall-unused-branch", device="meta")
-    assert set(r.skipped) == {"TI003", "TI004", "TI005"} and r.run_device is None
+    assert set(r.skipped) == {c for c, r in rules().items() if r.needs == "run"}
+    assert r.run_device is None
 
 
 def test_cli_doctor_counts_its_checks_in_words(invoke) -> None:
@@ -259,10 +310,11 @@ class Net(nn.Module):
     def __init__(self):
         super().__init__()
         self.blocks = [nn.Linear(16, 16), nn.Linear(16, 16)]
-        self.fc = nn.Linear(16, 10)
+        self.fc = nn.Linear(16, 100)
+        self.out = nn.Linear(100, 10)
 
     def forward(self, x):
-        return self.fc(F.dropout(x, p=0.5))
+        return self.out(self.fc(F.dropout(x, p=0.5)))
 """
 
 
@@ -270,23 +322,25 @@ def test_findings_in_the_users_file_have_file_and_line(invoke, tmp_path, monkeyp
     path = tmp_path / "mynet.py"
     path.write_text(MODEL_FILE)
     lines = MODEL_FILE.splitlines()
-    init_line = lines.index("    def __init__(self):") + 1
-    forward_line = lines.index("    def forward(self, x):") + 1
+    list_line = next(i for i, line in enumerate(lines) if "self.blocks = [" in line) + 1
+    fc_line = next(i for i, line in enumerate(lines) if "self.fc = nn.Linear" in line) + 1
+    dropout_line = next(i for i, line in enumerate(lines) if "F.dropout(" in line) + 1
     monkeypatch.chdir(tmp_path)
     r = invoke("doctor", "mynet.py:Net", "--input", "16", "--format", "json")
     assert r.exit_code == 1, r.output  # TI001 and TI004 are errors
-    where = {f["code"]: f["location"] for f in json.loads(r.stdout)["findings"]}
-    assert where["TI001"] == f"mynet.py:{init_line}"  # the list is built in __init__
-    assert where["TI004"] == f"mynet.py:{forward_line}"  # F.dropout runs in forward
-    # TI006 names nn.Linear (torch's code): the location is the user's class that holds it
-    assert where["TI006"] == f"mynet.py:{init_line}"
+    found = json.loads(r.stdout)["findings"]
+    where = {f["code"]: f["location"] for f in found}
+    assert where["TI001"] == f"mynet.py:{list_line}"  # the statement that builds the list
+    assert where["TI004"] == f"mynet.py:{dropout_line}"  # the F.dropout call
+    # TI006 names an nn.Linear: the line that built it
+    assert [f["location"] for f in found if f["module"] == "fc"] == [f"mynet.py:{fc_line}"]
     table = invoke("doctor", "mynet.py:Net", "--input", "16")
-    assert "Source" in table.stdout and f"mynet.py:{forward_line}" in table.stdout
+    assert "Source" in table.stdout and f"mynet.py:{dropout_line}" in table.stdout
     # outside the current folder: the absolute path
     (tmp_path / "elsewhere").mkdir()
     monkeypatch.chdir(tmp_path / "elsewhere")
     r = invoke("doctor", f"{path}:Net", "--input", "16", "--select", "TI001", "-f", "json")
-    assert json.loads(r.stdout)["findings"][0]["location"] == f"{path}:{init_line}"
+    assert json.loads(r.stdout)["findings"][0]["location"] == f"{path}:{list_line}"
 
 
 def test_findings_in_library_code_have_no_location(invoke) -> None:
@@ -317,7 +371,7 @@ def test_a_model_too_big_for_the_device_still_gets_the_static_checks(invoke, mon
     assert r.exit_code == 1, r.output  # TI001 is an error: found without a real run
     data = json.loads(r.stdout)
     assert "TI001" in [f["code"] for f in data["findings"]]  # the static checks ran
-    assert set(data["skipped"]) == {"TI003", "TI004", "TI005"}
+    assert set(data["skipped"]) == {c for c, r in rules().items() if r.needs == "run"}
     assert all("but only 1.00 KB is available" in why for why in data["skipped"].values())
 
 
