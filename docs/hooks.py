@@ -5,6 +5,9 @@ belongs; the hook replaces the marker with ``torchinspect.cli.reference.command_
 (usage, arguments, options with their help and defaults), so the pages cannot drift from
 ``inspect NAME --help``. An unknown NAME fails the build.
 
+``<!-- doctor-checks -->`` (docs/commands/doctor.md) becomes the table and sections of every
+registered doctor check (``torchinspect.report.doctor.checks_reference``).
+
 ``<!-- api-reference -->`` (docs/api.md) becomes the mkdocstrings reference of every public
 name in ``torchinspect._LAZY`` and of the dataclasses the functions return.
 """
@@ -20,6 +23,10 @@ _MARKER = re.compile(r"<!--\s*inspect-options\s+([a-z-]+)\s*-->")
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if "api-reference" in markdown:
         markdown = _API.sub(lambda m: api_reference(), markdown)
+    if "doctor-checks" in markdown:
+        from torchinspect.report.doctor import checks_reference
+
+        markdown = _DOCTOR.sub(lambda m: checks_reference(), markdown)
     if "inspect-options" not in markdown:
         return markdown
     from torchinspect.cli.reference import command_reference
@@ -28,6 +35,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 _API = re.compile(r"<!--\s*api-reference\s*-->")
+_DOCTOR = re.compile(r"<!--\s*doctor-checks\s*-->")
 
 
 def api_reference() -> str:

@@ -23,7 +23,7 @@ from torchinspect.analysis.doctor.structure import show_names
 
 
 def _label(name: str, type_name: str) -> str:
-    return f"{name} ({type_name})" if name else f"the model's own forward ({type_name})"
+    return f"{name} ({type_name})" if name else f"{type_name}.forward"
 
 
 def _eval_runs(ctx: Context, code: str) -> RunData:
@@ -110,7 +110,9 @@ def eval_stochastic(ctx: Context) -> list[Finding]:
         first = calls[0]
         finding.location = first.location
         finding.module = first.module if not finding.module else finding.module
-        finding.what += f"; {first.op} runs with training=True in eval mode"
+        where = _label(finding.module, finding.data.get("module_type") or "")
+        finding.what = (f"{first.op} runs with training=True in eval mode (in {where}): two "
+                        "eval-mode forwards of the same input differ")
         finding.fix = (f"{first.op}(..., training=self.training), or an nn.Dropout module "
                        "(model.eval() switches it off)")
         finding.data["statements"] = [e.location for e in calls]
@@ -332,13 +334,15 @@ def log_of_probabilities(ctx: Context) -> list[Finding]:
     out = _statements(
         ctx, "TI013", "log-of-probs", Severity.warning,
         lambda e: f"{e.op} of a {e.data['probs']} output"
-        + (f" (from {e.data['probs_at']})" if e.data.get("probs_at") else ""),
+        + (f" (from {e.data['probs_at']})" if e.data.get("probs_at") not in (None, e.location)
+           else ""),
         lambda e: ("F.log_softmax(x, dim)" if e.data["probs"] == "softmax" else "F.logsigmoid(x)")
         + f" instead of {e.op}({e.data['probs']}(x))")
     out += _statements(
         ctx, "TI013", "probs-into-loss", Severity.warning,
         lambda e: f"{e.op} gets a {e.data['probs']} output"
-        + (f" (from {e.data['probs_at']})" if e.data.get("probs_at") else "")
+        + (f" (from {e.data['probs_at']})" if e.data.get("probs_at") not in (None, e.location)
+           else "")
         + (" but expects log-probabilities" if e.op.endswith("nll_loss")
            else f" and applies {e.data['probs']} itself"),
         lambda e: ("pass F.log_softmax(x) to nll_loss" if e.op.endswith("nll_loss") else
@@ -433,7 +437,7 @@ def constant_init(ctx: Context) -> list[Finding]:
             continue
         flat = w.detach().reshape(-1)
         first = flat[0]
-        if bool((flat == first).all()):
+        if bool((flat[:64] == first).all()) and bool((flat == first).all()):  # cheap test first
             constant.append((name, module, float(first)))
     zeros = [c for c in constant if c[2] == 0.0]
     out = []

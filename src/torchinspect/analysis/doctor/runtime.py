@@ -367,11 +367,10 @@ def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
         if probe_grads and not all(g is None or _all_finite(g) for g in grads):
             data.grad.nan_at = _find_nan_backward(model, a, kw, train)
         return
-    stages = "; ".join(f"{label}: {first_line(exc, typed=True)}" for label, exc in errors)
     if not data.errors:  # the eval forward worked: this failure is the training mode's
         label, exc = next(((lb, e) for lb, e in errors if lb == "training mode"), errors[0])
         data.errors.append(model_error(f"forward in {label}", exc))
-    data.skipped["TI003"] = f"the forward with gradients failed ({stages})"
+    data.skipped["TI003"] = "the forward with gradients failed (see TI011)"
 
 
 def _loss(outs: list[torch.Tensor]) -> torch.Tensor:

@@ -73,11 +73,15 @@ def _kind(path: str) -> str:
 _OBSERVERS = ("watch.py", "sites.py")  # the mode and the hooks asking "who called?"
 
 
+@functools.cache
+def _is_observer(path: str) -> bool:
+    here = os.path.dirname(os.path.realpath(__file__))
+    return os.path.realpath(path) in {os.path.join(here, name) for name in _OBSERVERS}
+
+
 def _outside_doctor(frame: types.FrameType | None) -> types.FrameType | None:
     """Skip the observer's own frames (the mode, the hooks) at the top of the stack."""
-    here = os.path.dirname(os.path.realpath(__file__))
-    while frame is not None and os.path.realpath(frame.f_code.co_filename) in {
-            os.path.join(here, name) for name in _OBSERVERS}:
+    while frame is not None and _is_observer(frame.f_code.co_filename):
         frame = frame.f_back
     return frame
 
