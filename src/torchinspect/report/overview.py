@@ -127,8 +127,20 @@ def doctor_cell(m: ModelOverview) -> str:
     r = m.doctor.result
     found = ", ".join(f"{n} {k}" for k, n in r.counts().items() if n)
     not_run = sorted({*r.skipped, *m.doctor.left_out})
-    text = found or f"none in {', '.join(r.checked) or 'no checks'}"
-    return text + (f" ({', '.join(not_run)} not run)" if not_run else "")
+    text = found or f"none in {_codes(r.checked) or 'no checks'}"
+    return text + (f" ({_codes(not_run)} not run)" if not_run else "")
+
+
+def _codes(codes: list[str]) -> str:
+    """``TI001, TI003-TI005``: runs of consecutive codes folded (the doctor has ~20 checks)."""
+    runs: list[list[str]] = []
+    for code in sorted(codes):
+        if runs and code[:2] == runs[-1][-1][:2] and code[2:].isdigit() \
+                and int(code[2:]) == int(runs[-1][-1][2:]) + 1:
+            runs[-1].append(code)
+        else:
+            runs.append([code])
+    return ", ".join(", ".join(r) if len(r) < 3 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def block_charts(m: ModelOverview) -> list[Chart]:

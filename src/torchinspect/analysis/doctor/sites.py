@@ -87,12 +87,19 @@ def _outside_doctor(frame: types.FrameType | None) -> types.FrameType | None:
 
 
 def shown(path: str) -> str:
-    """Relative to the current folder when inside it (as linters print), else absolute."""
+    """Relative to the current folder when inside it (as linters print); the zoo's files as
+    ``torchinspect/zoo/...`` (where the package is installed says nothing); else absolute."""
     try:
         rel = os.path.relpath(path)
     except ValueError:
         return path
-    return path if rel.startswith("..") else rel
+    if not rel.startswith(".."):
+        return rel
+    ours = _roots()[2]
+    real = os.path.realpath(path)
+    if real.startswith(ours):
+        return os.path.join("torchinspect", real[len(ours):])
+    return path
 
 
 def where(frame: types.FrameType) -> str:
