@@ -143,14 +143,20 @@ class Built:
     keep: list[Any] = field(default_factory=list)  # what was recorded: no id reused meanwhile
 
 
-def _init_caller() -> str | None:
-    """The line that called ``torch.nn.init.*`` itself (not a layer's reset_parameters)."""
+def _init_caller(*, through_init: bool = False) -> str | None:
+    """The line of the model's code that called ``torch.nn.init.*`` (not a layer's own
+    reset_parameters). ``through_init``: the call must come from inside torch.nn.init (an
+    in-place op of an init function that does not dispatch itself, such as ``zeros_``)."""
     frame = _outside_doctor(sys._getframe(1))
+    seen_init = False
     while frame is not None and _kind(frame.f_code.co_filename) == "torch":
-        if f"{os.sep}nn{os.sep}modules{os.sep}" in frame.f_code.co_filename:
+        path = frame.f_code.co_filename
+        if f"{os.sep}nn{os.sep}modules{os.sep}" in path:
             return None  # a layer's own reset_parameters
+        seen_init = seen_init or path.endswith(f"{os.sep}nn{os.sep}init.py")
         frame = frame.f_back
-    if frame is None or _kind(frame.f_code.co_filename) != "user":
+    if frame is None or _kind(frame.f_code.co_filename) != "user" or (through_init
+                                                                      and not seen_init):
         return None
     return where(frame)
 
@@ -162,12 +168,15 @@ def _init_mode(built: Built) -> Any:
         def __torch_function__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             kwargs = kwargs or {}
+            tensor, at = None, None
             if getattr(func, "__module__", None) == "torch.nn.init":
                 tensor = kwargs.get("tensor", args[0] if args else None)
                 at = _init_caller()
-                if at is not None and tensor is not None:
-                    built.inits[id(tensor)] = at
-                    built.keep.append(tensor)
+            elif getattr(func, "__name__", "").endswith("_") and args:
+                tensor, at = args[0], _init_caller(through_init=True)
+            if at is not None and tensor is not None:
+                built.inits[id(tensor)] = at
+                built.keep.append(tensor)
             return func(*args, **kwargs)
 
     return InitCalls()
