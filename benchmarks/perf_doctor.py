@@ -1,6 +1,9 @@
 """Timings of `inspect doctor` / `inspect check`, and the torchvision false-positive sweep.
 
 1. `inspect doctor resnet50` whole-process wall time (bar: < 15 s on a 2-core machine).
+   `--compare-src DIR` times this checkout against another one's `src/` (e.g. the commit
+   before a change, from `git archive`), run alternately so machine load hits both alike,
+   and writes every run to `--out` (JSON: machine, load averages, each wall time).
 2. `inspect check resnet50 --max-params 30M --max-macs 5G` vs `inspect summary resnet50`,
    run alternately; median of each (bar: check takes about the time of summary).
 3. `--sweep`: `diagnose()` on every torchvision classification model at default settings;
@@ -24,9 +27,10 @@ ENV = {**os.environ, "COLUMNS": "160", "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
 INSPECT = [sys.executable, "-m", "torchinspect"]
 
 
-def wall(args: list[str], ok: tuple[int, ...] = (0,)) -> float:
+def wall(args: list[str], ok: tuple[int, ...] = (0,), src: Path | None = None) -> float:
+    env = ENV if src is None else {**ENV, "PYTHONPATH": f"{src}:{ROOT}"}
     t0 = time.perf_counter()
-    rc = subprocess.run([*INSPECT, *args], stdout=subprocess.DEVNULL, env=ENV, cwd=ROOT).returncode
+    rc = subprocess.run([*INSPECT, *args], stdout=subprocess.DEVNULL, env=env, cwd=ROOT).returncode
     if rc not in ok:
         raise SystemExit(f"inspect {' '.join(args)} exited {rc}")
     return time.perf_counter() - t0
@@ -42,6 +46,28 @@ def timings(runs: int) -> None:
         summary.append(wall(["summary", "resnet50"]))
     print(f"check resnet50: median {statistics.median(check):.2f} s; summary resnet50: median "
           f"{statistics.median(summary):.2f} s; ratio {statistics.median(check) / statistics.median(summary):.2f}")
+
+
+def compare(runs: int, other: Path, out: Path | None, model: str = "resnet50") -> None:
+    """`inspect doctor MODEL` with this checkout's src/ and with ``other``, alternately."""
+    import json
+    import platform
+
+    rows = []
+    for i in range(runs):
+        for label, src in (("this", ROOT / "src"), ("other", other)):
+            load = os.getloadavg()[0]
+            rows.append({"run": i, "src": label, "path": str(src), "load_before": load,
+                         "wall_s": wall(["doctor", model, "--fail-on", "never"], src=src)})
+            print(f"{label:5s} run {i}: {rows[-1]['wall_s']:.2f} s (load {load:.1f})", flush=True)
+    for label in ("this", "other"):
+        times = [r["wall_s"] for r in rows if r["src"] == label]
+        print(f"{label}: median {statistics.median(times):.2f} s, min {min(times):.2f} s")
+    if out is not None:
+        data = {"command": f"inspect doctor {model} --fail-on never", "machine": {
+            "node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine()}, "runs": rows}
+        out.write_text(json.dumps(data, indent=1) + "\n")
 
 
 def sweep(max_params: float, start: str = "") -> None:
@@ -85,10 +111,15 @@ def main() -> None:
     ap.add_argument("--sweep", action="store_true")
     ap.add_argument("--from", dest="start", default="",
                     help="resume the sweep at this model name (alphabetical order)")
+    ap.add_argument("--compare-src", type=Path, default=None,
+                    help="time `doctor resnet50` against this other src/ folder, alternately")
+    ap.add_argument("--out", type=Path, default=None, help="--compare-src: the raw runs (JSON)")
     ap.add_argument("--max-params", type=float, default=150e6,
                     help="models above this run the real-number checks on meta (skipped)")
     a = ap.parse_args()
-    if a.sweep:
+    if a.compare_src is not None:
+        compare(a.runs, a.compare_src, a.out)
+    elif a.sweep:
         sweep(a.max_params, a.start)
     else:
         timings(a.runs)
