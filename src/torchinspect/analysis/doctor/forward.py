@@ -15,7 +15,6 @@ from torchinspect.analysis.doctor.runtime import (
     RunData,
     _all_finite,
     _finite,
-    _fingerprint,
     _Probe,
     _same,
 )
@@ -429,7 +428,7 @@ def data_in_forward(ctx: Context) -> list[Finding]:
     "xavier_uniform_); zero-init at most the last layer of a branch")
 def constant_init(ctx: Context) -> list[Finding]:
     run = ctx.run("TI019")
-    constant: list[tuple[str, nn.Module, float]] = []
+    constant: list[tuple[str, nn.Module, int, float]] = []
     for name, module in run.model.named_modules():
         w = getattr(module, "weight", None)
         if not isinstance(module, (nn.Linear, nn.modules.conv._ConvNd)) or not isinstance(
@@ -438,16 +437,16 @@ def constant_init(ctx: Context) -> list[Finding]:
         flat = w.detach().reshape(-1)
         first = flat[0]
         if bool((flat[:64] == first).all()) and bool((flat == first).all()):  # cheap test first
-            constant.append((name, module, float(first)))
-    zeros = [c for c in constant if c[2] == 0.0]
+            constant.append((name, module, int(w.shape[0]), float(first)))
+    zeros = [c for c in constant if c[3] == 0.0]
     out = []
-    for name, module, value in constant:
+    for name, module, units, value in constant:
         if value == 0.0 and len(zeros) < 2:
             continue  # one zero-initialised layer (a residual branch's last, LoRA's B): deliberate
         out.append(Finding(
             "TI019", Severity.warning, name,
             f"every weight of {type(module).__name__} is {value:g}: its "
-            f"{module.weight.shape[0]} output units stay identical",
+            f"{units} output units stay identical",
             location=ctx.inits.get(f"{name}.weight" if name else "weight"),
-            data={"value": value, "units": int(module.weight.shape[0])}))
+            data={"value": value, "units": units}))
     return out

@@ -368,8 +368,8 @@ def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
             data.grad.nan_at = _find_nan_backward(model, a, kw, train)
         return
     if not data.errors:  # the eval forward worked: this failure is the training mode's
-        label, exc = next(((lb, e) for lb, e in errors if lb == "training mode"), errors[0])
-        data.errors.append(model_error(f"forward in {label}", exc))
+        stage, error = next(((lb, e) for lb, e in errors if lb == "training mode"), errors[0])
+        data.errors.append(model_error(f"forward in {stage}", error))
     data.skipped["TI003"] = "the forward with gradients failed (see TI011)"
 
 
