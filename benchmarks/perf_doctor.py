@@ -48,6 +48,24 @@ def timings(runs: int) -> None:
           f"{statistics.median(summary):.2f} s; ratio {statistics.median(check) / statistics.median(summary):.2f}")
 
 
+def _timed(args: list[str], src: Path) -> dict[str, float]:
+    """Wall and CPU seconds of one `inspect` process, and the doctor's own in-process time."""
+    import json
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run([*INSPECT, *args, "--format", "json"], capture_output=True, text=True,
+                          env={**ENV, "PYTHONPATH": f"{src}:{ROOT}"}, cwd=ROOT)
+    wall_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"inspect {' '.join(args)} exited {done.returncode}: {done.stderr[-500:]}")
+    return {"wall_s": round(wall_s, 3),
+            "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 3),
+            "doctor_s": json.loads(done.stdout)["seconds"]}
+
+
 def compare(runs: int, other: Path, out: Path | None, model: str = "resnet50") -> None:
     """`inspect doctor MODEL` with this checkout's src/ and with ``other``, alternately."""
     import json
@@ -58,11 +76,15 @@ def compare(runs: int, other: Path, out: Path | None, model: str = "resnet50") -
         for label, src in (("this", ROOT / "src"), ("other", other)):
             load = os.getloadavg()[0]
             rows.append({"run": i, "src": label, "path": str(src), "load_before": load,
-                         "wall_s": wall(["doctor", model, "--fail-on", "never"], src=src)})
-            print(f"{label:5s} run {i}: {rows[-1]['wall_s']:.2f} s (load {load:.1f})", flush=True)
+                         **_timed(["doctor", model, "--fail-on", "never"], src)})
+            r = rows[-1]
+            print(f"{label:5s} run {i}: wall {r['wall_s']:.2f} s, cpu {r['cpu_s']:.2f} s, "
+                  f"doctor {r['doctor_s']:.2f} s (load {load:.1f})", flush=True)
     for label in ("this", "other"):
-        times = [r["wall_s"] for r in rows if r["src"] == label]
-        print(f"{label}: median {statistics.median(times):.2f} s, min {min(times):.2f} s")
+        mine = [r for r in rows if r["src"] == label]
+        print(f"{label}: median wall {statistics.median(r['wall_s'] for r in mine):.2f} s, "
+              f"cpu {statistics.median(r['cpu_s'] for r in mine):.2f} s, "
+              f"doctor {statistics.median(r['doctor_s'] for r in mine):.2f} s")
     if out is not None:
         data = {"command": f"inspect doctor {model} --fail-on never", "machine": {
             "node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),

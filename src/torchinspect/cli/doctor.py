@@ -33,8 +33,7 @@ def doctor(
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """Find classic PyTorch mistakes at the line that made them: unregistered layers, unused
-    parameters, eval randomness, NaN, in-place ops autograd needs, log(softmax), ..."""
+    """Find classic PyTorch mistakes at their line: unregistered layers, eval randomness, NaN."""
     from torchinspect.analysis.doctor import FailOn, diagnose
     from torchinspect.errors import InspectError
     from torchinspect.report.doctor import doctor_report

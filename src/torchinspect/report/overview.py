@@ -132,15 +132,9 @@ def doctor_cell(m: ModelOverview) -> str:
 
 
 def _codes(codes: list[str]) -> str:
-    """``TI001, TI003-TI005``: runs of consecutive codes folded (the doctor has ~20 checks)."""
-    runs: list[list[str]] = []
-    for code in sorted(codes):
-        if runs and code[:2] == runs[-1][-1][:2] and code[2:].isdigit() \
-                and int(code[2:]) == int(runs[-1][-1][2:]) + 1:
-            runs[-1].append(code)
-        else:
-            runs.append([code])
-    return ", ".join(", ".join(r) if len(r) < 3 else f"{r[0]}-{r[-1]}" for r in runs)
+    from torchinspect.analysis.doctor.rules import fold_codes
+
+    return fold_codes(codes)
 
 
 def block_charts(m: ModelOverview) -> list[Chart]:

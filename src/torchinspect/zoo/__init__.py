@@ -89,7 +89,11 @@ _DOCTOR: list[tuple[str, str, dict[str, Any], list[str], str]] = [
      "TI009 clean twin: padded conv, 28 -> 28 -> 14 -> 7"),
 ]
 
-# inspect doctor's classic mistakes (zoo/mistakes.py): (trigger, clean twin, class, example, what)
+# inspect doctor's classic mistakes (zoo/mistakes.py): (trigger, clean twin, class, example, what).
+# Tags of a trigger: "raises" (its forward fails by design), "host-only" (its forward cannot
+# run on meta: that is the mistake).
+_RAISES = {"pitfall-wrong-width"}
+_HOST_ONLY = {"pitfall-host-tensor", "pitfall-item-in-forward"}
 _MISTAKES: list[tuple[str, str, str, list[str], str]] = [
     ("pitfall-inplace-sigmoid", "doctor-outofplace-sigmoid", "InplaceAfterSigmoid", ["1,32"],
      "TI010: nn.ReLU(inplace=True) on a sigmoid output its backward needs"),
@@ -206,7 +210,8 @@ _ENTRIES = [
       for name, cls, preset, example, text in _DOCTOR],
     *[ZooEntry(name, _lazy("mistakes", cls, fixed=fixed), example,
                ("pitfall: " if not fixed else "clean twin of " + trigger + ": ") + text,
-               ("pitfall",) if not fixed else ("doctor",))
+               ("pitfall", *(["raises"] if name in _RAISES else []),
+                *(["host-only"] if name in _HOST_ONLY else [])) if not fixed else ("doctor",))
       for trigger, twin, cls, example, text in _MISTAKES
       for name, fixed in ((trigger, False), (twin, True))],
     # ---- end of inspect doctor block

@@ -50,11 +50,11 @@ class ParameterInForward(nn.Module):
         self.fixed = fixed
         self.fc = nn.Linear(IN, HIDDEN)
         if fixed:
-            self.w = nn.Parameter(torch.randn(HIDDEN, CLASSES) * 0.1)
+            self.w = nn.Parameter(torch.randn(HIDDEN, CLASSES))
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.relu(self.fc(x))
-        w = self.w if self.fixed else nn.Parameter(torch.randn(HIDDEN, CLASSES) * 0.1)  # mistake
+        w = self.w if self.fixed else nn.Parameter(torch.randn(HIDDEN, CLASSES))  # mistake
         return h @ w
 
 

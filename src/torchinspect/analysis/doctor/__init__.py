@@ -34,6 +34,7 @@ from torchinspect.analysis.doctor.rules import (
     Rule,
     Severity,
     doctor_check,
+    fold_codes,
     parse_codes,
     rules,
     selected_codes,
@@ -115,7 +116,8 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     locate(findings, model, ctx.sites)
     ran = [c for c in codes if c not in skipped and registry[c].needs == "run"]
     if ctx.run_device is not None and ran:
-        note = case.weights.note(f"{', '.join(ran)} ran on an untrained model")
+        note = case.weights.note(f"the {len(ran)} checks that run it ({fold_codes(ran)}) ran on "
+                                 "an untrained model")
         ctx.notes += [note] if note else []
     findings.sort(key=lambda f: (-f.severity.rank, f.code))
     return DoctorResult(

@@ -1,8 +1,10 @@
-"""The doctor's rule registry, findings and result (no torch here).
+"""The doctor's check registry, findings and result (no torch here).
 
-Every check has a code (TI001..TI009), a default severity, the part of the model it looks
-at (``static``: module attributes; ``trace``: the meta trace; ``run``: a real CPU run), and
-a generic "why it matters"/"how to fix" that a finding may make more specific.
+Every check is registered by ``@doctor_check``: a code (TI001, ...), a name, a default
+severity, the part of the model it reads (``static``: module attributes; ``trace``: the
+meta trace; ``run``: the real runs), what sets it off, why it matters and the fix (which a
+finding may make more specific), and the function. Dispatch, ``--select``/``--ignore`` and
+the docs page are generated from this one table.
 """
 
 from __future__ import annotations
@@ -100,9 +102,8 @@ def doctor_check(code: str, name: str, severity: str, needs: Needs, *, title: st
 
 
 def rules() -> dict[str, Rule]:
-    """Every registered check, by code (the check modules imported first)."""
-    import torchinspect.analysis.doctor  # noqa: F401 - registers the built-in checks
-
+    """Every registered check, by code. (Importing this module imports its package first,
+    whose ``__init__`` imports the built-in checks: the registry is full by then.)"""
     return dict(sorted(RULES.items()))
 
 
@@ -193,6 +194,18 @@ def parse_codes(values: Sequence[str] | str | None, *, option: str) -> list[str]
             if code not in out:
                 out.append(code)
     return out
+
+
+def fold_codes(codes: Iterable[str]) -> str:
+    """``TI001, TI003-TI005``: runs of three or more consecutive codes folded."""
+    runs: list[list[str]] = []
+    for code in sorted(codes):
+        if runs and code[:2] == runs[-1][-1][:2] and code[2:].isdigit() \
+                and runs[-1][-1][2:].isdigit() and int(code[2:]) == int(runs[-1][-1][2:]) + 1:
+            runs[-1].append(code)
+        else:
+            runs.append([code])
+    return ", ".join(", ".join(r) if len(r) < 3 else f"{r[0]}-{r[-1]}" for r in runs)
 
 
 def rules_span() -> str:
