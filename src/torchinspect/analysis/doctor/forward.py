@@ -156,10 +156,8 @@ def non_finite(ctx: Context) -> list[Finding]:
     if run.eval_runs:
         out += _nonfinite_output(run)
     if run.grad is not None:
-        bad = [n for (n, _), g in zip(run.grad.params, run.grad.grads, strict=True)
-               if g is not None and not _all_finite(g)]
-        if bad:
-            finding = _nan_gradient(bad, run.grad.probe)
+        if run.grad.nonfinite:
+            finding = _nan_gradient(run.grad.nonfinite, run.grad.probe)
             if run.grad.nan_at is not None:  # anomaly detection named the op and its line
                 node, finding.location = run.grad.nan_at
                 finding.what += f"; the backward of {re.sub(r'Backward[0-9]*$', '', node)} at " \

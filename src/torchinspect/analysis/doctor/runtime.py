@@ -249,6 +249,7 @@ class GradRun:
     params: list[tuple[str, nn.Parameter]]
     grads: tuple[torch.Tensor | None, ...]
     probe: _Probe
+    nonfinite: list[str] = field(default_factory=list)  # parameters with NaN/Inf gradients
     nan_at: tuple[str, str] | None = None  # (backward node, its forward line) of the first NaN
 
 
@@ -364,8 +365,11 @@ def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
                                  for c in ("TI003", "TI005")})
             return
         data.grad = GradRun(params, grads, probe)
-        if probe_grads and not all(g is None or _all_finite(g) for g in grads):
-            data.grad.nan_at = _find_nan_backward(model, a, kw, train)
+        if probe_grads:
+            data.grad.nonfinite = [n for (n, _), g in zip(params, grads, strict=True)
+                                   if g is not None and not _all_finite(g)]
+            if data.grad.nonfinite:
+                data.grad.nan_at = _find_nan_backward(model, a, kw, train)
         return
     if not data.errors:  # the eval forward worked: this failure is the training mode's
         stage, error = next(((lb, e) for lb, e in errors if lb == "training mode"), errors[0])
