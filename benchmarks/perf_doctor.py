@@ -7,7 +7,7 @@
 2. `inspect check resnet50 --max-params 30M --max-macs 5G` vs `inspect summary resnet50`,
    run alternately; median of each (bar: check takes about the time of summary).
 3. `--sweep`: `diagnose()` on every torchvision classification model at default settings;
-   any finding other than TI006/TI007 info is listed (bar: none, or explained).
+   any warning or error is listed, infos by code (bar: none, or explained).
 
     python benchmarks/perf_doctor.py [--runs N] [--sweep] [--max-params 150e6]
 """
@@ -92,7 +92,7 @@ def compare(runs: int, other: Path, out: Path | None, model: str = "resnet50") -
         out.write_text(json.dumps(data, indent=1) + "\n")
 
 
-def sweep(max_params: float, start: str = "") -> None:
+def sweep(max_params: float, start: str = "", only: list[str] | None = None) -> None:
     import torch
     import torchvision
 
@@ -100,7 +100,7 @@ def sweep(max_params: float, start: str = "") -> None:
     from torchinspect.sources.case import ModelOptions
 
     torch.set_num_threads(os.cpu_count() or 1)
-    names = torchvision.models.list_models(module=torchvision.models)
+    names = only or torchvision.models.list_models(module=torchvision.models)
     print(f"{len(names)} torchvision classification models")
     for name in names:
         if start and name < start:
@@ -120,7 +120,7 @@ def sweep(max_params: float, start: str = "") -> None:
         except Exception as exc:  # report and go on
             print(f"{name:24s} ERROR {type(exc).__name__}: {exc}")
             continue
-        other = [f for f in r.findings if f.code not in ("TI006", "TI007") or f.severity != "info"]
+        other = [f for f in r.findings if f.severity != "info"]
         info = sorted({f.code for f in r.findings if f not in other})
         text = "; ".join(f"{f.code} {f.severity} {f.module or '(model)'}: {f.what}" for f in other)
         print(f"{name:24s} {time.perf_counter() - t0:6.1f} s  {device:4s} info={','.join(info) or '-'}"
@@ -131,6 +131,7 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--only", nargs="+", default=None, help="--sweep: these models only")
     ap.add_argument("--from", dest="start", default="",
                     help="resume the sweep at this model name (alphabetical order)")
     ap.add_argument("--compare-src", type=Path, default=None,
@@ -142,7 +143,7 @@ def main() -> None:
     if a.compare_src is not None:
         compare(a.runs, a.compare_src, a.out)
     elif a.sweep:
-        sweep(a.max_params, a.start)
+        sweep(a.max_params, a.start, a.only)
     else:
         timings(a.runs)
 

@@ -120,6 +120,17 @@ def test_model_is_left_untouched() -> None:
     assert all(p.grad is None for p in model.parameters())
     assert all(not m._forward_hooks and not m._forward_pre_hooks for m in model.modules())
     assert torch.equal(rng, torch.get_rng_state())
+    # the statement watch and the construction recorder leave no global hook or mode behind
+    from torch.nn.modules import module as torch_module
+    from torch.overrides import _get_current_function_mode_stack
+
+    diagnose("zoo:pitfall-layer-list")
+    for hooks in ("_global_parameter_registration_hooks", "_global_buffer_registration_hooks",
+                  "_global_module_registration_hooks", "_global_forward_hooks",
+                  "_global_forward_pre_hooks"):
+        assert not getattr(torch_module, hooks), hooks
+    assert _get_current_function_mode_stack() == []
+    assert not torch.is_anomaly_enabled()
 
 
 def test_nan_in_parameters_and_forward() -> None:
