@@ -300,8 +300,12 @@ def init_sites(model: Any, built: Built) -> dict[str, str]:
 
 def tensor_sites(model: Any, built: Built) -> dict[str, str]:
     """``{parameter or buffer name: line}`` of the statement that registered it."""
+    import torch
+
     out = {}
     for owner_name, owner in model.named_modules():
+        if isinstance(owner, torch.jit.ScriptModule):  # its tensors were not built by Python
+            continue
         for name in [*owner._parameters, *owner._buffers]:
             at = built.tensors.get((id(owner), name))
             if at is not None:

@@ -86,13 +86,13 @@ def _known_parameters(model: nn.Module) -> set[int]:
     known = {id(p) for p in model.parameters()}
     for module in model.modules():
         for value in vars(module).values():
-            items = value.values() if isinstance(value, dict) else value
-            if isinstance(value, (list, tuple, dict)):
-                for item in items:
-                    if isinstance(item, nn.Parameter):
-                        known.add(id(item))
-                    elif isinstance(item, nn.Module):
-                        known.update(id(p) for p in item.parameters())
+            if type(value) not in (list, tuple, dict):  # plain containers only (not TorchScript's)
+                continue
+            for item in value.values() if isinstance(value, dict) else value:
+                if isinstance(item, nn.Parameter):
+                    known.add(id(item))
+                elif isinstance(item, nn.Module):
+                    known.update(id(p) for p in item.parameters())
     return known
 
 
@@ -176,7 +176,7 @@ class Watch(TorchFunctionMode):
         for a in args:  # a parameter the model does not hold, used here: made in forward
             if type(a) is nn.Parameter and id(a) not in self._known:
                 self._known.add(id(a))
-                at = self._made.get(a.data_ptr()) if a.device.type != "meta" else None
+                at = self._made.get(_ptr(a))
                 self._add("new-parameter", "nn.Parameter", at or user_caller(),
                           module_type="Parameter", shape=list(a.shape))
         if func in _FACTORIES:
@@ -212,8 +212,9 @@ class Watch(TorchFunctionMode):
             self._probs[id(out)] = (weakref.ref(out), _PROBS[func], at)
         if at is None:
             return
-        if out.device.type != "meta":  # what a new nn.Parameter(...) wraps: its line
-            self._made[out.data_ptr()] = at
+        ptr = _ptr(out)
+        if ptr is not None:  # what a new nn.Parameter(...) wraps: its line
+            self._made[ptr] = at
         if what == "factory" and out.dim() > 0:
             self._add("host-tensor", op_name(func), at, shape=list(out.shape))
 
@@ -230,6 +231,16 @@ class Watch(TorchFunctionMode):
             self._add("log-of-probs", op_name(func), at, probs=prob, probs_at=prob_at)
         elif _LOSSES[func] == prob:
             self._add("probs-into-loss", op_name(func), at, probs=prob, probs_at=prob_at)
+
+
+def _ptr(t: torch.Tensor) -> int | None:
+    """The tensor's data address (None for meta, sparse and other storage-less tensors)."""
+    if t.device.type == "meta" or t.layout != torch.strided:
+        return None
+    try:
+        return int(t.data_ptr())
+    except RuntimeError:  # functional or wrapper tensors without storage
+        return None
 
 
 _INPLACE_DUNDERS = frozenset({"__iadd__", "__isub__", "__imul__", "__itruediv__", "__ipow__",
