@@ -27,7 +27,7 @@ import torch
 from torch import nn
 
 from torchinspect.analysis.doctor.sites import is_user_file, shown
-from torchinspect.analysis.doctor.watch import Event, InplaceOp, Watch
+from torchinspect.analysis.doctor.watch import Event, InplaceOp, Watch, has_model_code
 from torchinspect.errors import first_line
 from torchinspect.guard import training_mode
 from torchinspect.shapes import tensor_leaves
@@ -320,7 +320,8 @@ def _watching(model: nn.Module, probe: _Probe, on: bool, *, training: bool,
     def current() -> str:
         return probe.calls[probe.stack[-1]].name if probe.stack else ""
 
-    with Watch(model, current, training=training, inplace=inplace) as seen:
+    with Watch(model, current, training=training, inplace=inplace,
+               ops=inplace or has_model_code(model)) as seen:
         yield seen
 
 

@@ -81,6 +81,23 @@ def op_name(func: Any) -> str:
             .replace(".__get__", ""))
 
 
+def has_model_code(model: nn.Module) -> bool:
+    """Some module class of the model is defined in the model's own files (not a library's):
+    only then can a statement be pointed at, and the op-by-op watch is worth its cost."""
+    import inspect
+
+    from torchinspect.analysis.doctor.sites import is_user_file
+
+    for cls in {type(m) for m in model.modules()}:
+        try:
+            path = inspect.getsourcefile(cls)
+        except (OSError, TypeError):
+            continue
+        if path and is_user_file(path):
+            return True
+    return False
+
+
 def _known_parameters(model: nn.Module) -> set[int]:
     """Parameters the model holds, registered or not (a plain list's are TI001's)."""
     known = {id(p) for p in model.parameters()}
@@ -104,10 +121,11 @@ class Watch(TorchFunctionMode):
     """
 
     def __init__(self, model: nn.Module, current: Callable[[], str] = lambda: "",
-                 *, training: bool = False, inplace: bool = False) -> None:
+                 *, training: bool = False, inplace: bool = False, ops: bool = True) -> None:
         super().__init__()
         self.current = current
         self.training = training
+        self.ops = ops  # False: module hooks only (no model code to point at: a library model)
         self.inplace = inplace
         self.events: list[Event] = []
         self.inplace_ops: list[InplaceOp] = []
@@ -134,13 +152,14 @@ class Watch(TorchFunctionMode):
             torch_module.register_module_parameter_registration_hook(self._new_parameter),
             torch_module.register_module_forward_hook(self._module_out),
             torch_module.register_module_forward_pre_hook(self._module_in)]
-        return super().__enter__()
+        return super().__enter__() if self.ops else self
 
     def __exit__(self, *exc: Any) -> None:
         for h in self._handles:
             h.remove()
         self._handles.clear()
-        super().__exit__(*exc)
+        if self.ops:
+            super().__exit__(*exc)
 
     def _new_parameter(self, module: nn.Module, name: str, param: Any) -> None:
         if param is None:
