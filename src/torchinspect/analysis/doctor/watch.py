@@ -195,7 +195,8 @@ class Watch(TorchFunctionMode):
         for a in args:  # a parameter the model does not hold, used here: made in forward
             if type(a) is nn.Parameter and id(a) not in self._known:
                 self._known.add(id(a))
-                at = self._made.get(_ptr(a))
+                ptr = _ptr(a)
+                at = self._made.get(ptr) if ptr is not None else None
                 self._add("new-parameter", "nn.Parameter", at or user_caller(),
                           module_type="Parameter", shape=list(a.shape))
         if func in _FACTORIES:
