@@ -56,6 +56,10 @@ class _CudnnRNN(torch.autograd.Function):
             reserve = x.new_empty(reserve_bytes(kind, layers, seq, batch, hidden, dirs,
                                                 x.element_size()), dtype=torch.uint8)
         ctx.save_for_backward(x, hx, cx, out, reserve, *weights)
+        ctx.problem = dict(kind=kind, input_size=x.shape[-1], hidden=hidden, layers=layers,
+                           dirs=dirs, seq=seq, batch=batch, dtype=x.dtype, train=train,
+                           bias=len(weights) == 4 * layers * dirs, batch_first=batch_first)
+        _workspace(ctx.problem, backward=False)
         return (out, hy, cy) if cy is not None else (out, hy)
 
     @staticmethod
@@ -66,7 +70,18 @@ class _CudnnRNN(torch.autograd.Function):
         dcx = torch.empty_like(cx) if cx is not None and ctx.needs_input_grad[3] else None
         dw = [torch.empty_like(w) if ctx.needs_input_grad[8 + i] else None
               for i, w in enumerate(weights)]
+        _workspace(ctx.problem, backward=True)
         return (None, dx, dhx, dcx, None, None, None, None, *dw)
+
+
+def _workspace(problem: dict[str, Any], backward: bool) -> None:
+    """Log cuDNN's RNN workspace for this call on the tracker of the run, if one runs."""
+    from torchinspect.memory.tracker import active_tracker
+    from torchinspect.memory.workspace import rnn_problem
+
+    tracker = active_tracker()
+    if tracker is not None and tracker.cudnn:
+        tracker.cudnn_workspace(rnn_problem(backward=backward, **problem))
 
 
 def _supported(x: Any, weights: Any, has_biases: bool, layers: int, dirs: int) -> bool:

@@ -38,6 +38,12 @@ class RunMemory:
     ops: int = 0
     optimizer_state: int = 0
     gradients: int = 0
+    # cuDNN workspaces not measured for this GPU give a range (workspace.py); equal to peak
+    # when every workspace is known
+    peak_low: int | None = None
+    peak_high: int | None = None
+    high_at: str = ""  # the op whose workspace sets peak_high (its module and problem)
+    peak_at: str = ""  # set by the replay: the cuDNN workspace allocated at the peak, if any
 
     @property
     def where(self) -> str:
@@ -54,6 +60,7 @@ class RunMemory:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["where"] = self.where
+        d.pop("peak_at", None)
         d["saved"] = [{"module": m, "bytes": b} for m, b in self.saved]
         d["timeline"] = [{"phase": p, "step": s, "bytes": b} for p, s, b in self.timeline]
         return d
