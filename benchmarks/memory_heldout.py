@@ -285,10 +285,31 @@ def measure_one(name: str, out: Path) -> None:
     (out / f"{name}.json").write_text(json.dumps(row, indent=1))
 
 
+def _keep_logs(folder: Path, name: str) -> None:
+    """Pickle each run's allocation log (``replay`` step: new workspace bytes, no fake run)."""
+    import pickle
+
+    from torchinspect.memory import predict
+
+    original = predict.replay_ranged
+    count = [0]
+
+    def keep(log: Any, end: int, mode: str, target: Any, root: str, top: int, ws: Any) -> Any:
+        count[0] += 1
+        folder.mkdir(parents=True, exist_ok=True)
+        path = folder / f"{name}.{count[0]}.pkl"
+        path.write_bytes(pickle.dumps((log, end, mode, target, root)))
+        return original(log, end, mode, target, root, top, ws)
+
+    predict.replay_ranged = keep  # type: ignore[assignment]
+
+
 def predict_one(name: str, out: Path) -> None:
     """Without a GPU: the point, low and high peaks from the shipped table."""
     from torchinspect.memory.predict import make_target
 
+    if os.environ.get("HELDOUT_LOGS"):
+        _keep_logs(Path(os.environ["HELDOUT_LOGS"]), name)
     case = find(name)()
     row: dict[str, Any] = {"model": name, "set": "dev" if name in DEV else "val",
                            "machine": "CPU only (no CUDA device)"}
@@ -298,6 +319,33 @@ def predict_one(name: str, out: Path) -> None:
         except Exception as exc:
             row[mode] = {"error": f"{type(exc).__name__}: {exc}"[:300]}
     (out / f"{name}.json").write_text(json.dumps(row, indent=1))
+
+
+def replay_logs(logs: Path, out: Path, cache: Path | None) -> None:
+    """Predictions again from pickled logs (``HELDOUT_LOGS``) with the current workspace
+    table (or a calibration cache file: the calibrated prediction), no fake run."""
+    import pickle
+
+    from torchinspect.memory.predict import replay_ranged
+    from torchinspect.memory.workspace import Workspaces, shipped_table
+
+    out.mkdir(parents=True, exist_ok=True)
+    entries = json.loads(cache.read_text())["entries"] if cache else None
+    for name in [n for models in SETS.values() for n in models]:
+        row: dict[str, Any] = {"model": name, "set": "dev" if name in DEV else "val",
+                               "machine": "replayed logs of a CPU-only machine" + (
+                                   f", workspaces of {cache.name}" if cache else "")}
+        for i, mode in enumerate(_modes(name), 1):
+            path = logs / f"{name}.{i}.pkl"
+            if not path.exists():
+                continue
+            log, end, run_mode, target, root = pickle.loads(path.read_bytes())
+            ws = Workspaces(shipped_table(), True, calibrated=entries)
+            run = replay_ranged(log, end, run_mode, target, root, 10, ws)
+            row[mode] = {"peak": run.peak, "peak_low": run.peak_low, "peak_high": run.peak_high,
+                         "high_at": run.high_at, "where": run.where,
+                         "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases}}
+        (out / f"{name}.json").write_text(json.dumps(row, indent=1))
 
 
 def fan_out(step: str, names: list[str], out: Path, jobs: int, timeout: float = 600) -> None:
@@ -386,7 +434,8 @@ def report(measured_dir: Path, predicted_dir: Path) -> str:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=("measure", "predict", "report"))
+    ap.add_argument("step", choices=("measure", "predict", "report", "replay"))
+    ap.add_argument("--cache", help="replay: a calibration cache file (calibrated prediction)")
     ap.add_argument("dirs", nargs="*")
     ap.add_argument("--set", default="all", choices=("all", "dev", "val"))
     ap.add_argument("--one")
@@ -397,6 +446,9 @@ def main() -> None:
     a = ap.parse_args()
     if a.step == "report":
         print(report(Path(a.dirs[0]), Path(a.dirs[1])))
+        return
+    if a.step == "replay":
+        replay_logs(Path(a.dirs[0]), Path(a.out), Path(a.cache) if a.cache else None)
         return
     out = Path(a.out)
     if a.one:

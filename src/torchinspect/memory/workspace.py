@@ -11,8 +11,9 @@ problem gets its bytes from, in order:
    cached on disk by GPU, cuDNN and torch versions);
 2. the shipped table (``data/cudnn_workspace.json.gz``: measured on an H100 for the problems
    of torchvision models at common batch sizes, ``benchmarks/cudnn_workspace_sweep.py``);
-3. an estimate with a range: the low end 0 bytes, the high end the family's measured envelope
-   ``max(const, ratio x size)`` (docs/concepts/memory.md: "cuDNN workspaces").
+3. an estimate with a range (`WorkspaceTable.estimate`): the low end 0 bytes, the high end
+   from the same problem at the table's other batch sizes and from the measured problems of
+   its family within a factor 2 of its size (docs/concepts/memory.md: "cuDNN workspaces").
 
 The prediction is replayed with each problem's point, low and high bytes: ``peak`` and the
 ``peak_low``-``peak_high`` range around it.
@@ -20,9 +21,11 @@ The prediction is replayed with each problem's point, low and high bytes: ``peak
 
 from __future__ import annotations
 
+import bisect
 import functools
 import gzip
 import json
+import math
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -216,39 +219,40 @@ def _parse(name: str, text: str) -> Any:
 
 @dataclass(frozen=True)
 class Bound:
-    """A family's envelope: every measured workspace ``w`` of size ``s`` in it has
-    ``w <= max(const, ratio x s)``; ``typical`` is the median ``w / s``."""
+    """A family's fit: ``log w = a + b log s`` over its measured non-zero workspaces ``w`` of
+    problem size ``s`` (least squares); ``up`` is the largest residual, so every measured
+    point lies on or under ``high(s)``; ``zeros`` the share of problems that took none."""
 
-    const: int
-    ratio: float
-    typical: float
+    a: float
+    b: float
+    up: float
+    zeros: float
     n: int
 
+    def _fit(self, size: int) -> float:
+        return self.a + self.b * math.log(max(size, 1))
+
     def high(self, size: int) -> int:
-        return int(max(self.const, self.ratio * size))
+        return int(math.exp(self._fit(size) + self.up))
 
     def point(self, size: int) -> int:
-        return int(min(self.high(size), self.typical * size))
-
-
-# below this size a family's envelope is its largest workspace (cuDNN's fixed-size buffers);
-# above it, the largest ratio of workspace to size
-CONST_SIZE = 16 << 20
+        """The fitted workspace (0 where most of the family took none)."""
+        return 0 if self.zeros > 0.5 else min(self.high(size), int(math.exp(self._fit(size))))
 
 
 def fit_bound(points: list[tuple[int, int]]) -> Bound:
-    """The envelope of (size, workspace) measurements of one family (see `Bound`)."""
-    small = [w for s, w in points if s <= CONST_SIZE]
-    const = max(small, default=0)
-    ratios = sorted(w / s for s, w in points if s > 0)
-    large = [w / s for s, w in points if s > CONST_SIZE]
-    ratio = max(large, default=max(ratios, default=0.0))
-    # every measured point must sit under the envelope, the small ones included
-    for s, w in points:
-        if w > max(const, ratio * s):
-            ratio = w / s
-    typical = ratios[len(ratios) // 2] if ratios else 0.0
-    return Bound(const, ratio, typical, len(points))
+    """The power-law fit and envelope of (size, workspace) measurements of one family."""
+    logs = [(math.log(max(s, 1)), math.log(w)) for s, w in points if w > 0]
+    zeros = 1 - len(logs) / len(points) if points else 1.0
+    if not logs:
+        return Bound(0.0, 0.0, 0.0, zeros, len(points))
+    mx = sum(x for x, _ in logs) / len(logs)
+    my = sum(y for _, y in logs) / len(logs)
+    var = sum((x - mx) ** 2 for x, _ in logs)
+    b = sum((x - mx) * (y - my) for x, y in logs) / var if var > 0 else 0.0
+    a = my - b * mx
+    up = max(y - (a + b * x) for x, y in logs)
+    return Bound(a, b, up, zeros, len(points))
 
 
 @dataclass(frozen=True)
@@ -273,54 +277,102 @@ class WorkspaceTable:
     entries: dict[str, int]
     bounds: dict[str, Bound]
     coverage: str = ""
+    _families: dict[str, list[tuple[int, int]]] | None = field(default=None, repr=False)
 
     def lookup(self, problem: Problem) -> int | None:
         return self.entries.get(problem.key)
 
     def estimate(self, problem: Problem) -> Estimate:
-        """The table's answer: exact when measured, else a range from the family's envelope
-        (or from every family of the op, where the family itself was never measured)."""
+        """The table's answer: exact when measured; else a range whose high end is the
+        larger of (a) the same problem at the table's other batch sizes (the largest of them,
+        scaled up linearly beyond the largest batch) and (b) the local envelope of its family
+        (`local`); the point is (a) interpolated in the batch, else (b)'s median."""
         known = self.lookup(problem)
         if known is not None:
             return Estimate(known, known, known, "table")
-        bound = self.bounds.get(problem.family) or self.bounds.get(problem.op)
-        if bound is None:
-            return Estimate(0, 0, 0, "none")
-        size = problem.size
         sibling = self._sibling(problem)
-        high = bound.high(size)
-        point = min(high, sibling) if sibling is not None else bound.point(size)
-        return Estimate(point, 0, max(high, point), "estimate")
+        local = self.local(problem)
+        if sibling is None and local is None:
+            return Estimate(0, 0, 0, "none")
+        point = sibling.point if sibling is not None else local.point if local else 0
+        high = max(e.high for e in (sibling, local) if e is not None)
+        return Estimate(point, 0, max(point, high), "estimate")
 
-    def _sibling(self, problem: Problem) -> int | None:
-        """The same problem at the nearest measured batch, scaled to this batch."""
+    def local(self, problem: Problem) -> Estimate | None:
+        """From the family's measured problems of similar size (within a factor `WINDOW`),
+        each scaled linearly to this size where it is smaller: high = the largest, point = the
+        median. Where none is that close: the family's (else the op's) power-law envelope."""
+        size = problem.size
+        points = self.families().get(problem.family, [])
+        sizes = [s for s, _ in points]
+        lo, hi = bisect.bisect_left(sizes, size / WINDOW), bisect.bisect_right(sizes, size * WINDOW)
+        scaled = sorted(int(w * max(1.0, size / max(s, 1))) for s, w in points[lo:hi])
+        if scaled:
+            return Estimate(scaled[len(scaled) // 2], 0, scaled[-1], "estimate")
+        bound = self.bound(problem)
+        if bound is None:
+            return None
+        return Estimate(bound.point(size), 0, bound.high(size), "estimate")
+
+    def families(self) -> dict[str, list[tuple[int, int]]]:
+        """Measured (size, workspace) by family, sorted by size (built on first use)."""
+        if self._families is None:
+            groups: dict[str, list[tuple[int, int]]] = {}
+            for key, nbytes in self.entries.items():
+                problem = problem_from_key(key)
+                groups.setdefault(problem.family, []).append((problem.size, nbytes))
+            self._families = {k: sorted(v) for k, v in groups.items()}
+        return self._families
+
+    def bound(self, problem: Problem) -> Bound | None:
+        """The family's fit, or the op's where the family has too few measurements."""
+        bound = self.bounds.get(problem.family)
+        if bound is None or bound.n < MIN_FIT:
+            bound = self.bounds.get(problem.op)
+        return bound
+
+    def _sibling(self, problem: Problem) -> Estimate | None:
+        """The same problem measured at other batch sizes: the point interpolated linearly in
+        the batch, the high end the largest of them (scaled up beyond the largest batch)."""
         p = problem.params
-        batch_field = "batch" if problem.op.startswith("rnn") else "x"
-        best: tuple[float, int] | None = None
+        field = "batch" if problem.op.startswith("rnn") else "x"
+        batch = _batch(p, field)
+        known: dict[int, int] = {}
         for b in _BATCHES:
             q = dict(p)
-            if batch_field == "batch":
+            if field == "batch":
                 q["batch"] = b
             else:
                 q["x"] = [b, *p["x"][1:]]
-            other = Problem(problem.op, tuple(sorted(q.items())))
-            known = self.entries.get(other.key)
-            if known is None or b == _batch(p, batch_field):
-                continue
-            distance = abs(b - _batch(p, batch_field)) / b
-            scaled = int(known * max(1.0, _batch(p, batch_field) / b))
-            if best is None or distance < best[0]:
-                best = (distance, scaled)
-        return best[1] if best is not None else None
+            found = self.entries.get(Problem(problem.op, tuple(sorted(q.items()))).key)
+            if found is not None:
+                known[b] = found
+        known.pop(batch, None)
+        if not known:
+            return None
+        below = max((b for b in known if b < batch), default=None)
+        above = min((b for b in known if b > batch), default=None)
+        if below is not None and above is not None:
+            t = (batch - below) / (above - below)
+            point = int(known[below] + t * (known[above] - known[below]))
+        else:
+            nearest = below if above is None else above
+            assert nearest is not None
+            point = int(known[nearest] * (batch / nearest if above is None else 1))
+        scale = max(1.0, batch / max(known))
+        high = int(max(known.values()) * scale)
+        return Estimate(point, 0, max(point, high), "estimate")
 
     def to_dict(self) -> dict[str, Any]:
         return {"version": 1, "machine": self.machine, "coverage": self.coverage,
-                "bounds": {k: {"const": b.const, "ratio": b.ratio, "typical": b.typical,
-                               "n": b.n} for k, b in sorted(self.bounds.items())},
+                "bounds": {k: {"a": b.a, "b": b.b, "up": b.up, "zeros": b.zeros, "n": b.n}
+                           for k, b in sorted(self.bounds.items())},
                 "entries": dict(sorted(self.entries.items()))}
 
 
 _BATCHES = (1, 8, 32, 128)
+MIN_FIT = 20  # fewer measurements in a family: the op's fit is used
+WINDOW = 2.0  # the local envelope looks at family problems within this factor of the size
 
 
 def _batch(p: dict[str, Any], field: str) -> int:
@@ -337,8 +389,8 @@ def table_from_dict(data: dict[str, Any]) -> WorkspaceTable:
         raise ValueError("entries must map problem keys to byte counts")
     bounds = {}
     for name, b in dict(data.get("bounds", {})).items():
-        bounds[str(name)] = Bound(int(b["const"]), float(b["ratio"]), float(b["typical"]),
-                                  int(b["n"]))
+        bounds[str(name)] = Bound(float(b["a"]), float(b["b"]), float(b["up"]),
+                                  float(b["zeros"]), int(b["n"]))
     return WorkspaceTable(dict(data.get("machine", {})), dict(entries), bounds,
                           str(data.get("coverage", "")))
 
@@ -390,7 +442,7 @@ class Workspaces:
             self.out_of_memory[problem.key] = problem
         found = self.table.estimate(problem)
         if found.source == "table" and not self.exact_table:
-            bound = self.table.bounds.get(problem.family) or self.table.bounds.get(problem.op)
+            bound = self.table.bound(problem)
             high = max(found.point, bound.high(problem.size) if bound else found.point)
             found = Estimate(found.point, 0, high, "estimate")
         if not found.exact:
