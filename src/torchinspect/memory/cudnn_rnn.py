@@ -67,12 +67,13 @@ class _CudnnRNN(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
         x, hx, cx, _, _, *weights = ctx.saved_tensors
-        dx = torch.empty_like(x) if ctx.needs_input_grad[1] else None
+        dx = torch.empty_like(x)  # cuDNN's backward-data runs (and allocates) either way
         dhx = torch.empty_like(hx) if ctx.needs_input_grad[2] else None
         dcx = torch.empty_like(cx) if cx is not None and ctx.needs_input_grad[3] else None
         dw = [torch.empty_like(w) if ctx.needs_input_grad[8 + i] else None
               for i, w in enumerate(weights)]
         _workspace(ctx.problem, backward=True)
+        dx = dx if ctx.needs_input_grad[1] else None
         return (None, dx, dhx, dcx, None, None, None, None, *dw)
 
 

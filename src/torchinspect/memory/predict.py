@@ -54,7 +54,7 @@ def predict_memory(model: ModelLike, inputs: Any = None, *, train: bool = True,
                    batch: int | None = None, device: str = "cuda", gpu: str | None = None,
                    foreach: bool | None = None, options: ModelOptions | None = None,
                    top: int = 10, fsdp: int | None = None,
-                   fsdp_unit: str | None = None) -> MemoryResult:
+                   fsdp_unit: str | None = None, calibrate: bool | None = None) -> MemoryResult:
     """Predicted peak memory of inference and of a training step (first and steady state).
 
     ``model``: a `ModelCase`, an ``nn.Module`` or any MODEL text. ``batch``
@@ -62,12 +62,15 @@ def predict_memory(model: ModelLike, inputs: Any = None, *, train: bool = True,
     allocator (``torch.cuda.max_memory_allocated``); ``gpu`` names the GPU for the cuBLAS
     workspace (default: the one present, else h100). ``fsdp=N``: the per-GPU peak of FSDP2
     training over N GPUs, ``fully_shard`` on each ``fsdp_unit`` module (memory/fsdp.py).
+    ``calibrate``: measure cuDNN workspaces on the GPU that is here (None: when ``gpu`` is
+    it); without, the shipped table, and a ``peak_low``-``peak_high`` range where it has no
+    entry (memory/workspace.py).
     """
     case = make_case(model, inputs, options=options)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp,
                      checkpointing=checkpointing, loss=loss, foreach=foreach, fsdp=fsdp,
                      fsdp_unit=fsdp_unit)
-    return predict_case(case, cfg, make_target(device, gpu), batch=batch,
+    return predict_case(case, cfg, make_target(device, gpu, calibrate=calibrate), batch=batch,
                         inference=inference, top=top)
 
 
