@@ -12,6 +12,9 @@ Three steps, the middle one on a GPU (about 5-20 minutes of GPU time, by coverag
     # 3. the table: every measured problem, and each family's envelope (workspace.build_table)
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py build benchmarks/results/cudnn-workspace-h100.jsonl.gz
 
+    # 4. how far the range's high end can be trusted (leave-one-layer-out on the same data)
+    PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py check benchmarks/results/cudnn-workspace-h100.jsonl.gz
+
 Raw data: benchmarks/results/cudnn-workspace-h100.jsonl.gz (one line per problem, machine named).
 """
 
@@ -178,6 +181,76 @@ def build(paths: list[str]) -> None:
           f"{TABLE.stat().st_size // 1024} KiB", file=sys.stderr)
 
 
+def check(paths: list[str]) -> None:
+    """How well the range's high end bounds problems the table does not hold: each measured
+    convolution is estimated from the others with its whole configuration (every batch and
+    dtype of that layer) left out, and from its own other batch sizes only."""
+    import statistics
+
+    from torchinspect.memory.workspace import WINDOW, problem_from_key
+
+    rows = _rows(paths)
+    families: dict[str, list[tuple[int, int, str]]] = {}
+    configs: dict[str, dict[int, tuple[int, int]]] = {}
+    for key, nbytes in rows.items():
+        p = problem_from_key(key)
+        if not p.op.startswith("conv"):
+            continue
+        spec = dict(p.spec)
+        layer = json.dumps([p.op, spec["w"], spec["s"], spec["p"], spec["d"], spec["g"],
+                            spec["t"], spec["x"][2:]])
+        families.setdefault(p.family, []).append((p.size, nbytes, layer))
+        spec["x"] = spec["x"][1:]
+        configs.setdefault(json.dumps([p.op, spec], sort_keys=True), {})[
+            problem_from_key(key).params["x"][0]] = (p.size, nbytes)
+    fwd = [w for k, w in rows.items() if k.startswith("conv_fwd")]
+    bwd = [(problem_from_key(k).size, w) for k, w in rows.items() if k.startswith("conv_bwd")]
+    ratios = sorted(w / s for s, w in bwd if w)
+    print(f"forward convolutions with no workspace: {sum(w == 0 for w in fwd)}/{len(fwd)}; "
+          f"backward with one: {len(ratios)}/{len(bwd)}, workspace/problem bytes median "
+          f"{statistics.median(ratios):.2f}, 90th percentile "
+          f"{ratios[int(0.9 * len(ratios))]:.2f}; largest workspace "
+          f"{max(w for _, w in bwd) / 2**20:.0f} MiB")
+    covered = total = 0
+    excess = []
+    for points in families.values():
+        points.sort()
+        for size, nbytes, layer in points:
+            near = [w * max(1.0, size / max(s, 1)) for s, w, other in points
+                    if other != layer and size / WINDOW <= s <= size * WINDOW]
+            if not near:
+                continue
+            total += 1
+            covered += nbytes <= max(near)
+            excess.append((max(near) - nbytes) / 2**20)
+    print(f"local envelope (family, sizes within x{WINDOW:g}, same layer left out): "
+          f"{covered}/{total} = {100 * covered / total:.1f}% covered; high end above the "
+          f"measurement by median {statistics.median(excess):.1f} MiB, 90th percentile "
+          f"{sorted(excess)[int(0.9 * len(excess))]:.1f} MiB")
+    for held in (8, 32):
+        ok = n = 0
+        for by_batch in configs.values():
+            if held in by_batch and len(by_batch) >= 3:
+                size, nbytes = by_batch[held]
+                others = [w * max(1.0, size / s) for b, (s, w) in by_batch.items() if b != held]
+                n += 1
+                ok += nbytes <= max(others)
+        print(f"same layer at batch {held} from its other batches: {ok}/{n} = "
+              f"{100 * ok / n:.1f}% under the largest of them (scaled with the batch)")
+
+
+def _rows(paths: list[str]) -> dict[str, int]:
+    measured: dict[str, int] = {}
+    for path in paths:
+        raw = Path(path).read_bytes()
+        text = gzip.decompress(raw).decode() if path.endswith(".gz") else raw.decode()
+        for line in text.splitlines():
+            row = json.loads(line)
+            if row["workspace"] is not None:
+                measured[row["key"]] = row["workspace"]
+    return measured
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     sub = ap.add_subparsers(dest="step", required=True)
@@ -187,11 +260,14 @@ def main() -> None:
     m.add_argument("out")
     m.add_argument("--deadline", type=float, default=1200)
     sub.add_parser("build").add_argument("paths", nargs="+")
+    sub.add_parser("check").add_argument("paths", nargs="+")
     a = ap.parse_args()
     if a.step == "problems":
         problems(a.path)
     elif a.step == "measure":
         measure(a.problems, a.out, a.deadline)
+    elif a.step == "check":
+        check(a.paths)
     else:
         build(a.paths)
 

@@ -15,8 +15,8 @@ from torchinspect.memory.predict import make_target
 from torchinspect.memory.workspace import (
     Estimate,
     Problem,
-    WorkspaceTable,
     Workspaces,
+    WorkspaceTable,
     build_table,
     conv_problem,
     fit_bound,

@@ -73,8 +73,7 @@ class _CudnnRNN(torch.autograd.Function):
         dw = [torch.empty_like(w) if ctx.needs_input_grad[8 + i] else None
               for i, w in enumerate(weights)]
         _workspace(ctx.problem, backward=True)
-        dx = dx if ctx.needs_input_grad[1] else None
-        return (None, dx, dhx, dcx, None, None, None, None, *dw)
+        return (None, dx if ctx.needs_input_grad[1] else None, dhx, dcx, None, None, None, None, *dw)
 
 
 def _workspace(problem: dict[str, Any], backward: bool) -> None:

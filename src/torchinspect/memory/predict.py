@@ -136,7 +136,8 @@ def make_workspaces(target: Target) -> Workspaces:
     exact = target.gpu is not None and target.gpu in machine
     found = Workspaces(table, exact)
     if target.calibrate:
-        from torchinspect.memory.calibrate import load_cache, machine as this_machine
+        from torchinspect.memory.calibrate import load_cache
+        from torchinspect.memory.calibrate import machine as this_machine
 
         cache = load_cache(this_machine())
         found.calibration = cache
@@ -204,7 +205,10 @@ def replay_ranged(log: Log, end: int, mode: str, target: Target, root: str, top:
     result.peak_low = result.peak_high = result.peak
     if any(not e.exact for e in estimates.values()):
         high = run("high")
-        result.peak_low, result.peak_high = run("low").peak, high.peak
+        # the allocator's block placement can differ by a block between replays: the range
+        # always holds the point
+        result.peak_low = min(run("low").peak, result.peak)
+        result.peak_high = max(high.peak, result.peak)
         result.high_at = high.peak_at
     return result
 

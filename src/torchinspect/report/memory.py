@@ -152,8 +152,10 @@ def _fit_sections(f: FitResult, train: bool) -> list[Any]:
     rows = []
     for mode in ("inference", "training") if train else ("inference",):
         for p in f.edge(mode):
+            left = f.budget - p.peak
             rows.append([mode, p.batch, nbytes(p.peak) if not p.ranged else
                          Shown(p.peak, fmt_bytes(p.peak) + " (upper end)"),
+                         Shown(left, ("" if left >= 0 else "-") + fmt_bytes(abs(left))),
                          "yes" if p.peak <= f.budget else "no", p.where])
     items: list[tuple[str, Any]] = [("Budget", nbytes(f.budget))]
     for mode in ("inference", "training") if train else ("inference",):
@@ -171,9 +173,9 @@ def _fit_sections(f: FitResult, train: bool) -> list[Any]:
     if f.capped:
         items.append(("Note", "the search stopped at its batch limit"))
     return [KeyValues("Largest batch that fits (doubling, then bisection)", items),
-            Table("The batch found and the next one up", ["Mode", "Batch", "Peak", "Fits",
-                                                          "Peak at"], rows,
-                  align=["left", "right", "right", "left", "left"])]
+            Table("The batch found and the next one up", ["Mode", "Batch", "Peak", "Left",
+                                                          "Fits", "Peak at"], rows,
+                  align=["left", "right", "right", "right", "left", "left"])]
 
 
 def verification_report(v: Verification) -> Report:
