@@ -367,6 +367,7 @@ class WorkspaceTable:
         return {"version": 1, "machine": self.machine, "coverage": self.coverage,
                 "bounds": {k: {"a": b.a, "b": b.b, "up": b.up, "zeros": b.zeros, "n": b.n}
                            for k, b in sorted(self.bounds.items())},
+                "families": {k: [list(p) for p in v] for k, v in sorted(self.families().items())},
                 "entries": dict(sorted(self.entries.items()))}
 
 
@@ -391,8 +392,12 @@ def table_from_dict(data: dict[str, Any]) -> WorkspaceTable:
     for name, b in dict(data.get("bounds", {})).items():
         bounds[str(name)] = Bound(float(b["a"]), float(b["b"]), float(b["up"]),
                                   float(b["zeros"]), int(b["n"]))
+    families: dict[str, list[tuple[int, int]]] | None = None
+    if "families" in data:  # (size, workspace) by family, precomputed: parsing 9k keys is slow
+        families = {str(k): sorted((int(s), int(w)) for s, w in v)
+                    for k, v in dict(data["families"]).items()}
     return WorkspaceTable(dict(data.get("machine", {})), dict(entries), bounds,
-                          str(data.get("coverage", "")))
+                          str(data.get("coverage", "")), families)
 
 
 def build_table(measured: dict[str, int], machine: dict[str, Any], coverage: str) -> WorkspaceTable:
