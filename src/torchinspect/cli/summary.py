@@ -11,6 +11,7 @@ from torchinspect.cli.common import (
     ModelsArg,
     OutputOptions,
     TrainOpt,
+    each_model,
     emit_results,
     model_command,
 )
@@ -49,8 +50,7 @@ def summary(
     from torchinspect.report.summary import summary_report
 
     cols = parse_columns(columns)
-    results = [summarize(m, depth=depth, columns=cols, fold=fold, train=train, options=opts,
-                         memory=memory)
-               for m in models]
+    results = each_model(models, lambda m: summarize(
+        m, depth=depth, columns=cols, fold=fold, train=train, options=opts, memory=memory))
     emit_results("summary", results, summary_report, out, [*models, *opts.files()],
                  totals_only=totals)
