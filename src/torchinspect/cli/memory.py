@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -10,6 +10,9 @@ from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
+
+if TYPE_CHECKING:
+    from torchinspect.memory.result import FitProbe
 
 BatchesOpt = Annotated[str | None, typer.Option(
     "--batch", "-b", metavar="N[,N...]",
@@ -38,6 +41,10 @@ FitOpt = Annotated[str | None, typer.Option(
 GpuOpt = Annotated[str | None, typer.Option(
     "--gpu", metavar="h100|a100|...", help="the GPU whose cuBLAS workspace size to count "
     "(default: the GPU that is there, else h100).", show_default=False)]
+CalibrateOpt = Annotated[bool | None, typer.Option(
+    "--calibrate/--no-calibrate", help="measure each cuDNN convolution/RNN workspace on the GPU "
+    "that is here, op by op (cached per GPU; default: when predicting for that GPU).",
+    show_default=False)]
 TopOpt = Annotated[int, typer.Option("--top", min=0, help="modules listed by activation memory.")]
 VerifyOpt = Annotated[bool, typer.Option(
     "--verify", help="run the steps for real on the GPU and compare each phase with the "
@@ -68,6 +75,7 @@ def memory(
     loss: LossOpt = "sum",
     fit: FitOpt = None,
     gpu: GpuOpt = None,
+    calibrate: CalibrateOpt = None,
     top: TopOpt = 10,
     verify: VerifyOpt = False,
     tolerance: ToleranceOpt = 0.05,
@@ -89,7 +97,7 @@ def memory(
     dtype, amp_dtype = _amp(dtype, amp)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp_dtype,
                      checkpointing=checkpointing, loss=loss, fsdp=fsdp, fsdp_unit=fsdp_unit)
-    target = make_target(_semantics(opts.device), gpu)
+    target = make_target(_semantics(opts.device), gpu, calibrate=calibrate)
     budget = parse_budget(fit) if fit is not None else None
     check_tolerance(tolerance, "--tolerance")
     if verify:
@@ -99,7 +107,8 @@ def memory(
         require_cuda()
     case = make_case(model, options=opts, device="meta")
     check_checkpointing(case, cfg)
-    result = sweep_with_fit(case, cfg, target, batches, budget, top=top)
+    with _FitProgress(budget is not None) as progress:
+        result = sweep_with_fit(case, cfg, target, batches, budget, top=top, progress=progress)
     inputs = input_files([model, *opts.files()])
     if len(result.results) == 1 and result.fit is None:
         emit(memory_report(result.results[0]), out, inputs)
@@ -113,6 +122,34 @@ def memory(
         emit(verification_report(checked), OutputOptions(out.format, None))
         if not checked.ok:
             raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+
+
+class _FitProgress:
+    """One status line on stderr while --fit searches (a terminal only), cleared at the end."""
+
+    def __init__(self, on: bool) -> None:
+        import sys
+
+        self.stream = sys.stderr
+        self.on = on and self.stream.isatty()
+        self.count = 0
+
+    def __enter__(self) -> _FitProgress | None:
+        return self if self.on else None
+
+    def __call__(self, probe: FitProbe) -> None:
+        from torchinspect.report.base import fmt_bytes
+
+        self.count += 1
+        line = (f"--fit: prediction {self.count}: {probe.mode} batch {probe.batch:,} peaks at "
+                f"{fmt_bytes(probe.peak)}")
+        self.stream.write("\r" + line[:79].ljust(79))
+        self.stream.flush()
+
+    def __exit__(self, *exc: object) -> None:
+        if self.on and self.count:
+            self.stream.write("\r" + " " * 79 + "\r")
+            self.stream.flush()
 
 
 def _semantics(device: str) -> str:

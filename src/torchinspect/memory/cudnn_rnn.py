@@ -14,11 +14,13 @@ GRU and RNN, 1-3 layers, uni- and bidirectional, fp32 and bf16 (``benchmarks/cud
 
 with ``gates`` 5 for LSTM (4 gates and the cell state), 6 for GRU and 1 for a plain RNN: per
 layer and time step what the backward needs, and the output of every layer but the last.
-cuDNN's temporary **workspace** (freed inside the call) depends on the algorithm it picks on
-that GPU and is not predicted (docs/concepts/memory.md: known limits).
 
-Handled: dense input (not packed sequences), no ``proj_size``, outside autocast; anything
-else keeps PyTorch's composite (the unrolled cells).
+Under autocast the input, states and weights are cast down first, as autocast's kernel for
+``_cudnn_rnn`` does. The workspace (freed inside the call) is logged per call as a
+``workspace.Problem``: measured, looked up or bounded like a convolution's.
+
+Handled: dense input (not packed sequences), no ``proj_size``; anything else keeps PyTorch's
+composite (the unrolled cells).
 """
 
 from __future__ import annotations
@@ -56,24 +58,51 @@ class _CudnnRNN(torch.autograd.Function):
             reserve = x.new_empty(reserve_bytes(kind, layers, seq, batch, hidden, dirs,
                                                 x.element_size()), dtype=torch.uint8)
         ctx.save_for_backward(x, hx, cx, out, reserve, *weights)
+        ctx.problem = dict(kind=kind, input_size=x.shape[-1], hidden=hidden, layers=layers,
+                           dirs=dirs, seq=seq, batch=batch, dtype=x.dtype, train=train,
+                           bias=len(weights) == 4 * layers * dirs, batch_first=batch_first)
+        _workspace(ctx.problem, backward=False)
         return (out, hy, cy) if cy is not None else (out, hy)
 
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
         x, hx, cx, _, _, *weights = ctx.saved_tensors
-        dx = torch.empty_like(x) if ctx.needs_input_grad[1] else None
+        dx = torch.empty_like(x)  # cuDNN's backward-data runs (and allocates) either way
         dhx = torch.empty_like(hx) if ctx.needs_input_grad[2] else None
         dcx = torch.empty_like(cx) if cx is not None and ctx.needs_input_grad[3] else None
         dw = [torch.empty_like(w) if ctx.needs_input_grad[8 + i] else None
               for i, w in enumerate(weights)]
-        return (None, dx, dhx, dcx, None, None, None, None, *dw)
+        _workspace(ctx.problem, backward=True)
+        return (None, dx if ctx.needs_input_grad[1] else None, dhx, dcx, None, None, None, None, *dw)
+
+
+def _workspace(problem: dict[str, Any], backward: bool) -> None:
+    """Log cuDNN's RNN workspace for this call on the tracker of the run, if one runs."""
+    from torchinspect.memory.tracker import active_tracker
+    from torchinspect.memory.workspace import rnn_problem
+
+    tracker = active_tracker()
+    if tracker is not None and tracker.cudnn:
+        tracker.cudnn_workspace(rnn_problem(backward=backward, **problem))
 
 
 def _supported(x: Any, weights: Any, has_biases: bool, layers: int, dirs: int) -> bool:
     per_layer = 4 if has_biases else 2
     return (x.dim() == 3 and x.dtype in (torch.float32, torch.float16, torch.bfloat16)
-            and len(weights) == per_layer * layers * dirs
-            and not any(_autocast(d) for d in ("cpu", "cuda")))
+            and len(weights) == per_layer * layers * dirs)
+
+
+def _autocast_dtype() -> tuple[str, Any]:
+    """The device and dtype of the autocast in effect (CUDA's, or the CPU emulation of it);
+    ("", None) outside autocast."""
+    for device in ("cuda", "cpu"):
+        if _autocast(device):
+            return device, torch.get_autocast_dtype(device)
+    return "", None
+
+
+def _cast(t: Any, dtype: Any) -> Any:
+    return t.to(dtype) if t is not None and t.is_floating_point() and t.dtype != dtype else t
 
 
 def _autocast(device: str) -> bool:
@@ -89,7 +118,16 @@ def _run(kind: str, x: Any, hx: Any, cx: Any, params: Any, has_biases: bool, lay
     dirs = 2 if bidirectional else 1
     if not _supported(x, params, has_biases, layers, dirs):
         return fallback()
-    return _CudnnRNN.apply(kind, x, hx, cx, layers, dirs, batch_first, train, *params)
+    device, low = _autocast_dtype()
+    if low is None:
+        return _CudnnRNN.apply(kind, x, hx, cx, layers, dirs, batch_first, train, *params)
+    # autocast's kernel for _cudnn_rnn (aten/src/ATen/cudnn/AutocastRNN.cpp): input and
+    # states cast down, the weights copied into a new low-precision flat buffer (kept for
+    # the backward), then cuDNN in that precision with autocast off
+    cast = [_cast(w, low) for w in params]
+    with torch.autocast(device, enabled=False):
+        return _CudnnRNN.apply(kind, _cast(x, low), _cast(hx, low), _cast(cx, low), layers, dirs,
+                               batch_first, train, *cast)
 
 
 def register(lib: Any) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.memory import step as steps
 from torchinspect.memory.autocast import cuda_autocast_on_cpu
-from torchinspect.memory.gpu import cublas_workspace, parse_gpu
+from torchinspect.memory.gpu import cublas_workspace, detect_gpu, parse_gpu
 from torchinspect.memory.tracker import StorageTracker
 from torchinspect.shapes import map_tensors, tensor_leaves
 from torchinspect.sources.case import (
@@ -31,6 +31,7 @@ class Target:
     # the fake tensors' device: cpu (the backward of fake CUDA tensors needs a live CUDA
     # context, and CPU fake tensors give one answer everywhere); cuda for comparisons on a GPU
     fake_device: str
+    calibrate: bool = False  # measure cuDNN workspaces on the GPU that is here (calibrate.py)
 
     @property
     def emulated(self) -> bool:
@@ -42,16 +43,28 @@ class Target:
         return self.fake_device != "meta"
 
 
-def make_target(device: str = "cuda", gpu: str | None = None, *, fast: bool = False) -> Target:
+def make_target(device: str = "cuda", gpu: str | None = None, *, fast: bool = False,
+                calibrate: bool | None = None) -> Target:
     """``fast``: plain meta tensors instead of fake CPU tensors (no fake-tensor dispatch
-    overhead, several times faster; same numbers for inference, see test_memory)."""
+    overhead, several times faster; same numbers for inference, see test_memory).
+    ``calibrate``: measure cuDNN workspaces on this machine's GPU (None: when the GPU
+    predicted for is the one present; True without it is an error)."""
     if device not in ("cuda", "cpu"):
         raise InspectError(f"--device {device!r}: memory predicts for cuda or cpu",
                            hint="--device cuda (the default) or --device cpu")
     if device == "cpu":
         return Target("cpu", None, 0, "cpu")
     name = parse_gpu(gpu)
-    return Target("cuda", name, cublas_workspace(name), "meta" if fast else "cpu")
+    here = detect_gpu()
+    if calibrate and here is None:
+        raise InspectError("--calibrate measures cuDNN workspaces on a GPU, and no CUDA device "
+                           "is available", hint="leave out --calibrate: the shipped table and "
+                           "a range are used")
+    if calibrate and here != name:
+        raise InspectError(f"--calibrate measures the GPU that is here ({here}), not --gpu {gpu}",
+                           hint=f"leave out --gpu, or --no-calibrate to predict for {gpu}")
+    auto = here is not None and here == name if calibrate is None else calibrate
+    return Target("cuda", name, cublas_workspace(name), "meta" if fast else "cpu", auto)
 
 
 def _mark(tracker: StorageTracker, tensor: Any, kind: str) -> None:

@@ -14,7 +14,7 @@ from torchinspect.device import available_bytes
 from torchinspect.errors import InspectError
 from torchinspect.io.writers import parse_size
 from torchinspect.memory.predict import Target, predict_case
-from torchinspect.memory.result import FitResult, MemoryResult, MemorySweep
+from torchinspect.memory.result import FitProbe, FitResult, MemoryResult, MemorySweep
 from torchinspect.memory.step import StepConfig
 from torchinspect.sources.case import ModelCase
 
@@ -45,9 +45,11 @@ def sweep(case: ModelCase, cfg: StepConfig, target: Target, batches: Sequence[in
 
 
 def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
-        limit: int = BATCH_LIMIT) -> FitResult:
-    """The largest batch whose predicted peak fits ``budget``, for inference and training."""
-    probes: list[tuple[str, int, int]] = []
+        limit: int = BATCH_LIMIT, progress: Callable[[FitProbe], None] | None = None) -> FitResult:
+    """The largest batch whose predicted peak fits ``budget``, for inference and training.
+    Where cuDNN workspaces give a range, its upper end must fit. ``progress`` sees each
+    probe as it is made."""
+    probes: list[FitProbe] = []
     found: dict[str, int | None] = {}
     capped = False
     for mode in ("inference", "training") if cfg.train else ("inference",):
@@ -56,8 +58,13 @@ def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
         def peak(batch: int, mode: str = mode, mode_cfg: StepConfig = mode_cfg) -> int:
             r = predict_case(case, mode_cfg, target, batch=batch, inference=mode == "inference")
             run = r.inference if mode == "inference" else r.training
-            value = run.peak if run is not None else 0
-            probes.append((mode, batch, value))
+            if run is None:
+                return 0
+            value = run.peak_high if run.peak_high is not None else run.peak
+            probe = FitProbe(mode, batch, value, run.where, value != run.peak)
+            probes.append(probe)
+            if progress is not None:
+                progress(probe)
             return value
 
         found[mode], hit_limit = _search(peak, budget, limit)
@@ -90,6 +97,8 @@ def _search(peak: Callable[[int], int], budget: int, limit: int) -> tuple[int | 
 
 
 def sweep_with_fit(case: ModelCase, cfg: StepConfig, target: Target,
-                   batches: Sequence[int | None], budget: int | None, top: int = 10) -> MemorySweep:
+                   batches: Sequence[int | None], budget: int | None, top: int = 10,
+                   progress: Callable[[FitProbe], None] | None = None) -> MemorySweep:
     results = sweep(case, cfg, target, batches, budget=budget, top=top)
-    return MemorySweep(results, fit(case, cfg, target, budget) if budget is not None else None)
+    found = fit(case, cfg, target, budget, progress=progress) if budget is not None else None
+    return MemorySweep(results, found)

@@ -17,6 +17,7 @@ caller (Python, ``nn.MultiheadAttention``, C++ composites) gets it:
   the GPU kernels refuse takes the explicit math path, as on the GPU.
 * ``lstm``, ``gru``, ``rnn_tanh``, ``rnn_relu``: cuDNN's one-call RNN with its reserve space
   (``cudnn_rnn.py``) instead of the unrolled cells.
+* ``nn.TransformerEncoderLayer`` in eval without grad: the fused fast path (``fused.py``).
 """
 
 from __future__ import annotations
@@ -111,6 +112,9 @@ def cuda_kernels() -> Iterator[None]:
             from torchinspect.memory.cudnn_rnn import register
 
             register(lib)
-        yield
+        from torchinspect.memory.fused import fast_path
+
+        with fast_path():
+            yield
     finally:
         lib._destroy()

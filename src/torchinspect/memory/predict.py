@@ -37,7 +37,8 @@ from torchinspect.memory.modules import ForwardModules
 from torchinspect.memory.result import MemoryResult, RunMemory
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.timeline import replay
-from torchinspect.memory.tracker import StorageTracker
+from torchinspect.memory.tracker import Log, StorageTracker
+from torchinspect.memory.workspace import Workspaces, shipped_table
 from torchinspect.sources.case import (
     ModelCase,
     ModelLike,
@@ -55,7 +56,7 @@ def predict_memory(model: ModelLike, inputs: Any = None, *, train: bool = True,
                    batch: int | None = None, device: str = "cuda", gpu: str | None = None,
                    foreach: bool | None = None, options: ModelOptions | None = None,
                    top: int = 10, fsdp: int | None = None,
-                   fsdp_unit: str | None = None) -> MemoryResult:
+                   fsdp_unit: str | None = None, calibrate: bool | None = None) -> MemoryResult:
     """Predicted peak memory of inference and of a training step (first and steady state).
 
     ``model``: a `ModelCase`, an ``nn.Module`` or any MODEL text. ``batch``
@@ -63,12 +64,15 @@ def predict_memory(model: ModelLike, inputs: Any = None, *, train: bool = True,
     allocator (``torch.cuda.max_memory_allocated``); ``gpu`` names the GPU for the cuBLAS
     workspace (default: the one present, else h100). ``fsdp=N``: the per-GPU peak of FSDP2
     training over N GPUs, ``fully_shard`` on each ``fsdp_unit`` module (memory/fsdp.py).
+    ``calibrate``: measure cuDNN workspaces on the GPU that is here (None: when ``gpu`` is
+    it); without, the shipped table, and a ``peak_low``-``peak_high`` range where it has no
+    entry (memory/workspace.py).
     """
     case = make_case(model, inputs, options=options)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp,
                      checkpointing=checkpointing, loss=loss, foreach=foreach, fsdp=fsdp,
                      fsdp_unit=fsdp_unit)
-    return predict_case(case, cfg, make_target(device, gpu), batch=batch,
+    return predict_case(case, cfg, make_target(device, gpu, calibrate=calibrate), batch=batch,
                         inference=inference, top=top)
 
 
@@ -87,15 +91,17 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
 
         notes.insert(0, describe(case, cfg))
     runs = {}
+    workspaces = make_workspaces(target)
     for mode in ("inference", "training"):
         if (mode == "inference" and inference) or (mode == "training" and cfg.train):
             try:
-                runs[mode] = track(case, example, cfg, target, mode, top)
+                runs[mode] = track(case, example, cfg, target, mode, top, workspaces)
             except TrainingNeedsBatch as exc:
                 if not runs:  # nothing else to report: the error is the answer
                     raise
                 notes.insert(0, f"training step not predicted: {exc.message}; {exc.hint}")
     sizes = runs[next(iter(runs))][1]
+    notes += workspaces.notes(target.gpu)
     result = MemoryResult(
         case.name, _describe(example), batch, target.device, target.gpu, _config(cfg, target),
         sizes["params"], sizes["weights"], sizes["buffers"], sizes["input"],
@@ -125,8 +131,24 @@ def example_at(case: ModelCase, batch: int | None) -> Any:
     return rebatch(example, batch)
 
 
+def make_workspaces(target: Target) -> Workspaces:
+    """The shipped table, and this GPU's calibration cache when calibrating."""
+    table = shipped_table()
+    machine = str(table.machine.get("gpu", "")).lower().replace(" ", "")
+    exact = target.gpu is not None and target.gpu in machine
+    found = Workspaces(table, exact)
+    if target.calibrate:
+        from torchinspect.memory.calibrate import load_cache
+        from torchinspect.memory.calibrate import machine as this_machine
+
+        cache = load_cache(this_machine())
+        found.calibration = cache
+        found.calibrated = cache.entries
+    return found
+
+
 def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: str,
-          top: int) -> tuple[RunMemory, dict[str, int]]:
+          top: int, workspaces: Workspaces | None = None) -> tuple[RunMemory, dict[str, int]]:
     """Run one mode on fake tensors under the tracker; replay its log."""
     if cfg.fsdp:
         from torchinspect.memory.fsdp import track_sharded
@@ -139,7 +161,8 @@ def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: 
         from torch._subclasses.fake_tensor import FakeTensorMode
 
         fake = FakeTensorMode(allow_non_fake_inputs=True)
-    tracker = StorageTracker(workspace=target.workspace, device_type=target.fake_device)
+    tracker = StorageTracker(workspace=target.workspace, device_type=target.fake_device,
+                             cudnn=target.device == "cuda")
     with model_kept(model, buffers=False), forward_mode(model, training), \
             steps.checkpointed(model, cfg.checkpointing if training else None), \
             warnings.catch_warnings():
@@ -159,8 +182,37 @@ def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: 
         except Exception as exc:
             raise _run_error(case.name, mode, exc) from exc
         end = len(tracker.log.events)
-    return replay(tracker.log, end, mode=mode, device=target.device, root=type(model).__name__,
-                  top=top), sizes
+    return replay_ranged(tracker.log, end, mode, target, type(model).__name__, top,
+                         workspaces), sizes
+
+
+def replay_ranged(log: Log, end: int, mode: str, target: Target, root: str, top: int,
+                  workspaces: Workspaces | None) -> RunMemory:
+    """The replay with each cuDNN workspace's point bytes; where some are estimated, two more
+    with their low and high bytes give ``peak_low`` and ``peak_high``."""
+    problems = {s: a.problem for s, a in log.allocs.items() if a.kind == "cudnn"}
+    if workspaces is None:
+        workspaces = make_workspaces(target)
+    if target.calibrate and problems:
+        from torchinspect.memory.calibrate import calibrate
+
+        calibrate(problems.values(), workspaces.calibration)
+    estimates = {s: workspaces.estimate(p) for s, p in problems.items()}
+
+    def run(pick: str) -> RunMemory:
+        sizes = {s: getattr(e, pick) for s, e in estimates.items()}
+        return replay(log, end, mode=mode, device=target.device, root=root, top=top, sizes=sizes)
+
+    result = run("point")
+    result.peak_low = result.peak_high = result.peak
+    if any(not e.exact for e in estimates.values()):
+        high = run("high")
+        # the allocator's block placement can differ by a block between replays: the range
+        # always holds the point
+        result.peak_low = min(run("low").peak, result.peak)
+        result.peak_high = max(high.peak, result.peak)
+        result.high_at = high.peak_at
+    return result
 
 
 def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -215,8 +267,10 @@ def _notes(cfg: StepConfig, target: Target) -> list[str]:
                      "caching allocator's block rules")
     if target.device == "cuda":
         notes.append(f"includes the cuBLAS workspace of {target.gpu} "
-                     f"({target.workspace / 2**20:g} MiB per thread that runs a matmul); cuDNN "
-                     "workspaces (convolution, RNN) are not predicted")
+                     f"({target.workspace / 2**20:g} MiB per thread that runs a matmul) and "
+                     "cuDNN workspaces (convolution, RNN): "
+                     + ("measured on this GPU, op by op" if target.calibrate else
+                        "from the table measured on an H100, else a range"))
     return notes
 
 

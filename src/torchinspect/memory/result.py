@@ -38,6 +38,12 @@ class RunMemory:
     ops: int = 0
     optimizer_state: int = 0
     gradients: int = 0
+    # cuDNN workspaces not measured for this GPU give a range (workspace.py); equal to peak
+    # when every workspace is known
+    peak_low: int | None = None
+    peak_high: int | None = None
+    high_at: str = ""  # the op whose workspace sets peak_high (its module and problem)
+    peak_at: str = ""  # set by the replay: the cuDNN workspace allocated at the peak, if any
 
     @property
     def where(self) -> str:
@@ -54,6 +60,7 @@ class RunMemory:
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["where"] = self.where
+        d.pop("peak_at", None)
         d["saved"] = [{"module": m, "bytes": b} for m, b in self.saved]
         d["timeline"] = [{"phase": p, "step": s, "bytes": b} for p, s, b in self.timeline]
         return d
@@ -103,18 +110,52 @@ class MemoryResult:
 
 
 @dataclass
+class FitProbe:
+    """One prediction of the --fit search: its peak (the upper end where there is a range)."""
+
+    mode: str
+    batch: int
+    peak: int
+    where: str = ""
+    ranged: bool = False  # peak is the upper end of a range (cuDNN workspaces not measured)
+
+
+@dataclass
 class FitResult:
     """``--fit``: the largest batch whose predicted peak fits the budget, per mode."""
 
     budget: int
     inference: int | None  # None: not even batch 1 fits
     training: int | None
-    probes: list[tuple[str, int, int]]  # (mode, batch, predicted peak)
+    probes: list[FitProbe]
     capped: bool = False  # the search stopped at its batch limit
+
+    def edge(self, mode: str) -> list[FitProbe]:
+        """The probes at the batch found and the next one up (the search makes both)."""
+        found = getattr(self, mode)
+        batches = (found, found + 1) if found is not None else (1, 2)
+        out = []
+        for b in batches:
+            probe = next((p for p in reversed(self.probes) if p.mode == mode and p.batch == b), None)
+            if probe is not None:
+                out.append(probe)
+        return out
+
+    @property
+    def binding(self) -> str | None:
+        """The mode that limits the batch (training when both were searched and it is lower)."""
+        found = {m: getattr(self, m) for m in ("inference", "training")
+                 if any(p.mode == m for p in self.probes)}
+        if not found:
+            return None
+        return min(found, key=lambda m: (found[m] if found[m] is not None else -1,
+                                         m == "inference"))
 
     def to_dict(self) -> dict[str, Any]:
         return {"budget": self.budget, "inference": self.inference, "training": self.training,
-                "probes": [{"mode": m, "batch": b, "peak": p} for m, b, p in self.probes],
+                "binding": self.binding,
+                "probes": [{"mode": p.mode, "batch": p.batch, "peak": p.peak, "where": p.where,
+                            "upper_end": p.ranged} for p in self.probes],
                 "capped": self.capped}
 
 

@@ -143,8 +143,8 @@ def checkpointed(model: Any, type_name: str | None) -> Iterator[int]:
                 continue
             original = m.forward
 
-            def forward(*a: Any, _f: Any = original, **kw: Any) -> Any:
-                return checkpoint(_f, *a, use_reentrant=False, **kw)
+            def forward(*a: Any, _f: Any = original, _m: Any = m, **kw: Any) -> Any:
+                return checkpoint(_recomputable(_m, _f), *a, use_reentrant=False, **kw)
 
             m.forward = forward
             added.append(m)
@@ -152,6 +152,22 @@ def checkpointed(model: Any, type_name: str | None) -> Iterator[int]:
     finally:
         for m in added:
             m.__dict__.pop("forward", None)
+
+
+def _recomputable(module: Any, forward: Any) -> Any:
+    """``forward`` bound to the parameters and buffers ``module`` holds now: under
+    ``functional_call`` those are the step's tensors, but the recomputation runs during the
+    backward, after ``functional_call`` has put the module's own (meta, for a model the CLI
+    built) tensors back."""
+    from torch.nn.utils.stateless import _reparametrize_module
+
+    state = {**dict(module.named_parameters(remove_duplicate=False)),
+             **dict(module.named_buffers(remove_duplicate=False))}
+
+    def run(*a: Any, **kw: Any) -> Any:
+        with _reparametrize_module(module, state):
+            return forward(*a, **kw)
+    return run
 
 
 def module_types(model: Any) -> list[str]:

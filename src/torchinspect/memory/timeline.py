@@ -18,6 +18,8 @@ def category(a: Alloc) -> str | None:
         return None
     if a.phase in ("weights", "buffers", "input", "workspace"):
         return a.phase
+    if a.kind == "cudnn":
+        return "workspace"
     if a.kind == "grad":
         return "gradients"
     if a.kind == "state":
@@ -31,9 +33,13 @@ def make_allocator(device: str) -> Any:
     return CachingAllocator() if device == "cuda" else SumOfRounded(rounding=False)
 
 
-def replay(log: Log, end: int, *, mode: str, device: str, root: str, top: int = 10) -> RunMemory:
-    """Replay ``log.events[:end]``; the peak, each phase's peak and its makeup."""
+def replay(log: Log, end: int, *, mode: str, device: str, root: str, top: int = 10,
+           sizes: dict[int, int] | None = None) -> RunMemory:
+    """Replay ``log.events[:end]``; the peak, each phase's peak and its makeup. ``sizes``:
+    bytes of allocations logged without them (cuDNN workspaces), by serial."""
+    sizes = sizes or {}
     allocator = make_allocator(device)
+    highest, driver = 0, ""
     totals = dict.fromkeys(CATEGORIES, 0)
     placed: dict[int, tuple[int, str]] = {}  # serial -> (address, category)
     peaks: dict[tuple[str, int], PhasePeak] = {}
@@ -52,21 +58,35 @@ def replay(log: Log, end: int, *, mode: str, device: str, root: str, top: int = 
         a = log.allocs[ev.serial]
         if ev.alloc:
             cat = category(a)
-            if cat is None or a.nbytes == 0:
+            nbytes = sizes.get(ev.serial, a.nbytes)
+            if cat is None or nbytes == 0:
                 continue
-            addr = allocator.malloc(a.nbytes)
+            addr = allocator.malloc(nbytes)
             placed[ev.serial] = (addr, cat)
             totals[cat] += allocator.size_of(addr)
             key = (phase, step)
             if phase != "setup" and (key not in peaks or allocator.allocated > peaks[key].peak):
                 peaks[key] = PhasePeak(phase, step, allocator.allocated, _short(a.module, root),
                                        dict(totals))
+            if allocator.allocated > highest and phase != "setup":
+                highest = allocator.allocated
+                driver = _driver(a, root)
         elif ev.serial in placed:
             addr, cat = placed.pop(ev.serial)
             totals[cat] -= allocator.size_of(addr)
             allocator.free(addr)
         timeline.append((phase, step, allocator.allocated))
-    return _run_memory(log, mode, list(peaks.values()), saved, timeline, root, top)
+    run = _run_memory(log, mode, list(peaks.values()), saved, timeline, root, top)
+    run.peak_at = driver
+    return run
+
+
+def _driver(a: Alloc, root: str) -> str:
+    """What the allocation at a peak is, when it is a cuDNN workspace."""
+    if a.kind != "cudnn" or a.problem is None:
+        return ""
+    at = _short(a.module, root)
+    return (f"{at}: " if at else "") + f"{a.problem.describe()} workspace"
 
 
 def _run_memory(log: Log, mode: str, phases: list[PhasePeak], saved: list[tuple[str, int]],

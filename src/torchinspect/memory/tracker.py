@@ -38,7 +38,8 @@ class Alloc:
     phase: str  # weights, buffers, input, forward, backward, optimizer, workspace
     module: str
     step: int = 0  # training iteration (1, 2) or 0 for inference / before the run
-    kind: str = ""  # set after the run: grad, state, host (not on the device)
+    kind: str = ""  # set after the run: grad, state, host (not on the device); cudnn
+    problem: Any = None  # kind cudnn: the workspace's `workspace.Problem` (bytes set later)
 
 
 @dataclass
@@ -66,8 +67,10 @@ class StorageTracker(TorchDispatchMode):
     at the first matmul-class op of that thread; ``phase`` and ``step`` are set by the runner.
     """
 
-    def __init__(self, *, workspace: int = 0, device_type: str | None = None) -> None:
+    def __init__(self, *, workspace: int = 0, device_type: str | None = None,
+                 cudnn: bool = False) -> None:
         super().__init__()
+        self.cudnn = cudnn  # log a workspace around each convolution (cuDNN's, on CUDA)
         self.device_type = device_type  # tensors elsewhere (a CPU step counter) are not counted
         self.log = Log()
         self.phase = "forward"
@@ -126,7 +129,22 @@ class StorageTracker(TorchDispatchMode):
                 self._see(t, self.phase, module, name)
         if self.workspace and name in _MATRIX_ARGS:
             self._cublas_copies(name, args, module)
+        if self.cudnn and name in _CONV_OPS:
+            from torchinspect.memory.workspace import conv_problem
+
+            self.cudnn_workspace(conv_problem(name, args), module)
         return out
+
+    def cudnn_workspace(self, problem: Any, module: str | None = None) -> None:
+        """A cuDNN call's workspace: allocated after its outputs, freed before it returns
+        (its bytes are set when the log is replayed: ``workspace.py``)."""
+        if problem is None:
+            return
+        serial = self._new(0, self.phase, self.current_module() if module is None else module)
+        self.log.allocs[serial].kind = "cudnn"
+        self.log.allocs[serial].problem = problem
+        self.log.events.append(Event(serial, True, problem.op))
+        self.log.events.append(Event(serial, False, problem.op))
 
     def _cublas_copies(self, name: str, args: Any, module: str) -> None:
         """cuBLAS takes a matrix with one unit stride; any other (an expanded gradient, a
@@ -183,6 +201,19 @@ class StorageTracker(TorchDispatchMode):
 # the matrix operands of the cuBLAS ops, by position
 _MATRIX_ARGS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2),
                 "addbmm": (1, 2), "_addmm_activation": (1, 2)}
+
+
+_CONV_OPS = frozenset({"convolution", "convolution_backward"})
+
+
+def active_tracker() -> StorageTracker | None:
+    """The tracker of the run in progress, if any (for kernels that log a workspace)."""
+    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
+
+    for mode in reversed(_get_current_dispatch_mode_stack()):
+        if isinstance(mode, StorageTracker):
+            return mode
+    return None
 
 
 def _cublas_ready(t: Any) -> bool:

@@ -7,7 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes, pct
 
 if TYPE_CHECKING:
-    from torchinspect.memory.result import MemoryResult, MemorySweep, RunMemory
+    from torchinspect.memory.result import FitResult, MemoryResult, MemorySweep, RunMemory
     from torchinspect.memory.verify import Verification
 
 _COLUMNS = ("weights", "buffers", "input", "gradients", "optimizer state", "activations",
@@ -47,8 +47,36 @@ def _header(r: MemoryResult) -> list[str]:
     return lines
 
 
+def peak_cell(run: RunMemory) -> Shown:
+    """``1.33 GB``, or ``1.33-2.12 GB`` where unmeasured cuDNN workspaces give a range (the
+    value, for CSV, stays the point prediction)."""
+    if not _ranged(run):
+        return nbytes(run.peak)
+    return Shown(run.peak, bytes_range(run.peak_low or 0, run.peak_high or 0))
+
+
+def _ranged(run: RunMemory) -> bool:
+    return run.peak_low is not None and run.peak_high is not None and run.peak_low != run.peak_high
+
+
+def bytes_range(low: int, high: int) -> str:
+    """``1.33-2.12 GB`` (one unit where both share it, else ``980.00 MB-1.20 GB``)."""
+    a, b = fmt_bytes(low).split(" "), fmt_bytes(high).split(" ")
+    return f"{a[0]}-{b[0]} {b[1]}" if a[1] == b[1] else f"{fmt_bytes(low)}-{fmt_bytes(high)}"
+
+
+def _range_items(run: RunMemory) -> list[tuple[str, Any]]:
+    if not _ranged(run):
+        return []
+    return [("Range", Shown([run.peak_low, run.peak_high],
+                            bytes_range(run.peak_low or 0, run.peak_high or 0)
+                            + " (cuDNN workspaces not measured on this GPU)")),
+            ("Upper end set by", run.high_at or "-")]
+
+
 def _inference(run: RunMemory) -> KeyValues:
-    items: list[tuple[str, Any]] = [("Peak allocated", nbytes(run.peak)), ("Where", run.where)]
+    items: list[tuple[str, Any]] = [("Peak allocated", nbytes(run.peak)), *_range_items(run),
+                                    ("Where", run.where)]
     items += [(k.capitalize(), nbytes(v)) for k, v in run.breakdown.items() if v]
     return KeyValues("Inference (eval, inference_mode)", items)
 
@@ -77,7 +105,7 @@ def _training(r: MemoryResult, run: RunMemory) -> KeyValues:
     first = max((p.peak for p in run.phases if p.step == 1), default=0)
     steady = max((p.peak for p in run.phases if p.step == 2), default=0)
     items: list[tuple[str, Any]] = [
-        ("Peak allocated", nbytes(run.peak)), ("Where", run.where),
+        ("Peak allocated", nbytes(run.peak)), *_range_items(run), ("Where", run.where),
         ("First step peak", nbytes(first)), ("Steady-state peak", nbytes(steady)),
         ("Gradients", nbytes(run.gradients)), ("Optimizer state", nbytes(run.optimizer_state)),
         ("Activations saved for backward", nbytes(run.saved_total)),
@@ -95,37 +123,59 @@ def _saved(run: RunMemory) -> Table:
 def _sweep_report(s: MemorySweep) -> Report:
     first = s.results[0]
     budget = first.budget
+    train = bool(first.config["train"])
     rows = []
     for r in s.results:
         row: list[Any] = [r.batch if r.batch is not None else "-", r.input]
-        for run in (r.inference, r.training):
-            row.append(nbytes(run.peak) if run is not None else Shown("", "-"))
+        for run in (r.inference, r.training) if train else (r.inference,):
+            row.append(peak_cell(run) if run is not None else Shown("", "-"))
         if budget is not None:
             misses = [m for m in ("inference", "training") if r.fits(m) is False]
             row.append("no: " + ", ".join(misses) if misses else "yes")
         row.append(r.training.where if r.training is not None else
                    r.inference.where if r.inference is not None else "-")
         rows.append(row)
-    columns = ["Batch", "Input", "Inference peak", "Training peak",
-               *(["Fits " + fmt_bytes(budget)] if budget is not None else []), "Training peak at"]
+    columns = ["Batch", "Input", "Inference peak", *(["Training peak"] if train else []),
+               *(["Fits " + fmt_bytes(budget)] if budget is not None else []),
+               "Training peak at" if train else "Inference peak at"]
     sections: list[Any] = [Text(_header(first)[1:2]),
                            Table(f"{first.model}: predicted peaks by batch", columns, rows,
                                  primary=True)]
     if s.fit is not None:
-        f = s.fit
-        items: list[tuple[str, Any]] = [("Budget", nbytes(f.budget))]
-        for mode in ("inference", "training"):
-            if mode == "training" and not first.config["train"]:
-                continue
-            value = getattr(f, mode)
-            items.append((f"Largest {mode} batch", value if value is not None else "none (batch 1 "
-                          "does not fit)"))
-        items.append(("Predictions made", len(f.probes)))
-        if f.capped:
-            items.append(("Note", "the search stopped at its batch limit"))
-        sections.append(KeyValues("Largest batch that fits (doubling, then bisection)", items))
+        sections += _fit_sections(s.fit, train)
     sections.append(Text([f"note: {n}" for n in first.notes], style="yellow"))
     return Report("memory", s.to_dict(), sections)
+
+
+def _fit_sections(f: FitResult, train: bool) -> list[Any]:
+    """The largest batch per mode, the rows at it and one above, and which mode binds."""
+    rows = []
+    for mode in ("inference", "training") if train else ("inference",):
+        for p in f.edge(mode):
+            left = f.budget - p.peak
+            rows.append([mode, p.batch, nbytes(p.peak) if not p.ranged else
+                         Shown(p.peak, fmt_bytes(p.peak) + " (upper end)"),
+                         Shown(left, ("" if left >= 0 else "-") + fmt_bytes(abs(left))),
+                         "yes" if p.peak <= f.budget else "no", p.where])
+    items: list[tuple[str, Any]] = [("Budget", nbytes(f.budget))]
+    for mode in ("inference", "training") if train else ("inference",):
+        value = getattr(f, mode)
+        items.append((f"Largest {mode} batch", value if value is not None else "none (batch 1 "
+                      "does not fit)"))
+    binding = f.binding
+    if binding is not None:
+        edge = f.edge(binding)
+        at = next((p.where for p in edge if p.peak > f.budget), edge[-1].where if edge else "-")
+        items.append(("Binding", f"{binding}: the next batch up peaks in {at}"))
+    items.append(("Predictions made", len(f.probes)))
+    if any(p.ranged for p in f.probes):
+        items.append(("Note", "peaks with a range are compared at their upper end"))
+    if f.capped:
+        items.append(("Note", "the search stopped at its batch limit"))
+    return [KeyValues("Largest batch that fits (doubling, then bisection)", items),
+            Table("The batch found and the next one up", ["Mode", "Batch", "Peak", "Left",
+                                                          "Fits", "Peak at"], rows,
+                  align=["left", "right", "right", "right", "left", "left"])]
 
 
 def verification_report(v: Verification) -> Report:

@@ -1,0 +1,276 @@
+"""The shipped cuDNN workspace table (src/torchinspect/memory/data/cudnn_workspace.json.gz).
+
+Three steps, the middle one on a GPU (about 5-20 minutes of GPU time, by coverage):
+
+    # 1. the problems: convolutions of the torchvision models below (forward, and the backward
+    #    with the output mask training uses) at batch 1, 8, 32 in fp32, bf16 and fp16, and a
+    #    grid of cuDNN RNN problems (any machine, meta tensors, seconds)
+    PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py problems problems.json
+    # 2. measure each one alone on the GPU (calibrate.measure_problem); appends JSON lines,
+    #    stops cleanly at --deadline seconds
+    PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py measure problems.json out.jsonl
+    # 3. the table: every measured problem, and each family's envelope (workspace.build_table)
+    PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py build benchmarks/results/cudnn-workspace-h100.jsonl.gz
+
+    # 4. how far the range's high end can be trusted (leave-one-layer-out on the same data)
+    PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py check benchmarks/results/cudnn-workspace-h100.jsonl.gz
+
+Raw data: benchmarks/results/cudnn-workspace-h100.jsonl.gz (one line per problem, machine named).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+TABLE_MODELS = (
+    "alexnet", "vgg16", "vgg11_bn", "resnet18", "resnet34", "resnet50", "resnet101",
+    "resnext50_32x4d", "wide_resnet50_2", "densenet121", "mobilenet_v2", "mobilenet_v3_large",
+    "mobilenet_v3_small", "efficientnet_b0", "efficientnet_v2_s", "convnext_tiny",
+    "regnet_y_400mf", "regnet_x_1_6gf", "shufflenet_v2_x1_0", "squeezenet1_0", "mnasnet1_0",
+    "googlenet", "inception_v3", "fcn_resnet50", "deeplabv3_resnet50", "vit_b_16", "swin_t",
+)
+SIZES = {"inception_v3": 299}
+BATCHES = (32, 8, 1)
+DTYPES = ("fp32", "bf16", "fp16")
+TABLE = Path(__file__).resolve().parents[1] / "src/torchinspect/memory/data/cudnn_workspace.json.gz"
+
+
+def conv_problems(model: Any, shape: tuple[int, ...]) -> list[Any]:
+    """Forward convolution problems of one forward on meta tensors (weights requiring grad),
+    with the backward each implies (input gradient when the input requires one)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torchinspect.memory.workspace import Problem, conv_problem
+
+    found: list[Any] = []
+
+    class Collect(TorchDispatchMode):
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kw: Any = None) -> Any:
+            if func.overloadpacket.__name__ == "convolution":
+                fwd = conv_problem("convolution", args)
+                if fwd is not None:
+                    spec = dict(fwd.spec)
+                    spec["mask"] = [bool(args[0].requires_grad), True, args[2] is not None]
+                    found.append(fwd)
+                    found.append(Problem("conv_bwd", tuple(sorted(spec.items()))))
+            return func(*args, **(kw or {}))
+
+    model = model.to("meta").train()
+    x = torch.empty(shape, device="meta")
+    with Collect():
+        model(x)
+    return list(dict.fromkeys(found))
+
+
+def with_batch_dtype(problem: Any, batch: int, dtype: str) -> Any:
+    from torchinspect.memory.workspace import Problem
+
+    spec = dict(problem.spec)
+    spec["x"] = [batch, *spec["x"][1:]]
+    spec["dtype"] = dtype
+    return Problem(problem.op, tuple(sorted(spec.items())))
+
+
+def rnn_grid() -> list[Any]:
+    from torchinspect.memory.workspace import rnn_problem
+
+    out = []
+    for kind in ("lstm", "gru", "rnn_tanh"):
+        for hidden in (256, 1024):
+            for layers in (1, 2):
+                for dirs in (1, 2):
+                    for batch in (8, 32):
+                        for dtype in ("fp32", "bf16"):
+                            for train in (True, False):
+                                common = dict(kind=kind, input_size=hidden, hidden=hidden,
+                                              layers=layers, dirs=dirs, seq=128, batch=batch,
+                                              dtype=dtype, train=train, bias=True,
+                                              batch_first=False)
+                                out.append(rnn_problem(backward=False, **common))
+                                if train:
+                                    out.append(rnn_problem(backward=True, **common))
+    return out
+
+
+def problems(path: str) -> None:
+    import torch
+    import torchvision
+
+    keys: list[str] = []
+    bases = {}
+    for name in TABLE_MODELS:
+        size = SIZES.get(name, 224)
+        kw: dict[str, Any] = {"aux_loss": False, "weights_backbone": None} if name.startswith(
+            ("fcn", "deeplab")) else {}
+        if name in ("googlenet", "inception_v3"):
+            kw = {"aux_logits": False, "init_weights": False}
+        try:
+            with torch.device("meta"):  # seconds faster: no weight initialisation
+                model = torchvision.models.get_model(name, weights=None, **kw)
+        except NotImplementedError:  # a constructor that computes on tensors (regnet)
+            model = torchvision.models.get_model(name, weights=None, **kw)
+        bases[name] = conv_problems(model, (2, 3, size, size))  # BatchNorm trains on 2+
+        print(f"{name}: {len(bases[name])} problems", file=sys.stderr)
+    # order: every model at batch 32 fp32 first, so a deadline still leaves a useful table
+    for i, (batch, dtype) in enumerate((b, d) for d in DTYPES for b in BATCHES):
+        for base in bases.values():
+            keys += [with_batch_dtype(p, batch, dtype).key for p in base]
+        if i == 0:
+            keys += [p.key for p in rnn_grid()]
+    unique = list(dict.fromkeys(keys))
+    Path(path).write_text(json.dumps(unique))
+    print(f"{len(unique)} problems -> {path}", file=sys.stderr)
+
+
+def measure(path: str, out: str, deadline: float) -> None:
+    import torch
+
+    from torchinspect.memory.calibrate import machine, measure_problem
+    from torchinspect.memory.workspace import problem_from_key
+
+    keys = json.loads(Path(path).read_text())
+    done = set()
+    if Path(out).exists():
+        done = {json.loads(line)["key"] for line in Path(out).read_text().splitlines() if line}
+    info = machine()
+    start = time.monotonic()
+    with open(out, "a") as f:
+        for i, key in enumerate(keys):
+            if key in done:
+                continue
+            if time.monotonic() - start > deadline:
+                print(f"deadline: {i} of {len(keys)} measured", file=sys.stderr)
+                break
+            t0 = time.perf_counter()
+            nbytes = measure_problem(problem_from_key(key))
+            f.write(json.dumps({"key": key, "workspace": nbytes, "ms": round(
+                1000 * (time.perf_counter() - t0), 1), **info}) + "\n")
+            f.flush()
+    print(f"measured in {time.monotonic() - start:.0f} s on {torch.cuda.get_device_name()}",
+          file=sys.stderr)
+
+
+def build(paths: list[str]) -> None:
+    from torchinspect.memory.workspace import build_table
+
+    measured: dict[str, int] = {}
+    info: dict[str, Any] = {}
+    for path in paths:
+        raw = Path(path).read_bytes()
+        text = gzip.decompress(raw).decode() if path.endswith(".gz") else raw.decode()
+        for line in text.splitlines():
+            row = json.loads(line)
+            if row["workspace"] is not None:
+                measured[row["key"]] = row["workspace"]
+                info = {k: row[k] for k in ("gpu", "cudnn", "torch")}
+    coverage = (f"{len(measured)} problems: the convolutions of {len(TABLE_MODELS)} torchvision "
+                f"models at batch {', '.join(map(str, sorted(BATCHES)))} in "
+                f"{', '.join(DTYPES)} (forward and backward), and cuDNN RNN problems")
+    table = build_table(measured, info, coverage)
+    TABLE.parent.mkdir(parents=True, exist_ok=True)
+    data = json.dumps(table.to_dict(), separators=(",", ":")).encode()
+    TABLE.write_bytes(gzip.compress(data, mtime=0))
+    print(f"{TABLE}: {len(measured)} entries, {len(table.bounds)} envelopes, "
+          f"{TABLE.stat().st_size // 1024} KiB", file=sys.stderr)
+
+
+def check(paths: list[str]) -> None:
+    """How well the range's high end bounds problems the table does not hold: each measured
+    convolution is estimated from the others with its whole configuration (every batch and
+    dtype of that layer) left out, and from its own other batch sizes only."""
+    import statistics
+
+    from torchinspect.memory.workspace import WINDOW, problem_from_key
+
+    rows = _rows(paths)
+    families: dict[str, list[tuple[int, int, str]]] = {}
+    configs: dict[str, dict[int, tuple[int, int]]] = {}
+    for key, nbytes in rows.items():
+        p = problem_from_key(key)
+        if not p.op.startswith("conv"):
+            continue
+        spec = dict(p.spec)
+        layer = json.dumps([p.op, spec["w"], spec["s"], spec["p"], spec["d"], spec["g"],
+                            spec["t"], spec["x"][2:]])
+        families.setdefault(p.family, []).append((p.size, nbytes, layer))
+        spec["x"] = spec["x"][1:]
+        configs.setdefault(json.dumps([p.op, spec], sort_keys=True), {})[
+            problem_from_key(key).params["x"][0]] = (p.size, nbytes)
+    fwd = [w for k, w in rows.items() if k.startswith("conv_fwd")]
+    bwd = [(problem_from_key(k).size, w) for k, w in rows.items() if k.startswith("conv_bwd")]
+    ratios = sorted(w / s for s, w in bwd if w)
+    print(f"forward convolutions with no workspace: {sum(w == 0 for w in fwd)}/{len(fwd)}; "
+          f"backward with one: {len(ratios)}/{len(bwd)}, workspace/problem bytes median "
+          f"{statistics.median(ratios):.2f}, 90th percentile "
+          f"{ratios[int(0.9 * len(ratios))]:.2f}; largest workspace "
+          f"{max(w for _, w in bwd) / 2**20:.0f} MiB")
+    covered = total = 0
+    excess = []
+    for points in families.values():
+        points.sort()
+        for size, nbytes, layer in points:
+            near = [w * max(1.0, size / max(s, 1)) for s, w, other in points
+                    if other != layer and size / WINDOW <= s <= size * WINDOW]
+            if not near:
+                continue
+            total += 1
+            covered += nbytes <= max(near)
+            excess.append((max(near) - nbytes) / 2**20)
+    print(f"local envelope (family, sizes within x{WINDOW:g}, same layer left out): "
+          f"{covered}/{total} = {100 * covered / total:.1f}% covered; high end above the "
+          f"measurement by median {statistics.median(excess):.1f} MiB, 90th percentile "
+          f"{sorted(excess)[int(0.9 * len(excess))]:.1f} MiB")
+    for held in (8, 32):
+        ok = n = 0
+        for by_batch in configs.values():
+            if held in by_batch and len(by_batch) >= 3:
+                size, nbytes = by_batch[held]
+                others = [w * max(1.0, size / s) for b, (s, w) in by_batch.items() if b != held]
+                n += 1
+                ok += nbytes <= max(others)
+        print(f"same layer at batch {held} from its other batches: {ok}/{n} = "
+              f"{100 * ok / n:.1f}% under the largest of them (scaled with the batch)")
+
+
+def _rows(paths: list[str]) -> dict[str, int]:
+    measured: dict[str, int] = {}
+    for path in paths:
+        raw = Path(path).read_bytes()
+        text = gzip.decompress(raw).decode() if path.endswith(".gz") else raw.decode()
+        for line in text.splitlines():
+            row = json.loads(line)
+            if row["workspace"] is not None:
+                measured[row["key"]] = row["workspace"]
+    return measured
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = ap.add_subparsers(dest="step", required=True)
+    sub.add_parser("problems").add_argument("path")
+    m = sub.add_parser("measure")
+    m.add_argument("problems")
+    m.add_argument("out")
+    m.add_argument("--deadline", type=float, default=1200)
+    sub.add_parser("build").add_argument("paths", nargs="+")
+    sub.add_parser("check").add_argument("paths", nargs="+")
+    a = ap.parse_args()
+    if a.step == "problems":
+        problems(a.path)
+    elif a.step == "measure":
+        measure(a.problems, a.out, a.deadline)
+    elif a.step == "check":
+        check(a.paths)
+    else:
+        build(a.paths)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,218 @@
+"""Calibration: each distinct cuDNN problem of a prediction run alone on this GPU.
+
+`measure_problem` builds random tensors of the problem's shapes on the GPU, runs the one
+call (a convolution, its backward with the same output mask, a cuDNN RNN forward or
+backward) twice, and records the workspace: the peak allocated during the call minus what
+is allocated after it (its outputs stay alive). One op at a time, so a batch whose whole
+model would not fit is still measured, and ``--fit`` needs no model run per batch.
+
+Results are cached in ``$XDG_CACHE_HOME/torchinspect`` (``~/.cache/torchinspect``), one file
+per GPU name, cuDNN version and torch version; a file that does not parse, or whose header
+names another GPU or version, is ignored with a note and rewritten. An op that runs out of
+memory is cached as ``null`` and reported (the table or the range is used for it).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from torchinspect.memory.workspace import Problem, conv_output
+
+DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
+
+
+def machine() -> dict[str, Any]:
+    """The GPU, cuDNN and torch versions that key a cache file (CUDA present)."""
+    import torch
+
+    return {"gpu": torch.cuda.get_device_name(), "cudnn": torch.backends.cudnn.version(),
+            "torch": torch.__version__}
+
+
+def cache_dir() -> Path:
+    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(base) / "torchinspect"
+
+
+def cache_path(info: dict[str, Any], folder: Path | None = None) -> Path:
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{info['gpu']}-cudnn{info['cudnn']}-torch{info['torch']}"
+                  .lower()).strip("-")
+    return (folder or cache_dir()) / f"cudnn-workspace-{slug}.json"
+
+
+@dataclass
+class Calibration:
+    """Measured workspaces of this machine (None: the op ran out of memory)."""
+
+    info: dict[str, Any]
+    path: Path
+    entries: dict[str, int | None] = field(default_factory=dict)
+    notes: list[str] = field(default_factory=list)
+    dirty: bool = False
+
+    def save(self) -> None:
+        """Write the cache atomically (a temporary file renamed over it)."""
+        if not self.dirty:
+            return
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
+        tmp.write_text(json.dumps({"version": 1, "machine": self.info,
+                                   "entries": dict(sorted(self.entries.items()))}))
+        os.replace(tmp, self.path)
+        self.dirty = False
+
+
+def load_cache(info: dict[str, Any], folder: Path | None = None) -> Calibration:
+    """This machine's cache; a corrupt file or one of another machine is ignored (a note)."""
+    path = cache_path(info, folder)
+    cal = Calibration(info, path)
+    if not path.exists():
+        return cal
+    try:
+        data = json.loads(path.read_bytes())
+        if not isinstance(data, dict) or data.get("version") != 1:
+            raise ValueError("not a version-1 cache")
+        if data.get("machine") != info:
+            cal.notes.append(f"ignored the calibration cache {path}: it was measured on "
+                             f"{_name(data.get('machine'))}, not {_name(info)}")
+            return cal
+        entries = data.get("entries")
+        if not isinstance(entries, dict) or not all(
+                isinstance(k, str) and (v is None or (isinstance(v, int) and v >= 0))
+                for k, v in entries.items()):
+            raise ValueError("entries must map problem keys to byte counts")
+        cal.entries = dict(entries)
+    except (ValueError, UnicodeDecodeError) as exc:
+        cal.notes.append(f"ignored the calibration cache {path}: corrupt ({exc}); measuring again")
+    return cal
+
+
+def _name(info: Any) -> str:
+    if not isinstance(info, dict):
+        return "an unknown machine"
+    return f"{info.get('gpu')} (cuDNN {info.get('cudnn')}, torch {info.get('torch')})"
+
+
+def calibrate(problems: Iterable[Problem], cal: Calibration,
+              progress: Callable[[int, int], None] | None = None) -> None:
+    """Measure every problem the cache does not hold; the cache is saved afterwards."""
+    todo = [p for p in dict.fromkeys(problems) if p.key not in cal.entries]
+    for i, problem in enumerate(todo):
+        if progress is not None:
+            progress(i, len(todo))
+        cal.entries[problem.key] = measure_problem(problem)
+        cal.dirty = True
+    if todo:
+        cal.save()
+
+
+def measure_problem(problem: Problem, repeats: int = 2) -> int | None:
+    """The workspace bytes of one problem on this GPU (None: out of memory)."""
+    import torch
+
+    try:
+        run = _conv(problem) if problem.op.startswith("conv") else _rnn(problem)
+        worst = 0
+        for _ in range(repeats):
+            worst = max(worst, run() if problem.op == "rnn_bwd" else _excess(run))
+        return worst
+    except torch.OutOfMemoryError:
+        return None
+    finally:
+        torch.cuda.synchronize()
+        torch.cuda.empty_cache()
+
+
+def _excess(run: Callable[[], Any]) -> int:
+    """Peak allocated during ``run()`` minus what is allocated once it returned (its result
+    alive)."""
+    import torch
+
+    torch.cuda.synchronize()
+    torch.cuda.reset_peak_memory_stats()
+    out = run()
+    torch.cuda.synchronize()
+    peak = torch.cuda.max_memory_allocated()
+    after = torch.cuda.memory_allocated()
+    del out
+    return max(0, peak - after)
+
+
+def _tensor(shape: Any, dtype: Any, layout: str = "cf") -> Any:
+    import torch
+
+    t = torch.randn(*shape, dtype=dtype, device="cuda")
+    if layout == "cl":
+        t = t.contiguous(memory_format=torch.channels_last if t.dim() == 4
+                         else torch.channels_last_3d)
+    return t
+
+
+def _conv(problem: Problem) -> Callable[[], Any]:
+    import torch
+
+    p = problem.params
+    dt = getattr(torch, DTYPES[p["dtype"]])
+    x = _tensor(p["x"], dt, p["layout"])
+    w = _tensor(p["w"], dt, p["layout"])
+    args = (p["s"], p["p"], p["d"], p["t"], p["op"], p["g"])
+    if problem.op == "conv_fwd":
+        bias = torch.randn(conv_output(p)[1], dtype=dt, device="cuda") if p["b"] else None
+
+        def fwd() -> Any:
+            with torch.no_grad():
+                return torch.ops.aten.convolution(x, w, bias, *args)
+        return fwd
+    grad = _tensor(conv_output(p), dt, p["layout"])
+    bias_sizes = [conv_output(p)[1]] if p["b"] else None
+
+    def bwd() -> Any:
+        return torch.ops.aten.convolution_backward(grad, x, w, bias_sizes, *args, p["mask"])
+    return bwd
+
+
+def _rnn(problem: Problem) -> Callable[[], Any]:
+    import torch
+
+    p = problem.params
+    dt = getattr(torch, DTYPES[p["dtype"]])
+    cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN,
+           "rnn_relu": torch.nn.RNN}[p["kind"]]
+    kw = {"nonlinearity": "relu"} if p["kind"] == "rnn_relu" else {}
+    module = cls(p["input"], p["hidden"], num_layers=p["layers"], bias=p["bias"],
+                 bidirectional=p["dirs"] == 2, batch_first=p["bf"], **kw).to(device="cuda",
+                                                                             dtype=dt)
+    module.train(p["train"])
+    shape = (p["batch"], p["seq"]) if p["bf"] else (p["seq"], p["batch"])
+    x = torch.randn(*shape, p["input"], dtype=dt, device="cuda",
+                    requires_grad=problem.op == "rnn_bwd")
+    if problem.op == "rnn_fwd":
+        def fwd() -> Any:
+            if p["train"]:
+                return module(x)
+            with torch.inference_mode():
+                return module(x)
+        return fwd
+    params = list(module.parameters())
+
+    def bwd() -> int:
+        # a fresh graph each time, released by the backward as in training (retain_graph
+        # would make cuDNN's backward clone its reserve); the workspace is the peak above what
+        # was allocated before it and the gradients it returns
+        out, _ = module(x)
+        grad = torch.randn_like(out)
+        torch.cuda.synchronize()
+        before = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        grads = torch.autograd.grad(out, [x, *params], grad)
+        torch.cuda.synchronize()
+        storages = {g.untyped_storage()._cdata: g.untyped_storage().nbytes() for g in grads}
+        kept = sum(-(-n // 512) * 512 for n in storages.values())
+        return max(0, torch.cuda.max_memory_allocated() - before - kept)
+    return bwd
