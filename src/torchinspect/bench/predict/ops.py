@@ -62,6 +62,10 @@ VIEW = frozenset(
     view_as_real view_as_complex _conj _neg_view resolve_conj resolve_neg conj""".split())
 RNN_MODULES = ("LSTM", "GRU", "RNN")
 # ops of attention written out (F.multi_head_attention_forward on meta): fused on a GPU
+_NORM_SUB = {"native_batch_norm": "norm.batch", "_native_batch_norm_legit_no_training": "norm.batch",
+             "_native_batch_norm_legit": "norm.batch", "cudnn_batch_norm": "norm.batch",
+             "native_layer_norm": "norm.layer", "native_group_norm": "norm.group",
+             "_fused_rms_norm": "norm.rms", "rms_norm": "norm.rms"}
 _MHA_MATH = frozenset("bmm baddbmm _safe_softmax _softmax mul div masked_fill".split())
 
 KINDS = ("matmul", "conv", "attention", "norm", "eltwise", "reduction", "pool", "gather",
@@ -231,6 +235,7 @@ class _Recorder:
         self.stack = stack
         self.trace = OpTrace()
         self.suppress = 0
+        self.rnn_matmuls = 0
 
     def add(self, name: str, kind: str, sub: str, flops: float, nbytes: float,
             kernels: int = 1, fused: bool = False) -> None:
@@ -260,9 +265,22 @@ class _Recorder:
         if self.stack.in_rnn() and kind in ("eltwise", "other", "copy"):
             self.add(name, "eltwise", "eltwise", flops, nbytes, kernels=0, fused=True)
             return
+        if kind == "norm":
+            sub = _NORM_SUB.get(name, "norm")
+        bias = args[2] if kind == "conv" and len(args) > 2 else None
+        if isinstance(bias, torch.Tensor) and outs:  # cuDNN convolves, then adds the bias
+            out_bytes = self.pricer.nbytes(outs[0])
+            self.add(name, kind, sub, flops, nbytes - out_bytes - self.pricer.nbytes(bias))
+            self.add("conv_bias_add", "eltwise", "eltwise", float(outs[0].numel()),
+                     2 * out_bytes + self.pricer.nbytes(bias))
+            return
+        if self.stack.in_rnn() and kind == "matmul":
+            sub = "matmul.rnn"  # cuDNN's recurrent kernels, not cuBLAS calls
         self.add(name, kind, sub, flops, nbytes)
-        if self.stack.in_rnn() and kind == "matmul":  # its gates' pointwise kernel
-            self.add("rnn_pointwise", "eltwise", "eltwise", 0.0, 0.0)
+        if self.stack.in_rnn() and kind == "matmul":
+            self.rnn_matmuls += 1
+            if self.rnn_matmuls % 2 == 0:  # one fused gate kernel per step (two matmuls)
+                self.add("rnn_pointwise", "eltwise", "eltwise", 0.0, 0.0)
 
     def attention_module(self, module: Any, args: Any) -> None:
         """``nn.MultiheadAttention``: its QKᵀ·softmax·AV as one fused attention kernel."""
