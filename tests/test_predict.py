@@ -161,3 +161,21 @@ def test_prediction_against_a_measured_graph_replay(model, dtype, batch):
     ms = measured.configs[0].timing.stats.median * 1e3
     pred = predict_latency(case, name, dtypes=(dtype,), batches=(batch,)).results[0]
     assert pred.gpu_ms == pytest.approx(ms, rel=0.35), (pred.gpu_ms, ms)
+
+
+def test_check_max_latency_without_a_gpu_uses_the_prediction(invoke):
+    result = invoke("check", "zoo:convnet", "--max-latency-ms", "0.001", "--gpu", "h100")
+    assert result.exit_code == 1, result.output  # a tiny net still needs more than 1 µs
+    assert "predicted-ms" in result.output
+    assert "PREDICTED eager latency on h100" in result.output
+    ok = invoke("check", "zoo:convnet", "--max-latency-ms", "100", "--gpu", "h100",
+                "--format", "json")
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads(ok.output[ok.output.index("{"):])
+    assert set(doc["models"][0]["readings"]) == {"predicted-ms"}
+
+
+def test_check_unknown_gpu_exits_2(invoke):
+    result = invoke("check", "zoo:convnet", "--max-latency-ms", "1", "--gpu", "a10")
+    assert result.exit_code == 2
+    assert "did you mean a100" in result.output

@@ -4,22 +4,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.bench.predict.gpus import validation_text
 from torchinspect.report.base import Report, Table, Text, fmt_si, si
 
 if TYPE_CHECKING:
     from torchinspect.bench.predict import Prediction
 
 SCHEMA_VERSION = 1
-
-
-def validation_text(validation: dict[str, Any]) -> str:
-    """The validation error of a table, as its results page states it."""
-    if not validation or validation.get("median_abs_error") is None:
-        return "validation error: not measured for this GPU"
-    return (f"validation error on {validation.get('models')} models never tuned on: median "
-            f"{100 * validation['median_abs_error']:.0f}%, 90th percentile "
-            f"{100 * validation['p90_abs_error']:.0f}%, eager binding side right "
-            f"{100 * validation['binding_right']:.0f}% ({validation.get('page')})")
 
 
 def header(p: Prediction) -> list[str]:

@@ -90,6 +90,16 @@ class Gpu:
         return f"datasheet rates of the {self.spec.label} (uncalibrated)"
 
 
+def validation_text(validation: dict[str, Any]) -> str:
+    """The validation error of a table, as its results page states it."""
+    if not validation or validation.get("median_abs_error") is None:
+        return "validation error: not measured for this GPU"
+    return (f"validation error on {validation.get('models')} models never tuned on: median "
+            f"{100 * validation['median_abs_error']:.0f}%, 90th percentile "
+            f"{100 * validation['p90_abs_error']:.0f}%, eager binding side right "
+            f"{100 * validation['binding_right']:.0f}% ({validation.get('page')})")
+
+
 def known_gpus() -> list[str]:
     return list(DATASHEET)
 
