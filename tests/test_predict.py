@@ -179,3 +179,21 @@ def test_check_unknown_gpu_exits_2(invoke):
     result = invoke("check", "zoo:convnet", "--max-latency-ms", "1", "--gpu", "a10")
     assert result.exit_code == 2
     assert "did you mean a100" in result.output
+
+
+def test_summary_time_column_is_predicted_for_a_named_gpu(invoke):
+    result = invoke("summary", "zoo:convnet", "--columns", "type,macs,time", "--gpu", "h100",
+                    "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    rows = doc["layers"]
+    assert rows[0]["time_ms"] > 0
+    leaves = [r for r in rows if r["depth"] == 1 and r["time_ms"] is not None]
+    assert sum(r["time_ms"] for r in leaves) == pytest.approx(rows[0]["time_ms"], rel=1e-6)
+    assert any("PREDICTED ms per call on h100" in n for n in doc["notes"])
+
+
+def test_summary_time_column_needs_a_gpu(invoke):
+    result = invoke("summary", "zoo:convnet", "--columns", "time")
+    assert result.exit_code == 2
+    assert "--gpu" in result.output

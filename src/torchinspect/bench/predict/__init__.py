@@ -8,7 +8,13 @@ predicted and names its source (a calibrated table or datasheet rates).
 """
 
 from torchinspect.bench.predict.gpus import Gpu, GpuSpec, known_gpus, resolve_gpu
-from torchinspect.bench.predict.predict import BatchPrediction, LayerRow, Prediction, predict_latency
+from torchinspect.bench.predict.predict import (
+    BatchPrediction,
+    LayerRow,
+    Prediction,
+    module_times,
+    predict_latency,
+)
 
-__all__ = ["BatchPrediction", "Gpu", "GpuSpec", "LayerRow", "Prediction", "known_gpus",
+__all__ = ["BatchPrediction", "Gpu", "GpuSpec", "LayerRow", "Prediction", "known_gpus", "module_times",
            "predict_latency", "resolve_gpu"]

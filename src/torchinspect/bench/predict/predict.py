@@ -217,3 +217,37 @@ def _batch_of(example: Any) -> int:
     """The leading dimension of the example's first tensor (its batch), else 1."""
     specs = example.specs() if hasattr(example, "specs") else []
     return int(specs[0].shape[0]) if specs and specs[0].shape else 1
+
+
+def module_times(case: Any, gpu: str, *, dtype: str | None = None,
+                 tf32: bool | None = None) -> tuple[dict[str, float], Prediction]:
+    """Predicted ms per module name (inclusive: its ops and those of the modules inside,
+    summed over its calls; "" is the whole model) at the case's own input, for the
+    summary's ``time`` column. ``dtype``: the model's own float dtype unless given."""
+    from torchinspect.sources.case import make_case
+
+    case = make_case(case, device="meta")
+    dtype = dtype or _model_dtype(case.model)
+    target = resolve_gpu(gpu)
+    pred = predict_latency(case, gpu, dtypes=(dtype,), tf32=tf32)
+    trace = record_ops(case.model, case.require_example(), dtype=dtype)
+    table = efficiency_table(target)
+    own: dict[str, float] = {}
+    for op in trace.ops:
+        own[op.module] = own.get(op.module, 0.0) + price(op, target, dtype, tf32, table).us
+    out: dict[str, float] = {"": sum(own.values()) / 1e3}
+    for name, us in own.items():
+        parts = name.split(".") if name else []
+        for i in range(1, len(parts) + 1):
+            key = ".".join(parts[:i])
+            out[key] = out.get(key, 0.0) + us / 1e3
+    return out, pred
+
+
+def _model_dtype(model: Any) -> str:
+    from torchinspect.dtypes import short_name
+
+    for p in model.parameters():
+        if p.is_floating_point():
+            return short_name(str(p.dtype).removeprefix("torch.")) or "fp32"
+    return "fp32"
