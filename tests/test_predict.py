@@ -197,3 +197,16 @@ def test_summary_time_column_needs_a_gpu(invoke):
     result = invoke("summary", "zoo:convnet", "--columns", "time")
     assert result.exit_code == 2
     assert "--gpu" in result.output
+
+
+def test_report_roofline_chart_draws_both_roofs_and_one_point_per_module(tmp_path, invoke):
+    page = tmp_path / "r.html"
+    result = invoke("report", "zoo:convnet", "--gpu", "h100", "-o", page, "--no-graph",
+                    "--no-doctor")
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert "Roofline on the NVIDIA H100" in text and "PREDICTED, not measured" in text
+    svg = text[text.index("arithmetic intensity (FLOP per"):]
+    svg = svg[:svg.index("</svg>")]
+    assert "TF32 tensor cores" in svg and "fp32 CUDA cores" in svg and "memory" in svg
+    assert svg.count("<circle") >= 5  # the convs, norms, linear... and the legend
