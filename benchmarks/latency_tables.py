@@ -15,8 +15,8 @@ Inputs (written by ``benchmarks/latency_measure.py`` on the GPU):
    (measured: host enqueue time >= graph replay time means the host binds).
 
 Writes ``src/torchinspect/bench/predict/tables/h100.json`` (with the validation summary),
-``benchmarks/results/latency/predictions.json``, ``benchmarks/RESULTS-latency.md`` and
-``docs/results/latency.md``. Usage: ``python benchmarks/latency_tables.py [--gpu h100]``.
+``benchmarks/results/latency/predictions.json`` and ``benchmarks/RESULTS-latency.md`` (the
+docs include it). Usage: ``python benchmarks/latency_tables.py [--gpu h100]``.
 """
 
 from __future__ import annotations
@@ -280,7 +280,6 @@ def main() -> None:
                                           + "\n", encoding="utf-8")
     page = render(env, probe, table, sets, rows)
     (ROOT / "benchmarks" / "RESULTS-latency.md").write_text(page, encoding="utf-8")
-    (ROOT / "docs" / "results" / "latency.md").write_text(page, encoding="utf-8")
     print(json.dumps(sets, indent=1))
 
 
