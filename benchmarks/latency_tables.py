@@ -333,6 +333,19 @@ def render(env: dict[str, Any], probe: dict[str, Any], table: dict[str, Any],
             f"{r['predicted_host_ms']:.2f} | {r.get('measured_binds', '-')} / {r['predicted_binds']} |")
     lines += ["", "Measured binding side: the host binds when its enqueue time for one eager "
               "forward is at least the graph-replay (GPU) time.", ""]
+    speed = RAW / "speed.json"
+    if speed.exists():
+        sp = json.loads(speed.read_text(encoding="utf-8"))
+        lines += ["## Speed of the prediction", "",
+                  f"`benchmarks/latency_speed.py` on {sp['machine']} (shared with other jobs), "
+                  f"Python {sp['python']}, torch {sp['torch']}, median of {sp['runs']} "
+                  "alternating whole-process runs:", "",
+                  "| command | wall s | CPU s |", "|---|---|---|"]
+        for key, cmd in sp["commands"].items():
+            lines.append(f"| `{cmd}` | {sp['wall_s'][key]:.2f} | {sp['cpu_s'][key]:.2f} |")
+        lines += ["", "The prediction costs what a summary of the same model costs (start-up, "
+                  "model build, meta traces); wall time above CPU time is the machine's other "
+                  "load.", ""]
     return "\n".join(lines)
 
 
