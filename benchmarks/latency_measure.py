@@ -169,7 +169,9 @@ def _profile(case: Any, device: str, dtype: str, batch: int) -> dict[str, Any]:
     dt = latency_ops.DTYPES[dtype]
     model = case.real_model(device).to(dt).eval()
     args, kwargs = materialize(rebatch(case.example, batch), device)
-    cast = (lambda t: t.to(dt) if isinstance(t, torch.Tensor) and t.is_floating_point() else t)
+    def cast(t: Any) -> Any:
+        return t.to(dt) if isinstance(t, torch.Tensor) and t.is_floating_point() else t
+
     args = tuple(cast(a) for a in args)
     kwargs = {k: cast(v) for k, v in kwargs.items()}
     with torch.inference_mode():

@@ -222,9 +222,8 @@ def bench(
     report = bench_report(result, changes, setup)
     if predict is not None:  # a real run and the prediction for it, side by side
         from torchinspect.bench.predict import predict_latency
-        from torchinspect.report.predict import against_measured, header
-
         from torchinspect.report.base import Text
+        from torchinspect.report.predict import against_measured, header
 
         pred = predict_latency(case, predict, dtypes=options.dtypes, batches=batches,
                                tf32=tf32)

@@ -4,7 +4,7 @@ failure), baselines (`--save-baseline`, `--baseline --max-increase`), JUnit XML.
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -76,7 +76,7 @@ def _targets(out: OutputOptions, junit: str | None, save: str | None,
             check_target(path, protect=protect)
 
 
-def _predict_latency(given: dict[object, str | None], gpu: str, opts: ModelOptions) -> None:
+def _predict_latency(given: dict[Any, Any], gpu: str, opts: ModelOptions) -> None:
     """--gpu NAME without CUDA here: the latency budget is judged on the prediction."""
     from torchinspect.analysis.check import Metric
     from torchinspect.bench.predict import resolve_gpu
