@@ -210,3 +210,9 @@ def test_report_roofline_chart_draws_both_roofs_and_one_point_per_module(tmp_pat
     svg = svg[:svg.index("</svg>")]
     assert "TF32 tensor cores" in svg and "fp32 CUDA cores" in svg and "memory" in svg
     assert svg.count("<circle") >= 5  # the convs, norms, linear... and the legend
+
+
+def test_cli_predict_refuses_options_of_a_real_run(invoke):
+    result = invoke("bench", "zoo:convnet", "--predict", "h100", "--channels-last")
+    assert result.exit_code == 2
+    assert "--channels-last has no effect" in result.output

@@ -79,6 +79,8 @@ EQUIVALENT = {
     "--strict": "require every key to match when a state_dict is loaded (strict=True)",
     "--batch": "the batch dimension a forward runs with (prepended to --input shapes)",
     "--train": "training mode instead of eval (summary/flops trace it, memory predicts a step)",
+    "--gpu": "the GPU, by name (h100, a100, ...), a prediction is made for; each help says "
+             "what it predicts there",
     "--verify": "run the real thing and compare it with what the command produced; exit 1 "
                 "beyond the tolerance",
 }

@@ -189,8 +189,10 @@ def bench(
         _compare_saved(model, compare, out)
         return
     if predict is not None and not opts.device.startswith("cuda"):
-        _predict_only(model, predict, batch, dtype, tf32, opts, out)
-        return
+        _refuse_real_run_options(compile=compile or compile_mode != CompileMode.default, amp=amp,
+                                 max_batch=max_batch, profile=profile, compare=bool(compare),
+                                 channels_last=channels_last)
+        return _predict_only(model, predict, batch, dtype, tf32, opts, out)
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
                            hint="use --device cpu or --device cuda[:N]")
@@ -219,20 +221,35 @@ def bench(
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
     changes, setup = _against(old, result)
-    report = bench_report(result, changes, setup)
-    if predict is not None:  # a real run and the prediction for it, side by side
-        from torchinspect.bench.predict import predict_latency
-        from torchinspect.report.base import Text
-        from torchinspect.report.predict import against_measured, header
-
-        pred = predict_latency(case, predict, dtypes=options.dtypes, batches=batches,
-                               tf32=tf32)
-        report.data["predicted"] = pred.to_dict()
-        report.sections += [Text(header(pred)), against_measured(pred, result.to_dict())]
+    report = _with_prediction(bench_report(result, changes, setup), case, predict, options, tf32, result)
     emit(report, out, inputs=[model, *opts.files(), compare])
     _exit_if_unmeasured(result, model)
     _exit_if_slower(changes)
     sys.stderr.flush()
+
+
+def _refuse_real_run_options(**given: bool) -> None:
+    """--predict without --device cuda runs nothing: options of a real run are refused."""
+    real = [f"--{name.replace('_', '-')}" for name, on in given.items() if on]
+    if real:
+        raise InspectError(f"--predict runs nothing on a device: {real[0]} has no effect there",
+                           hint="leave it out, or add --device cuda to measure beside the "
+                           "prediction")
+
+
+def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32: bool | None,
+                     result: Any) -> Any:
+    """With --predict: the prediction for the configurations just measured, side by side."""
+    if gpu is None:
+        return report
+    from torchinspect.bench.predict import predict_latency
+    from torchinspect.report.base import Text
+    from torchinspect.report.predict import against_measured, header
+
+    pred = predict_latency(case, gpu, dtypes=options.dtypes, batches=options.batches, tf32=tf32)
+    report.data["predicted"] = pred.to_dict()
+    report.sections += [Text(header(pred)), against_measured(pred, result.to_dict())]
+    return report
 
 
 def _predict_only(model: str, gpu: str, batch: str | None, dtype: str, tf32: bool | None,
