@@ -226,7 +226,9 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
     binds = [r for r in rows if "measured_binds" in r]
     right = sum(r["measured_binds"] == r["predicted_binds"] for r in binds)
     p90 = errs[min(len(errs) - 1, math.ceil(0.9 * len(errs)) - 1)] if errs else None
+    eager = sorted(abs(r["predicted_eager_ms"] / r["eager_ms"] - 1) for r in rows if "eager_ms" in r)
     return {"cases": len(rows), "models": len({r["model"] for r in rows}),
+            "eager_median_abs_error": round(statistics.median(eager), 4) if eager else None,
             "median_abs_error": round(statistics.median(errs), 4) if errs else None,
             "p90_abs_error": round(p90, 4) if p90 is not None else None,
             "within_15": round(sum(e <= 0.15 for e in errs) / len(errs), 4) if errs else None,
@@ -311,17 +313,20 @@ def render(env: dict[str, Any], probe: dict[str, Any], table: dict[str, Any],
         "## Summary",
         "",
         "| set | models | cases | median abs error (graph replay) | 90th percentile | "
-        "within 15% | within 30% | eager binding side right |",
-        "|---|---|---|---|---|---|---|---|",
+        "within 15% | within 30% | eager binding side right | median abs error (eager time) |",
+        "|---|---|---|---|---|---|---|---|---|",
     ]
     for name, label in (("val", "validation (never tuned on)"), ("dev", "development")):
         s = sets[name]
         lines.append(f"| {label} | {s['models']} | {s['cases']} | {_pct(s['median_abs_error'])} "
                      f"| {_pct(s['p90_abs_error'])} | {_pct(s['within_15'])} | "
                      f"{_pct(s['within_30'])} | {_pct(s['binding_right'])} "
-                     f"({s['binding_cases']} cases) |")
+                     f"({s['binding_cases']} cases) | {_pct(s['eager_median_abs_error'])} |")
     lines += ["", "Targets (issue 34, validation set): median within 15%, 90% within 30%, "
-              "binding side right for 90%.", "", "## Every case", "",
+              "binding side right for 90%. The eager time itself is rougher: the host side is "
+              "modelled from a probe of the CPU, and the GPU host's eager timings move by up to "
+              "2x between runs of the same model (densenet121 bf16 batch 1: 22 ms, fp32: 13 ms).",
+              "", "## Every case", "",
               "| set | model | dtype | batch | graph replay ms | predicted ms | error | "
               "eager ms | host enqueue ms | predicted host ms | binds (measured / predicted) |",
               "|---|---|---|---|---|---|---|---|---|---|---|"]
