@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -11,6 +11,7 @@ from torchinspect.cli.common import (
     ModelsArg,
     OutputOptions,
     TrainOpt,
+    each_model,
     emit_results,
     model_command,
 )
@@ -35,21 +36,24 @@ GpuOpt = Annotated[str | None, typer.Option(
 TotalsOpt = Annotated[bool, typer.Option("--totals", help="totals only (one row per model).")]
 
 
-def _add_times(s: object, model: str, gpu: str, opts: ModelOptions) -> None:
-    """Fill the `time` column: predicted ms per call of each row on ``gpu``."""
+def _add_times(s: Any, model: str, gpu: str | None, opts: ModelOptions) -> Any:
+    """Fill the `time` column: predicted ms per call of each row on ``gpu`` (None: as is)."""
+    if gpu is None:
+        return s
     from torchinspect.bench.predict import module_times
     from torchinspect.bench.predict.gpus import validation_text
     from torchinspect.sources.case import make_case
 
     times, pred = module_times(make_case(model, options=opts, device="meta"), gpu)
-    for row in s.rows:  # type: ignore[attr-defined]
+    for row in s.rows:
         t = times.get(row.name)
         row.time_ms = None if t is None or not row.ran else t / max(row.calls, 1)
     r = pred.results[0]
-    s.notes.append(  # type: ignore[attr-defined]
+    s.notes.append(
         f"Time (pred.): PREDICTED ms per call on {pred.gpu} ({r.dtype}, CUDA-graph replay; "
         f"whole model {r.gpu_ms:.3f} ms, eager {r.eager_ms:.3f} ms, {r.binds} binds), not "
         f"measured; {pred.source}; {validation_text(pred.validation)}")
+    return s
 
 
 @model_command()
@@ -75,11 +79,8 @@ def summary(
     if timed and gpu is None:
         raise InspectError("--columns time: predicted for which GPU?",
                            hint="add --gpu NAME (e.g. --gpu h100)")
-    results = [summarize(m, depth=depth, columns=cols, fold=fold, train=train, options=opts,
-                         memory=memory)
-               for m in models]
-    if timed and gpu is not None:
-        for m, s in zip(models, results, strict=True):
-            _add_times(s, m, gpu, opts)
+    results = each_model(models, lambda m: _add_times(summarize(
+        m, depth=depth, columns=cols, fold=fold, train=train, options=opts, memory=memory),
+        m, gpu if timed else None, opts))
     emit_results("summary", results, summary_report, out, [*models, *opts.files()],
                  totals_only=totals)

@@ -57,6 +57,10 @@ class Table:
     # columns the table renderer may leave out (in this order) when a set width (COLUMNS)
     # can't hold the table without folding its text below FOLD_MIN characters; a footer says
     optional: list[str] = field(default_factory=list)
+    # rows a reader can skip (unchanged against a baseline): Markdown (a pull-request comment)
+    # folds them into a collapsed <details> block under the table; other formats show them
+    quiet: list[bool] | None = None
+    quiet_label: str = "unchanged"
 
 
 @dataclass
@@ -116,6 +120,7 @@ class Report:
     data: dict[str, Any]
     sections: list[Section] = field(default_factory=list)
     version: int = 1  # bumped when the JSON shape of a command changes
+    title: str | None = None  # a heading for documents that stand alone (Markdown)
 
     @property
     def schema(self) -> str:
