@@ -207,7 +207,7 @@ def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         "checkpoint --arch": [tmp_path / "w.pth", "--arch", spec],
         "--weights": [spec, "--weights", tmp_path / "w.pth"],
         "safetensors": [tmp_path / "w.safetensors", "--arch", spec],
-        "torchscript": [tmp_path / "m.ts", "--input", "3,8,8"],
+        "torchscript": [tmp_path / "m.ts", "--input", "3,8,8", "--trust-pickle"],
         "torch.export": [tmp_path / "m.pt2"],
         "trusted pickle": [tmp_path / "full.pth", "--trust-pickle", "--input", "3,8,8"],
     }
@@ -253,7 +253,7 @@ def test_output_is_written(invoke, tmp_path: Path):
     out = tmp_path / "s.json"
     result = invoke("summary", "zoo:convnet", "--format", "json", "--output", out)
     assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text())["schema"] == "torchinspect/summary/v3"
+    assert json.loads(out.read_text())["schema"] == "torchinspect/summary/v4"
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temporary left behind
 
 

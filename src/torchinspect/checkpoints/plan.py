@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.arguments import as_list
+from torchinspect.dtypes import FLOATING, SHORT
 from torchinspect.errors import InspectError
 from torchinspect.io.atomic import protected
-from torchinspect.io.diff import entry_meta
+from torchinspect.io.compare import entry_meta
 from torchinspect.io.entries import FilePool, LoadedInput, TensorSource
+from torchinspect.io.formats import writer_for
 from torchinspect.io.meta import TensorMeta
 from torchinspect.io.safetensors import scalar_metadata
 from torchinspect.io.state_dict import (
@@ -47,7 +49,7 @@ class CastDtype(StrEnum):
 
     @property
     def torch_name(self) -> str:
-        return {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[self.value]
+        return SHORT[self.value]  # dtypes.py: the one table of dtype names
 
 
 class OutputKind(StrEnum):
@@ -56,8 +58,7 @@ class OutputKind(StrEnum):
     dcp = "dcp"  # a torch.distributed.checkpoint folder
 
 
-CASTABLE = frozenset({"float16", "bfloat16", "float32", "float64"})
-_PT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+CASTABLE = frozenset(n for n in FLOATING if not n.startswith("complex"))  # real floats
 EXTRA_META_PREFIX = "torchinspect.extra_state."
 # what a DCP folder written by `inspect convert` holds (the mark names the writer)
 DCP_MARK = ".torchinspect-convert"
@@ -69,12 +70,9 @@ def output_kind(dst: str | os.PathLike[str]) -> OutputKind:
     path = Path(dst)
     if str(dst).endswith(("/", os.sep)):
         return OutputKind.dcp
-    if path.suffix == ".safetensors":
-        return OutputKind.safetensors
-    if path.suffix in _PT_SUFFIXES:
-        return OutputKind.pt
-    if path.suffix == ".dcp":
-        return OutputKind.dcp
+    writer = writer_for(path)  # the format registry: suffix -> the output that writes it
+    if writer is not None:
+        return OutputKind(writer)
     raise InspectError(f"{path}: unknown output format {path.suffix or '(no extension)'!r}",
                        hint="name OUT *.safetensors, *.pt / *.pth for a torch.save state_dict, "
                        "or NAME.dcp / NAME/ for a torch.distributed.checkpoint folder")
@@ -212,6 +210,7 @@ class ConvertPlan:
     allow_partial: bool = False
     protect: tuple[Path, ...] = ()
     shards: list[tuple[str, list[Entry]]] = field(default_factory=list)  # file name, its tensors
+    replaced_shards: list[Path] = field(default_factory=list)  # the old set's, removed after
     staged: dict[Path, Path] = field(default_factory=dict)
 
     @property
@@ -290,6 +289,20 @@ def _plan_shards(plan: ConvertPlan, shard_size: int) -> list[tuple[str, list[Ent
     split = plan_shards({e.name: e.nbytes for e in plan.tensors}, shard_size)
     groups = [[by_name[k] for k in shard] for shard in split.shards] or [[]]
     names = [shard_name(plan.dst, i + 1, len(groups)) for i in range(len(groups))]
+    if plan.force and any(plan.dst.with_name(n).exists() for n in names):
+        # --force over a set with these names: the new set gets names no file has, the
+        # index (written last) switches to it in one rename, the old files go after; a kill
+        # at any point leaves the old set or the new one, never a mix
+        gen = next(g for g in range(1, 10_000) if not any(
+            plan.dst.with_name(shard_name(plan.dst, i + 1, len(groups), g)).exists()
+            for i in range(len(groups))))
+        names = [shard_name(plan.dst, i + 1, len(groups), gen) for i in range(len(groups))]
+    if plan.force:  # the old set, and sets of killed runs (our names, no index names them)
+        ours = re.compile(re.escape(plan.dst.stem) + r"-\d{5}-of-\d{5}(-r\d+)?" + re.escape(plan.dst.suffix))
+        leftovers = [p for p in plan.dst.parent.glob(f"{plan.dst.stem}-*{plan.dst.suffix}")
+                     if ours.fullmatch(p.name) and p.is_file()]
+        plan.replaced_shards = [p for p in sorted({*_indexed_shards(index_path(plan.dst)), *leftovers})
+                                if p.name not in names]
     for name in names:
         out = plan.dst.with_name(name)
         if out.exists() and not plan.force:
@@ -311,8 +324,24 @@ def index_path(dst: Path) -> Path:
     return dst.with_name(dst.name + ".index.json")
 
 
-def shard_name(dst: Path, i: int, n: int) -> str:
-    return f"{dst.stem}-{i:05d}-of-{n:05d}{dst.suffix}"
+def shard_name(dst: Path, i: int, n: int, generation: int = 0) -> str:
+    """``model-00001-of-00003.safetensors``; a replacement written beside a set of the same
+    names is ``model-00001-of-00003-r1.safetensors`` (its index names it)."""
+    gen = f"-r{generation}" if generation else ""
+    return f"{dst.stem}-{i:05d}-of-{n:05d}{gen}{dst.suffix}"
+
+
+def _indexed_shards(index: Path) -> list[Path]:
+    """The shard files an existing index names (plain names in its folder only), to remove
+    once the new index replaced it; nothing when there is no readable index."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        names = set(weight_map.values()) if isinstance(weight_map, dict) else set()
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return []
+    return sorted(index.with_name(n) for n in names if isinstance(n, str) and n
+                  and "/" not in n and "\\" not in n and n not in (".", "..")
+                  and index.with_name(n).is_file())
 
 
 def check_conflicts(dst: Path, kind: OutputKind, inp: LoadedInput, protect: Sequence[Path],

@@ -23,9 +23,10 @@ from torchinspect.checkpoints.plan import (
     index_path,
     needs_materialized,
 )
+from torchinspect.dtypes import short_name
 from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.io.atomic import atomic_folder, atomic_path, is_disk_full
-from torchinspect.io.diff import tensor_value
+from torchinspect.io.compare import tensor_value
 from torchinspect.io.entries import FilePool
 from torchinspect.io.writers import torch_dtype, write_pt_stream, write_safetensors_stream
 
@@ -53,6 +54,17 @@ def staged_outputs(plan: ConvertPlan) -> Iterator[ConvertPlan]:
             plan.staged[plan.dst] = stack.enter_context(atomic_path(plan.dst, force=plan.force,
                                                                     protect=protect))
         yield plan
+    _remove_replaced_shards(plan, protect)
+
+
+def _remove_replaced_shards(plan: ConvertPlan, protect: tuple[Any, ...]) -> None:
+    """After the new index is in place: the old set's shard files it no longer names (never
+    an input). A kill before this leaves only unreferenced files behind, never a mix."""
+    keep = {Path(p).resolve() for p in protect if p is not None}
+    for old in plan.replaced_shards:
+        if old.resolve() not in keep:
+            with contextlib.suppress(OSError):
+                old.unlink()
 
 
 def write(plan: ConvertPlan, files: FilePool) -> None:
@@ -125,7 +137,7 @@ def check_overflow(plan: ConvertPlan) -> None:
     inf = sum(a for a, _ in result.overflow.values())
     zero = sum(b for _, b in result.overflow.values())
     worst = max(result.overflow, key=lambda k: result.overflow[k])
-    flag = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(cast_to or "", cast_to)
+    flag = short_name(cast_to or "") or cast_to
     text = (f"--dtype {flag}: {inf:,} value(s) overflow to inf and {zero:,} underflow to 0 "
             f"in {len(result.overflow)} tensor(s) (e.g. {worst!r}: {result.overflow[worst][0]:,} "
             f"to inf, {result.overflow[worst][1]:,} to 0)")

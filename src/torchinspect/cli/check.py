@@ -10,6 +10,7 @@ import typer
 
 from torchinspect.cli.common import MODEL_FORMS, OutputOptions, emit, input_files, model_command
 from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.report.render import printable
 from torchinspect.sources.case import ModelOptions
 
 MaybeModelsArg = Annotated[list[str] | None, typer.Argument(
@@ -116,7 +117,7 @@ def check(
 ) -> None:
     """Enforce size budgets (params, MACs, MB, latency) and baselines on one or more models;
     exit 1 if any fails or cannot be built, 2 on a usage error."""
-    from torchinspect.analysis import check as core
+    from torchinspect import check as core
     from torchinspect.report.check import check_report
 
     protect = input_files([*(models or []), *opts.files(), config, baseline])
@@ -140,12 +141,17 @@ def check(
     protect = input_files(inputs)
     _targets(out, junit, save_baseline, protect)  # the config's model files too
     if plan.config and (out.output or out.format in ("json", "csv")):
-        typer.echo(f"budgets from {plan.config}", err=True)
+        typer.echo(f"budgets from {printable(str(plan.config))}", err=True)
+    from torchinspect.io.atomic import snapshot
+
+    before = snapshot(save_baseline) if save_baseline else None  # one writer: see write_baseline
     result = core.run_check(plan, opts)
-    for path, write in ((junit, core.write_junit), (save_baseline, core.write_baseline)):
-        if path:
-            write(result, path, protect=protect)
-            typer.echo(f"wrote {path}", err=True)
+    if junit:
+        core.write_junit(result, junit, protect=protect)
+        typer.echo(f"wrote {printable(str(junit))}", err=True)
+    if save_baseline:
+        core.write_baseline(result, save_baseline, protect=protect, unchanged=before)
+        typer.echo(f"wrote {printable(str(save_baseline))}", err=True)
     emit(check_report(result), out, inputs=inputs)
     if not result.passed:
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))

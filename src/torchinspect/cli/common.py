@@ -456,11 +456,20 @@ def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) 
         buf = _io.StringIO()
         render(report, out.format, buf, width=_width())
         atomic_write_text(out.output, buf.getvalue(), protect=input_files(inputs))
-        typer.echo(f"wrote {out.output}", err=True)
+        typer.echo(f"wrote {printable(str(out.output))}", err=True)
         return
     try:
         stdout = report_stdout()
-        render(report, out.format, stdout, width=_width())
+        if str(out.format) in ("csv", "json") and stdout.isatty():
+            # data formats keep names raw for files and pipes; a terminal gets them escaped
+            # (an ESC, OSC, C1 or bidi override in a key would act on the terminal)
+            import io as _io
+
+            buf = _io.StringIO()
+            render(report, out.format, buf, width=_width())
+            stdout.write("\n".join(printable(ln) for ln in buf.getvalue().split("\n")))
+        else:
+            render(report, out.format, stdout, width=_width())
         stdout.flush()
     except BrokenPipeError:  # `inspect ... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -526,5 +535,8 @@ def model_file_stem(spec: str) -> str:
     ``resnet18``, ``zoo:gpt`` -> ``gpt``, ``net.py:Net`` -> ``Net``, ``ckpt/model.pth`` ->
     ``model``, ``hf:org/bert`` -> ``bert``."""
     base = os.path.basename(spec.rstrip("/\\").split(":")[-1].rstrip("/\\"))
-    base = re.sub(r"\.(pth?|bin|ckpt|safetensors|tar|json|py|pkl|pt2|onnx)$", "", base)
+    from torchinspect.io.formats import suffixes  # the checkpoint-format registry (no torch)
+
+    known = next((s for s in (*suffixes(), ".py", ".onnx") if base.endswith(s)), "")
+    base = base[:len(base) - len(known)]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("._") or "model"

@@ -39,6 +39,10 @@ from torchinspect.errors import InspectError
 _EOCD = b"PK\x05\x06"
 _ZIP64_LOCATOR = b"PK\x06\x07"
 _ZIP64_EOCD = b"PK\x06\x06"
+# general purpose flags torch's reader (miniz) refuses: encrypted (bit 0), compressed patched
+# data (5), strong encryption (6), masked local headers (13)
+_UNSUPPORTED_FLAGS = 0x0001 | 0x0020 | 0x0040 | 0x2000
+_DOS_DIRECTORY = 0x10  # MS-DOS attribute in the low byte of the external attributes
 _CENTRAL = b"PK\x01\x02"
 _LOCAL = b"PK\x03\x04"
 _DESCRIPTOR = b"PK\x07\x08"
@@ -57,7 +61,7 @@ _CORRUPT_HINT = "the file is damaged or not a well-formed zip archive; fetch it 
 
 
 #: An archive open for reading (a file descriptor) or held in memory.
-Source = int | bytes
+Source = int | bytes | bytearray
 
 
 class ZipError(ValueError):
@@ -84,6 +88,9 @@ class ZipArchive:
     path: Path
     members: dict[str, ZipMember]
     file_size: int
+    #: the whole archive, when it was read once into memory (:func:`open_zip_bytes`): members
+    #: are then cut from these bytes, never read from the file again
+    data: bytes | bytearray | None = None
 
     @property
     def names(self) -> list[str]:
@@ -102,13 +109,14 @@ class ZipArchive:
         if limit is not None and m.file_size > limit:
             raise InspectError(f"{self.path}: zip member {name} holds {m.file_size:,} bytes, "
                                f"over the {limit:,}-byte limit for it", hint=_CORRUPT_HINT)
-        fd = os.open(self.path, os.O_RDONLY)
+        fd: Source = self.data if self.data is not None else os.open(self.path, os.O_RDONLY)
         try:
             data = _inflate(fd, m) if m.method == DEFLATED else _pread(fd, m.file_size, m.data_offset)
         except ZipError as exc:
             raise _error(self.path, str(exc)) from None
         finally:
-            os.close(fd)
+            if isinstance(fd, int):
+                os.close(fd)
         if m.crc and zlib.crc32(data) != m.crc:
             raise _error(self.path, f"{name}: CRC-32 does not match its bytes (damaged file)")
         return data
@@ -161,6 +169,16 @@ def open_zip(path: str | os.PathLike[str]) -> ZipArchive:
     return ZipArchive(path, {m.name: m for m in members}, size)
 
 
+def open_zip_bytes(data: bytes | bytearray, path: str | os.PathLike[str]) -> ZipArchive:
+    """:func:`open_zip` for an archive already read into memory (``path`` names it in
+    errors); :meth:`ZipArchive.read` then cuts members from ``data``, never from the file."""
+    try:
+        members = parse_zip(data)
+    except ZipError as exc:
+        raise _error(Path(path), str(exc)) from None
+    return ZipArchive(Path(path), {m.name: m for m in members}, len(data), data)
+
+
 def check_zip_bytes(data: bytes, what: str) -> None:
     """:func:`open_zip`'s rule for an archive held in memory (a zip inside a zip, e.g. a
     ``.pt2``'s sample inputs); ``what`` names it in the :class:`InspectError`."""
@@ -173,7 +191,7 @@ def check_zip_bytes(data: bytes, what: str) -> None:
 def parse_zip(fd: Source) -> list[ZipMember]:
     """Every member of the archive (open as ``fd``, or in memory), checked; :class:`ZipError`
     otherwise."""
-    size = len(fd) if isinstance(fd, bytes) else os.fstat(fd).st_size
+    size = os.fstat(fd).st_size if isinstance(fd, int) else len(fd)
     cd_offset, cd_size, count = _end_records(fd, size)
     entries = _central_entries(fd, cd_offset, cd_size, count)
     _check_names(entries)
@@ -183,7 +201,7 @@ def parse_zip(fd: Source) -> list[ZipMember]:
 
 
 def _pread_some(fd: Source, n: int, pos: int) -> bytes:
-    return fd[pos:pos + n] if isinstance(fd, bytes) else os.pread(fd, n, pos)
+    return os.pread(fd, n, pos) if isinstance(fd, int) else bytes(fd[pos:pos + n])
 
 
 def _pread(fd: Source, n: int, pos: int) -> bytes:
@@ -216,8 +234,9 @@ def _end_records(fd: Source, size: int) -> tuple[int, int, int]:
         if loc_disk or disks != 1 or z64_pos + 56 > eocd_pos - 20:
             raise ZipError("bad ZIP64 end of central directory locator")
         z64 = _pread(fd, 56, z64_pos)
-        if z64[:4] != _ZIP64_EOCD:
-            raise ZipError("bad ZIP64 end of central directory record")
+        (record_size,) = struct.unpack_from("<Q", z64, 4)
+        if z64[:4] != _ZIP64_EOCD or record_size < 44:  # 44: the fixed fields after the size
+            raise ZipError("bad ZIP64 end of central directory record")  # (miniz refuses less)
         z_disk, z_cd_disk, z_on_disk, z_count, z_cd_size, z_cd_offset = struct.unpack_from("<IIQQQQ", z64, 16)
         if z_disk or z_cd_disk or z_on_disk != z_count:
             raise ZipError("multi-disk archives are not supported")
@@ -281,7 +300,7 @@ def _central_entries(fd: Source, cd_offset: int, cd_size: int, count: int) -> li
         if cd[pos:pos + 4] != _CENTRAL or pos + 46 > len(cd):
             raise ZipError(f"bad central directory entry at byte {cd_offset + pos:,}")
         (flags, method, crc, csize, usize, name_len, extra_len, comment_len, disk,
-         header_offset) = struct.unpack_from("<HH4xIIIHHHH6xI", cd, pos + 8)
+         external, header_offset) = struct.unpack_from("<HH4xIIIHHHH2xII", cd, pos + 8)
         raw = cd[pos + 46:pos + 46 + name_len]
         extra = cd[pos + 46 + name_len:pos + 46 + name_len + extra_len]
         if pos + 46 + name_len + extra_len + comment_len > len(cd):
@@ -292,6 +311,10 @@ def _central_entries(fd: Source, cd_offset: int, cd_size: int, count: int) -> li
         big = _zip64_extra(extra, wanted, repr(name))
         if disk not in (0, _U16_MAX):
             raise ZipError("multi-disk archives are not supported")
+        if flags & _UNSUPPORTED_FLAGS:  # torch's miniz refuses these archives
+            raise ZipError(f"{name!r} is encrypted, patched or masked (flags {flags:#06x})")
+        if external & _DOS_DIRECTORY:  # miniz then reads it as a folder: no data
+            raise ZipError(f"{name!r} is marked as a folder in the central directory")
         if _has_extra(extra, 0x7075):
             raise ZipError(f"{name!r} carries a second (Info-ZIP Unicode) name")
         entries.append(_Entry(raw, name, flags, method, crc, big.get("compressed_size", csize),
