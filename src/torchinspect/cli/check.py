@@ -79,8 +79,8 @@ def _targets(out: OutputOptions, junit: str | None, save: str | None,
 
 def _predict_latency(given: dict[Any, Any], gpu: str, opts: ModelOptions) -> None:
     """--gpu NAME without CUDA here: the latency budget is judged on the prediction."""
-    from torchinspect.analysis.check import Metric
     from torchinspect.bench.predict import resolve_gpu
+    from torchinspect.check import Metric
 
     resolve_gpu(gpu, option="--gpu")  # an unknown name: did-you-mean, exit 2
     if given.get(Metric.latency_ms) is None or opts.device.startswith("cuda"):

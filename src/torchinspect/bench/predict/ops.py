@@ -327,12 +327,14 @@ class _Recorder:
             except Exception:  # noqa: BLE001 - a formula that cannot read these args
                 pass
         if kind in ("matmul", "conv", "attention"):
-            from torchinspect.trace.counting import MacCounter
+            from torchinspect.trace.formulas import mac_formulas, op_name
 
-            counter = MacCounter(dict)
-            own = counter._own.get(func._overloadpacket)
-            if own is not None:
-                return 2.0 * own(args, out)
+            entry = mac_formulas().get(op_name(func._overloadpacket))
+            if entry is not None:
+                try:
+                    return 2.0 * float(entry.formula(args, kwargs, out))
+                except Exception:  # noqa: BLE001 - a formula that cannot read these args
+                    pass
         n_out = sum(float(t.numel()) for t in outs)
         n_in = max((float(t.numel()) for t in ins), default=0.0)
         if kind == "norm":
