@@ -1,10 +1,13 @@
 """Timings of `inspect doctor` / `inspect check`, and the torchvision false-positive sweep.
 
 1. `inspect doctor resnet50` whole-process wall time (bar: < 15 s on a 2-core machine).
+   `--compare-src DIR` times this checkout against another one's `src/` (e.g. the commit
+   before a change, from `git archive`), run alternately so machine load hits both alike,
+   and writes every run to `--out` (JSON: machine, load averages, each wall time).
 2. `inspect check resnet50 --max-params 30M --max-macs 5G` vs `inspect summary resnet50`,
    run alternately; median of each (bar: check takes about the time of summary).
 3. `--sweep`: `diagnose()` on every torchvision classification model at default settings;
-   any finding other than TI006/TI007 info is listed (bar: none, or explained).
+   any warning or error is listed, infos by code (bar: none, or explained).
 
     python benchmarks/perf_doctor.py [--runs N] [--sweep] [--max-params 150e6]
 """
@@ -24,9 +27,10 @@ ENV = {**os.environ, "COLUMNS": "160", "PYTHONPATH": f"{ROOT / 'src'}:{ROOT}"}
 INSPECT = [sys.executable, "-m", "torchinspect"]
 
 
-def wall(args: list[str], ok: tuple[int, ...] = (0,)) -> float:
+def wall(args: list[str], ok: tuple[int, ...] = (0,), src: Path | None = None) -> float:
+    env = ENV if src is None else {**ENV, "PYTHONPATH": f"{src}:{ROOT}"}
     t0 = time.perf_counter()
-    rc = subprocess.run([*INSPECT, *args], stdout=subprocess.DEVNULL, env=ENV, cwd=ROOT).returncode
+    rc = subprocess.run([*INSPECT, *args], stdout=subprocess.DEVNULL, env=env, cwd=ROOT).returncode
     if rc not in ok:
         raise SystemExit(f"inspect {' '.join(args)} exited {rc}")
     return time.perf_counter() - t0
@@ -49,7 +53,51 @@ def timings(runs: int) -> None:
                          "summary_s": summary}, machine=machine)
 
 
-def sweep(max_params: float, start: str = "") -> None:
+def _timed(args: list[str], src: Path) -> dict[str, float]:
+    """Wall and CPU seconds of one `inspect` process, and the doctor's own in-process time."""
+    import json
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    t0 = time.perf_counter()
+    done = subprocess.run([*INSPECT, *args, "--format", "json"], capture_output=True, text=True,
+                          env={**ENV, "PYTHONPATH": f"{src}:{ROOT}"}, cwd=ROOT)
+    wall_s = time.perf_counter() - t0
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if done.returncode != 0:
+        raise SystemExit(f"inspect {' '.join(args)} exited {done.returncode}: {done.stderr[-500:]}")
+    return {"wall_s": round(wall_s, 3),
+            "cpu_s": round(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime, 3),
+            "doctor_s": json.loads(done.stdout)["seconds"]}
+
+
+def compare(runs: int, other: Path, out: Path | None, model: str = "resnet50") -> None:
+    """`inspect doctor MODEL` with this checkout's src/ and with ``other``, alternately."""
+    import json
+    import platform
+
+    rows = []
+    for i in range(runs):
+        for label, src in (("this", ROOT / "src"), ("other", other)):
+            load = os.getloadavg()[0]
+            rows.append({"run": i, "src": label, "path": str(src), "load_before": load,
+                         **_timed(["doctor", model, "--fail-on", "never"], src)})
+            r = rows[-1]
+            print(f"{label:5s} run {i}: wall {r['wall_s']:.2f} s, cpu {r['cpu_s']:.2f} s, "
+                  f"doctor {r['doctor_s']:.2f} s (load {load:.1f})", flush=True)
+    for label in ("this", "other"):
+        mine = [r for r in rows if r["src"] == label]
+        print(f"{label}: median wall {statistics.median(r['wall_s'] for r in mine):.2f} s, "
+              f"cpu {statistics.median(r['cpu_s'] for r in mine):.2f} s, "
+              f"doctor {statistics.median(r['doctor_s'] for r in mine):.2f} s")
+    if out is not None:
+        data = {"command": f"inspect doctor {model} --fail-on never", "machine": {
+            "node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
+            "processor": platform.processor() or platform.machine()}, "runs": rows}
+        out.write_text(json.dumps(data, indent=1) + "\n")
+
+
+def sweep(max_params: float, start: str = "", only: list[str] | None = None) -> None:
     import torch
     import torchvision
 
@@ -57,7 +105,7 @@ def sweep(max_params: float, start: str = "") -> None:
     from torchinspect.sources.case import ModelOptions
 
     torch.set_num_threads(os.cpu_count() or 1)
-    names = torchvision.models.list_models(module=torchvision.models)
+    names = only or torchvision.models.list_models(module=torchvision.models)
     print(f"{len(names)} torchvision classification models")
     for name in names:
         if start and name < start:
@@ -77,7 +125,7 @@ def sweep(max_params: float, start: str = "") -> None:
         except Exception as exc:  # report and go on
             print(f"{name:24s} ERROR {type(exc).__name__}: {exc}")
             continue
-        other = [f for f in r.findings if f.code not in ("TI006", "TI007") or f.severity != "info"]
+        other = [f for f in r.findings if f.severity != "info"]
         info = sorted({f.code for f in r.findings if f not in other})
         text = "; ".join(f"{f.code} {f.severity} {f.module or '(model)'}: {f.what}" for f in other)
         print(f"{name:24s} {time.perf_counter() - t0:6.1f} s  {device:4s} info={','.join(info) or '-'}"
@@ -88,13 +136,19 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--sweep", action="store_true")
+    ap.add_argument("--only", nargs="+", default=None, help="--sweep: these models only")
     ap.add_argument("--from", dest="start", default="",
                     help="resume the sweep at this model name (alphabetical order)")
+    ap.add_argument("--compare-src", type=Path, default=None,
+                    help="time `doctor resnet50` against this other src/ folder, alternately")
+    ap.add_argument("--out", type=Path, default=None, help="--compare-src: the raw runs (JSON)")
     ap.add_argument("--max-params", type=float, default=150e6,
                     help="models above this run the real-number checks on meta (skipped)")
     a = ap.parse_args()
-    if a.sweep:
-        sweep(a.max_params, a.start)
+    if a.compare_src is not None:
+        compare(a.runs, a.compare_src, a.out)
+    elif a.sweep:
+        sweep(a.max_params, a.start, a.only)
     else:
         timings(a.runs)
 

@@ -9,6 +9,9 @@ belongs; the hook replaces the marker with ``torchinspect.cli.reference.command_
 formula, read from the registry (``torchinspect.mac_formulas()``), so the page names exactly
 what is counted.
 
+``<!-- doctor-checks -->`` (docs/commands/doctor.md) becomes the table and sections of every
+registered doctor check (``torchinspect.report.doctor.checks_reference``).
+
 ``<!-- api-reference -->`` (docs/api.md) becomes the mkdocstrings reference of every public
 name in ``torchinspect._LAZY`` and of the dataclasses the functions return.
 """
@@ -26,6 +29,10 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
         markdown = _API.sub(lambda m: api_reference(), markdown)
     if "mac-formulas" in markdown:
         markdown = _FORMULAS.sub(lambda m: mac_formula_table(), markdown)
+    if "doctor-checks" in markdown:
+        from torchinspect.report.doctor import checks_reference
+
+        markdown = _DOCTOR.sub(lambda m: checks_reference(), markdown)
     if "inspect-options" not in markdown:
         return markdown
     from torchinspect.cli.reference import command_reference
@@ -35,6 +42,7 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 _API = re.compile(r"<!--\s*api-reference\s*-->")
 _FORMULAS = re.compile(r"<!--\s*mac-formulas\s*-->")
+_DOCTOR = re.compile(r"<!--\s*doctor-checks\s*-->")
 
 
 def mac_formula_table() -> str:

@@ -89,6 +89,38 @@ _DOCTOR: list[tuple[str, str, dict[str, Any], list[str], str]] = [
      "TI009 clean twin: padded conv, 28 -> 28 -> 14 -> 7"),
 ]
 
+# inspect doctor's classic mistakes (zoo/mistakes.py): (trigger, clean twin, class, example, what).
+# Tags of a trigger: "raises" (its forward fails by design), "host-only" (its forward cannot
+# run on meta: that is the mistake).
+_RAISES = {"pitfall-wrong-width"}
+_HOST_ONLY = {"pitfall-host-tensor", "pitfall-item-in-forward"}
+_MISTAKES: list[tuple[str, str, str, list[str], str]] = [
+    ("pitfall-inplace-sigmoid", "doctor-outofplace-sigmoid", "InplaceAfterSigmoid", ["1,32"],
+     "TI010: nn.ReLU(inplace=True) on a sigmoid output its backward needs"),
+    ("pitfall-wrong-width", "doctor-right-width", "WrongWidth", ["1,32"],
+     "TI011: the head's in_features do not match: the forward raises"),
+    ("pitfall-parameter-in-forward", "doctor-parameter-in-init", "ParameterInForward", ["1,32"],
+     "TI012: an nn.Parameter created inside forward"),
+    ("pitfall-log-softmax", "doctor-log-softmax", "LogOfSoftmax", ["1,32"],
+     "TI013: torch.log(F.softmax(x)) instead of F.log_softmax"),
+    ("pitfall-host-tensor", "doctor-device-tensor", "HostTensor", ["1,32"],
+     "TI014: torch.arange in forward without device="),
+    ("pitfall-item-in-forward", "doctor-clamp-in-forward", "SyncInForward", ["1,32"],
+     "TI015: .item() in forward picks a branch"),
+    ("pitfall-conv-bias-bn", "doctor-conv-no-bias-bn", "ConvBiasBatchNorm", ["1,3,16,16"],
+     "TI016: a conv with bias straight into BatchNorm"),
+    ("pitfall-repeated-layer", "doctor-distinct-layers", "RepeatedLayer", ["1,32"],
+     "TI017: nn.ModuleList([layer] * 4), one layer four times"),
+    ("pitfall-data-in-forward", "doctor-no-data", "DataInForward", ["1,32"],
+     "TI018: self.scale.data in forward"),
+    ("pitfall-constant-init", "doctor-random-init", "ConstantInit", ["1,32"],
+     "TI019: a hidden layer initialised to a constant"),
+    ("pitfall-float64", "doctor-float32", "Float64Layer", ["1,32"],
+     "TI020: a float64 layer"),
+    ("pitfall-trainable-buffer", "doctor-temperature-parameter", "TrainableBuffer", ["1,32"],
+     "TI021: a buffer with requires_grad=True (never trained)"),
+]
+
 _ENTRIES = [
     ZooEntry(
         "convnet",
@@ -197,6 +229,12 @@ _ENTRIES = [
     # ---- inspect doctor: a trigger and a clean twin for every check (zoo/doctor.py)
     *[ZooEntry(name, _lazy("doctor", cls, **preset), example, text, ("doctor",))
       for name, cls, preset, example, text in _DOCTOR],
+    *[ZooEntry(name, _lazy("mistakes", cls, fixed=fixed), example,
+               ("pitfall: " if not fixed else "clean twin of " + trigger + ": ") + text,
+               ("pitfall", *(["raises"] if name in _RAISES else []),
+                *(["host-only"] if name in _HOST_ONLY else [])) if not fixed else ("doctor",))
+      for trigger, twin, cls, example, text in _MISTAKES
+      for name, fixed in ((trigger, False), (twin, True))],
     # ---- end of inspect doctor block
 ]
 

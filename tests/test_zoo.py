@@ -16,7 +16,9 @@ import torchinspect.zoo as models_zoo
 from torchinspect.inputs import ExampleInputs, example_from_strings
 from torchinspect.zoo import REGISTRY, ZooEntry
 
-CPU_ENTRIES = [name for name in REGISTRY if name != "llama-70b"]  # 282 GB in float32: meta only
+# llama-70b: 282 GB in float32, meta only; a "raises" pitfall's forward fails by design
+CPU_ENTRIES = [name for name, e in REGISTRY.items()
+               if name != "llama-70b" and "raises" not in e.tags]
 
 LLAMA_70B_PARAMS = 70_553_706_496  # given by issue 2
 
@@ -96,8 +98,9 @@ def test_required_entries_present():
                 "llama-tiny", "llama-70b"}
     assert required <= set(REGISTRY)
     pitfalls = {n for n, e in REGISTRY.items() if "pitfall" in e.tags}
-    assert pitfalls == {"pitfall-layer-list", "pitfall-tensor-attr",
-                        "pitfall-functional-dropout", "pitfall-unused-branch"}
+    assert {"pitfall-layer-list", "pitfall-tensor-attr", "pitfall-functional-dropout",
+            "pitfall-unused-branch", "pitfall-inplace-sigmoid"} <= pitfalls
+    assert all(n.startswith("pitfall-") for n in pitfalls)
 
 
 def test_import_is_light():
@@ -136,7 +139,7 @@ def test_builds_on_meta_without_allocating(name):
     tensors = all_tensors(model)
     assert tensors
     assert all(t.device.type == "meta" for t in tensors), f"{name} allocated a real tensor"
-    if name != "llama-70b":
+    if name != "llama-70b" and not {"raises", "host-only"} & set(entry.tags):
         args, kwargs = example_of(entry).materialize("meta")
         with torch.no_grad():
             out = model.eval()(*args, **kwargs)

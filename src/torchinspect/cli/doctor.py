@@ -1,4 +1,4 @@
-"""`inspect doctor MODEL`: find the classic PyTorch pitfalls (checks TI001..TI009)."""
+"""`inspect doctor MODEL`: find the classic PyTorch pitfalls (the checks: analysis/doctor)."""
 
 from __future__ import annotations
 
@@ -10,9 +10,9 @@ from torchinspect.cli.common import ModelArg, OutputOptions, emit, model_command
 from torchinspect.errors import ExitStatus
 from torchinspect.sources.case import ModelOptions
 
-CODES = "TI001..TI009"
 SelectOpt = Annotated[list[str] | None, typer.Option(
-    "--select", metavar="CODES", help=f"run only these checks (comma-separated {CODES}).")]
+    "--select", metavar="CODES", help="run only these checks (comma-separated codes such as "
+    "TI001, or names such as unregistered-submodule; docs/commands/doctor.md lists them).")]
 IgnoreOpt = Annotated[list[str] | None, typer.Option(
     "--ignore", metavar="CODES", help="skip these checks (comma-separated codes).")]
 FailOnOpt = Annotated[str, typer.Option(
@@ -21,8 +21,9 @@ FailOnOpt = Annotated[str, typer.Option(
     "never: always exit 0).")]
 
 
-@model_command(device_default="cpu", device_help="where the checks that need real numbers "
-               "(TI003-TI005) run: cpu (default), cuda[:N]; meta skips them. The rest use meta.")
+@model_command(device_default="cpu", device_help="where the checks that need a real run "
+               "(TI003-TI005, TI010-TI016, TI018, TI019) run: cpu (default), cuda[:N]; meta "
+               "skips them. The rest use meta.")
 def doctor(
     model: ModelArg,
     select: SelectOpt = None,
@@ -32,7 +33,7 @@ def doctor(
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """Find classic PyTorch pitfalls: unregistered layers, unused parameters, eval randomness, NaN."""
+    """Find classic PyTorch mistakes at their line: unregistered layers, eval randomness, NaN."""
     from torchinspect.analysis.doctor import FailOn, diagnose
     from torchinspect.errors import InspectError
     from torchinspect.report.doctor import doctor_report

@@ -27,7 +27,7 @@ def doctor_report(r: DoctorResult) -> Report:
             [[f.code, str(f.severity), f.module or "(model)",
               *([f.location or "-"] if located else []), f.what, f.fix] for f in r.findings],
             align=["left"] * (6 if located else 5), primary=True,
-            wrap=["What", "Fix"]))
+            wrap=["Source", "What", "Fix"]))
         codes = list(dict.fromkeys(f.code for f in r.findings))
         sections.append(Text([f"{c} {RULES[c].name}: {RULES[c].why}" for c in codes],
                              title="Why it matters"))
@@ -45,3 +45,20 @@ def doctor_report(r: DoctorResult) -> Report:
     if lines:
         sections.append(Text(lines, style="yellow"))
     return Report("doctor", r.to_dict(), sections)
+
+
+def checks_reference() -> str:
+    """Markdown for the doctor's docs page: every registered check with its severity, what
+    sets it off, why it matters and the fix (``docs/hooks.py`` puts it at
+    ``<!-- doctor-checks -->``, so the page cannot drift from the registry)."""
+    from torchinspect.analysis.doctor.rules import rules
+
+    needs = {"static": "the module tree", "trace": "the meta trace", "run": "a real run"}
+    lines = ["| code | name | severity | reads | finds |", "|---|---|---|---|---|"]
+    lines += [f"| [{r.code}](#{r.code.lower()}) | `{r.name}` | {r.severity} | {needs[r.needs]} "
+              f"| {r.title} |" for r in rules().values()]
+    for r in rules().values():
+        lines += ["", f"### {r.code}", "", f"**`{r.name}`** ({r.severity}, reads {needs[r.needs]}): "
+                  f"{r.title}.", "", f"- **Trigger:** {r.trigger}.", f"- **Why it matters:** {r.why}.",
+                  f"- **Fix:** {r.fix}."]
+    return "\n".join(lines)

@@ -146,8 +146,14 @@ def doctor_cell(m: ModelOverview) -> str:
     r = m.doctor.result
     found = ", ".join(f"{n} {k}" for k, n in r.counts().items() if n)
     not_run = sorted({*r.skipped, *m.doctor.left_out})
-    text = found or f"none in {', '.join(r.checked) or 'no checks'}"
-    return text + (f" ({', '.join(not_run)} not run)" if not_run else "")
+    text = found or f"none in {_codes(r.checked) or 'no checks'}"
+    return text + (f" ({_codes(not_run)} not run)" if not_run else "")
+
+
+def _codes(codes: list[str]) -> str:
+    from torchinspect.analysis.doctor.rules import fold_codes
+
+    return fold_codes(codes)
 
 
 def block_charts(m: ModelOverview) -> list[Chart]:

@@ -1,47 +1,26 @@
-"""``file:line`` for findings in the user's own code (not in site-packages, torch or us).
+"""``file:line`` for findings that did not name their statement themselves.
 
-A finding names a module; its location is the closest module on the path from it up to
-the root whose class is defined in a user's file: the line of that class's ``__init__``
-for what the model declares (layers, attributes, sizes), or of its ``forward`` for what a
-run found (no gradient, eval randomness, NaN). Only source files are read; nothing runs.
+A statement-level finding (the ``F.dropout`` call, the ``torch.log`` call) carries its own
+line. Any other finding names a module (or ``module.attribute``); its location is, in
+order: the line that built that module (recorded while the model was built, or the
+``self.NAME = ...`` statement in its parent's ``__init__``), the same for the closest
+parent, and only then the ``def`` line of the closest class in the model's code (its
+``forward`` for what a run found, its ``__init__`` otherwise). Only source files are read.
 """
 
 from __future__ import annotations
 
 import inspect
-import os
-import sysconfig
-from pathlib import Path
 from typing import Any
 
 from torchinspect.analysis.doctor.rules import Finding
+from torchinspect.analysis.doctor.sites import attribute_line, is_user_file, shown
 
-# the fix is in the forward: call the module, pass training=, guard the operation
-FORWARD_CODES = {"TI003", "TI004", "TI005"}
-
-
-def _library_roots() -> tuple[str, ...]:
-    import torch
-
-    import torchinspect
-
-    roots = {sysconfig.get_paths()[k] for k in ("purelib", "platlib", "stdlib")}
-    roots |= {str(Path(m.__file__).resolve().parent) for m in (torch, torchinspect) if m.__file__}
-    return tuple(os.path.join(os.path.realpath(r), "") for r in roots)
+# the fix is in the forward: pass training=, guard the operation, fix the statement
+FORWARD_CODES = {"TI004", "TI005", "TI011"}
 
 
-def user_file(path: str | None, roots: tuple[str, ...]) -> bool:
-    """A real source file outside the libraries (site-packages, the stdlib, torch, us)."""
-    if not path or not os.path.isfile(path):
-        return False
-    real = os.path.realpath(path)
-    parts = Path(real).parts
-    if "site-packages" in parts or "dist-packages" in parts:
-        return False
-    return not any(real.startswith(root) for root in roots)
-
-
-def _source_line(cls: type, method: str, roots: tuple[str, ...]) -> str | None:
+def _source_line(cls: type, method: str) -> str | None:
     """``file:line`` of ``cls.method`` (defined by ``cls`` itself), else of the class."""
     fn = cls.__dict__.get(method)
     for obj in (fn, cls):
@@ -55,15 +34,9 @@ def _source_line(cls: type, method: str, roots: tuple[str, ...]) -> str | None:
             if code is None:
                 continue
             path, line = code.co_filename, code.co_firstlineno
-        if path is not None and user_file(path, roots):
-            return f"{_shown(path)}:{line}"
+        if path is not None and is_user_file(path):
+            return f"{shown(path)}:{line}"
     return None
-
-
-def _shown(path: str) -> str:
-    """Relative to the current folder when inside it (as linters print), else absolute."""
-    rel = os.path.relpath(path)
-    return path if rel.startswith("..") else rel
 
 
 def _chain(model: Any, name: str) -> list[Any]:
@@ -78,13 +51,34 @@ def _chain(model: Any, name: str) -> list[Any]:
     return out[::-1]
 
 
-def locate(findings: list[Finding], model: Any) -> None:
+def _built_at(model: Any, name: str, sites: dict[str, str]) -> str | None:
+    """Where ``name`` (a module, or ``module.attribute``) was built, else its closest parent."""
+    modules = dict(model.named_modules())
+    while name:
+        if name in sites:
+            return sites[name]
+        parent, _, attr = name.rpartition(".")
+        owner = modules.get(parent)
+        if owner is not None and not attr.isdigit():
+            found = attribute_line(type(owner), attr)
+            if found:
+                return found
+        name = parent
+    return None
+
+
+def locate(findings: list[Finding], model: Any, sites: dict[str, str] | None = None) -> None:
     """Fill ``Finding.location`` where the code that caused it is the user's."""
-    roots = _library_roots()
     for f in findings:
+        if f.location:
+            continue
+        if f.code not in FORWARD_CODES:
+            f.location = _built_at(model, f.module, sites or {})
+            if f.location:
+                continue
         method = "forward" if f.code in FORWARD_CODES else "__init__"
         for module in _chain(model, f.module):
-            where = _source_line(type(module), method, roots)
+            where = _source_line(type(module), method)
             if where:
                 f.location = where
                 break

@@ -1,13 +1,16 @@
-"""The doctor's rule registry, findings and result (no torch here).
+"""The doctor's check registry, findings and result (no torch here).
 
-Every check has a code (TI001..TI009), a default severity, the part of the model it looks
-at (``static``: module attributes; ``trace``: the meta trace; ``run``: a real CPU run), and
-a generic "why it matters"/"how to fix" that a finding may make more specific.
+Every check is registered by ``@doctor_check``: a code (TI001, ...), a name, a default
+severity, the part of the model it reads (``static``: module attributes; ``trace``: the
+meta trace; ``run``: the real runs), what sets it off, why it matters and the fix (which a
+finding may make more specific), and the function. Dispatch, ``--select``/``--ignore`` and
+the docs page are generated from this one table.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import re
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
@@ -38,67 +41,74 @@ class FailOn(StrEnum):
     error = "error"
 
 
+Needs = str  # "static": module attributes; "trace": the meta trace; "run": a real run
+NEEDS = ("static", "trace", "run")
+
+
 @dataclass(frozen=True)
 class Rule:
+    """One doctor check: what it is called, how bad, what sets it off, why, the fix, and the
+    function that finds it (``check(ctx) -> list[Finding]``, see ``.context.Context``)."""
+
     code: str
     name: str
     severity: Severity
-    needs: str  # static | trace | run
+    needs: Needs
     title: str
+    trigger: str
     why: str
     fix: str
+    check: Callable[[Any], list[Finding]] | None = field(default=None, compare=False, repr=False)
 
 
-RULES: dict[str, Rule] = {r.code: r for r in [
-    Rule("TI001", "unregistered-submodule", Severity.error, "static",
-         "modules or parameters kept in a plain list/tuple/dict",
-         "parameters(), state_dict(), .to() and the optimizer never see them: they are not "
-         "trained, not saved and not moved to the GPU",
-         "use nn.ModuleList / nn.ModuleDict (modules) or nn.ParameterList / nn.ParameterDict "
-         "(parameters)"),
-    Rule("TI002", "tensor-attribute", Severity.warning, "static",
-         "a tensor kept as a plain attribute instead of a buffer",
-         "it is not in state_dict() (not saved or loaded) and .to()/.cuda() leave it behind, "
-         "so the forward fails or mixes devices after moving the model",
-         "self.register_buffer(name, tensor) (persistent=False if it must not be saved)"),
-    Rule("TI003", "no-gradient", Severity.warning, "run",
-         "parameters that get no gradient",
-         "they are never trained (weight decay still shrinks them), cost memory, and DDP "
-         "needs find_unused_parameters=True",
-         "call the module in forward, delete it, or freeze it with requires_grad_(False)"),
-    Rule("TI004", "eval-stochastic", Severity.error, "run",
-         "the model is random in eval mode",
-         "two eval-mode forwards of the same input differ: predictions and metrics are noisy "
-         "and not reproducible",
-         "use nn.Dropout modules, or pass training=self.training to F.dropout and friends"),
-    Rule("TI005", "non-finite", Severity.error, "run",
-         "NaN or Inf values",
-         "one NaN spreads to every output and gradient it touches; training diverges",
-         "guard the operation (add an eps inside sqrt/log, clamp before exp/division)"),
-    Rule("TI006", "tensor-core-alignment", Severity.info, "static",
-         "layer sizes that are not multiples of 8",
-         "fp16/bf16 matrix multiplies use Tensor Cores fully only when these dimensions are "
-         "multiples of 8; other sizes are padded or run slower",
-         "round the dimension up to a multiple of 8 (or 64 for vocabularies)"),
-    Rule("TI007", "oversized-layer", Severity.info, "static",
-         "a layer that holds a large share of all parameters",
-         "one layer dominates memory and checkpoint size, and often overfits",
-         "pool before the classifier (global average pooling), factorize the layer, or "
-         "shrink its input"),
-    Rule("TI008", "frozen-and-batchnorm", Severity.info, "trace",
-         "frozen parameters; BatchNorm that sees one value per channel",
-         "frozen parameters are not trained (fine if intended); a BatchNorm with one value "
-         "per channel raises 'Expected more than 1 value per channel when training'",
-         "check the frozen list is what you meant; train with a larger batch or use "
-         "LayerNorm/GroupNorm"),
-    Rule("TI009", "rounded-down-output", Severity.warning, "trace",
-         "a conv/pool layer whose output size was rounded down",
-         "the last input rows/columns never reach any window: information silently dropped",
-         "pad the input or the layer so (H + 2p - d(k-1) - 1) is a multiple of the stride, "
-         "or use ceil_mode=True for pooling"),
-]}
+# code -> Rule, filled by the ``@doctor_check`` decorator as the check modules are imported
+# (``torchinspect.analysis.doctor`` imports them all); read it through ``rules()``.
+RULES: dict[str, Rule] = {}
 
-RUN_CODES = tuple(c for c, r in RULES.items() if r.needs == "run")
+
+def register(rule: Rule) -> Rule:
+    """Add ``rule`` to the registry; a code or a name already taken is refused."""
+    if not re.fullmatch(r"TI\d{3}", rule.code):
+        raise ValueError(f"doctor check code {rule.code!r} is not TI followed by three digits")
+    if rule.needs not in NEEDS:
+        raise ValueError(f"doctor check {rule.code}: needs={rule.needs!r}, expected one of {NEEDS}")
+    for other in RULES.values():
+        if rule.code == other.code or rule.name == other.name:
+            raise ValueError(f"doctor check {rule.code} {rule.name} is registered twice "
+                             f"(taken by {other.code} {other.name})")
+    RULES[rule.code] = rule
+    return rule
+
+
+def doctor_check(code: str, name: str, severity: str, needs: Needs, *, title: str, trigger: str,
+                 why: str, fix: str) -> Callable[[Callable[[Any], list[Finding]]],
+                                                 Callable[[Any], list[Finding]]]:
+    """Decorator: register ``fn(ctx) -> list[Finding]`` as the doctor check ``code``.
+
+    Dispatch, ``--select``/``--ignore`` names and the doctor docs page all come from here, so
+    a new check is one decorated function (plus its test)::
+
+        @doctor_check("TI042", "huge-embedding", "info", "static", title="...", trigger="...",
+                      why="...", fix="...")
+        def huge_embedding(ctx):
+            return [Finding("TI042", Severity.info, name, "...") for name, m in ...]
+    """
+
+    def decorate(fn: Callable[[Any], list[Finding]]) -> Callable[[Any], list[Finding]]:
+        register(Rule(code, name, Severity(severity), needs, title, trigger, why, fix, fn))
+        return fn
+
+    return decorate
+
+
+def rules() -> dict[str, Rule]:
+    """Every registered check, by code. (Importing this module imports its package first,
+    whose ``__init__`` imports the built-in checks: the registry is full by then.)"""
+    return dict(sorted(RULES.items()))
+
+
+def run_codes() -> tuple[str, ...]:
+    return tuple(c for c, r in rules().items() if r.needs == "run")
 
 
 @dataclass
@@ -177,24 +187,42 @@ def parse_codes(values: Sequence[str] | str | None, *, option: str) -> list[str]
             if not part:
                 continue
             code = _normalize(part)
-            if code not in RULES:
+            if code not in rules():
                 raise InspectError(f"{option} {part!r} is not a doctor check",
-                                   hint=f"use codes {', '.join(RULES)} (comma-separated)")
+                                   hint=f"use codes {rules_span()} or their names "
+                                   "(comma-separated; docs: inspect doctor)")
             if code not in out:
                 out.append(code)
     return out
 
 
+def fold_codes(codes: Iterable[str]) -> str:
+    """``TI001, TI003-TI005``: runs of three or more consecutive codes folded."""
+    runs: list[list[str]] = []
+    for code in sorted(codes):
+        if runs and code[:2] == runs[-1][-1][:2] and code[2:].isdigit() \
+                and runs[-1][-1][2:].isdigit() and int(code[2:]) == int(runs[-1][-1][2:]) + 1:
+            runs[-1].append(code)
+        else:
+            runs.append([code])
+    return ", ".join(", ".join(r) if len(r) < 3 else f"{r[0]}-{r[-1]}" for r in runs)
+
+
+def rules_span() -> str:
+    codes = list(rules())
+    return f"{codes[0]}..{codes[-1]}" if codes else "-"
+
+
 def _normalize(part: str) -> str:
     if part.startswith("TI") and part[2:].isdigit():
         return f"TI{int(part[2:]):03d}"
-    for rule in RULES.values():  # names work too: --ignore tensor-core-alignment
+    for rule in rules().values():  # names work too: --ignore tensor-core-alignment
         if rule.name.upper() == part:
             return rule.code
     return part
 
 
 def selected_codes(select: Iterable[str] | None, ignore: Iterable[str] | None) -> list[str]:
-    chosen = parse_codes(as_list(select), option="--select") if select else list(RULES)
+    chosen = parse_codes(as_list(select), option="--select") if select else list(rules())
     dropped = set(parse_codes(as_list(ignore), option="--ignore")) if ignore else set()
     return [c for c in chosen if c not in dropped]

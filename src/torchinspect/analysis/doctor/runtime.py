@@ -16,6 +16,9 @@ from __future__ import annotations
 
 import contextlib
 import math
+import re
+import traceback
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any, cast
@@ -23,8 +26,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from torchinspect.analysis.doctor.rules import Finding, Severity
-from torchinspect.analysis.doctor.structure import show_names
+from torchinspect.analysis.doctor.sites import is_user_file, shown
+from torchinspect.analysis.doctor.watch import Event, InplaceOp, Watch, has_model_code
 from torchinspect.errors import first_line
 from torchinspect.guard import training_mode
 from torchinspect.shapes import tensor_leaves
@@ -163,9 +166,9 @@ class _Probe:
 
 @contextlib.contextmanager
 def _restored(model: nn.Module) -> Iterator[None]:
-    """Restore the model's attributes and buffers (what a forward assigns) and the RNG state
-    afterwards (its training flags: guard.training_mode around each forward)."""
-    # the forwards run on buffer copies (_forward): attributes are what can change
+    """Put back the model's attributes (what a forward assigns; the forwards run on buffer
+    copies, see _forward) and the RNG state afterwards; the phases switch train/eval with
+    ``guard.training_mode``, which puts every ``training`` flag back."""
     with model_kept(model, buffers=False), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         yield
@@ -189,10 +192,6 @@ def _forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     if not state:
         return model(*args, **kwargs)
     return torch.func.functional_call(model, state, args, kwargs, tie_weights=True, strict=False)
-
-
-def _label(name: str) -> str:
-    return name or "(model)"
 
 
 def _batch_of_two(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, Any] | None:
@@ -220,183 +219,221 @@ def _batch_of_two(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[Any, A
     return grow(args), grow(kwargs)
 
 
+
+
+# ------------------------------------------------------------------ the run and its facts
+
+
 @dataclass
-class RunFindings:
-    findings: list[Finding] = field(default_factory=list)
+class ModelError:
+    """The model's own forward or backward raised (the user's bug: a finding, not a crash)."""
+
+    stage: str  # "forward in eval mode", "forward in training mode", "backward"
+    text: str  # "RuntimeError: mat1 and mat2 shapes cannot be multiplied ..."
+    location: str | None  # the innermost line of the model's code in the traceback
+    statement: str | None  # that line's source text
+
+
+@dataclass
+class InplaceFault:
+    """The backward failed because a tensor it saved was modified in place."""
+
+    made_by: str  # the op whose output was modified ("Sigmoid")
+    saved_at: str | None  # the forward line of the op that saved it (anomaly detection)
+    modified: InplaceOp | None  # the in-place op that modified it, when seen
+    text: str
+
+
+@dataclass
+class GradRun:
+    params: list[tuple[str, nn.Parameter]]
+    grads: tuple[torch.Tensor | None, ...]
+    probe: _Probe
+    nonfinite: list[str] = field(default_factory=list)  # parameters with NaN/Inf gradients
+    nan_at: tuple[str, str] | None = None  # (backward node, its forward line) of the first NaN
+
+
+@dataclass
+class RunData:
+    """What the real runs saw; the run checks (``.forward``) turn it into findings."""
+
+    model: nn.Module
+    eval_runs: list[tuple[_Probe, tuple[float, ...]]] = field(default_factory=list)
+    inputs_finite: bool = True
+    events: list[Event] = field(default_factory=list)
+    errors: list[ModelError] = field(default_factory=list)
+    grad: GradRun | None = None
+    inplace: InplaceFault | None = None
     notes: list[str] = field(default_factory=list)
-    skipped: dict[str, str] = field(default_factory=dict)
+    skipped: dict[str, str] = field(default_factory=dict)  # code -> why
+
+    def events_of(self, *kinds: str) -> list[Event]:
+        return [e for e in self.events if e.kind in kinds]
 
 
-def nonfinite_weights(model: nn.Module) -> list[Finding]:
-    """TI005 (a): parameters and buffers holding NaN/Inf (each tensor once)."""
-    bad: list[str] = []
-    seen: set[int] = set()
-    for name, t in [*model.named_parameters(), *model.named_buffers()]:
-        if id(t) in seen or t.is_meta or not (t.is_floating_point() or t.is_complex()):
-            continue
-        seen.add(id(t))
-        if not _all_finite(t):
-            bad.append(name)
-    if not bad:
-        return []
-    return [Finding("TI005", Severity.error, bad[0].rpartition(".")[0],
-                    f"{len(bad)} parameter/buffer tensor(s) hold NaN/Inf: {show_names(bad)}",
-                    why="every forward through them gives NaN/Inf",
-                    fix="reload the weights, or find the training step that diverged "
-                    "(lower the learning rate, clip gradients)",
-                    data={"tensors": bad})]
+def model_error(stage: str, exc: BaseException) -> ModelError:
+    frames = traceback.extract_tb(exc.__traceback__)
+    mine = next((f for f in reversed(frames) if is_user_file(f.filename)), None)
+    return ModelError(stage, first_line(exc, typed=True),
+                      f"{shown(mine.filename)}:{mine.lineno}" if mine else None,
+                      (mine.line or "").strip() or None if mine else None)
 
 
-def check_eval(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-               codes: set[str]) -> RunFindings:
-    """TI004 and TI005 (outputs): two eval-mode forwards of the same inputs."""
-    res = RunFindings()
-    runs: list[tuple[_Probe, tuple[float, ...]]] = []
-    with _restored(model), torch.no_grad(), training_mode(model, False):
-        for _ in range(2 if "TI004" in codes else 1):
-            with _Probe(model) as probe:
+def run_model(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
+              codes: set[str], watch: bool = True) -> RunData:
+    """The doctor's real runs on ``model`` (left as it was): two eval-mode forwards (watched:
+    see ``.watch``), then one training-mode forward and ``torch.autograd.grad``. An error
+    of the model's code ends its phase and is kept in ``errors``; an in-place modification
+    of a saved tensor is re-run with anomaly detection to name both lines."""
+    data = RunData(model, inputs_finite=_finite(_fingerprint((args, kwargs))))
+    with _restored(model):
+        _eval_runs(data, args, kwargs, 2 if "TI004" in codes else 1, watch)
+        if codes & {"TI003", "TI005", "TI010", "TI011"}:
+            _grad_run(data, args, kwargs, probe_grads="TI005" in codes)
+    return data
+
+
+def _eval_runs(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any], runs: int,
+               watch: bool) -> None:
+    model = data.model
+    for i in range(runs):
+        try:
+            with training_mode(model, False), torch.no_grad(), _Probe(model) as probe, \
+                    _watching(model, probe, watch, training=False) as seen:
                 out = _forward(model, args, kwargs)
-            runs.append((probe, _fingerprint(out)))
-    probe, out_fp = runs[0]
-    if "TI005" in codes and not _finite(out_fp):
-        first = sorted((c for c in probe.calls if _finite(c.inputs) and not _finite(c.outputs)),
-                       key=lambda c: c.done)
-        where = first[0] if first else None
-        if not _finite(_fingerprint((args, kwargs))):
-            res.notes.append("TI005: the example inputs themselves hold NaN/Inf")
-        res.findings.append(Finding(
-            "TI005", Severity.error, where.name if where else "",
-            "the eval-mode output holds NaN/Inf" + (
-                f"; it first appears in the output of {_label(where.name)} ({where.type}) "
-                "whose inputs are finite" if where else ""),
-            data={"stage": "forward", "module_type": where.type if where else None}))
-    if "TI004" in codes and len(runs) == 2:
-        (p1, o1), (p2, o2) = runs
-        if not _same(o1, o2) or not _same_calls(p1, p2):
-            res.findings.append(_stochastic_finding(p1, p2))
-    return res
+        except Exception as exc:  # the model's own bug: a finding, the other checks go on
+            data.errors.append(model_error("forward in eval mode", exc))
+            data.eval_runs.clear()
+            return
+        if i == 0 and seen is not None:
+            data.events = seen.events
+        data.eval_runs.append((probe, _fingerprint(out)))
 
 
-def _same_calls(p1: _Probe, p2: _Probe) -> bool:
-    return len(p1.calls) == len(p2.calls) and all(
-        a.name == b.name and _same(a.outputs, b.outputs) for a, b in zip(p1.calls, p2.calls, strict=True))
+@contextlib.contextmanager
+def _watching(model: nn.Module, probe: _Probe, on: bool, *, training: bool,
+              inplace: bool = False) -> Iterator[Watch | None]:
+    if not on:
+        yield None
+        return
+
+    def current() -> str:
+        return probe.calls[probe.stack[-1]].name if probe.stack else ""
+
+    with Watch(model, current, training=training, inplace=inplace,
+               ops=inplace or has_model_code(model)) as seen:
+        yield seen
 
 
-def _stochastic_finding(p1: _Probe, p2: _Probe) -> Finding:
-    if len(p1.calls) != len(p2.calls) or any(
-            a.name != b.name for a, b in zip(p1.calls, p2.calls, strict=True)):
-        return Finding("TI004", Severity.error, "",
-                       "two eval-mode forwards of the same input call different modules "
-                       "(random control flow)", data={"module_type": None})
-    culprits = sorted((a for a, b in zip(p1.calls, p2.calls, strict=True)
-                       if _same(a.inputs, b.inputs) and not _same(a.outputs, b.outputs)),
-                      key=lambda c: c.done)
-    where = culprits[0] if culprits else None
-    name = where.name if where else ""
-    text = (f"two eval-mode forwards of the same input differ; {_label(name)} ({where.type}) "
-            "is the first module whose output differs for identical inputs" if where else
-            "two eval-mode forwards of the same input differ")
-    if where is not None:
-        text += " (its forward draws random numbers in eval mode, e.g. F.dropout without " \
-                "training=self.training)"
-    return Finding("TI004", Severity.error, name, text,
-                   data={"module_type": where.type if where else None})
-
-
-def check_gradients(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
-                    codes: set[str]) -> RunFindings:
-    """TI003 and TI005 (gradients): one training-mode forward and torch.autograd.grad."""
-    res = RunFindings()
+def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
+              probe_grads: bool) -> None:
+    """TI003/TI005/TI010: one training-mode forward and torch.autograd.grad."""
+    model = data.model
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not params:
-        for code in ("TI003", "TI005") if "TI003" in codes else ():
-            res.skipped.setdefault(code, "no trainable parameters")
-        return res
+        data.skipped.update({c: "no trainable parameters" for c in ("TI003", "TI005", "TI010")})
+        return
     attempts: list[tuple[str, bool, tuple[Any, Any]]] = []
     grown = _batch_of_two(args, kwargs)
     if grown is not None:
         attempts.append(("training mode, batch 2", True, grown))
     attempts += [("training mode", True, (args, kwargs)), ("eval mode", False, (args, kwargs))]
-    with _restored(model):
-        out = None
-        errors = []
-        for label, train, (a, kw) in attempts:
-            probe = _Probe(model, grads="TI005" in codes)
-            try:
-                with torch.enable_grad(), probe, training_mode(model, train):
-                    out = _forward(model, a, kw)
-                break
-            except Exception as exc:  # the model's own failure in this mode: try the next
-                errors.append(f"{label}: {first_line(exc, typed=True)}")
-                out = None
-        if out is None:
-            res.skipped["TI003"] = "the forward with gradients failed (" + "; ".join(errors) + ")"
-            return res
-        if errors:
-            res.notes.append(f"gradient checks ran in {label} ({errors[0]})")
-        outs = [t for t in tensor_leaves(out) if t.requires_grad and t.is_floating_point()]
-        if not outs:
-            res.skipped["TI003"] = "no output depends on a trainable parameter"
-            return res
-        gen = torch.Generator().manual_seed(0)
-        loss = sum((o.float() * torch.randn(o.shape, generator=gen).to(o.device)).sum() for o in outs)
-        grads = torch.autograd.grad(cast(torch.Tensor, loss), [p for _, p in params],
-                                    allow_unused=True)
-    if "TI003" in codes:
-        res.findings += _no_gradient([n for (n, _), g in zip(params, grads, strict=True) if g is None],
-                                     [n for n, _ in params], model)
-    if "TI005" in codes:
-        bad = [n for (n, _), g in zip(params, grads, strict=True)
-               if g is not None and not _all_finite(g)]
-        if bad:
-            res.findings.append(_nan_gradient(bad, probe))
-    return res
-
-
-def _no_gradient(unused: list[str], trainable: list[str], model: nn.Module) -> list[Finding]:
-    if not unused:
-        return []
-    unused_set = set(unused)
-    sizes = dict(model.named_parameters())
-    tops: list[str] = []
-    for name, _module in model.named_modules():
-        if name == "" or any(name.startswith(t + ".") for t in tops):
+    errors: list[tuple[str, BaseException]] = []
+    for label, train, (a, kw) in attempts:
+        probe = _Probe(model, grads=probe_grads)
+        try:
+            with torch.enable_grad(), probe, training_mode(model, train):
+                out = _forward(model, a, kw)
+                outs = [t for t in tensor_leaves(out) if t.requires_grad and t.is_floating_point()]
+                if not outs:
+                    data.skipped["TI003"] = "no output depends on a trainable parameter"
+                    return
+                loss = _loss(outs)
+        except Exception as exc:  # the model's own failure in this mode: try the next
+            errors.append((label, exc))
             continue
-        own = [p for p in trainable if p.startswith(name + ".")]
-        if own and all(p in unused_set for p in own):
-            tops.append(name)
-    covered = {p for p in unused for t in tops if p.startswith(t + ".")}
-    out = []
-    modules = dict(model.named_modules())
-    for top in tops:
-        names = [p for p in unused if p.startswith(top + ".")]
-        count = sum(sizes[p].numel() for p in names)
-        out.append(Finding("TI003", Severity.warning, top,
-                           f"{type(modules[top]).__name__} gets no gradient: {count:,} parameters "
-                           f"in {len(names)} tensor(s) never reach the output",
-                           data={"parameters": names, "count": count}))
-    rest = [p for p in unused if p not in covered]
-    by_owner: dict[str, list[str]] = {}
-    for p in rest:
-        by_owner.setdefault(p.rpartition(".")[0], []).append(p)
-    for owner, names in by_owner.items():
-        count = sum(sizes[p].numel() for p in names)
-        out.append(Finding("TI003", Severity.warning, owner,
-                           f"{show_names([n.rpartition('.')[2] for n in names])} of "
-                           f"{_label(owner)} get no gradient ({count:,} parameters)",
-                           data={"parameters": names, "count": count}))
-    return out
+        if errors:
+            data.notes.append(f"gradient checks ran in {label} "
+                              f"({errors[0][0]}: {first_line(errors[0][1], typed=True)})")
+        try:
+            grads = torch.autograd.grad(loss, [p for _, p in params], allow_unused=True)
+        except RuntimeError as exc:
+            if "modified by an inplace operation" in str(exc):
+                data.inplace = _find_inplace(model, a, kw, train, exc)
+            else:
+                data.errors.append(model_error("backward", exc))
+            data.skipped.update({c: "the backward failed (see the error finding)"
+                                 for c in ("TI003", "TI005")})
+            return
+        data.grad = GradRun(params, grads, probe)
+        if probe_grads:
+            data.grad.nonfinite = [n for (n, _), g in zip(params, grads, strict=True)
+                                   if g is not None and not _all_finite(g)]
+            if data.grad.nonfinite:
+                data.grad.nan_at = _find_nan_backward(model, a, kw, train)
+        return
+    if not data.errors:  # the eval forward worked: this failure is the training mode's
+        stage, error = next(((lb, e) for lb, e in errors if lb == "training mode"), errors[0])
+        data.errors.append(model_error(f"forward in {stage}", error))
+    data.skipped["TI003"] = "the forward with gradients failed (see TI011)"
 
 
-def _nan_gradient(bad: list[str], probe: _Probe) -> Finding:
-    # the innermost call whose output gradient is finite and whose input gradient is not
-    culprits = [(probe.calls[i].depth, -order, i) for i, order in probe.in_grad_bad.items()
-                if not probe.out_grad_bad.get(i, False)]
-    where = probe.calls[max(culprits)[2]] if culprits else None
-    text = f"{len(bad)} parameter tensor(s) get NaN/Inf gradients ({show_names(bad)})"
-    if where is not None:
-        text += (f"; they first appear in the backward of {_label(where.name)} ({where.type}): "
-                 "finite gradient in, NaN/Inf out")
-    return Finding("TI005", Severity.error, where.name if where else bad[0].rpartition(".")[0], text,
-                   data={"stage": "backward", "parameters": bad,
-                         "module_type": where.type if where else None})
+def _loss(outs: list[torch.Tensor]) -> torch.Tensor:
+    gen = torch.Generator().manual_seed(0)
+    return cast(torch.Tensor, sum((o.float() * torch.randn(o.shape, generator=gen).to(o.device)).sum()
+                                  for o in outs))
+
+
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def _anomaly_rerun(model: nn.Module, args: Any, kwargs: Any, train: bool, *,
+                   check_nan: bool) -> tuple[RuntimeError | None, str | None, Watch | None]:
+    """The forward and backward again under ``torch.autograd.detect_anomaly`` (which keeps
+    every op's forward traceback and names the backward node that failed), watching
+    in-place ops: (the backward's error, the forward line of the failing node, the watch)."""
+    error = None
+    seen: Watch | None = None
+    probe = _Probe(model)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        try:
+            with torch.autograd.detect_anomaly(check_nan=check_nan), torch.enable_grad(), \
+                    probe, training_mode(model, train), \
+                    _watching(model, probe, True, training=train, inplace=True) as seen:
+                out = _forward(model, args, kwargs)
+                outs = [t for t in tensor_leaves(out) if t.requires_grad and t.is_floating_point()]
+                torch.autograd.grad(_loss(outs), [p for p in model.parameters() if p.requires_grad],
+                                    allow_unused=True)
+        except RuntimeError as exc:
+            error = exc
+    saved_at = None
+    for w in caught:
+        text = str(w.message)
+        if "Traceback of forward call" in text:
+            lines = [(path, int(n)) for path, n in _FRAME.findall(text) if is_user_file(path)]
+            saved_at = f"{shown(lines[-1][0])}:{lines[-1][1]}" if lines else saved_at
+    return error, saved_at, seen
+
+
+def _find_inplace(model: nn.Module, args: Any, kwargs: Any, train: bool,
+                  exc: RuntimeError) -> InplaceFault:
+    """The op whose output was modified, the line that saved it, the in-place op that
+    changed it (matched by the autograd node that made its target)."""
+    made = re.search(r"which is output \d+ of (\w+)", str(exc))
+    made_by = made.group(1) if made else ""
+    _, saved_at, seen = _anomaly_rerun(model, args, kwargs, train, check_nan=False)
+    modified = None
+    if seen is not None and made_by:
+        modified = next((op for op in seen.inplace_ops
+                         if re.sub(r"Backward\d*$", "", op.made_by) == made_by), None)
+    return InplaceFault(made_by, saved_at, modified, first_line(exc, typed=True))
+
+
+def _find_nan_backward(model: nn.Module, args: Any, kwargs: Any, train: bool) -> tuple[str, str] | None:
+    """(backward node, forward line) of the first backward that returned NaN."""
+    error, saved_at, _ = _anomaly_rerun(model, args, kwargs, train, check_nan=True)
+    node = re.search(r"Function '(\w+)' returned nan", str(error)) if error else None
+    if node is None or saved_at is None:
+        return None
+    return node.group(1), saved_at

@@ -9,7 +9,8 @@ from typing import Any
 
 from torch import nn
 
-from torchinspect.analysis.doctor.rules import Finding, Severity
+from torchinspect.analysis.doctor.context import Context
+from torchinspect.analysis.doctor.rules import Finding, Severity, doctor_check
 from torchinspect.shapes import first_tensor
 
 # TI009 is a warning when the dropped rows are at least this share of the input extent,
@@ -90,6 +91,18 @@ def dropped_edges(module: nn.Module, shape: tuple[int, ...]) -> list[tuple[int, 
         if dropped > 0:
             out.append((axis, size, dropped))
     return out
+
+
+@doctor_check(
+    "TI009", "rounded-down-output", "warning", "trace",
+    title="a conv/pool layer whose output size was rounded down",
+    trigger="at the example's shape, floor((H + 2p - d(k-1) - 1)/s) + 1 windows leave the "
+    "last input rows/columns unread (info below 2% of the extent)",
+    why="the last input rows/columns never reach any window: information silently dropped",
+    fix="pad the input or the layer so (H + 2p - d(k-1) - 1) is a multiple of the stride, "
+    "or use ceil_mode=True for pooling")
+def rounded_down(ctx: Context) -> list[Finding]:
+    return rounded_down_outputs(ctx.model, ctx.trace())
 
 
 def rounded_down_outputs(model: nn.Module, trace: Any) -> list[Finding]:

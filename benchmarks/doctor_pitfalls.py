@@ -1,0 +1,165 @@
+"""Does `inspect doctor` find each pitfall at its line, and stay quiet on the clean twins?
+
+Two sets, reported side by side:
+
+* development: the zoo's trigger/twin pairs (tests/data/doctor_dev_pairs.json: the code and
+  the statement each trigger must be found at), which the checks were written against;
+* validation: tests/data/doctor_validation/*.py, pitfall models written separately in other
+  styles (every offending statement marked ``# expect: TIxxx``), not tuned on.
+
+For each model: is every expected (code, line) among the findings, how many warnings/errors
+the clean twin draws, and whether anything raised (what would be exit 70 on the CLI).
+
+    python benchmarks/doctor_pitfalls.py            # run, write results/doctor-pitfalls.json
+    python benchmarks/doctor_pitfalls.py --report   # RESULTS-doctor-pitfalls.md from the JSON
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import json
+import os
+import platform
+import re
+import time
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT / "benchmarks" / "results" / "doctor-pitfalls.json"
+PERF = ROOT / "benchmarks" / "results" / "doctor-perf-resnet50-vm.json"  # perf_doctor.py --compare-src
+PAGE = ROOT / "benchmarks" / "RESULTS-doctor-pitfalls.md"
+
+
+def _run(model: str, inputs: list[str] | None) -> tuple[list[dict[str, Any]], str | None]:
+    from torchinspect.analysis.doctor import diagnose
+    from torchinspect.sources.case import ModelOptions
+
+    try:
+        r = diagnose(model, options=ModelOptions(device="cpu", inputs=inputs or ()))
+    except Exception as exc:  # noqa: BLE001 - what the CLI would turn into exit 70 (or 2)
+        return [], f"{type(exc).__name__}: {exc}"
+    return [{"code": f.code, "severity": str(f.severity), "location": f.location} for f in
+            r.findings], None
+
+
+def _score(name: str, expected: list[tuple[str, str]], trigger: str, twin: str,
+           inputs: list[str] | None) -> dict[str, Any]:
+    """``expected``: (code, "FILE:LINE" suffix) pairs the trigger must be found at."""
+    t0 = time.perf_counter()
+    found, crash = _run(trigger, inputs)
+    clean, twin_crash = _run(twin, inputs)
+    hits = [any(f["code"] == code and (f["location"] or "").endswith(at) for f in found)
+            for code, at in expected]
+    return {"name": name, "expected": [list(e) for e in expected], "found_at_line": all(hits),
+            "found_code": all(any(f["code"] == c for f in found) for c, _ in expected),
+            "findings": found, "twin_noise": [f for f in clean if f["severity"] != "info"],
+            "twin_info": sum(f["severity"] == "info" for f in clean),
+            "crash": crash or twin_crash, "seconds": round(time.perf_counter() - t0, 2)}
+
+
+def development() -> list[dict[str, Any]]:
+    zoo = ROOT / "src" / "torchinspect" / "zoo"
+    out = []
+    for p in json.loads((ROOT / "tests" / "data" / "doctor_dev_pairs.json").read_text()):
+        lines = (zoo / p["file"]).read_text().splitlines()
+        line = next(i + 1 for i, text in enumerate(lines) if p["statement"] in text)
+        out.append(_score(p["trigger"], [(p["code"], f"zoo/{p['file']}:{line}")],
+                          f"zoo:{p['trigger']}", f"zoo:{p['clean']}", None))
+    return out
+
+
+def validation() -> list[dict[str, Any]]:
+    out = []
+    for path in sorted((ROOT / "tests" / "data" / "doctor_validation").glob("v*.py")):
+        text = path.read_text()
+        marks = [(m.group(1), f"{path.name}:{i + 1}") for i, line in enumerate(text.splitlines())
+                 for m in [re.search(r"# expect: (TI\d{3})", line)] if m]
+        inputs = next(ast.literal_eval(n.value) for n in ast.parse(text).body
+                      if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", "") == "INPUT")
+        out.append(_score(path.stem, marks, f"{path}:Net", f"{path}:Fixed", inputs))
+    return out
+
+
+def run() -> None:
+    import torch
+
+    data = {"machine": {"node": platform.node(), "cpus": os.cpu_count(),
+                        "python": platform.python_version(), "torch": torch.__version__},
+            "development": development(), "validation": validation()}
+    DATA.write_text(json.dumps(data, indent=1) + "\n")
+    print(f"wrote {DATA.relative_to(ROOT)}")
+    report()
+
+
+def _summary(rows: list[dict[str, Any]]) -> str:
+    n = len(rows)
+    at_line = sum(r["found_at_line"] for r in rows)
+    code = sum(r["found_code"] for r in rows)
+    noise = sum(bool(r["twin_noise"]) for r in rows)
+    crash = sum(bool(r["crash"]) for r in rows)
+    return (f"{at_line}/{n} found at the offending line ({code}/{n} found at all); "
+            f"{n - noise}/{n} clean twins without warnings or errors; {crash} crashes")
+
+
+def report() -> None:
+    data = json.loads(DATA.read_text())
+    m = data["machine"]
+    lines = ["## Pitfalls found at their line (generated)", "",
+             "Generated by `python benchmarks/doctor_pitfalls.py --report` from "
+             "`benchmarks/results/doctor-pitfalls.json` (machine "
+             f"`{m['node']}`, {m['cpus']} CPUs, Python {m['python']}, torch {m['torch']}; "
+             "the checks' real runs on CPU). Do not edit by hand.", "",
+             f"- development (the zoo's pairs, which the checks were written against): "
+             f"{_summary(data['development'])}",
+             f"- validation (tests/data/doctor_validation, not tuned on): "
+             f"{_summary(data['validation'])}", ""]
+    for title, key in (("Development", "development"), ("Validation", "validation")):
+        lines += [f"### {title}", "", "| model | expected | at the line | twin: warnings+errors "
+                  "| twin: info | crash |", "|---|---|---|---:|---:|---|"]
+        for r in data[key]:
+            expected = ", ".join(f"{c} {at}" for c, at in r["expected"])
+            lines.append(f"| {r['name']} | {expected} | {'yes' if r['found_at_line'] else 'no'} | "
+                         f"{len(r['twin_noise'])} | {r['twin_info']} | {r['crash'] or '-'} |")
+        lines.append("")
+    lines += _perf()
+    PAGE.write_text("\n".join(lines))
+    print(f"wrote {PAGE.relative_to(ROOT)}")
+
+
+def _perf() -> list[str]:
+    """The before/after timing of `inspect doctor resnet50` (perf_doctor.py --compare-src)."""
+    import statistics
+
+    if not PERF.exists():
+        return []
+    data = json.loads(PERF.read_text())
+    m = data["machine"]
+    out = ["### Time: `inspect doctor resnet50`, this version against the one before", "",
+           f"`python benchmarks/perf_doctor.py --compare-src OLD/src --runs N --out "
+           f"{PERF.relative_to(ROOT)}`: the two run alternately on `{m['node']}` ({m['cpus']} "
+           "CPUs, shared with other work: see the load column in the JSON), median (and "
+           f"min) of {len(data['runs']) // 2} runs each; on a loaded machine the minimum is the "
+           "run least disturbed.", "",
+           "| version | wall (s) | CPU (s) | doctor's own time (s) |", "|---|---:|---:|---:|"]
+    for label, name in (("this", "with the new checks"), ("other", "before")):
+        rows = [r for r in data["runs"] if r["src"] == label]
+        if rows and "cpu_s" in rows[0]:
+            cells = [f"{statistics.median(r[k] for r in rows):.2f} (min {min(r[k] for r in rows):.2f})"
+                     for k in ("wall_s", "cpu_s", "doctor_s")]
+            out.append(f"| {name} | {' | '.join(cells)} |")
+    return [*out, ""]
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--report", action="store_true", help="only regenerate the page from the JSON")
+    if ap.parse_args().report:
+        report()
+    else:
+        run()
+
+
+if __name__ == "__main__":
+    main()

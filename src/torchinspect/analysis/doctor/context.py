@@ -1,0 +1,102 @@
+"""What a check gets: the model, where its modules were built, the meta trace and the real
+runs, each made once and only when a chosen check asks for it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from torchinspect import device as devices
+from torchinspect.errors import InspectError
+
+
+class Skip(Exception):  # noqa: N818 - a check's way to say why it did not run
+    """Raised by a check (or by ``Context.trace``/``run``) that cannot run; ``reason`` is
+    shown as "TI003 skipped: <reason>"."""
+
+    def __init__(self, reason: str) -> None:
+        super().__init__(reason)
+        self.reason = reason
+
+
+@dataclass
+class Context:
+    """One model under the doctor's checks (``check(ctx) -> list[Finding]``)."""
+
+    case: Any
+    model: Any  # the model the static checks read (on meta for MODEL text)
+    chosen: set[str]
+    sites: dict[str, str] = field(default_factory=dict)  # module name -> line that built it
+    inits: dict[str, str] = field(default_factory=dict)  # parameter -> its nn.init.* call
+    given_trace: Any = None
+    notes: list[str] = field(default_factory=list)
+    run_device: str | None = None
+    trace_error: InspectError | None = None
+    _trace: Any = None
+    _run: Any = None
+    _run_skip: str | None = None
+
+    def trace(self) -> Any:
+        """The eval-mode meta trace (the one ``inspect report`` passed, else made once)."""
+        if self._trace is not None:
+            return self._trace
+        if self.trace_error is not None:
+            raise Skip(f"the meta trace failed: {self.trace_error.message}")
+        from torchinspect.trace import trace_model
+
+        trace = self.given_trace
+        if trace is None or trace.train:
+            try:
+                trace = trace_model(self.model, self.case.require_example(), device="meta",
+                                    rebuild=self.case.rebuild)
+            except InspectError as exc:  # the model's forward fails: TI011 says where
+                if isinstance(exc.__context__, InspectError) or exc.__context__ is None:
+                    raise
+                self.trace_error = exc
+                raise Skip(f"the meta trace failed: {exc.message}") from None
+        if trace.fallback_reason:
+            self.notes.append(f"shapes traced on {trace.device}: {trace.fallback_reason}")
+        self._trace = trace
+        return trace
+
+    def run(self, code: str | None = None) -> Any:
+        """The real runs' facts (``.runtime.RunData``), made once on ``case.requested``."""
+        if self._run is None and self._run_skip is None:
+            self._start_run()
+        if self._run_skip is not None:
+            raise Skip(self._run_skip)
+        if code is not None and code in self._run.skipped:
+            raise Skip(self._run.skipped[code])
+        return self._run
+
+    def _start_run(self) -> None:
+        if self.case.requested == "meta":
+            self._run_skip = "--device meta: no real numbers"
+            return
+        import torch
+
+        from torchinspect.analysis.doctor.runtime import run_model
+
+        device = devices.real_device(self.case.requested)
+        try:
+            real = self.case.real_model(device)
+            args, kwargs = self.case.inputs_on(device)
+        except InspectError as exc:  # too big for this machine, or no way to get weights
+            self._run_skip = f"no real model on {device}: {exc.message}"
+            return
+        from torchinspect.analysis.doctor.rules import rules
+
+        watched = {c for c, r in rules().items() if r.needs == "run"} & self.chosen
+        with torch.random.fork_rng(devices=[]):  # random inputs must not move the user's RNG
+            self._run = run_model(real, args, kwargs, self.chosen, watch=bool(watched))
+        self.run_device = device
+        self.notes += self._run.notes
+
+    def site(self, name: str) -> str | None:
+        """Where the module ``name`` (or its closest parent) was built."""
+        while True:
+            if name in self.sites:
+                return self.sites[name]
+            if not name:
+                return None
+            name = name.rpartition(".")[0]
