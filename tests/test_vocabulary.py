@@ -152,6 +152,15 @@ MEANINGS: dict[str, dict[str, tuple[str, str, Any]]] = {
         "memory": ("also predict a training step: on by default, the command's purpose",
                    "also predict a training step", True),
     },
+    "--gpu": {  # a GPU by name (h100, a100, ...) that a prediction is made for
+        "memory": ("the GPU whose cuBLAS workspace size to count", "cuBLAS workspace", None),
+        "summary": ("the GPU the time column is predicted for", "`time` column is predicted",
+                    None),
+        "check": ("the GPU the latency budget is predicted for when no CUDA is here",
+                  "judge the latency predicted", None),
+        "report": ("the GPU whose predicted latency and roofline the page shows",
+                   "roofline chart", None),
+    },
     "--verify": {
         "export": ("run the ONNX file in onnxruntime and compare (on when installed)",
                    "compare with PyTorch", None),

@@ -59,6 +59,8 @@ _LAZY = {
     "ExportResult": "torchinspect.export.onnx",
     "benchmark": "torchinspect.bench",
     "BenchResult": "torchinspect.bench",
+    "predict_latency": "torchinspect.bench.predict",
+    "Prediction": "torchinspect.bench.predict",
     "extract_features": "torchinspect.features",
     "FeatureResult": "torchinspect.features",
     "FeatureFolder": "torchinspect.features",
@@ -79,6 +81,8 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.analysis.doctor import diagnose as diagnose
     from torchinspect.bench import BenchResult as BenchResult
     from torchinspect.bench import benchmark as benchmark
+    from torchinspect.bench.predict import Prediction as Prediction
+    from torchinspect.bench.predict import predict_latency as predict_latency
     from torchinspect.check import CheckResult as CheckResult
     from torchinspect.check import check_budgets as check_budgets
     from torchinspect.checkpoints import ConvertResult as ConvertResult

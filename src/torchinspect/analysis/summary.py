@@ -43,16 +43,17 @@ class Column(StrEnum):
     trainable = "trainable"
     output_bytes = "output_bytes"  # bytes of the call's output tensors, at their dtype
     flops = "flops"  # 2 x macs (inclusive), the convention of the totals
+    time = "time"  # predicted ms on a named GPU (`--gpu`, inspect bench --predict's model)
 
 
-OPTIONAL_COLUMNS = (Column.self_params, Column.output_bytes, Column.flops)
+OPTIONAL_COLUMNS = (Column.self_params, Column.output_bytes, Column.flops, Column.time)
 DEFAULT_COLUMNS: tuple[Column, ...] = tuple(c for c in Column if c not in OPTIONAL_COLUMNS)
 HEADERS = {
     Column.layer: "Layer", Column.type: "Type", Column.input: "Input shape",
     Column.output: "Output shape", Column.kernel: "Kernel", Column.params: "Params",
     Column.params_pct: "% params", Column.self_params: "Self params", Column.macs: "MACs",
     Column.self_macs: "Self MACs", Column.trainable: "Trainable",
-    Column.output_bytes: "Output bytes", Column.flops: "FLOPs",
+    Column.output_bytes: "Output bytes", Column.flops: "FLOPs", Column.time: "Time (pred.)",
 }
 
 
@@ -98,6 +99,7 @@ class SummaryRow:
     call_number: int = 0  # 0 for its first call, 1 for the second, ...
     output_bytes: int = 0  # bytes of this call's output tensors (× repeat on a folded row)
     flops: int = 0  # 2 x macs
+    time_ms: float | None = None  # predicted on --gpu (inclusive, per call); None: not asked
     # JSON: the shapes as lists and objects (``shape_lists``); None for a row with no call
     input_shape: Any = None
     output_shape: Any = None

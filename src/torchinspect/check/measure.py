@@ -83,6 +83,21 @@ def _workspace_note(metric: Metric, run: Any) -> str:
             "the model moves it little; activation-mb and size-mb follow the model itself")
 
 
+def predict_forward(case: Any, gpu: str) -> Sample:
+    """`inspect bench --predict GPU`'s eager latency at the example's batch (no GPU)."""
+    from torchinspect.bench.predict import predict_latency
+    from torchinspect.bench.predict.gpus import validation_text
+
+    pred = predict_latency(case, gpu)
+    r = pred.results[0]
+    note = (f"predicted-ms: PREDICTED eager latency on {pred.gpu} ({r.binds} binds; graph "
+            f"replay {r.gpu_ms:.3f} ms), not measured; {pred.source}; "
+            f"{validation_text(pred.validation)}")
+    return Sample({Metric.predicted_ms: Reading(r.eager_ms, note=note)},
+                  {"predicted": pred.gpu, "table": pred.source, "binds": r.binds,
+                   "gpu_ms": r.gpu_ms})
+
+
 def time_forward(case: Any, timing: Any = None) -> Sample:
     """Median forward latency (ms) at the example's batch with its noise, measured by
     `inspect bench`'s method (its warm-up and stopping rule unless ``timing`` is given) on
@@ -105,7 +120,7 @@ COLLECTORS: dict[Need, Callable[[Any], Sample]] = {
 }
 
 
-def _collect(case: Any, metrics: set[Metric]) -> Sample:
+def _collect(case: Any, metrics: set[Metric], gpu: str | None = None) -> Sample:
     needs = {m.need for m in metrics}
     if Need.static in needs and has_lazy(case.model):  # sizes come from a forward (on a copy)
         needs.add(Need.trace)
@@ -113,7 +128,11 @@ def _collect(case: Any, metrics: set[Metric]) -> Sample:
         needs.discard(Need.static)
     out = Sample()
     for need in Need:  # cheapest first: a model that cannot run fails before it is timed
-        if need in needs:
+        if need is Need.prediction and need in needs and gpu is not None:
+            got = predict_forward(case, gpu)
+            out.readings.update(got.readings)
+            out.environment = out.environment or got.environment
+        elif need in needs and need in COLLECTORS:
             got = COLLECTORS[need](case)
             out.readings.update(got.readings)
             out.environment = got.environment or out.environment
@@ -144,7 +163,8 @@ def options_for(mb: ModelBudget, base: Any) -> Any:
         python_path=(*base.python_path, *o.get("python-path", ())))
 
 
-def measure_model(mb: ModelBudget, metrics: set[Metric], options: Any = None) -> ModelCheck:
+def measure_model(mb: ModelBudget, metrics: set[Metric], options: Any = None,
+                  gpu: str | None = None) -> ModelCheck:
     """The readings of ``metrics`` for one model, or the error that stopped it."""
     start = time.perf_counter()
     base = options or ModelOptions()
@@ -157,7 +177,7 @@ def measure_model(mb: ModelBudget, metrics: set[Metric], options: Any = None) ->
                          need_inputs=any(m.need is not Need.static for m in metrics))
         check.name = case.name
         check.inputs = case.describe_inputs() if case.example is not None else "-"
-        sample = _collect(case, metrics)
+        sample = _collect(case, metrics, gpu)
         check.readings, check.environment = sample.readings, sample.environment
     except KeyboardInterrupt:
         raise

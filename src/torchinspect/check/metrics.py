@@ -29,6 +29,7 @@ class Need(StrEnum):
     static = "static"  # the module's tensors, no forward
     trace = "trace"  # one forward on meta (as `inspect summary`)
     memory = "memory"  # `inspect memory`'s prediction (fake tensors, CUDA caching allocator)
+    prediction = "prediction"  # `inspect bench --predict GPU` (no GPU needed)
     timing = "timing"  # real forwards timed like `inspect bench`
 
 
@@ -55,9 +56,13 @@ class Metric(StrEnum):
     train_mb = "train-mb", Unit.mb, Need.memory, ("MB peak GPU memory of an AdamW training "
                                                   "step (predicted)")
     latency_ms = "latency-ms", Unit.ms, Need.timing, "median ms per forward"
+    predicted_ms = "predicted-ms", Unit.ms, Need.prediction, ("predicted ms per eager forward "
+                                                              "on --gpu (no GPU here)")
 
     @property
     def option(self) -> str:
+        if self is Metric.predicted_ms:  # --max-latency-ms --gpu NAME, with no GPU here
+            return "--max-latency-ms --gpu"
         return f"--max-{self.value}"
 
     @property

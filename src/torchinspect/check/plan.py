@@ -20,11 +20,13 @@ class CheckPlan:
     increase: dict[Metric, tuple[float, str]] = field(default_factory=dict)  # growth, origin
     every_metric: bool = False  # a baseline is saved or compared: measure every metric
     latency: bool = False  # time every model (--latency, a latency increase)
+    gpu: str | None = None  # --gpu: predicted-ms is predicted for this GPU
 
     def metrics_for(self, mb: ModelBudget) -> set[Metric]:
         wanted = set(mb.limits)
         if self.every_metric:
-            wanted |= {m for m in Metric if m.need is not Need.timing}
+            wanted |= {m for m in Metric if m.need is not Need.timing
+                       and (m.need is not Need.prediction or self.gpu)}
         if self.latency:
             wanted.add(Metric.latency_ms)
         return wanted
@@ -38,7 +40,7 @@ def cli_limits(given: dict[Metric, Any]) -> dict[Metric, float]:
 def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | None = None,
                cwd: str | None = None, baseline: str | None = None,
                max_increase: str | dict[Metric, float] | None = None, save: bool = False,
-               latency: bool = False) -> CheckPlan:
+               latency: bool = False, gpu: str | None = None) -> CheckPlan:
     """The models to check (command line over config entries over config defaults), their
     limits with where each came from, and the baseline to compare against."""
     found = load_config(config, cwd)
@@ -47,7 +49,10 @@ def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | 
     plan = CheckPlan(chosen, found.path if found else None,
                      read_baseline(baseline) if baseline else None, increase,
                      every_metric=save or baseline is not None,
-                     latency=latency or Metric.latency_ms in increase)
+                     latency=latency or Metric.latency_ms in increase, gpu=gpu)
+    if gpu is None and any(Metric.predicted_ms in mb.limits for mb in chosen):
+        raise InspectError("--max-predicted-ms: predicted for which GPU?",
+                           hint="name one with --gpu (e.g. --gpu h100)")
     for mb in chosen:
         if not mb.limits and not plan.every_metric and not plan.latency:
             raise InspectError(f"{mb.model}: no budget to check",

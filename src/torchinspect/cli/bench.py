@@ -87,6 +87,11 @@ CompareOpt = Annotated[str | None, typer.Option(
     "--compare", metavar="OLD.json", help="compare with an earlier `--format json` result; "
     "exit 1 if a configuration got slower beyond the noise. With MODEL a saved result "
     "(NEW.json), compares the two files and runs nothing.")]
+PredictOpt = Annotated[str | None, typer.Option(
+    "--predict", metavar="GPU",
+    help="predict the latency on this GPU (h100, h200, a100, l40s, l4, rtx4090, t4) from "
+    "the CPU, no GPU needed: per layer type, graph replay and eager. With --device cuda the "
+    "real run is measured too and shown beside the prediction.")]
 
 
 class _Progress:
@@ -164,6 +169,7 @@ def bench(
     trace: TraceOpt = None,
     save_samples: SamplesOpt = False,
     compare: CompareOpt = None,
+    predict: PredictOpt = None,
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -182,6 +188,11 @@ def bench(
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
+    if predict is not None and not opts.device.startswith("cuda"):
+        _refuse_real_run_options(compile=compile or compile_mode != CompileMode.default, amp=amp,
+                                 max_batch=max_batch, profile=profile, compare=bool(compare),
+                                 channels_last=channels_last)
+        return _predict_only(model, predict, batch, dtype, tf32, opts, out)
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
                            hint="use --device cpu or --device cuda[:N]")
@@ -210,10 +221,51 @@ def bench(
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
     changes, setup = _against(old, result)
-    emit(bench_report(result, changes, setup), out, inputs=[model, *opts.files(), compare])
+    report = _with_prediction(bench_report(result, changes, setup), case, predict, options, tf32, result)
+    emit(report, out, inputs=[model, *opts.files(), compare])
     _exit_if_unmeasured(result, model)
     _exit_if_slower(changes)
     sys.stderr.flush()
+
+
+def _refuse_real_run_options(**given: bool) -> None:
+    """--predict without --device cuda runs nothing: options of a real run are refused."""
+    real = [f"--{name.replace('_', '-')}" for name, on in given.items() if on]
+    if real:
+        raise InspectError(f"--predict runs nothing on a device: {real[0]} has no effect there",
+                           hint="leave it out, or add --device cuda to measure beside the "
+                           "prediction")
+
+
+def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32: bool | None,
+                     result: Any) -> Any:
+    """With --predict: the prediction for the configurations just measured, side by side."""
+    if gpu is None:
+        return report
+    from torchinspect.bench.predict import predict_latency
+    from torchinspect.report.base import Text
+    from torchinspect.report.predict import against_measured, header
+
+    pred = predict_latency(case, gpu, dtypes=options.dtypes, batches=options.batches, tf32=tf32)
+    report.data["predicted"] = pred.to_dict()
+    report.sections += [Text(header(pred)), against_measured(pred, result.to_dict())]
+    return report
+
+
+def _predict_only(model: str, gpu: str, batch: str | None, dtype: str, tf32: bool | None,
+                  opts: ModelOptions, out: OutputOptions) -> None:
+    """`inspect bench MODEL --predict GPU`: the prediction alone, no device touched."""
+    from torchinspect.bench.predict import predict_latency, resolve_gpu
+    from torchinspect.bench.run import parse_dtype
+    from torchinspect.report.predict import prediction_report
+    from torchinspect.sources.case import make_case
+
+    resolve_gpu(gpu)  # an unknown name is refused before the model is built
+    dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in dtype.split(",") if d.strip()))
+    case = make_case(model, options=opts, device="meta")
+    pred = predict_latency(case, gpu, dtypes=dtypes or ("fp32",), batches=parse_batches(batch),
+                           tf32=tf32)
+    emit(prediction_report(pred), out, inputs=[model, *opts.files()])
 
 
 def _against(old: dict[str, Any] | None, result: Any) -> tuple[Any, Any]:

@@ -4,7 +4,7 @@ failure), baselines (`--save-baseline`, `--baseline --max-increase`), JUnit XML.
 from __future__ import annotations
 
 import os
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -53,6 +53,10 @@ IncreaseOpt = Annotated[str | None, typer.Option(
 SaveOpt = Annotated[str | None, typer.Option(
     "--save-baseline", metavar="FILE", help="write every metric of every model as a baseline "
     "(versioned JSON, atomic) for a later --baseline.")]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", metavar="NAME", help="with --max-latency-ms on a machine without CUDA: judge the "
+    "latency predicted for this GPU (h100, a100, l4, ...; metric predicted-ms) instead of "
+    "measuring; with CUDA present the latency is measured as usual.")]
 LatencyFlag = Annotated[bool, typer.Option(
     "--latency", help="also time every model (median, IQR, CoV), e.g. for --save-baseline.")]
 
@@ -73,6 +77,23 @@ def _targets(out: OutputOptions, junit: str | None, save: str | None,
             check_target(path, protect=protect)
 
 
+def _predict_latency(given: dict[Any, Any], gpu: str, opts: ModelOptions) -> None:
+    """--gpu NAME without CUDA here: the latency budget is judged on the prediction."""
+    from torchinspect.bench.predict import resolve_gpu
+    from torchinspect.check import Metric
+
+    resolve_gpu(gpu, option="--gpu")  # an unknown name: did-you-mean, exit 2
+    if given.get(Metric.latency_ms) is None or opts.device.startswith("cuda"):
+        return
+    import torch
+
+    if torch.cuda.is_available():
+        return
+    given[Metric.predicted_ms] = given.pop(Metric.latency_ms)
+    typer.echo(f"no GPU here: --max-latency-ms is judged on the latency predicted for {gpu} "
+               "(metric predicted-ms)", err=True)
+
+
 @model_command()
 def check(
     models: MaybeModelsArg = None,
@@ -89,6 +110,7 @@ def check(
     max_increase: IncreaseOpt = None,
     save_baseline: SaveOpt = None,
     latency: LatencyFlag = False,
+    gpu: GpuOpt = None,
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -104,10 +126,12 @@ def check(
              core.Metric.size_mb: max_size_mb, core.Metric.activation_mb: max_activation_mb,
              core.Metric.latency_ms: max_latency_ms, core.Metric.infer_mb: max_infer_mb,
              core.Metric.train_mb: max_train_mb}
+    if gpu is not None:
+        _predict_latency(given, gpu, opts)
     try:
         plan = core.plan_check(models or [], core.cli_limits(given), config=config,
                                baseline=baseline, max_increase=max_increase,
-                               save=save_baseline is not None, latency=latency)
+                               save=save_baseline is not None, latency=latency, gpu=gpu)
     except InspectError as exc:  # the CI's test view still gets a file that says why
         if junit:
             core.write_junit(core.junit_error_xml(exc.message, exc.hint), junit, protect=protect)

@@ -31,6 +31,9 @@ BenchSecondsOpt = Annotated[float, typer.Option(
     "--bench-seconds", min=0.05, help="seconds of timing per --bench configuration (at least).")]
 GraphDepthOpt = Annotated[int, typer.Option("--graph-depth", min=0,
                                             help="deepest module level drawn in the graph.")]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", metavar="NAME", help="add the latency predicted for this GPU (h100, a100, l4, "
+    "...) and its roofline chart: one point per module, both roofs drawn.")]
 NoGraphOpt = Annotated[bool, typer.Option("--no-graph", help="leave the module graph out.")]
 NoDoctorOpt = Annotated[bool, typer.Option("--no-doctor", help="leave the doctor's checks out.")]
 DoctorRunOpt = Annotated[bool, typer.Option(
@@ -53,6 +56,7 @@ def report(
     no_doctor: NoDoctorOpt = False,
     doctor_run: DoctorRunOpt = False,
     force: ForceOpt = False,
+    gpu: GpuOpt = None,
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -77,7 +81,7 @@ def report(
     result = collect_overview(models, depth=depth, options=opts, graph=not no_graph,
                               graph_depth=graph_depth, doctor=not no_doctor,
                               doctor_run=doctor_run, bench=bench, bench_batches=batches if bench else None,
-                              bench_seconds=bench_seconds, progress=_progress)
+                              bench_seconds=bench_seconds, progress=_progress, gpu=gpu)
     emit(overview_report(result), out, inputs)
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
@@ -15,6 +15,7 @@ from torchinspect.cli.common import (
     emit_results,
     model_command,
 )
+from torchinspect.errors import InspectError
 from torchinspect.sources.case import ModelOptions
 
 ColumnsOpt = Annotated[str | None, typer.Option(
@@ -29,7 +30,30 @@ MemoryOpt = Annotated[str, typer.Option(
     help="memory lines: the predicted peak of inference on CUDA (default; `inspect memory`'s "
     "engine), also of a training step (train: AdamW, forward + backward + step), or none (the "
     "sum of leaf outputs, as torchinfo).")]
+GpuOpt = Annotated[str | None, typer.Option(
+    "--gpu", metavar="NAME", help="GPU the `time` column is predicted for (h100, a100, l4, "
+    "...; `inspect bench --predict`'s model, no GPU needed).")]
 TotalsOpt = Annotated[bool, typer.Option("--totals", help="totals only (one row per model).")]
+
+
+def _add_times(s: Any, model: str, gpu: str | None, opts: ModelOptions) -> Any:
+    """Fill the `time` column: predicted ms per call of each row on ``gpu`` (None: as is)."""
+    if gpu is None:
+        return s
+    from torchinspect.bench.predict import module_times
+    from torchinspect.bench.predict.gpus import validation_text
+    from torchinspect.sources.case import make_case
+
+    times, pred = module_times(make_case(model, options=opts, device="meta"), gpu)
+    for row in s.rows:
+        t = times.get(row.name)
+        row.time_ms = None if t is None or not row.ran else t / max(row.calls, 1)
+    r = pred.results[0]
+    s.notes.append(
+        f"Time (pred.): PREDICTED ms per call on {pred.gpu} ({r.dtype}, CUDA-graph replay; "
+        f"whole model {r.gpu_ms:.3f} ms, eager {r.eager_ms:.3f} ms, {r.binds} binds), not "
+        f"measured; {pred.source}; {validation_text(pred.validation)}")
+    return s
 
 
 @model_command()
@@ -41,6 +65,7 @@ def summary(
     fold: FoldOpt = False,
     totals: TotalsOpt = False,
     memory: MemoryOpt = "inference",
+    gpu: GpuOpt = None,
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -50,7 +75,12 @@ def summary(
     from torchinspect.report.summary import summary_report
 
     cols = parse_columns(columns)
-    results = each_model(models, lambda m: summarize(
-        m, depth=depth, columns=cols, fold=fold, train=train, options=opts, memory=memory))
+    timed = any(c.value == "time" for c in cols)
+    if timed and gpu is None:
+        raise InspectError("--columns time: predicted for which GPU?",
+                           hint="add --gpu NAME (e.g. --gpu h100)")
+    results = each_model(models, lambda m: _add_times(summarize(
+        m, depth=depth, columns=cols, fold=fold, train=train, options=opts, memory=memory),
+        m, gpu if timed else None, opts))
     emit_results("summary", results, summary_report, out, [*models, *opts.files()],
                  totals_only=totals)

@@ -48,6 +48,7 @@ class ModelOverview:
     doctor: parts.DoctorPart | None = None
     bench: Any | None = None  # torchinspect.bench.BenchResult
     memory: Any | None = None  # torchinspect.overview.memory.MemoryPart
+    latency: Any | None = None  # torchinspect.bench.predict.Prediction (report --gpu)
     missing: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict() of the model
@@ -98,6 +99,7 @@ class ModelOverview:
             "doctor": self.doctor.to_dict() if self.doctor else None,
             "bench": self.bench.to_dict() if self.bench is not None else None,
             "memory": self.memory.to_dict() if self.memory is not None else None,
+            "latency": self.latency.to_dict() if self.latency is not None else None,
             "weights": self.weights, "missing": dict(self.missing),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
@@ -137,13 +139,19 @@ def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None
                      graph_depth: int = 2, doctor: bool = True, doctor_run: bool = False,
                      bench: bool = False, bench_batches: Sequence[int] | None = None,
                      bench_seconds: float = 1.0, device: str | None = None,
-                     progress: ProgressFn | None = None, memory: bool = True) -> Overview:
+                     progress: ProgressFn | None = None, memory: bool = True,
+                     gpu: str | None = None) -> Overview:
     """Collect a report for one model or several (``collect_overview(["resnet18", "vgg11"])``).
 
     ``device`` (default: ``options.device``, else auto) is where the trace runs (auto: meta,
     no memory) and where the real runs go (``bench``, ``doctor_run``; auto means the CPU).
+    ``gpu`` (e.g. "h100") adds the predicted latency and its roofline chart for that GPU.
     """
     check_depth(depth)
+    if gpu is not None:
+        from torchinspect.bench.predict import resolve_gpu
+
+        resolve_gpu(gpu, option="--gpu")  # an unknown name is refused before any model runs
     if graph_depth < 0:
         raise InspectError(f"graph depth {graph_depth}: must be 0 or more", hint="e.g. 2")
     if bench_seconds <= 0:
@@ -160,7 +168,8 @@ def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None
     cases = [make_case(spec, inputs, options=opts, device=dev) for spec in specs]  # fail early
     out = [_one(spec, case, depth=depth, graph=graph, graph_depth=graph_depth, doctor=doctor,
                 doctor_run=doctor_run, bench=bench, bench_batches=bench_batches,
-                bench_seconds=bench_seconds, real=real, progress=progress, memory=memory)
+                bench_seconds=bench_seconds, real=real, progress=progress, memory=memory,
+                gpu=gpu)
            for spec, case in zip(specs, cases, strict=True)]
     created = datetime.now(UTC).strftime("%Y-%m-%d %H:%M UTC")
     return Overview(out, versions(), created, real if bench else None)
@@ -169,7 +178,7 @@ def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None
 def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: int,
          doctor: bool, doctor_run: bool, bench: bool, bench_batches: Sequence[int] | None,
          bench_seconds: float, real: str, progress: ProgressFn | None,
-         memory: bool = True) -> ModelOverview:
+         memory: bool = True, gpu: str | None = None) -> ModelOverview:
     say = progress or (lambda _text: None)
     label = spec if isinstance(spec, str) else type(spec).__name__
     seconds: dict[str, float] = {}
@@ -204,6 +213,8 @@ def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: in
     if doctor:
         view.doctor = timed("doctor", lambda: parts.doctor_part(case, run_checks=doctor_run,
                                                                 trace=trace))
+    if gpu is not None:
+        view.latency = timed("latency", lambda: parts.latency_part(case, gpu))
     if bench:
         view.bench = timed("bench", lambda: parts.bench_part(case, device=real,
                                                              batches=bench_batches,

@@ -155,3 +155,12 @@ def bench_part(case: Any, *, device: str, batches: Sequence[int] | None,
                           max_time=max(3 * seconds, seconds), min_iters=5)
     opts = BenchOptions(device=device, batches=tuple(batches) if batches else None, timing=timing)
     return run_bench(case, opts)
+
+
+def latency_part(case: Any, gpu: str) -> Any:
+    """The latency predicted for ``gpu`` at the case's input and the model's own dtype
+    (``inspect bench --predict``'s model): its per-module points draw the roofline chart."""
+    from torchinspect.bench.predict import predict_latency
+    from torchinspect.bench.predict.predict import _model_dtype
+
+    return predict_latency(case, gpu, dtypes=(_model_dtype(case.model),))

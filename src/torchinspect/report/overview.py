@@ -25,6 +25,7 @@ from torchinspect.report.base import (
     si,
 )
 from torchinspect.report.memory_chart import memory_sections
+from torchinspect.report.roofline_chart import roofline_sections
 from torchinspect.report.summary import summary_report, totals_section, trailer_sections
 from torchinspect.sources.origin import describe_weights
 
@@ -66,6 +67,8 @@ def single_sections(ov: Overview, m: ModelOverview) -> list[Any]:
     sections.append(treemap_chart(m))
     sections.append(graph_figure(m))
     sections += memory_sections(m.memory.result if m.memory else None, m.missing.get("memory"))
+    if m.latency is not None or "latency" in m.missing:
+        sections += roofline_sections(m.latency, m.missing.get("latency"))
     sections.append(layers_table(m, "Layers"))
     sections += not_counted_sections(m, "FLOPs")
     sections += doctor_sections(m, "Doctor findings")

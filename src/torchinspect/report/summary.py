@@ -49,6 +49,9 @@ def summary_cell(row: SummaryRow, col: Column) -> Any:
         return Shown(text, short)
     if name in ("macs", "self_macs", "flops"):
         return si(getattr(row, name), empty="--")
+    if name == "time":
+        t = row.time_ms
+        return Shown("", "--") if t is None else Shown(round(t, 6), f"{t:.3f} ms")
     if name == "output_bytes":
         return Shown(row.output_bytes, fmt_bytes(row.output_bytes) if row.output_bytes else "--")
     if name == "params_pct":
@@ -65,12 +68,13 @@ HEADERS = {
     "layer": "Layer", "type": "Type", "input": "Input shape", "output": "Output shape",
     "kernel": "Kernel", "params": "Params", "params_pct": "% params", "self_params": "Self params",
     "macs": "MACs", "self_macs": "Self MACs", "trainable": "Trainable",
-    "output_bytes": "Output bytes", "flops": "FLOPs",
+    "output_bytes": "Output bytes", "flops": "FLOPs", "time": "Time (pred.)",
 }
 # left out, in this order, where COLUMNS is too narrow for the whole table
 FIT_ORDER = ("trainable", "input", "kernel", "params_pct", "self_macs", "self_params",
              "output_bytes", "flops")
-_NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs", "output_bytes", "flops")
+_NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs", "output_bytes", "flops",
+            "time")
 
 
 def summary_report(s: Summary, *, totals_only: bool = False) -> Report:

@@ -1,0 +1,408 @@
+"""Every aten op of one forward, on meta, with the work a GPU kernel would do for it.
+
+``record_ops`` runs the model once through the trace (meta tensors, no memory) with a
+dispatch mode outside the trace's own: each op that reaches the dispatcher becomes an
+``OpRecord`` with its kind (matmul, conv, attention, norm, eltwise, reduction, pool,
+copy, embedding; ``view`` for ops that launch no kernel; ``other`` for ops with no
+efficiency data), its FLOPs, the bytes it must move (inputs read once, outputs written
+once), and the innermost module that ran it. ``F.scaled_dot_product_attention`` is one
+fused kernel on a GPU: it is recorded once at the function level, its meta decomposition
+is not. Inside ``nn.LSTM``/``GRU``/``RNN`` the pointwise gate math is fused (cuDNN): one
+kernel per recurrent matmul.
+
+``dtype`` prices the run as if the model's float tensors had that dtype (``--dtype bf16``
+casts weights and float inputs), without converting anything.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+from torch.utils.flop_counter import flop_registry
+
+from torchinspect.dtypes import SHORT, SIZES
+
+MATMUL = frozenset("mm addmm bmm baddbmm addmv mv dot matmul _grouped_mm addbmm".split())
+CONV = frozenset("convolution _convolution cudnn_convolution conv_depthwise2d "
+                 "_conv_depthwise2d mkldnn_convolution convolution_overrideable "
+                 "_slow_conv2d_forward slow_conv3d_forward".split())
+ATTENTION = frozenset("_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention "
+                      "_scaled_dot_product_cudnn_attention _scaled_dot_product_flash_attention_for_cpu "
+                      "_native_multi_head_attention".split())
+NORM = frozenset("native_batch_norm _native_batch_norm_legit_no_training _native_batch_norm_legit "
+                 "native_layer_norm native_group_norm _fused_rms_norm rms_norm "
+                 "_batch_norm_with_update _batch_norm_no_update cudnn_batch_norm".split())
+REDUCTION = frozenset("_softmax _log_softmax softmax log_softmax sum mean amax amin max min var_mean "
+                      "var std std_mean norm linalg_vector_norm argmax argmin logsumexp cumsum "
+                      "prod topk sort _safe_softmax any all".split())
+POOL = frozenset("max_pool2d_with_indices max_pool2d avg_pool2d _adaptive_avg_pool2d "
+                 "adaptive_avg_pool2d adaptive_max_pool2d max_pool3d_with_indices avg_pool3d "
+                 "_adaptive_avg_pool3d max_pool1d avg_pool1d adaptive_max_pool1d".split())
+GATHER = frozenset("embedding index_select gather index _unsafe_index embedding_bag "
+                   "_embedding_bag".split())
+COPY = frozenset("clone _to_copy copy_ cat stack contiguous constant_pad_nd roll flip repeat "
+                 "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle "
+                 "index_put index_put_ scatter scatter_ scatter_add _unsafe_index_put "
+                 "reflection_pad2d replication_pad2d col2im im2col".split())
+# ops that launch no kernel: views, metadata, allocation without a fill
+VIEW = frozenset(
+    """view _unsafe_view reshape _reshape_alias expand expand_as permute transpose t
+    squeeze unsqueeze slice select split split_with_sizes chunk unbind as_strided alias
+    detach detach_ flatten unflatten narrow view_as movedim diagonal unfold lift_fresh
+    empty empty_like empty_strided new_empty new_empty_strided sym_size sym_stride
+    sym_numel is_same_size _assert_async _assert_tensor_metadata _assert_scalar set_ resize_
+    _local_scalar_dense item dropout feature_dropout alpha_dropout _has_compatible_shallow_copy_type
+    prim.device _unsafe_split lift_fresh_copy _nested_tensor_from_mask_left_aligned
+    view_as_real view_as_complex _conj _neg_view resolve_conj resolve_neg conj""".split())
+RNN_MODULES = ("LSTM", "GRU", "RNN")
+# ops of attention written out (F.multi_head_attention_forward on meta): fused on a GPU
+_NORM_SUB = {"native_batch_norm": "norm.batch", "_native_batch_norm_legit_no_training": "norm.batch",
+             "_native_batch_norm_legit": "norm.batch", "cudnn_batch_norm": "norm.batch",
+             "native_layer_norm": "norm.layer", "native_group_norm": "norm.group",
+             "_fused_rms_norm": "norm.rms", "rms_norm": "norm.rms"}
+_MHA_MATH = frozenset("bmm baddbmm _safe_softmax _softmax mul div masked_fill".split())
+
+KINDS = ("matmul", "conv", "attention", "norm", "eltwise", "reduction", "pool", "gather",
+         "copy", "other")
+
+
+@dataclass
+class OpRecord:
+    """One op as a GPU would run it: kind, work, and where in the model it ran."""
+
+    name: str
+    kind: str  # one of KINDS, or "view" (no kernel)
+    sub: str  # finer class for the efficiency table (conv.1x1, matmul.skinny, ...)
+    flops: float
+    bytes: float
+    kernels: int
+    layer: str  # type of the innermost module running ("" outside any)
+    module: str  # qualified name of that module
+    fused: bool = False  # pointwise math fused into a neighbouring kernel (RNN gates)
+
+
+@dataclass
+class OpTrace:
+    """The ops of one forward and the host-side counts an eager run pays for."""
+
+    ops: list[OpRecord] = field(default_factory=list)
+    dispatched: int = 0  # every aten op the dispatcher saw (views included)
+    module_calls: int = 0
+
+    @property
+    def kernels(self) -> int:
+        return sum(o.kernels for o in self.ops)
+
+
+def _op_name(func: Any) -> str:
+    ns = getattr(func._overloadpacket, "_qualified_op_name", None) or str(func)
+    return ns.replace("::", ".").removeprefix("aten.")
+
+
+def _is_float(t: torch.Tensor) -> bool:
+    return t.dtype in (torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def physical_numel(t: torch.Tensor) -> int:
+    """Elements a kernel reads: broadcast (stride-0) dimensions count once."""
+    try:
+        return math.prod(int(s) for s, st in zip(t.shape, t.stride(), strict=True) if st != 0)
+    except (RuntimeError, NotImplementedError):  # sparse, nested: no strides
+        return int(t.numel())
+
+
+class Pricer:
+    """Bytes of tensors at the priced dtype (floats re-sized, integers as they are)."""
+
+    def __init__(self, dtype: str | None) -> None:
+        self.itemsize = SIZES[SHORT[dtype]] if dtype else None
+
+    def nbytes(self, t: torch.Tensor) -> float:
+        size = self.itemsize if self.itemsize and _is_float(t) else t.element_size()
+        return float(physical_numel(t) * size)
+
+
+def _tensors(value: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(value) if isinstance(t, torch.Tensor)]
+
+
+def _conv_sub(args: tuple[Any, ...]) -> str:
+    weight = args[1]
+    stride = args[3] if len(args) > 3 else [1]
+    groups = int(args[8]) if len(args) > 8 else 1
+    k = tuple(int(d) for d in weight.shape[2:])
+    if weight.dim() >= 5:
+        return "conv.3d"
+    cin = int(weight.shape[1]) * groups
+    if groups > 1 and groups == cin:
+        return "conv.depthwise"
+    if groups > 1:
+        return "conv.grouped"
+    if all(d == 1 for d in k):
+        return "conv.1x1"
+    if max(k) >= 4 and all(int(s) == d for s, d in zip(stride, k, strict=False)):
+        return "conv.patch"  # a patchify stem: stride equals the kernel
+    return "conv.kxk"
+
+
+def _matmul_sub(out: Any) -> str:
+    if isinstance(out, torch.Tensor) and out.dim() >= 2:
+        rows = math.prod(int(d) for d in out.shape[:-1]) if out.dim() == 2 else int(out.shape[-2])
+        if min(rows, int(out.shape[-1])) <= 16:
+            return "matmul.skinny"
+    return "matmul"
+
+
+def classify(name: str, func: Any) -> str:
+    base = name.split(".")[0].rstrip("_") if not name.startswith("_") else name.split(".")[0]
+    for kind, names in (("view", VIEW), ("matmul", MATMUL), ("conv", CONV),
+                        ("attention", ATTENTION), ("norm", NORM), ("reduction", REDUCTION),
+                        ("pool", POOL), ("gather", GATHER), ("copy", COPY)):
+        if name in names or base in names:
+            return kind
+    tags = getattr(func, "tags", ())
+    if torch.Tag.pointwise in tags or base in _CREATION:
+        return "eltwise"
+    return "other"
+
+
+_CREATION = frozenset("zeros ones full arange zeros_like ones_like full_like fill zero scalar_tensor "
+                      "new_zeros new_ones new_full linspace eye tril triu randn rand randint "
+                      "normal uniform bernoulli masked_fill where clamp hardtanh upsample_nearest2d "
+                      "upsample_bilinear2d _upsample_bilinear2d_aa upsample_nearest1d "
+                      "_upsample_nearest_exact2d grid_sampler_2d cumprod".split())
+
+
+def sdpa_work(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
+              pricer: Pricer) -> tuple[float, float]:
+    """FLOPs (QKᵀ and AV; a causal flash kernel skips half) and bytes (q, k, v, out once)."""
+    lead = math.prod(int(d) for d in q.shape[:-1])
+    flops = 2.0 * lead * int(k.shape[-2]) * (int(q.shape[-1]) + int(v.shape[-1]))
+    if causal:
+        flops /= 2
+    out_bytes = pricer.nbytes(q) / max(int(q.shape[-1]), 1) * int(v.shape[-1])
+    return flops, pricer.nbytes(q) + pricer.nbytes(k) + pricer.nbytes(v) + out_bytes
+
+
+class _Stack:
+    """The module stack of the running forward (global hooks, removed in ``finally``)."""
+
+    def __init__(self, names: dict[int, str]) -> None:
+        self.names = names
+        self.on_attention: Any = None  # called with (module, args) when an MHA module ends
+        self.stack: list[tuple[str, str]] = []
+        self.calls = 0
+        self.handles: list[Any] = []
+
+    def __enter__(self) -> _Stack:
+        from torch.nn.modules import module as mod
+
+        self.handles = [mod.register_module_forward_pre_hook(self._pre),
+                        mod.register_module_forward_hook(self._post, always_call=True)]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self.handles:
+            h.remove()
+
+    def _pre(self, module: Any, args: Any) -> None:
+        self.calls += 1
+        self.stack.append((type(module).__name__, self.names.get(id(module), "")))
+
+    def _post(self, module: Any, args: Any, out: Any) -> None:
+        if isinstance(module, torch.nn.MultiheadAttention) and self.on_attention is not None:
+            self.on_attention(module, args)
+        if self.stack:
+            self.stack.pop()
+
+    @property
+    def top(self) -> tuple[str, str]:
+        return self.stack[-1] if self.stack else ("", "")
+
+    def in_rnn(self) -> bool:
+        return any(t in RNN_MODULES for t, _ in self.stack)
+
+
+class _Recorder:
+    def __init__(self, pricer: Pricer, stack: _Stack) -> None:
+        self.pricer = pricer
+        self.stack = stack
+        self.trace = OpTrace()
+        self.suppress = 0
+        self.rnn_matmuls = 0
+
+    def add(self, name: str, kind: str, sub: str, flops: float, nbytes: float,
+            kernels: int = 1, fused: bool = False) -> None:
+        layer, module = self.stack.top
+        self.trace.ops.append(OpRecord(name, kind, sub, flops, nbytes, kernels, layer, module,
+                                       fused))
+
+    def record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
+        self.trace.dispatched += 1
+        if self.suppress:
+            return
+        name = _op_name(func)
+        kind = classify(name, func)
+        if kind == "view":
+            return
+        if self.stack.top[0] == "MultiheadAttention" and name in _MHA_MATH:
+            return  # the attention written out on meta: one fused kernel on a GPU (below)
+        ins = _tensors((args, kwargs))
+        outs = _tensors(out)
+        nbytes = self._bytes(kind, name, ins, outs)
+        flops = self._flops(func, kind, args, kwargs, out, ins, outs)
+        sub = kind
+        if kind == "conv":
+            sub = _conv_sub(args)
+        elif kind == "matmul":
+            sub = _matmul_sub(out)
+        if self.stack.in_rnn() and kind in ("eltwise", "other", "copy"):
+            self.add(name, "eltwise", "eltwise", flops, nbytes, kernels=0, fused=True)
+            return
+        if kind == "norm":
+            sub = _NORM_SUB.get(name, "norm")
+        bias = args[2] if kind == "conv" and len(args) > 2 else None
+        if isinstance(bias, torch.Tensor) and outs:  # cuDNN convolves, then adds the bias
+            out_bytes = self.pricer.nbytes(outs[0])
+            self.add(name, kind, sub, flops, nbytes - out_bytes - self.pricer.nbytes(bias))
+            self.add("conv_bias_add", "eltwise", "eltwise", float(outs[0].numel()),
+                     2 * out_bytes + self.pricer.nbytes(bias))
+            return
+        if self.stack.in_rnn() and kind == "matmul":
+            sub = "matmul.rnn"  # cuDNN's recurrent kernels, not cuBLAS calls
+        self.add(name, kind, sub, flops, nbytes)
+        if self.stack.in_rnn() and kind == "matmul":
+            self.rnn_matmuls += 1
+            if self.rnn_matmuls % 2 == 0:  # one fused gate kernel per step (two matmuls)
+                self.add("rnn_pointwise", "eltwise", "eltwise", 0.0, 0.0)
+
+    def attention_module(self, module: Any, args: Any) -> None:
+        """``nn.MultiheadAttention``: its QKᵀ·softmax·AV as one fused attention kernel."""
+        tensors = [a for a in args if isinstance(a, torch.Tensor)] if isinstance(args, tuple) else []
+        if len(tensors) < 1 or tensors[0].dim() < 2:
+            return
+        q = tensors[0]
+        k = tensors[1] if len(tensors) > 1 else q
+        seq_dim = 1 if getattr(module, "batch_first", False) else 0
+        lq = int(q.shape[seq_dim]) if q.dim() == 3 else int(q.shape[0])
+        lk = int(k.shape[seq_dim]) if k.dim() == 3 else int(k.shape[0])
+        batch = int(q.numel()) // max(lq * int(q.shape[-1]), 1)
+        e = int(module.embed_dim)
+        flops = 4.0 * batch * lq * lk * e
+        item = self.pricer.itemsize or q.element_size()
+        nbytes = float(batch * (2 * lq + 2 * lk) * e * item)
+        self.trace.ops.append(OpRecord("scaled_dot_product_attention", "attention", "attention",
+                                       flops, nbytes, 1, "MultiheadAttention",
+                                       self.stack.names.get(id(module), "")))
+
+    def _bytes(self, kind: str, name: str, ins: list[torch.Tensor],
+               outs: list[torch.Tensor]) -> float:
+        nb = self.pricer.nbytes
+        out_bytes = sum(nb(t) for t in outs)
+        if kind == "gather":  # reads the gathered rows and the indices, not the whole table
+            idx = sum(nb(t) for t in ins if not _is_float(t))
+            return 2 * out_bytes + idx
+        seen: set[int] = set()
+        in_bytes = 0.0
+        for t in ins:
+            if id(t) not in seen:
+                seen.add(id(t))
+                in_bytes += nb(t)
+        out_only = sum(nb(t) for t in outs if id(t) not in seen)  # in-place: written back once
+        aliased = sum(nb(t) for t in outs if id(t) in seen)
+        return in_bytes + out_only + aliased
+
+    def _flops(self, func: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+               out: Any, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> float:
+        formula = flop_registry.get(func._overloadpacket)
+        if formula is not None:
+            try:
+                return float(formula(*args, **kwargs, out_val=out))
+            except Exception:  # noqa: BLE001 - a formula that cannot read these args
+                pass
+        if kind in ("matmul", "conv", "attention"):
+            from torchinspect.trace.formulas import mac_formulas, op_name
+
+            entry = mac_formulas().get(op_name(func._overloadpacket))
+            if entry is not None:
+                try:
+                    return 2.0 * float(entry.formula(args, kwargs, out))
+                except Exception:  # noqa: BLE001 - a formula that cannot read these args
+                    pass
+        n_out = sum(float(t.numel()) for t in outs)
+        n_in = max((float(t.numel()) for t in ins), default=0.0)
+        if kind == "norm":
+            return 5.0 * n_in
+        if kind in ("reduction", "pool"):
+            return n_in
+        return n_out
+
+
+class _Dispatch(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        return False  # see trace/counting.py: importing dynamo costs a second
+
+    def __init__(self, rec: _Recorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        if isinstance(func, torch._ops.OpOverload):
+            self.rec.record(func, args, kwargs, out)
+        return out
+
+
+class _Functions(TorchFunctionMode):
+    def __init__(self, rec: _Recorder) -> None:
+        super().__init__()
+        self.rec = rec
+
+    def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
+                           kwargs: dict[str, Any] | None = None) -> Any:
+        kwargs = kwargs or {}
+        if func is torch.nn.functional.scaled_dot_product_attention and not self.rec.suppress:
+            names = ("query", "key", "value")
+            q, k, v = (list(args) + [kwargs.get(n) for n in names][len(args):])[:3]
+            causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
+            flops, nbytes = sdpa_work(q, k, v, causal, self.rec.pricer)
+            self.rec.add("scaled_dot_product_attention", "attention", "attention", flops, nbytes)
+            self.rec.suppress += 1
+            try:
+                return func(*args, **kwargs)
+            finally:
+                self.rec.suppress -= 1
+        return func(*args, **kwargs)
+
+
+def record_ops(model: Any, example: Any, *, dtype: str | None = None) -> OpTrace:
+    """One meta forward of ``model`` on ``example`` (the trace's), every op recorded."""
+    from torchinspect.trace.policy import trace_model
+
+    names = {id(m): n for n, m in model.named_modules()} if hasattr(model, "named_modules") else {}
+    with _Stack(names) as stack:
+        rec = _Recorder(Pricer(dtype), stack)
+        stack.on_attention = rec.attention_module
+        with _Functions(rec), _Dispatch(rec):
+            trace_model(model, example, device="meta")
+    rec.trace.module_calls = stack.calls
+    return rec.trace
+
+
+def record_call(fn: Any, *, dtype: str | None = None) -> OpTrace:
+    """The ops of one call of ``fn()`` (tensors already on meta): the tables' replay."""
+    with _Stack({}) as stack:
+        rec = _Recorder(Pricer(dtype), stack)
+        with _Functions(rec), _Dispatch(rec):
+            fn()
+    rec.trace.module_calls = stack.calls
+    return rec.trace

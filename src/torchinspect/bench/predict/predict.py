@@ -1,0 +1,253 @@
+"""``predict_latency``: a model's forward time on a named GPU, from a CPU.
+
+Per batch size and dtype: the ops of one meta forward (``ops.record_ops``), each priced by
+``roofline.price``; their sum is the time of a CUDA-graph replay (each op's measured time
+includes the gap to the next kernel; the split shown is kernels x the measured per-kernel
+gap). The eager estimate sets that GPU time against the host's: dispatched ops and module
+calls x this CPU's measured cost (``host.host_cost``) x the table's host factor (fitted on
+the GPU host); the larger one binds. Nothing here needs a GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from torchinspect.bench.predict.gpus import Gpu, resolve_gpu
+from torchinspect.bench.predict.host import HostCost, host_cost
+from torchinspect.bench.predict.ops import OpTrace, record_ops
+from torchinspect.bench.predict.roofline import efficiency_table, price
+
+DEFAULT_HOST_FACTOR = 3.0  # eager host / probe cost when no table fitted one (H100 host: ~3)
+FUNCTIONAL = "(functional)"
+
+
+@dataclass
+class LayerRow:
+    """The ops run inside one layer type (innermost module), summed."""
+
+    layer: str
+    ops: int = 0
+    kernels: int = 0
+    flops: float = 0.0
+    bytes: float = 0.0
+    us: float = 0.0
+    compute_us: float = 0.0
+    memory_us: float = 0.0
+
+    @property
+    def bound(self) -> str:
+        return "compute" if self.compute_us >= self.memory_us else "memory"
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {**asdict(self), "bound": self.bound, "intensity": self.intensity}
+
+
+@dataclass
+class RooflinePoint:
+    """One module call's leaf ops: arithmetic intensity against the rate it achieves."""
+
+    module: str
+    layer: str
+    flops: float
+    bytes: float
+    us: float
+
+    @property
+    def intensity(self) -> float:
+        return self.flops / self.bytes if self.bytes else 0.0
+
+    @property
+    def rate(self) -> float:
+        return self.flops / (self.us * 1e-6) if self.us else 0.0
+
+
+@dataclass
+class BatchPrediction:
+    """One (dtype, batch): graph-replay GPU time, eager estimate, and where it goes."""
+
+    dtype: str
+    batch: int
+    gpu_ms: float  # CUDA-graph replay: kernels + gaps
+    gap_ms: float
+    kernels: int
+    host_ms: float
+    eager_ms: float
+    binds: str  # "host" | "gpu"
+    flops: float
+    bytes: float
+    layers: list[LayerRow] = field(default_factory=list)
+    uncalibrated_ops: dict[str, int] = field(default_factory=dict)
+    uncalibrated_ms: float = 0.0
+    points: list[RooflinePoint] = field(default_factory=list)
+    dispatched: int = 0
+    module_calls: int = 0
+
+    @property
+    def kernel_ms(self) -> float:
+        return self.gpu_ms - self.gap_ms
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"dtype": self.dtype, "batch": self.batch, "gpu_ms": self.gpu_ms,
+                "kernel_ms": self.kernel_ms, "gap_ms": self.gap_ms, "kernels": self.kernels,
+                "host_ms": self.host_ms, "eager_ms": self.eager_ms, "binds": self.binds,
+                "flops": self.flops, "bytes": self.bytes,
+                "dispatched_ops": self.dispatched, "module_calls": self.module_calls,
+                "not_calibrated": {"ops": dict(self.uncalibrated_ops),
+                                   "ms": self.uncalibrated_ms},
+                "layers": [r.to_dict() for r in self.layers]}
+
+
+@dataclass
+class Prediction:
+    """``inspect bench --predict``: predicted, never measured; says from what."""
+
+    model: str
+    inputs: str
+    gpu: str
+    gpu_label: str
+    calibrated: bool
+    source: str
+    validation: dict[str, Any]
+    host: HostCost
+    host_factor: float
+    tf32: bool | None
+    results: list[BatchPrediction] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+    def find(self, dtype: str, batch: int | None) -> BatchPrediction | None:
+        return next((r for r in self.results if r.dtype == dtype
+                     and (batch is None or r.batch == batch)), None)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"predicted": True, "model": self.model, "inputs": self.inputs, "gpu": self.gpu,
+                "gpu_label": self.gpu_label, "calibrated": self.calibrated,
+                "table": self.source, "validation": dict(self.validation),
+                "host": self.host.to_dict(), "host_factor": self.host_factor,
+                "tf32": self.tf32, "results": [r.to_dict() for r in self.results],
+                "notes": list(self.notes)}
+
+
+def price_trace(trace: OpTrace, gpu: Gpu, dtype: str, batch: int, host: HostCost,
+                tf32: bool | None = None) -> BatchPrediction:
+    """Sum one forward's ops into a BatchPrediction (layers, totals, eager estimate)."""
+    table = efficiency_table(gpu)
+    layers: dict[str, LayerRow] = {}
+    points: dict[str, RooflinePoint] = {}
+    uncal: dict[str, int] = {}
+    uncal_us = total_us = flops = nbytes = 0.0
+    for op in trace.ops:
+        t = price(op, gpu, dtype, tf32, table)
+        total_us += t.us
+        flops += op.flops
+        nbytes += op.bytes
+        row = layers.setdefault(op.layer or FUNCTIONAL, LayerRow(op.layer or FUNCTIONAL))
+        row.ops += 1
+        row.kernels += op.kernels
+        row.flops += op.flops
+        row.bytes += op.bytes
+        row.us += t.us
+        row.compute_us += t.compute_us
+        row.memory_us += t.memory_us
+        point = points.setdefault(op.module, RooflinePoint(op.module, op.layer or FUNCTIONAL,
+                                                           0.0, 0.0, 0.0))
+        point.flops += op.flops
+        point.bytes += op.bytes
+        point.us += t.us
+        if not t.calibrated:
+            uncal[op.name] = uncal.get(op.name, 0) + 1
+            uncal_us += t.us
+    kernel_gap = table.kernel_us if table is not None else 0.0
+    kernels = trace.kernels
+    factor = gpu.table.host_factor if gpu.table is not None else DEFAULT_HOST_FACTOR
+    host_us = factor * (trace.dispatched * host.op_us + trace.module_calls * host.module_us)
+    gpu_ms = total_us / 1e3
+    host_ms = host_us / 1e3
+    return BatchPrediction(
+        dtype=dtype, batch=batch, gpu_ms=gpu_ms, gap_ms=kernels * kernel_gap / 1e3,
+        kernels=kernels, host_ms=host_ms, eager_ms=max(gpu_ms, host_ms),
+        binds="host" if host_ms > gpu_ms else "gpu", flops=flops, bytes=nbytes,
+        layers=sorted(layers.values(), key=lambda r: -r.us), uncalibrated_ops=uncal,
+        uncalibrated_ms=uncal_us / 1e3,
+        points=[p for p in points.values() if p.flops > 0 and p.bytes > 0],
+        dispatched=trace.dispatched, module_calls=trace.module_calls)
+
+
+def predict_latency(case: Any, gpu: str, *, dtypes: Sequence[str] = ("fp32",),
+                    batches: Sequence[int] | None = None, tf32: bool | None = None,
+                    host: HostCost | None = None) -> Prediction:
+    """Predict ``case`` (a ModelCase, or a spec/module for ``make_case``) on GPU ``gpu``."""
+    from torchinspect.inputs import ExampleInputs, rebatch
+    from torchinspect.sources.case import make_case
+
+    target = resolve_gpu(gpu)
+    case = make_case(case, device="meta")
+    example = case.require_example()
+    if batches and not isinstance(example, ExampleInputs):
+        from torchinspect.errors import InspectError
+
+        raise InspectError(f"{case.name}: --batch needs inputs given as shapes",
+                           hint="pass --input specs (e.g. --input 3,224,224), or leave out --batch")
+    cost = host or host_cost()
+    pred = Prediction(model=case.name, inputs=case.describe_inputs(), gpu=target.spec.name,
+                      gpu_label=target.spec.label, calibrated=target.calibrated,
+                      source=target.source,
+                      validation=dict(target.table.validation) if target.table else {},
+                      host=cost, host_factor=(target.table.host_factor if target.table
+                                              else DEFAULT_HOST_FACTOR), tf32=tf32)
+    sizes: Sequence[int | None] = list(batches) if batches else [None]
+    for b in sizes:
+        ex = rebatch(example, b) if b is not None else example
+        batch = b if b is not None else _batch_of(ex)
+        for dtype in dtypes:
+            trace = record_ops(case.model, ex, dtype=dtype)
+            pred.results.append(price_trace(trace, target, dtype, batch, cost, tf32))
+    if not target.calibrated:
+        pred.notes.append(f"{target.spec.name} has no measured table: datasheet peaks with the "
+                          "H100's measured efficiencies, and a default host factor")
+    return pred
+
+
+def _batch_of(example: Any) -> int:
+    """The leading dimension of the example's first tensor (its batch), else 1."""
+    specs = example.specs() if hasattr(example, "specs") else []
+    return int(specs[0].shape[0]) if specs and specs[0].shape else 1
+
+
+def module_times(case: Any, gpu: str, *, dtype: str | None = None,
+                 tf32: bool | None = None) -> tuple[dict[str, float], Prediction]:
+    """Predicted ms per module name (inclusive: its ops and those of the modules inside,
+    summed over its calls; "" is the whole model) at the case's own input, for the
+    summary's ``time`` column. ``dtype``: the model's own float dtype unless given."""
+    from torchinspect.sources.case import make_case
+
+    case = make_case(case, device="meta")
+    dtype = dtype or _model_dtype(case.model)
+    target = resolve_gpu(gpu)
+    pred = predict_latency(case, gpu, dtypes=(dtype,), tf32=tf32)
+    trace = record_ops(case.model, case.require_example(), dtype=dtype)
+    table = efficiency_table(target)
+    own: dict[str, float] = {}
+    for op in trace.ops:
+        own[op.module] = own.get(op.module, 0.0) + price(op, target, dtype, tf32, table).us
+    out: dict[str, float] = {"": sum(own.values()) / 1e3}
+    for name, us in own.items():
+        parts = name.split(".") if name else []
+        for i in range(1, len(parts) + 1):
+            key = ".".join(parts[:i])
+            out[key] = out.get(key, 0.0) + us / 1e3
+    return out, pred
+
+
+def _model_dtype(model: Any) -> str:
+    from torchinspect.dtypes import short_name
+
+    for p in model.parameters():
+        if p.is_floating_point():
+            return short_name(str(p.dtype).removeprefix("torch.")) or "fp32"
+    return "fp32"

@@ -1,0 +1,87 @@
+"""``inspect bench --predict GPU`` -> Report: predicted latency, per layer type, labelled."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from torchinspect.bench.predict.gpus import validation_text
+from torchinspect.report.base import Report, Table, Text, fmt_si, si
+
+if TYPE_CHECKING:
+    from torchinspect.bench.predict import Prediction
+
+SCHEMA_VERSION = 1
+
+
+def header(p: Prediction) -> list[str]:
+    return [f"{p.model} on {p.gpu_label}: PREDICTED, not measured (input {p.inputs})",
+            f"table: {p.source}",
+            validation_text(p.validation),
+            f"host: {p.host.op_us:.2f} µs/op, {p.host.module_us:.2f} µs/module call measured on "
+            f"this CPU ({p.host.cpu}) x host factor {p.host_factor:.2f}"]
+
+
+def _ms(x: float) -> str:
+    return f"{x:.3f}" if x < 10 else f"{x:.1f}"
+
+
+def totals_table(p: Prediction) -> Table:
+    rows = [[r.dtype, r.batch, _ms(r.gpu_ms), _ms(r.eager_ms), _ms(r.host_ms), r.binds,
+             r.kernels, si(r.flops)] for r in p.results]
+    return Table("Predicted latency (ms)",
+                 ["dtype", "batch", "graph ms", "eager ms", "host ms", "binds", "kernels", "FLOPs"],
+                 rows, align=["left", "right", "right", "right", "right", "left", "right", "right"],
+                 primary=True,
+                 footer=["graph: CUDA-graph replay (kernels + per-kernel gaps); eager: the larger "
+                         "of GPU time and host dispatch time, whichever binds"])
+
+
+def layer_table(r: Any, top: int = 12) -> Table:
+    total = r.gpu_ms * 1e3 or 1.0
+    rows = [[row.layer, row.ops, _ms(row.us / 1e3), f"{100 * row.us / total:.0f}%",
+             si(row.flops, empty="0"), fmt_si(row.bytes) + "B", f"{row.intensity:.1f}", row.bound]
+            for row in r.layers[:top]]
+    more = len(r.layers) - top
+    footer = [f"{more} more layer types in the JSON"] if more > 0 else []
+    return Table(f"{r.dtype} batch {r.batch}: predicted time by layer type",
+                 ["layer", "ops", "ms", "%", "FLOPs", "bytes", "FLOP/B", "bound"], rows,
+                 align=["left", "right", "right", "right", "right", "right", "right", "left"],
+                 footer=footer, optional=["FLOPs", "bytes"])
+
+
+def uncalibrated_line(r: Any) -> str:
+    if not r.uncalibrated_ops:
+        return f"{r.dtype} batch {r.batch}: not calibrated: none (every op has measured efficiency data)"
+    names = ", ".join(f"{k} x{v}" for k, v in sorted(r.uncalibrated_ops.items(),
+                                                       key=lambda kv: -kv[1])[:5])
+    return (f"{r.dtype} batch {r.batch}: not calibrated: {sum(r.uncalibrated_ops.values())} ops "
+            f"({names}) predicted from the roofline alone: {r.uncalibrated_ms:.3f} ms")
+
+
+def prediction_report(p: Prediction) -> Report:
+    sections: list[Any] = [Text(header(p)), totals_table(p)]
+    for r in p.results:
+        sections.append(layer_table(r))
+    sections.append(Text([uncalibrated_line(r) for r in p.results]))
+    if p.notes:
+        sections.append(Text([f"note: {n}" for n in p.notes], style="yellow"))
+    return Report("bench-predict", {"predicted": p.to_dict()}, sections, version=SCHEMA_VERSION)
+
+
+def against_measured(p: Prediction, measured: dict[str, Any]) -> Table:
+    """Predicted beside measured for the configurations a real run timed."""
+    rows = []
+    for c in measured.get("configs", []):
+        r = p.find(c["dtype"], c.get("batch"))
+        timing = c.get("timing") or {}
+        med = (timing.get("stats") or {}).get("median")
+        if r is None or med is None:
+            continue
+        ms = med * 1e3
+        graphs = (measured.get("flags") or {}).get("cuda_graphs")
+        pred = r.gpu_ms if graphs else r.eager_ms
+        rows.append([c["dtype"], c.get("batch"), "graph" if graphs else "eager", _ms(pred),
+                     _ms(ms), f"{100 * (pred / ms - 1):+.0f}%"])
+    return Table(f"Predicted ({p.gpu}) against measured", ["dtype", "batch", "mode", "predicted ms",
+                                                          "measured ms", "error"], rows,
+                 align=["left", "right", "left", "right", "right", "right"])

@@ -1,0 +1,218 @@
+"""Latency prediction (`inspect bench --predict`): roofline arithmetic, op records, tables, CLI."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from torchinspect.bench.predict import predict_latency, resolve_gpu
+from torchinspect.bench.predict.gpus import DATASHEET, Gpu, load_table, parse_table
+from torchinspect.bench.predict.ops import OpRecord, record_call
+from torchinspect.bench.predict.roofline import DEFAULT_KERNEL_US, interpolate, math_for, price
+from torchinspect.errors import InspectError
+
+H100 = Gpu(DATASHEET["h100"], None)  # datasheet only: no efficiency curves
+
+
+def _op(kind: str, flops: float, nbytes: float, sub: str | None = None) -> OpRecord:
+    return OpRecord("op", kind, sub or kind, flops, nbytes, 1, "Linear", "fc")
+
+
+def test_compute_bound_matmul_is_priced_at_the_tensor_core_peak():
+    t = price(_op("matmul", 2e12, 1e6), H100, "bf16")
+    assert t.compute_us == pytest.approx(2e12 / 989.4e12 * 1e6)  # 2021.4 µs
+    assert t.memory_us == pytest.approx(1e6 / 3.35e12 * 1e6)
+    assert t.bound == "compute"
+    assert not t.calibrated  # no table: roofline + one kernel's fixed cost, flagged
+    assert t.us == pytest.approx(t.compute_us + DEFAULT_KERNEL_US)
+
+
+def test_memory_bound_eltwise_is_priced_at_the_bandwidth():
+    t = price(_op("eltwise", 1e6, 3.35e9), H100, "fp32")
+    assert t.memory_us == pytest.approx(1000.0)
+    assert t.bound == "memory"
+    assert t.us > 0
+
+
+def test_which_peak_follows_pytorchs_tf32_defaults():
+    assert math_for("conv", "fp32", H100, None) == "tf32"  # cudnn.allow_tf32 is on
+    assert math_for("matmul", "fp32", H100, None) == "fp32"  # matmul TF32 is off
+    assert math_for("matmul", "fp32", H100, True) == "tf32"
+    assert math_for("conv", "fp32", H100, False) == "fp32"
+    assert math_for("matmul", "bf16", H100, None) == "tensor16"
+    assert math_for("matmul", "bf16", Gpu(DATASHEET["t4"], None), None) == "fp32"  # no bf16
+    assert math_for("eltwise", "bf16", H100, None) == "fp32"
+
+
+def test_interpolation_is_linear_inside_and_flat_outside():
+    curve = [(0.0, 0.1), (1.0, 0.5)]
+    assert interpolate(curve, 0.5) == pytest.approx(0.3)
+    assert interpolate(curve, -3) == 0.1
+    assert interpolate(curve, 9) == 0.5
+
+
+def test_linear_is_one_addmm_with_its_exact_flops_and_bytes():
+    x, w, b = (torch.empty(*s, device="meta") for s in ((8, 64), (32, 64), (32,)))
+    ops = record_call(lambda: F.linear(x, w, b), dtype="bf16").ops
+    assert [(o.name, o.kind) for o in ops] == [("addmm", "matmul")]
+    assert ops[0].flops == 2 * 8 * 64 * 32
+    assert ops[0].bytes == 2 * (8 * 64 + 32 * 64 + 32 + 8 * 32)  # bf16: 2 bytes, read/written once
+
+
+def test_conv_bias_is_its_own_kernel_and_views_launch_none():
+    x, w, b = (torch.empty(*s, device="meta") for s in ((1, 3, 8, 8), (4, 3, 3, 3), (4,)))
+    ops = record_call(lambda: F.conv2d(x, w, b, padding=1).flatten(1).t()).ops
+    assert [o.kind for o in ops] == ["conv", "eltwise"]
+    assert ops[0].sub == "conv.kxk"
+
+
+def test_attention_is_one_fused_kernel():
+    q = torch.empty(2, 4, 16, 8, device="meta")
+    ops = record_call(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True)).ops
+    assert [o.kind for o in ops] == ["attention"]
+    assert ops[0].flops == 2.0 * 2 * 4 * 16 * 16 * 16 / 2  # causal: half
+
+
+def test_packaged_h100_table_loads_and_is_labelled():
+    table = load_table("h100")
+    assert table is not None and table.kernel_us > 0 and table.host_factor > 0
+    assert {"matmul/bf16", "conv.1x1/bf16", "eltwise/fp32"} <= set(table.curves)
+    assert table.validation["median_abs_error"] is not None
+    assert load_table("l4") is None
+    assert "uncalibrated" in resolve_gpu("l4").source
+    assert "calibrated table h100.json" in resolve_gpu("H100").source
+
+
+def test_a_malformed_table_is_refused_with_a_hint():
+    with pytest.raises(InspectError, match="format"):
+        parse_table({"format": 99}, "x.json")
+    with pytest.raises(InspectError, match="malformed"):
+        parse_table({"format": 1, "gpu": "h100"}, "x.json")
+
+
+def test_unknown_gpu_names_the_known_ones():
+    with pytest.raises(InspectError) as err:
+        resolve_gpu("h10")
+    assert "did you mean h100" in (err.value.hint or "")
+    assert "a100" in (err.value.hint or "")
+
+
+def test_prediction_totals_and_eager_binding():
+    pred = predict_latency("zoo:convnet", "h100", dtypes=("bf16",), batches=(1, 64))
+    small, big = pred.results
+    assert 0 < small.gpu_ms < big.gpu_ms
+    assert small.eager_ms == max(small.gpu_ms, small.host_ms)
+    assert small.binds == "host"  # a tiny net: Python and dispatch bind, not the GPU
+    assert sum(r.us for r in small.layers) / 1e3 == pytest.approx(small.gpu_ms)
+    assert small.kernels == sum(r.kernels for r in small.layers) > 0
+
+
+def test_cli_predict_without_a_gpu(invoke):
+    result = invoke("bench", "zoo:convnet", "--predict", "h100", "--dtype", "bf16",
+                    "--batch", "1,8")
+    assert result.exit_code == 0, result.output
+    assert "PREDICTED, not measured" in result.output
+    assert "calibrated table h100.json" in result.output
+    assert "validation error" in result.output
+    assert "Conv2d" in result.output and "not calibrated" in result.output
+
+
+def test_cli_predict_json_has_gpu_and_eager_ms_per_batch(invoke):
+    result = invoke("bench", "zoo:convnet", "--predict", "l4", "--batch", "1,8",
+                    "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    pred = doc["predicted"]
+    assert pred["predicted"] is True and pred["calibrated"] is False
+    assert "uncalibrated" in pred["table"]
+    assert [r["batch"] for r in pred["results"]] == [1, 8]
+    assert all(r["gpu_ms"] > 0 and r["eager_ms"] >= r["gpu_ms"] for r in pred["results"])
+
+
+def test_cli_unknown_gpu_exits_2(invoke):
+    result = invoke("bench", "zoo:convnet", "--predict", "h1000")
+    assert result.exit_code == 2
+    assert "did you mean h100" in result.output
+
+
+MODELS = [("resnet18", "bf16", 32), ("vit_b_32", "bf16", 32), ("hf:gpt2", "bf16", 1)]
+
+
+@pytest.mark.cuda
+@pytest.mark.slow
+@pytest.mark.parametrize(("model", "dtype", "batch"), MODELS)
+def test_prediction_against_a_measured_graph_replay(model, dtype, batch):
+    """On an H100 or H200: the prediction for that GPU within 35% of a measured replay."""
+    from torchinspect.bench.predict.gpus import match_device_name
+    from torchinspect.bench.run import BenchOptions, run_bench
+    from torchinspect.bench.timing import TimingConfig
+    from torchinspect.sources.case import make_case
+
+    name = match_device_name(torch.cuda.get_device_name())
+    if name not in ("h100", "h200"):
+        pytest.skip(f"no table to compare with on {torch.cuda.get_device_name()}")
+    case = make_case(model, device="meta")
+    measured = run_bench(case, BenchOptions(
+        device="cuda", batches=(batch,), dtypes=(dtype,), cuda_graphs=True,
+        timing=TimingConfig(warmup_s=0.2, min_time=0.3, max_time=1.0)))
+    ms = measured.configs[0].timing.stats.median * 1e3
+    pred = predict_latency(case, name, dtypes=(dtype,), batches=(batch,)).results[0]
+    assert pred.gpu_ms == pytest.approx(ms, rel=0.35), (pred.gpu_ms, ms)
+
+
+def test_check_max_latency_without_a_gpu_uses_the_prediction(invoke):
+    result = invoke("check", "zoo:convnet", "--max-latency-ms", "0.001", "--gpu", "h100")
+    assert result.exit_code == 1, result.output  # a tiny net still needs more than 1 µs
+    assert "predicted-ms" in result.output
+    assert "PREDICTED eager latency on h100" in result.output
+    ok = invoke("check", "zoo:convnet", "--max-latency-ms", "100", "--gpu", "h100",
+                "--format", "json")
+    assert ok.exit_code == 0, ok.output
+    doc = json.loads(ok.output[ok.output.index("{"):])
+    assert set(doc["models"][0]["readings"]) == {"predicted-ms"}
+
+
+def test_check_unknown_gpu_exits_2(invoke):
+    result = invoke("check", "zoo:convnet", "--max-latency-ms", "1", "--gpu", "a10")
+    assert result.exit_code == 2
+    assert "did you mean a100" in result.output
+
+
+def test_summary_time_column_is_predicted_for_a_named_gpu(invoke):
+    result = invoke("summary", "zoo:convnet", "--columns", "type,macs,time", "--gpu", "h100",
+                    "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    rows = doc["layers"]
+    assert rows[0]["time_ms"] > 0
+    leaves = [r for r in rows if r["depth"] == 1 and r["time_ms"] is not None]
+    assert sum(r["time_ms"] for r in leaves) == pytest.approx(rows[0]["time_ms"], rel=1e-6)
+    assert any("PREDICTED ms per call on h100" in n for n in doc["notes"])
+
+
+def test_summary_time_column_needs_a_gpu(invoke):
+    result = invoke("summary", "zoo:convnet", "--columns", "time")
+    assert result.exit_code == 2
+    assert "--gpu" in result.output
+
+
+def test_report_roofline_chart_draws_both_roofs_and_one_point_per_module(tmp_path, invoke):
+    page = tmp_path / "r.html"
+    result = invoke("report", "zoo:convnet", "--gpu", "h100", "-o", page, "--no-graph",
+                    "--no-doctor")
+    assert result.exit_code == 0, result.output
+    text = page.read_text()
+    assert "Roofline on the NVIDIA H100" in text and "PREDICTED, not measured" in text
+    svg = text[text.index("arithmetic intensity (FLOP per"):]
+    svg = svg[:svg.index("</svg>")]
+    assert "TF32 tensor cores" in svg and "fp32 CUDA cores" in svg and "memory" in svg
+    assert svg.count("<circle") >= 5  # the convs, norms, linear... and the legend
+
+
+def test_cli_predict_refuses_options_of_a_real_run(invoke):
+    result = invoke("bench", "zoo:convnet", "--predict", "h100", "--channels-last")
+    assert result.exit_code == 2
+    assert "--channels-last has no effect" in result.output
