@@ -1,8 +1,9 @@
-"""The Typer app: one small module per subcommand, registered here.
+"""The Typer app: one small module per subcommand, registered here from the table in
+cli/commands.py.
 
 `main()` is the console-script entry point. Every error, wherever it escapes (a command body,
 the command group, the console script), goes through the one boundary
-``cli/common.py: exit_status``: one ``error:`` line, Ctrl-C 130.
+``cli/boundary.py: exit_status``: one ``error:`` line, Ctrl-C 130.
 """
 
 from __future__ import annotations
@@ -17,7 +18,8 @@ import typer
 from typer.core import TyperGroup
 
 from torchinspect import __version__
-from torchinspect.cli.common import DEBUG, exit_status
+from torchinspect.cli.boundary import DEBUG, exit_status
+from torchinspect.cli.commands import COMMANDS
 from torchinspect.errors import ExitStatus
 
 # Newer typer vendors click privately, older typer uses click itself: take the classes
@@ -86,25 +88,6 @@ app = typer.Typer(
     rich_markup_mode=None,
     context_settings={"help_option_names": ["-h", "--help"]},
 )
-
-# (subcommand, module under torchinspect.cli, function) — one line per subcommand; a cli module
-# imports only typer and the torch-free cli/common at start-up.
-COMMANDS: list[tuple[str, str, str]] = [
-    ("summary", "summary", "summary"),
-    ("params", "params", "params"),
-    ("flops", "flops", "flops"),
-    ("diff", "diff", "diff"),
-    ("convert", "convert", "convert"),
-    ("env", "env", "env"),
-    ("graph", "graph", "graph"),
-    ("export", "export", "export"),
-    ("doctor", "doctor", "doctor"),
-    ("check", "check", "check"),
-    ("bench", "bench", "bench"),
-    ("features", "features", "features"),
-    ("report", "report", "report"),
-    ("memory", "memory", "memory"),
-]
 
 
 def _version(value: bool) -> None:

@@ -12,8 +12,11 @@ import typer
 
 from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
+    AmpOpt,
     ModelArg,
     OutputOptions,
+    batches_opt,
+    dtype_opt,
     emit,
     input_files,
     model_command,
@@ -35,15 +38,11 @@ class OnOom(StrEnum):
     try_ = "try"
 
 
-BatchesOpt = Annotated[str | None, typer.Option(
-    "--batch", "-b", metavar="N[,N...]",
-    help="batch sizes to sweep, e.g. 1,8,32 (default: the input's own batch).")]
-DtypeOpt = Annotated[str, typer.Option(
-    "--dtype", metavar="fp32|fp16|bf16[,...]",
-    help="weights and float inputs cast to this dtype; a comma list benchmarks each. With "
-    "--amp: the autocast dtype.")]
-AmpOpt = Annotated[bool, typer.Option("--amp", help="fp32 weights, forward under torch.autocast "
-                                      "(--dtype fp16/bf16; fp32 means fp16 on CUDA, bf16 on CPU).")]
+BatchesOpt = Annotated[str | None, batches_opt(
+    "batch sizes to sweep, e.g. 1,8,32 (default: the input's own batch).")]
+DtypeOpt = Annotated[str, dtype_opt(
+    "weights and float inputs cast to this dtype; a comma list benchmarks each. With --amp: the "
+    "autocast dtype.", sweep=True)]
 ChannelsLastOpt = Annotated[bool, typer.Option("--channels-last",
                                                help="model and 4-D inputs in channels-last layout.")]
 CompileOpt = Annotated[bool, typer.Option("--compile", help="run torch.compile(model); the first "

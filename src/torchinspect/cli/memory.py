@@ -7,24 +7,26 @@ from typing import Annotated
 import typer
 
 from torchinspect.arguments import parse_batches
-from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
+from torchinspect.cli.common import (
+    AmpOpt,
+    ModelArg,
+    OutputOptions,
+    batches_opt,
+    dtype_opt,
+    emit,
+    input_files,
+    model_command,
+    train_opt,
+)
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
-BatchesOpt = Annotated[str | None, typer.Option(
-    "--batch", "-b", metavar="N[,N...]",
-    help="batch sizes to predict, e.g. 1,8,32 (default: the input's own batch).")]
-TrainOpt = Annotated[bool, typer.Option(
-    "--train/--no-train", help="also predict a training step (forward, backward, optimizer).")]
+BatchesOpt = Annotated[str | None, batches_opt("batch sizes to predict, e.g. 1,8,32 (default: the input's own batch).")]
+TrainStepOpt = Annotated[bool, train_opt("also predict a training step (forward, backward, optimizer).")]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", metavar="adamw|adam|sgd|sgd-momentum|none",
     help="the optimizer of the training step (PyTorch's defaults: foreach on CUDA).")]
-DtypeOpt = Annotated[str | None, typer.Option(
-    "--dtype", metavar="fp32|bf16|fp16", help="cast weights and float inputs to this dtype.",
-    show_default=False)]
-AmpOpt = Annotated[bool, typer.Option(
-    "--amp", help="fp32 weights, forward under torch.autocast (--dtype fp16/bf16; fp32 means "
-    "fp16 on CUDA, bf16 on CPU).")]
+DtypeOpt = Annotated[str | None, dtype_opt("cast weights and float inputs to this dtype.")]
 CheckpointOpt = Annotated[str | None, typer.Option(
     "--checkpointing", metavar="MODULE_TYPE",
     help="what-if: activation checkpointing (non-reentrant) on every module of this class, "
@@ -60,7 +62,7 @@ DEVICE_HELP = ("the device the prediction is for: cuda (the CUDA caching allocat
 def memory(
     model: ModelArg,
     batch: BatchesOpt = None,
-    train: TrainOpt = True,
+    train: TrainStepOpt = True,
     optimizer: OptimizerOpt = "adamw",
     dtype: DtypeOpt = None,
     amp: AmpOpt = False,
