@@ -53,13 +53,13 @@ def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) 
         from torchinspect.io.atomic import atomic_write_text
 
         buf = _io.StringIO()
-        render(report, out.format, buf, width=_width())
+        render(report, out.format, buf, width=terminal_width())
         atomic_write_text(out.output, buf.getvalue(), protect=input_files(inputs))
         typer.echo(f"wrote {out.output}", err=True)
         return
     try:
         stdout = report_stdout()
-        render(report, out.format, stdout, width=_width())
+        render(report, out.format, stdout, width=terminal_width(stdout))
         stdout.flush()
     except BrokenPipeError:  # `inspect ... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -77,10 +77,20 @@ def emit_results(command: str, results: list[Any], build: Callable[..., Report],
         emit(build(results[0], **report_kw), out, inputs)
 
 
-def _width() -> int | None:
-    cols = os.environ.get("COLUMNS")
-    if cols and cols.isdigit():
+def terminal_width(stream: Any = None) -> int | None:
+    """The width tables fit: COLUMNS when set (a number), else the width of the terminal
+    ``stream`` is (read from the tty itself, as ``stty size`` does), else None: piped or
+    written to a file, a table keeps its natural width and every column."""
+    cols = os.environ.get("COLUMNS", "")
+    if cols.isdigit() and int(cols) > 0:
         return int(cols)
+    if stream is None:
+        return None
+    try:
+        if stream.isatty():
+            return os.get_terminal_size(stream.fileno()).columns or None
+    except (AttributeError, ValueError, OSError):  # not a real file, or closed
+        pass
     return None
 
 

@@ -1,0 +1,84 @@
+"""Terminals for tests: a real pseudo-terminal of a given size, so that what a command reads
+from the tty (its width, whether it is a terminal) is what a user's terminal gives it."""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pty
+import re
+import select
+import struct
+import subprocess
+import termios
+import threading
+from collections.abc import Callable, Sequence
+from typing import IO, Any
+
+ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
+
+
+def plain(raw: bytes) -> str:
+    """What a person reads: no colour codes or cursor moves, no carriage returns."""
+    return ANSI.sub("", raw.decode("utf-8", errors="replace")).replace("\r", "")
+
+
+def _sized_pty(columns: int, rows: int = 50) -> tuple[int, int]:
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", rows, columns, 0, 0))
+    return master, slave
+
+
+def _drain(master: int, into: bytearray, until: Callable[[], bool]) -> None:
+    while True:
+        ready, _, _ = select.select([master], [], [], 0.05)
+        if ready:
+            try:
+                data = os.read(master, 65536)
+            except OSError:  # the other side closed
+                return
+            if not data:
+                return
+            into.extend(data)
+        elif until():
+            return
+
+
+def write_to_pty(write: Callable[[IO[str]], Any], columns: int) -> str:
+    """Call ``write(stream)`` with ``stream`` a terminal ``columns`` wide (in this process);
+    return what it showed."""
+    master, slave = _sized_pty(columns)
+    got = bytearray()
+    done = threading.Event()
+    reader = threading.Thread(target=_drain, args=(master, got, done.is_set))
+    reader.start()
+    try:
+        with open(slave, "w", encoding="utf-8", closefd=True) as stream:
+            write(stream)
+            stream.flush()
+    finally:
+        done.set()
+        reader.join(10)
+        os.close(master)
+    return plain(bytes(got))
+
+
+def run_in_pty(argv: Sequence[str], columns: int, *, env: dict[str, str] | None = None,
+               stderr_too: bool = True, timeout: float = 120) -> tuple[int, str]:
+    """Run ``argv`` with stdout (and stderr) on a terminal ``columns`` wide and no COLUMNS in
+    its environment; return (exit status, what the terminal showed)."""
+    master, slave = _sized_pty(columns)
+    environ = {k: v for k, v in (env or os.environ).items() if k not in ("COLUMNS", "LINES")}
+    proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=slave,
+                            stderr=slave if stderr_too else subprocess.PIPE, env=environ,
+                            close_fds=True)
+    os.close(slave)
+    got = bytearray()
+    reader = threading.Thread(target=_drain, args=(master, got, lambda: proc.poll() is not None))
+    reader.start()
+    try:
+        proc.wait(timeout)
+    finally:
+        reader.join(10)
+        os.close(master)
+    return proc.returncode, plain(bytes(got))
