@@ -287,7 +287,8 @@ def _print_table(console: Any, s: Table, width: int | None, wrap: int,
     fit = _Fit(list(range(len(s.columns))), [], None, GAPS[0]) if s.wrap else _fitted(s, width)
     aligns = column_aligns(s)
     # SIMPLE_HEAD puts one space between columns; the padding makes the rest of the gap
-    padding = {3: (0, 1), 2: (0, 1, 0, 0), 1: (0, 0)}[fit.gap]
+    padding: tuple[int, int] | tuple[int, int, int, int] = (
+        (0, 1) if fit.gap == 3 else (0, 1, 0, 0) if fit.gap == 2 else (0, 0))
     t = RichTable(title=plain(s.title, "bold") if s.title else None, box=box.SIMPLE_HEAD,
                   title_justify="left", show_edge=False, pad_edge=False, padding=padding)
     for i in fit.keep:
