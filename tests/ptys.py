@@ -18,8 +18,15 @@ ANSI = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]|\x1b\][^\x07]*\x07")
 
 
 def plain(raw: bytes) -> str:
-    """What a person reads: no colour codes or cursor moves, no carriage returns."""
-    return ANSI.sub("", raw.decode("utf-8", errors="replace")).replace("\r", "")
+    """What a person reads: no colour codes or cursor moves; a line rewritten after a
+    carriage return (a spinner, a progress bar) is what it showed last."""
+    text = ANSI.sub("", raw.decode("utf-8", errors="replace"))
+    return "\n".join(_last(line.split("\r")) for line in text.split("\n"))
+
+
+def _last(parts: list[str]) -> str:
+    shown = [p for p in parts if p.strip()]
+    return shown[-1] if shown else ""
 
 
 def _sized_pty(columns: int, rows: int = 50) -> tuple[int, int]:

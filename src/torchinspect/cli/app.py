@@ -19,6 +19,7 @@ from typer.core import TyperGroup
 
 from torchinspect import __version__
 from torchinspect.cli.boundary import DEBUG, exit_status
+from torchinspect.cli.command import InspectCommand
 from torchinspect.cli.commands import COMMANDS
 from torchinspect.errors import ExitStatus
 
@@ -113,7 +114,7 @@ def _register() -> None:
         fn = getattr(mod, func)
         # the docstring's first sentence, whole, in `inspect --help` (Click cuts it with "..."
         # at 45-70 characters unless it is given as short_help)
-        app.command(name, short_help=_summary(fn))(fn)
+        app.command(name, short_help=_summary(fn), cls=InspectCommand)(fn)
 
 
 def _summary(fn: Any) -> str | None:

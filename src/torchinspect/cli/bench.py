@@ -47,8 +47,9 @@ ChannelsLastOpt = Annotated[bool, typer.Option("--channels-last",
                                                help="model and 4-D inputs in channels-last layout.")]
 CompileOpt = Annotated[bool, typer.Option("--compile", help="run torch.compile(model); the first "
                                           "call (compilation) is reported on its own.")]
-CompileModeOpt = Annotated[CompileMode, typer.Option("--compile-mode", case_sensitive=False,
-                                                     help="torch.compile mode (implies --compile).")]
+CompileModeOpt = Annotated[CompileMode, typer.Option(
+    "--compile-mode", case_sensitive=False, metavar="MODE",
+    help="torch.compile mode (implies --compile): " + ", ".join(m.value for m in CompileMode) + ".")]
 GraphsOpt = Annotated[bool, typer.Option("--cuda-graphs", help="capture the forward in a CUDA "
                                          "graph after warm-up (side stream) and time its replay.")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", min=1,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import typer
+from typer.core import TyperCommand
 
 from torchinspect.cli.boundary import command_errors
 from torchinspect.cli.options import (
@@ -241,3 +242,74 @@ def output_command(fn: F | None = None, *, report_file: bool = True) -> Any:
         return _inject(f, extra, ("out",), build)  # type: ignore[return-value]
 
     return deco(fn) if fn is not None else deco
+
+
+class InspectCommand(TyperCommand):
+    """A subcommand whose help reads as a person writes it: the usage line is
+    ``inspect summary [OPTIONS] MODEL...`` (required arguments bare, optional ones in
+    brackets, ``...`` once for several), an argument with a metavar shows no Python type
+    (``MODEL...`` rather than ``MODEL... <list[str]>``), and a number option without a
+    metavar shows ``N`` (whole) or ``NUM`` rather than ``<int range>``."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        params: list[Any] = list(self.params)
+        for p in params:
+            if p.param_type_name == "argument" and p.metavar:
+                p.display_type_rich = _no_type
+            elif p.param_type_name == "option" and not p.metavar and not p.is_flag:
+                kind = _number_kind(p)
+                if kind is not None:
+                    p.metavar = "N" if kind is int else "NUM"
+
+    def format_help(self, ctx: Any, formatter: Any) -> None:
+        """The help, wrapped at spaces only: never ``--save-`` / ``baseline`` or ``max-`` /
+        ``autotune`` across two lines (the text wrapper breaks at hyphens by default)."""
+        write_dl, write_text = formatter.write_dl, formatter.write_text
+
+        def dl(rows: Any, *args: Any, **kwargs: Any) -> None:
+            write_dl([(term, text.replace("-", _KEEP)) for term, text in rows], *args, **kwargs)
+
+        formatter.write_dl = dl
+        formatter.write_text = lambda text: write_text(text.replace("-", _KEEP))
+        try:
+            super().format_help(ctx, formatter)
+        finally:
+            formatter.write_dl, formatter.write_text = write_dl, write_text
+            formatter.buffer[:] = [part.replace(_KEEP, "-") for part in formatter.buffer]
+
+    def collect_usage_pieces(self, ctx: Any) -> list[str]:
+        pieces = [self.options_metavar] if self.options_metavar else []
+        for p in self.get_params(ctx):
+            if p.param_type_name == "argument":
+                pieces.append(_usage_name(p))
+            else:
+                pieces.extend(p.get_usage_pieces(ctx))
+        return pieces
+
+
+_KEEP = "\u2011"  # a hyphen the text wrapper does not break at, put back after wrapping
+
+
+def _number_kind(p: Any) -> type | None:
+    """int or float for a number option (click's ParamType, or typer's annotation)."""
+    name = getattr(getattr(p, "type", None), "name", "")
+    if name:
+        return int if name.startswith("integer") else float if name.startswith("float") else None
+    desc = getattr(p, "type_descriptor", None)
+    ann = getattr(desc, "annotation", None)
+    args = [a for a in getattr(ann, "__args__", ()) if a is not type(None)]
+    ann = args[0] if len(args) == 1 else ann
+    return ann if ann in (int, float) and ann is not bool else None
+
+
+def _no_type(ctx: Any) -> None:
+    return None
+
+
+def _usage_name(p: Any) -> str:
+    """``MODEL...`` (required, several), ``[B]`` (optional), ``[MODEL]...``."""
+    name = (p.metavar or p.name.upper()).strip("[]{}.")
+    name = name.removesuffix("]").removeprefix("[")
+    shown = name if p.required else f"[{name}]"
+    return shown + ("..." if p.nargs != 1 else "")

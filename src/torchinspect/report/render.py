@@ -240,9 +240,10 @@ class _Fit:
 def _fitted(s: Table, width: int | None) -> _Fit:
     """The columns to show at ``width`` and how. In this order, until the table fits: the
     space between columns narrows from 3 to 2; ``optional`` columns are left out (in their
-    order; a wider gap is kept when it leaves out no more); the gap narrows to 1; text
-    columns fold down to FOLD_MIN (numbers and ``nofold`` columns never fold). A table that
-    still doesn't fit is printed wider than ``width`` rather than folded into pieces."""
+    order; a wider gap is kept when it leaves out no more); the gap narrows to 1 when that
+    makes the table fit whole; text columns fold down to FOLD_MIN (numbers and ``nofold``
+    columns never fold). A table that still doesn't fit is printed wider than ``width``
+    rather than folded into pieces."""
     every = list(range(len(s.columns)))
     if width is None:
         return _Fit(every, [], None, GAPS[0])
@@ -273,7 +274,7 @@ def _fitted(s: Table, width: int | None) -> _Fit:
     wide, narrow = leave_out(GAPS[0]), leave_out(GAPS[1])
     wide_fits = need(wide[0], GAPS[0]) <= width and len(wide[1]) <= len(narrow[1])
     gap, (keep, left) = (GAPS[0], wide) if wide_fits else (GAPS[1], narrow)
-    if need(keep, gap) > width:  # every optional column is out: close up before folding
+    if need(keep, gap) > width >= need(keep, GAPS[2]):  # closing up saves folding a column
         gap = GAPS[2]
     fold = need(keep, gap) > width
     return _Fit(keep, left, max(width, need(keep, gap, fold=fold)), gap)
@@ -305,7 +306,7 @@ def _print_table(console: Any, s: Table, width: int | None, wrap: int,
     if fit.left_out:
         footer.append(f"Left out to fit {width} columns: {', '.join(fit.left_out)}.")
         footer.append(s.fit_hint(fit.left_out) if s.fit_hint else
-                      "A wider terminal (or COLUMNS) shows them.")
+                      "A wider terminal, a pipe or --format csv shows them.")
     for line in footer:
         console.print(plain(line), width=width)
 
