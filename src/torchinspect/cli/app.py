@@ -99,7 +99,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="show Python tracebacks for errors."),
+    debug: bool = typer.Option(False, "--debug", help="show Python tracebacks for errors "
+                               "(also after the command: inspect COMMAND ... --debug)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit."),
 ) -> None:

@@ -20,12 +20,13 @@ from typing import Annotated, Any, TypeVar
 import typer
 from typer.core import TyperCommand
 
-from torchinspect.cli.boundary import command_errors
+from torchinspect.cli.boundary import DEBUG, command_errors
 from torchinspect.cli.options import (
     DEVICE_HELP,
     ArchOpt,
     ArgOpt,
     BatchOpt,
+    DebugOpt,
     FormatOpt,
     InputOpt,
     KeyOpt,
@@ -79,11 +80,14 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
     wrapper turns the ``extra`` values into the hidden objects (``build``) and calls ``fn``."""
     sig = inspect.signature(fn, eval_str=True)
     own = [p for p in sig.parameters.values() if p.name not in hidden]
+    extra = [*extra, _param("debug", DebugOpt, False)]
     names = [p.name for p in extra]
     body = command_errors(fn)
 
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
+        if kwargs.pop("debug", False):  # `inspect summary X --debug` as `inspect --debug ...`
+            DEBUG.set(True)
         picked = {n: kwargs.pop(n) for n in names if n in kwargs}
         try:
             injected = build(picked)

@@ -97,6 +97,9 @@ FormatOpt = Annotated[
 OutputOpt = Annotated[
     str | None, typer.Option("--output", "-o", metavar="FILE", help="write the report to FILE (atomic).")
 ]
+DebugOpt = Annotated[bool, typer.Option(
+    "--debug", help="show Python tracebacks for errors (also before the command: inspect "
+    "--debug COMMAND).")]
 ForceOpt = Annotated[bool, typer.Option("--force", help="replace the output if it exists (never an input).")]
 
 DEVICE_HELP = "where to trace: auto = meta (no memory) with a CPU fallback; meta; cpu; cuda[:N]."
