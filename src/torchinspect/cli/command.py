@@ -58,12 +58,37 @@ class OutputOptions:
     output: str | None = None
 
 
+# the report format a --output FILE's extension asks for (without -f)
+FORMAT_BY_EXTENSION = {
+    ".json": OutputFormat.json, ".csv": OutputFormat.csv, ".md": OutputFormat.markdown,
+    ".markdown": OutputFormat.markdown, ".html": OutputFormat.html, ".htm": OutputFormat.html,
+    ".txt": OutputFormat.table, ".text": OutputFormat.table,
+}
+
+
+def output_options(fmt: OutputFormat | str | None, output: str | None, *,
+                   by_extension: bool = True) -> OutputOptions:
+    """--format/--output, one rule for every command: without -f, the extension of -o picks
+    the format (.json .csv .md .html; .txt or any other: a table); a -f that contradicts
+    .json .csv .md or .html is a usage error. ``by_extension=False`` where -o is the command's product and
+    the report goes to stdout (graph, export)."""
+    given = OutputFormat(fmt) if fmt is not None else None
+    implied = (FORMAT_BY_EXTENSION.get(os.path.splitext(output)[1].lower())
+               if output and by_extension else None)
+    loose = implied is OutputFormat.table  # a .txt may hold any text format
+    if given is not None and implied is not None and given is not implied and not loose:
+        raise InspectError(f"-f {given.value} contradicts -o {output} (a {implied.value} "
+                           "file name)", hint=f"leave out -f (the extension picks "
+                           f"{implied.value}), or name the file for {given.value}")
+    return OutputOptions(given or implied or OutputFormat.table, output)
+
+
 def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
     return inspect.Parameter(name, inspect.Parameter.KEYWORD_ONLY, default=default,
                              annotation=annotation)
 
 
-_OUTPUT_PARAMS = (("format", FormatOpt, OutputFormat.table), ("output", OutputOpt, None))
+_OUTPUT_PARAMS = (("format", FormatOpt, None), ("output", OutputOpt, None))
 
 
 def _output_params(output_help: str | None) -> tuple[tuple[str, Any, Any], ...]:
@@ -223,7 +248,8 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
             device=parse_device(v["device"]), batch=v.get("batch"),
             no_batch=v.get("no_batch", False), weights_config=config,
             python_path=tuple(str(p) for p in v["python_path"] or ()))
-        out = OutputOptions(OutputFormat(v["format"]), v["output"]) if outputs else OutputOptions()
+        out = (output_options(v["format"], v["output"], by_extension=output_help is None)
+               if outputs else OutputOptions())
         return {"opts": opts, "out": out}
 
     def deco(fn: F) -> F:
@@ -239,7 +265,7 @@ def output_command(fn: F | None = None, *, report_file: bool = True) -> Any:
     params = _OUTPUT_PARAMS if report_file else _OUTPUT_PARAMS[:1]
 
     def build(v: dict[str, Any]) -> dict[str, Any]:
-        return {"out": OutputOptions(OutputFormat(v["format"]), v.get("output"))}
+        return {"out": output_options(v["format"], v.get("output"), by_extension=report_file)}
 
     def deco(f: F) -> F:
         extra = [_param(n, a, d) for n, a, d in params]

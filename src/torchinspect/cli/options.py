@@ -92,10 +92,13 @@ WeightsConfigOpt = Annotated[str | None, typer.Option(
 DepthOpt = Annotated[int, typer.Option("--depth", min=0, help="deepest module level shown as rows "
                                        "(deeper layers are folded into their parent).")]
 FormatOpt = Annotated[
-    OutputFormat, typer.Option("--format", "-f", help="output format.", case_sensitive=False)
+    OutputFormat | None, typer.Option("--format", "-f", help="output format.", case_sensitive=False,
+                                      show_default=False)
 ]
 OutputOpt = Annotated[
-    str | None, typer.Option("--output", "-o", metavar="FILE", help="write the report to FILE (atomic).")
+    str | None, typer.Option("--output", "-o", metavar="FILE", help="write the report to FILE "
+                             "(atomic); without -f its extension picks the format: .json, .csv, "
+                             ".md, .html, else a table.")
 ]
 DebugOpt = Annotated[bool, typer.Option(
     "--debug", help="show Python tracebacks for errors (also before the command: inspect "
