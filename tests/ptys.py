@@ -70,9 +70,11 @@ def write_to_pty(write: Callable[[IO[str]], Any], columns: int) -> str:
 
 
 def run_in_pty(argv: Sequence[str], columns: int, *, env: dict[str, str] | None = None,
-               stderr_too: bool = True, timeout: float = 120) -> tuple[int, str]:
+               stderr_too: bool = True, timeout: float = 120,
+               raw: bool = False) -> tuple[int, str]:
     """Run ``argv`` with stdout (and stderr) on a terminal ``columns`` wide and no COLUMNS in
-    its environment; return (exit status, what the terminal showed)."""
+    its environment; return (exit status, what the terminal showed; ``raw``: every byte
+    written, status lines that were later cleared included)."""
     master, slave = _sized_pty(columns)
     environ = {k: v for k, v in (env or os.environ).items() if k not in ("COLUMNS", "LINES")}
     proc = subprocess.Popen(list(argv), stdin=subprocess.DEVNULL, stdout=slave,
@@ -87,4 +89,4 @@ def run_in_pty(argv: Sequence[str], columns: int, *, env: dict[str, str] | None 
     finally:
         reader.join(10)
         os.close(master)
-    return proc.returncode, plain(bytes(got))
+    return proc.returncode, (bytes(got).decode("utf-8", "replace") if raw else plain(bytes(got)))

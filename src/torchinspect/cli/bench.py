@@ -139,7 +139,7 @@ def _trace_path(trace: str | None, output: str | None, model: str) -> str:
     return f"{model_file_stem(model)}-bench-trace.json"
 
 
-@model_command(device_default="cpu", batch=False,
+@model_command(device_default="cpu", batch=False, progress=False,
                device_help="where to run: cpu (the default) or cuda[:N].")
 def bench(
     model: ModelArg,

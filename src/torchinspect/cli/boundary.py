@@ -18,6 +18,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from torchinspect.cli.progress import pause
 from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
 from torchinspect.guard import model_code
 from torchinspect.report.render import printable
@@ -37,6 +38,7 @@ def _debug_enabled() -> bool:
 def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.USAGE) -> typer.Exit:
     """Print ``error:``/``hint:`` lines on stderr and return the Exit to raise. Control
     characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped."""
+    pause()  # the command's status line ends before its error is shown
     typer.echo(f"error: {printable(message)}", err=True)
     if hint:
         typer.echo(f"hint: {printable(hint)}", err=True)
@@ -59,6 +61,7 @@ def exit_status(exc: BaseException) -> int:
     the exit status it maps to. Ctrl-C is 130; a user error its own status (2 unless said);
     running out of memory 2; a file system refusal 2; the model's own code ending the run or
     any other failure 70."""
+    pause()
     if isinstance(exc, KeyboardInterrupt):
         typer.echo("interrupted", err=True)
         return int(ExitStatus.INTERRUPTED)

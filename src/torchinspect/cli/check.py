@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from torchinspect.cli.common import MODEL_FORMS, OutputOptions, emit, input_files, model_command
+from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
@@ -117,7 +118,7 @@ def check(
     _targets(out, junit, save_baseline, protect)  # the config's model files too
     if plan.config and (out.output or out.format in ("json", "csv")):
         typer.echo(f"budgets from {plan.config}", err=True)
-    result = core.run_check(plan, opts)
+    result = core.run_check(plan, opts, progress=current())
     for path, write in ((junit, core.write_junit), (save_baseline, core.write_baseline)):
         if path:
             write(result, path, protect=protect)

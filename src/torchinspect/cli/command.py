@@ -41,6 +41,7 @@ from torchinspect.cli.options import (
     device_opt,
 )
 from torchinspect.cli.output import input_files
+from torchinspect.cli.progress import command_status
 from torchinspect.device import parse_device
 from torchinspect.errors import InspectError
 from torchinspect.report import OutputFormat
@@ -100,9 +101,11 @@ def _output_params(output_help: str | None) -> tuple[tuple[str, Any, Any], ...]:
 
 
 def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tuple[str, ...],
-            build: Callable[[dict[str, Any]], dict[str, Any]]) -> Callable[..., Any]:
+            build: Callable[[dict[str, Any]], dict[str, Any]],
+            progress: bool = True) -> Callable[..., Any]:
     """Wrap ``fn``: Typer sees ``fn``'s own parameters (less ``hidden``) plus ``extra``; the
-    wrapper turns the ``extra`` values into the hidden objects (``build``) and calls ``fn``."""
+    wrapper turns the ``extra`` values into the hidden objects (``build``) and calls ``fn``,
+    under a status line on a terminal (cli/progress.py) unless ``progress=False``."""
     sig = inspect.signature(fn, eval_str=True)
     own = [p for p in sig.parameters.values() if p.name not in hidden]
     extra = [*extra, _param("debug", DebugOpt, False)]
@@ -113,6 +116,10 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         if kwargs.pop("debug", False):  # `inspect summary X --debug` as `inspect --debug ...`
             DEBUG.set(True)
+        with command_status(_status_text(fn.__name__, kwargs), enabled=progress):
+            return run(*args, **kwargs)
+
+    def run(*args: Any, **kwargs: Any) -> Any:
         picked = {n: kwargs.pop(n) for n in names if n in kwargs}
         try:
             injected = build(picked)
@@ -127,6 +134,13 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
     wrapper.__annotations__ = {p.name: p.annotation for p in new_sig.parameters.values()}
     del wrapper.__wrapped__  # Typer must read __signature__, not fn's own
     return wrapper
+
+
+def _status_text(command: str, kwargs: dict[str, Any]) -> str:
+    """``summary resnet18 resnet50``: the command and what it works on, for its status line."""
+    given = next((kwargs[k] for k in ("models", "model", "a", "src") if kwargs.get(k)), None)
+    named = " ".join(given) if isinstance(given, (list, tuple)) else str(given or "")
+    return f"{command} {named[:60]}".strip()
 
 
 # options that name where a command writes (its own --output, --junit, --trace)
@@ -217,7 +231,8 @@ def _raiser(exc: Exception) -> Callable[[], None]:
 
 def model_command(*, inputs: bool = True, device_default: str = "auto",
                   device_help: str = DEVICE_HELP, batch: bool = True,
-                  outputs: bool = True, output_help: str | None = None) -> Callable[[F], F]:
+                  outputs: bool = True, output_help: str | None = None,
+                  progress: bool = True) -> Callable[[F], F]:
     """Add the shared model and output options to a command; it receives ``opts`` and ``out``.
 
     ``inputs=False`` leaves out ``--input/--batch/--no-batch`` (``inspect params``).
@@ -225,6 +240,7 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
     (``inspect bench --batch 1,8,32``); ``opts.batch`` is then None.
     ``outputs=False`` leaves out ``--format/--output`` (``inspect features`` uses them for
     its data files); ``out`` is then the default (a table on stdout).
+    ``progress=False`` for a command that draws its own progress (bench, features).
     """
     extra = [
         *([_param("input", InputOpt, None)] if inputs else []),
@@ -253,7 +269,7 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
         return {"opts": opts, "out": out}
 
     def deco(fn: F) -> F:
-        return _inject(fn, extra, ("opts", "out"), build)  # type: ignore[return-value]
+        return _inject(fn, extra, ("opts", "out"), build, progress)  # type: ignore[return-value]
 
     return deco
 

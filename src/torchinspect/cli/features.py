@@ -143,7 +143,7 @@ def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
 SHARD_TYPES = {f.value for f in FileFormat}
 
 
-@model_command(device_default="cpu", outputs=False, batch=False,
+@model_command(device_default="cpu", outputs=False, batch=False, progress=False,
                device_help="where to run: cpu (default) or cuda[:N]; under torchrun, cuda = one GPU per rank.")
 def features(
     model: ModelArg,

@@ -14,6 +14,7 @@ from torchinspect.cli.common import (
     emit_results,
     model_command,
 )
+from torchinspect.cli.progress import per_model
 from torchinspect.sources.case import ModelOptions
 
 CrossCheckOpt = Annotated[str | None, typer.Option(
@@ -38,5 +39,5 @@ def flops(models: ModelsArg, train: TrainOpt = False, depth: DepthOpt = 3,
         cross_check = cross_check or "thop,torchinfo"
     tools = parse_cross_check(cross_check)  # a bad name is refused before any model is built
     results = [count_flops(m, depth=depth, cross_check=tools, train=train, options=opts)
-               for m in models]
+               for m in per_model(models)]
     emit_results("flops", results, flops_report, out, [*models, *opts.files()])

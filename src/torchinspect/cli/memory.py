@@ -18,6 +18,7 @@ from torchinspect.cli.common import (
     model_command,
     train_opt,
 )
+from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
@@ -101,7 +102,7 @@ def memory(
         require_cuda()
     case = make_case(model, options=opts, device="meta")
     check_checkpointing(case, cfg)
-    result = sweep_with_fit(case, cfg, target, batches, budget, top=top)
+    result = sweep_with_fit(case, cfg, target, batches, budget, top=top, progress=current())
     inputs = input_files([model, *opts.files()])
     if len(result.results) == 1 and result.fit is None:
         emit(memory_report(result.results[0]), out, inputs)

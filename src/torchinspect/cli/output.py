@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 import typer
 
 from torchinspect.cli.boundary import report_stdout
+from torchinspect.cli.progress import pause
 from torchinspect.report import Report, render
 
 if TYPE_CHECKING:
@@ -47,6 +48,7 @@ def _module_sources(module: str) -> list[str]:
 
 def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) -> None:
     """Render to stdout, or atomically to --output FILE (never one of the ``inputs``)."""
+    pause()  # the status line ends before the report starts
     if out.output:
         import io as _io
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from torchinspect.cli.common import DepthOpt, ModelsArg, OutputOptions, emit_results, model_command
+from torchinspect.cli.progress import per_model
 from torchinspect.sources.case import ModelOptions
 
 
@@ -13,7 +14,7 @@ def params(models: ModelsArg, depth: DepthOpt = 3, *, opts: ModelOptions,
     from torchinspect.analysis.params import count_params
     from torchinspect.report.params import params_report
 
-    results = [count_params(m, depth=depth, options=opts) for m in models]
+    results = [count_params(m, depth=depth, options=opts) for m in per_model(models)]
     if len(results) > 1 and not all(hasattr(r, "stats") for r in results):
         from torchinspect.errors import InspectError
 

@@ -14,6 +14,7 @@ from torchinspect.cli.common import (
     emit_results,
     model_command,
 )
+from torchinspect.cli.progress import per_model
 from torchinspect.sources.case import ModelOptions
 
 ColumnsOpt = Annotated[str | None, typer.Option(
@@ -52,6 +53,6 @@ def summary(
     cols = parse_columns(columns)
     results = [summarize(m, depth=depth, columns=cols, fold=fold, train=train, options=opts,
                          memory=memory)
-               for m in models]
+               for m in per_model(models)]
     emit_results("summary", results, summary_report, out, [*models, *opts.files()],
                  totals_only=totals)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from torchinspect.arguments import ProgressFn
 from torchinspect.device import available_bytes
 from torchinspect.errors import InspectError
 from torchinspect.io.writers import parse_size
@@ -35,9 +36,12 @@ def parse_budget(text: str) -> int:
 
 
 def sweep(case: ModelCase, cfg: StepConfig, target: Target, batches: Sequence[int | None], *,
-          budget: int | None = None, top: int = 10) -> list[MemoryResult]:
+          budget: int | None = None, top: int = 10,
+          progress: ProgressFn | None = None) -> list[MemoryResult]:
     results = []
     for batch in batches:
+        if progress is not None and batch is not None:
+            progress(f"batch {batch}")
         result = predict_case(case, cfg, target, batch=batch, top=top)
         result.budget = budget
         results.append(result)
@@ -45,7 +49,7 @@ def sweep(case: ModelCase, cfg: StepConfig, target: Target, batches: Sequence[in
 
 
 def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
-        limit: int = BATCH_LIMIT) -> FitResult:
+        limit: int = BATCH_LIMIT, progress: ProgressFn | None = None) -> FitResult:
     """The largest batch whose predicted peak fits ``budget``, for inference and training."""
     probes: list[tuple[str, int, int]] = []
     found: dict[str, int | None] = {}
@@ -54,6 +58,8 @@ def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
         mode_cfg = replace(cfg, train=mode == "training")
 
         def peak(batch: int, mode: str = mode, mode_cfg: StepConfig = mode_cfg) -> int:
+            if progress is not None:
+                progress(f"--fit: {mode} at batch {batch}")
             r = predict_case(case, mode_cfg, target, batch=batch, inference=mode == "inference")
             run = r.inference if mode == "inference" else r.training
             value = run.peak if run is not None else 0
@@ -90,6 +96,10 @@ def _search(peak: Callable[[int], int], budget: int, limit: int) -> tuple[int | 
 
 
 def sweep_with_fit(case: ModelCase, cfg: StepConfig, target: Target,
-                   batches: Sequence[int | None], budget: int | None, top: int = 10) -> MemorySweep:
-    results = sweep(case, cfg, target, batches, budget=budget, top=top)
-    return MemorySweep(results, fit(case, cfg, target, budget) if budget is not None else None)
+                   batches: Sequence[int | None], budget: int | None, top: int = 10,
+                   progress: ProgressFn | None = None) -> MemorySweep:
+    """Predictions at ``batches`` and, with a ``budget``, the fit search; ``progress`` hears
+    each batch predicted."""
+    results = sweep(case, cfg, target, batches, budget=budget, top=top, progress=progress)
+    found = fit(case, cfg, target, budget, progress=progress) if budget is not None else None
+    return MemorySweep(results, found)
