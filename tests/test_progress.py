@@ -10,8 +10,8 @@ import time
 from pathlib import Path
 
 import pytest
-from ptys import ANSI, run_in_pty, write_to_pty
 
+from ptys import ANSI, run_in_pty, write_to_pty
 from torchinspect.cli.progress import Working, command_status, current, pause, per_model
 
 SPINNER = set("⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏")
