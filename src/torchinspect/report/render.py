@@ -277,6 +277,8 @@ def _fitted(s: Table, width: int | None) -> _Fit:
     if need(keep, gap) > width >= need(keep, GAPS[2]):  # closing up saves folding a column
         gap = GAPS[2]
     fold = need(keep, gap) > width
+    if fold and need(keep, gap, fold=True) > width:  # folded, it needs the narrowest gap too
+        gap = GAPS[2]
     return _Fit(keep, left, max(width, need(keep, gap, fold=fold)), gap)
 
 
