@@ -71,8 +71,8 @@ def output_options(fmt: OutputFormat | str | None, output: str | None, *,
                    by_extension: bool = True) -> OutputOptions:
     """--format/--output, one rule for every command: without -f, the extension of -o picks
     the format (.json .csv .md .html; .txt or any other: a table); a -f that contradicts
-    .json .csv .md or .html is a usage error. ``by_extension=False`` where -o is the command's product and
-    the report goes to stdout (graph, export)."""
+    .json .csv .md or .html is a usage error. ``by_extension=False`` where -o is the
+    command's product and the report goes to stdout (graph, export)."""
     given = OutputFormat(fmt) if fmt is not None else None
     implied = (FORMAT_BY_EXTENSION.get(os.path.splitext(output)[1].lower())
                if output and by_extension else None)
