@@ -170,3 +170,33 @@ def test_the_headline_command_in_a_real_80_column_terminal() -> None:
     assert max(len(line) for line in text.splitlines()) <= 80
     _check_fits(text, 80)
     assert "Left out to fit 80 columns" in text
+
+
+def test_params_fits_80_columns_leaving_out_its_least_useful_columns(monkeypatch) -> None:
+    """params resnet18 printed 81 columns with module names folded in an 80-column terminal."""
+    from torchinspect.analysis.params import count_params
+    from torchinspect.report.params import params_report
+
+    monkeypatch.delenv("COLUMNS")
+    text = write_to_pty(lambda s: _emit(params_report(count_params("resnet18", depth=4)), s), 80)
+    assert max(len(line) for line in text.splitlines()) <= 80
+    assert "layer4.0.downsample.0" in text  # names whole
+    assert "Left out to fit 80 columns: Frozen, Trainable." in text
+    assert "A wider terminal, a pipe or --format csv shows them." in text
+
+
+def test_a_table_closes_up_before_it_folds() -> None:
+    """No optional column: the gap narrows (3, 2, then 1) only while that saves folding."""
+    from torchinspect.report.base import Table
+    from torchinspect.report.render import render
+
+    def shown(width: int) -> str:
+        t = Table(None, ["Name", "Kind", "Count"], [["a" * 30, "b" * 30, 12345]])
+        buf = io.StringIO()
+        render(Report("x", {}, [t]), "table", buf, width=width)
+        return buf.getvalue().splitlines()[2]
+
+    assert shown(72) == "a" * 30 + "   " + "b" * 30 + "   12,345"
+    assert shown(71) == "a" * 30 + "  " + "b" * 30 + "  12,345"
+    assert shown(69) == "a" * 30 + " " + "b" * 30 + " 12,345"
+    assert len(shown(60)) <= 60  # folded at last
