@@ -87,3 +87,27 @@ def test_a_real_command_shows_progress_on_a_terminal_and_none_piped() -> None:
                           env={k: v for k, v in os.environ.items() if k != "COLUMNS"})
     assert done.returncode == 0 and not SPINNER & set(done.stderr + done.stdout)
     assert "zoo:mnist-net" in done.stdout
+
+
+def test_lines_written_to_stderr_meanwhile_go_above_the_status(monkeypatch) -> None:
+    """'wrote FILE' or a note printed while the status shows starts on a line of its own
+    (click's echo would reach past rich's stderr proxy through .buffer)."""
+    import re
+
+    import typer
+
+    import ptys
+
+    monkeypatch.setattr(ptys, "plain", lambda raw: raw.decode("utf-8", "replace"))
+
+    def work(stream) -> None:
+        monkeypatch.setattr(sys, "stderr", stream)
+        with Working("graph m", stream=stream, delay=0):
+            time.sleep(0.3)
+            typer.echo("wrote g.svg", err=True)
+            time.sleep(0.3)
+        assert sys.stderr is stream  # put back
+
+    raw = write_to_pty(work, 80)
+    assert "wrote g.svg" in raw
+    assert not re.search(r"0:00:\d\d(\x1b\[0m)?wrote", raw), raw

@@ -38,6 +38,7 @@ class Working:
         self.timer: threading.Timer | None = None
         self.lock = threading.Lock()
         self.ended = False
+        self.saved_stderr: IO[str] | None = None
 
     def shown(self) -> bool:
         """Whether the status can show: stderr is a terminal."""
@@ -61,18 +62,24 @@ class Working:
             if self.ended:
                 return
             console = Console(file=self.stream, highlight=False)
-            # text, not markup: a model spec "[/x]" is shown as it is. stderr goes through
-            # the display (a model's prints, "wrote FILE" lines) so the status never eats it
+            # text, not markup: a model spec "[/x]" is shown as it is
             self.bar = Progress(SpinnerColumn(), TextColumn("{task.fields[text]}", markup=False),
                                 TimeElapsedColumn(), console=console, transient=True,
-                                redirect_stdout=False, redirect_stderr=True)
+                                redirect_stdout=False, redirect_stderr=False)
             self.task = self.bar.add_task("", total=None, text=self.text)
             self.bar.start()
+            # lines written to stderr meanwhile ("wrote FILE", a note) go above the status
+            # line instead of onto it
+            if sys.stderr is self.stream:
+                self.saved_stderr = sys.stderr
+                sys.stderr = _Above(console, self.stream)
 
     def __call__(self, text: str, *, final: bool = False) -> None:
         """Show ``text`` after the command's name (``final`` steps too: they pass)."""
         with self.lock:
-            self.text = f"{self.what}: {text}"
+            command, _, subject = self.what.partition(" ")
+            names_it = subject and text.partition(":")[0] in subject.split()
+            self.text = f"{command} {text}" if names_it else f"{self.what}: {text}"
             if self.bar is not None:
                 self.bar.update(self.task, text=self.text)
 
@@ -82,6 +89,11 @@ class Working:
             self.timer.cancel()
         with self.lock:
             self.ended = True
+            if self.saved_stderr is not None:
+                if isinstance(sys.stderr, _Above):
+                    sys.stderr.flush()
+                    sys.stderr = self.saved_stderr
+                self.saved_stderr = None
             if self.bar is not None:
                 self.bar.stop()
                 self.bar = None
@@ -89,6 +101,46 @@ class Working:
     def __exit__(self, kind: type[BaseException] | None, exc: BaseException | None,
                  tb: TracebackType | None) -> None:
         self.end()
+
+
+class _Above:
+    """stderr while the status line shows: whole lines are printed above it (rich's
+    ``FileProxy`` does the same, but click's ``echo`` would reach past it through
+    ``.buffer``, so this one has none)."""
+
+    def __init__(self, console: Any, stream: IO[str]) -> None:
+        self.console, self.stream, self.pending = console, stream, ""
+
+    def write(self, text: str) -> int:
+        self.pending += text
+        if "\n" in self.pending:
+            lines, _, self.pending = self.pending.rpartition("\n")
+            from rich.text import Text
+
+            self.console.print(Text(lines), highlight=False, soft_wrap=True)
+        return len(text)
+
+    def flush(self) -> None:
+        if self.pending:
+            from rich.text import Text
+
+            self.console.print(Text(self.pending), highlight=False, soft_wrap=True)
+            self.pending = ""
+        self.stream.flush()
+
+    def isatty(self) -> bool:
+        return True
+
+    def fileno(self) -> int:
+        return self.stream.fileno()
+
+    @property
+    def encoding(self) -> str:
+        return getattr(self.stream, "encoding", None) or "utf-8"
+
+    @property
+    def errors(self) -> str | None:
+        return getattr(self.stream, "errors", None)
 
 
 _ACTIVE: ContextVar[Working | None] = ContextVar("torchinspect_progress", default=None)
