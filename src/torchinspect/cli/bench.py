@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -90,9 +89,8 @@ CompareOpt = Annotated[str | None, typer.Option(
 
 
 class _Progress:
-    """Progress on stderr: a live rich status on a terminal, plain lines otherwise."""
-
-    PLAIN_EVERY_S = 2.0
+    """Progress on stderr: a live rich status on a terminal; otherwise only the finished
+    configurations, one line each (no passing status in a log)."""
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -100,7 +98,6 @@ class _Progress:
         self.console = Console(stderr=True, highlight=False)
         self.live = self.console.is_terminal
         self.status: Any = None
-        self.last = 0.0
 
     def __enter__(self) -> _Progress:
         if self.live:
@@ -124,11 +121,6 @@ class _Progress:
             return
         if self.status is not None:
             self.status.update(self._text(text))  # a model spec "[/x]" is text, not markup
-            return
-        now = time.monotonic()
-        if now - self.last >= self.PLAIN_EVERY_S:
-            self.last = now
-            self.console.print(text, markup=False, soft_wrap=True)
 
 
 def _trace_path(trace: str | None, output: str | None, model: str) -> str:
