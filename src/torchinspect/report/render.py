@@ -277,8 +277,8 @@ def _fitted(s: Table, width: int | None) -> _Fit:
     if need(keep, gap) > width >= need(keep, GAPS[2]):  # closing up saves folding a column
         gap = GAPS[2]
     fold = need(keep, gap) > width
-    if fold and need(keep, gap, fold=True) > width:  # folded, it needs the narrowest gap too
-        gap = GAPS[2]
+    if need(keep, gap, fold=fold) > width >= need(keep, GAPS[2], fold=fold):
+        gap = GAPS[2]  # folded, it fits only with the narrowest gap
     return _Fit(keep, left, max(width, need(keep, gap, fold=fold)), gap)
 
 
