@@ -36,8 +36,11 @@ def _sized_pty(columns: int, rows: int = 50) -> tuple[int, int]:
 
 
 def _drain(master: int, into: bytearray, until: Callable[[], bool]) -> None:
+    """Read ``master`` until ``until()`` and then until nothing more is waiting (what was
+    written just before ``until()`` turned true is read too)."""
+    finishing = False
     while True:
-        ready, _, _ = select.select([master], [], [], 0.05)
+        ready, _, _ = select.select([master], [], [], 0.2 if finishing else 0.05)
         if ready:
             try:
                 data = os.read(master, 65536)
@@ -46,8 +49,10 @@ def _drain(master: int, into: bytearray, until: Callable[[], bool]) -> None:
             if not data:
                 return
             into.extend(data)
-        elif until():
+        elif finishing:
             return
+        elif until():
+            finishing = True  # one more look: the writer may have just written its last
 
 
 def write_to_pty(write: Callable[[IO[str]], Any], columns: int) -> str:
