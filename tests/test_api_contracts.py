@@ -34,8 +34,8 @@ X = torch.randn(3, 4)
 
 SIDE_EFFECT_CALLS = {
     "summarize on cpu": lambda m, tmp: ti.summarize(m, X, device="cpu"),
-    "graph autograd": lambda m, tmp: ti.build_graph(m, X),
-    "graph autograd saved": lambda m, tmp: ti.build_graph(m, X, saved=True),
+    "graph autograd": lambda m, tmp: ti.build_graph(m, X, kind="autograd"),
+    "graph autograd saved": lambda m, tmp: ti.build_graph(m, X, kind="autograd", saved=True),
     "graph module": lambda m, tmp: ti.build_graph(m, X, kind="module"),
     "export": lambda m, tmp: ti.export_onnx(m, tmp / "c.onnx", X, force=True),
     "diagnose": lambda m, tmp: ti.diagnose(m, X),
@@ -60,7 +60,7 @@ def _lazy() -> nn.Sequential:
 
 
 LAZY_CALLS = {
-    "graph autograd": lambda m, tmp: ti.build_graph(m, X),
+    "graph autograd": lambda m, tmp: ti.build_graph(m, X, kind="autograd"),
     "export": lambda m, tmp: ti.export_onnx(m, tmp / "lz.onnx", X, force=True),
     "features": lambda m, tmp: ti.extract_features(m, [], layers=["2"], output=tmp / "f", example=X,
                                                     workers=0),

@@ -311,11 +311,19 @@ def test_baseline_catches_a_model_grown_by_one_linear(invoke, tmp_path: Path,
     failure = _suites(tmp_path / "pr.xml").find(
         "testsuite[@name='models/nets.py:Tiny']/testcase[@name='increase-params']/failure")
     assert failure is not None and failure.get("message") == growth
+    # one unit for the allowance: "limit 0.5%" in the message, "allowed +0.50%" beside it
+    assert f"baseline {old:,}, change {(new - old) / old * 100:+.2f}%, allowed +0.50%" \
+        in (failure.text or "") and "0.005" not in (failure.text or "")
     convnet = _suites(tmp_path / "pr.xml").find("testsuite[@name='zoo:convnet']")
     assert convnet.get("failures") == "0" and convnet.get("tests") == "3"  # max-macs + 2 increases
     # a Markdown summary for the pull request
     md = invoke("check", "--baseline", "main.json", "--max-increase", "params=0.5%", "-f", "markdown")
     assert md.exit_code == 1
+    assert md.stdout.startswith("## torchinspect check: FAIL (2 model(s), ")
+    # what did not change is folded away under the table; the change that failed is not
+    loud, _, folded = md.stdout.partition("<details><summary>")
+    assert "unchanged row(s)</summary>" in folded and "| zoo:convnet | macs |" in folded
+    assert f"| models/nets.py:Tiny | params | {new} | {old} |" in loud
     assert "### Failures" in md.stdout and growth in md.stdout
     assert "| Model | Metric | Measured | Baseline | Change | Limit | Headroom | Budget | Result |" in md.stdout
     assert f"| {(new - old) / old * 100:+.2f}% | +0.5% |" in md.stdout
@@ -474,11 +482,41 @@ def test_documented_pyproject_example_runs(invoke, tmp_path: Path,
 
 
 def test_readme_and_docs_install_what_exists() -> None:
-    for text in (ROOT.joinpath("README.md").read_text(), DOCS.read_text()):
+    import subprocess
+
+    tracked = subprocess.run(["git", "ls-files"], cwd=ROOT, capture_output=True, text=True,
+                             check=True).stdout.split()
+    placeholder = "/" + "OWNER" + "/"  # github.com/<that>/torchinspect (not spelled here)
+    for name in tracked:  # no placeholder URL anywhere
+        path = ROOT / name
+        if path.is_file() and path.suffix in {".md", ".yml", ".yaml", ".toml", ".py", ""}:
+            assert placeholder not in path.read_text(errors="replace"), name
+    for page in (ROOT.joinpath("README.md"), ROOT.joinpath("docs/getting-started.md")):
+        text = page.read_text()
         assert not re.search(r"pip install torchinspect\s*$", text, flags=re.M)  # not published
-    workflow = next(b for b in _fenced(DOCS.read_text(), "yaml") if "pull_request" in b)
-    assert 'torchinspect @ git+https://github.com/OWNER/torchinspect' in workflow
-    assert "--save-baseline" in workflow and "--baseline" in workflow and "upload-artifact" in workflow
+        assert "pip install ." in text and "pip wheel --no-deps -w dist ." in text
+        assert "source .venv/bin/activate" in text  # `inspect` on PATH after make demo
+    makefile = ROOT.joinpath("Makefile").read_text()
+    demo = makefile[makefile.index("\ndemo:"):].split("\n\n")[0]
+    assert "chromium" not in demo and "browser" not in demo.splitlines()[1]
+
+
+def test_the_ci_workflow_is_a_real_file_the_docs_include() -> None:
+    import yaml  # PyYAML comes with the dev extra (transformers, timm)
+
+    path = ROOT / ".github/workflows/model-size.yml"
+    flow = yaml.safe_load(path.read_text())
+    assert flow["permissions"] == {"contents": "read", "actions": "read", "checks": "write",
+                                   "pull-requests": "write"}
+    steps = {s.get("name", s.get("uses")): s for s in flow["jobs"]["size"]["steps"]}
+    fetch = steps["fetch main's baseline"]["run"]
+    assert "::error title=no baseline::" in fetch and fetch.count("exit 1") == 2  # loud, not silent
+    assert "--baseline model-baseline.json" in steps["compare"]["run"]
+    assert "--save-baseline" in steps["save the baseline"]["run"]
+    assert '--8<-- ".github/workflows/model-size.yml"' in DOCS.read_text()  # included, not copied
+    assert "pull_request" not in "".join(_fenced(DOCS.read_text(), "yaml")).replace(
+        '--8<-- ".github/workflows/model-size.yml"', "")
+    assert "actionlint" in ROOT.joinpath("Makefile").read_text()
 
 
 def test_pre_commit_hook_names_a_real_command(invoke) -> None:
@@ -529,3 +567,36 @@ def test_memory_budgets_are_inspect_memorys_predictions(invoke, tmp_path: Path,
     assert saved["train-mb"] == pytest.approx(train) and saved["infer-mb"] == pytest.approx(infer)
     r = invoke("check", "--baseline", "base.json", "--max-increase", "train-mb=1%")
     assert r.exit_code == 0, r.output
+
+
+def test_size_mb_is_shown_in_mb_like_its_budget(invoke) -> None:
+    r = invoke("check", "zoo:convnet", "--max-size-mb", "1")
+    assert r.exit_code == 0, r.output
+    row = next(line for line in r.output.splitlines() if "size-mb" in line)
+    assert "0.117 MB" in row and "1 MB" in row and "KB" not in row
+
+
+def test_a_train_mb_that_is_mostly_cublas_workspace_says_so(invoke) -> None:
+    r = invoke("check", "zoo:convnet", "--max-train-mb", "100")
+    assert r.exit_code == 0, r.output
+    text = " ".join(r.output.split())
+    assert "train-mb is 99% cuBLAS workspace (64 MiB of 67.79 MB" in text
+    assert "infer-mb" not in text  # no note for a metric not checked
+
+
+def test_config_models_as_a_list_of_names(invoke, tmp_path: Path) -> None:
+    """models = ["zoo:convnet", "nets.py:Net"], as people write it first, beside the tables."""
+    (tmp_path / "nets.py").write_text("import torch.nn as nn\nEXAMPLE_INPUT = '1,8'\n"
+                                      "class Net(nn.Sequential):\n"
+                                      "    def __init__(self):\n"
+                                      "        super().__init__(nn.Linear(8, 4))\n")
+    cfg = tmp_path / "budgets.toml"
+    cfg.write_text('[check]\nmax-params = "1M"\nmodels = ["zoo:convnet", "nets.py:Net"]\n')
+    r = invoke("check", "--config", str(cfg), "-f", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert [m["model"] for m in data["models"]] == ["zoo:convnet", "nets.py:Net"]
+    assert all(x["limit"] == 1e6 and x["passed"] for m in data["models"] for x in m["results"])
+    cfg.write_text('[check]\nmodels = "zoo:convnet"\n')
+    r = invoke("check", "--config", str(cfg))
+    assert r.exit_code == 2 and 'models = ["resnet50", "nets.py:Net"]' in r.output

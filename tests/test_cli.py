@@ -268,7 +268,7 @@ def test_output_is_written(invoke, tmp_path: Path):
     out = tmp_path / "s.json"
     result = invoke("summary", "zoo:convnet", "--format", "json", "--output", out)
     assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text())["schema"] == "torchinspect/summary/v2"
+    assert json.loads(out.read_text())["schema"] == "torchinspect/summary/v3"
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temporary left behind
 
 
@@ -307,6 +307,17 @@ def test_usage_errors_are_one_error_line_and_a_hint(invoke, args, needle):
     lines = result.stderr.strip().splitlines()
     assert len(lines) == 2 and lines[0].startswith("error: ") and lines[1].startswith("hint: ")
     assert needle in lines[0] and "--help" in lines[1]
+    # our words, not a validation library's ("Value error, ...", "Input should be ...")
+    for words in ("Value error", "Input should", "Invalid value for", "unable to parse"):
+        assert words not in lines[0]
+
+
+def test_a_bad_choice_lists_the_choices_plainly(invoke):
+    r = invoke("summary", "resnet18", "--format", "yaml")
+    assert r.stderr.splitlines()[0] == (
+        "error: --format / -f 'yaml': not one of table, json, csv, markdown, html")
+    r = invoke("summary", "resnet18", "--batch", "0")
+    assert r.stderr.splitlines()[0] == "error: --batch / -b: must be at least 1"
 
 
 def test_builder_failure_from_arg_values_names_them(invoke):

@@ -24,3 +24,14 @@ def test_long_metadata_value_is_truncated_in_the_table_and_full_in_json(tmp_path
     report = invoke("convert", src, tmp_path / "b.safetensors", "-f", "json")
     assert report.exit_code == 0
     assert json.loads(report.output)["metadata"]["note"] == value
+
+
+def test_dropped_tensor_entries_are_described_not_named_by_an_internal_class(tmp_path: Path,
+                                                                            invoke) -> None:
+    src = tmp_path / "ckpt.pt"
+    torch.save({"state_dict": torch.nn.Linear(3, 2).state_dict(), "loss": torch.tensor(0.5),
+                "ema": torch.ones(4)}, src)
+    r = invoke("convert", src, tmp_path / "out.safetensors")
+    assert r.exit_code == 0, r.output
+    assert "loss: float32 scalar tensor" in r.output and "ema: float32 tensor (4,)" in r.output
+    assert "TensorRef" not in r.output and "Ref" not in r.output

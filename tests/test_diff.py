@@ -380,3 +380,35 @@ def test_load_lines_are_never_cut_by_the_terminal_width(tmp_path: Path, invoke, 
     html = invoke("diff", deep / "checkpoint.pt", "--arch", f"{HELPERS}:Net", "--auto-prefix",
                   "-f", "html").output
     assert "<pre><code>import torch\nsd = torch.load(" in html
+
+
+def _head_checkpoint(classes: int, prefix: str = "") -> dict[str, torch.Tensor]:
+    model = torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, classes))
+    return {prefix + k: v for k, v in model.state_dict().items()}
+
+
+def _target() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.ReLU(), torch.nn.Linear(8, 10))
+
+
+def test_a_head_size_mismatch_suggests_num_classes(tmp_path: Path) -> None:
+    r = diff_state_dicts(_target(), _head_checkpoint(5))
+    assert r.verdict is Verdict.incompatible and r.head_classes() == 5
+    text = r.verdict_text()
+    assert "head 2 (10 outputs in A, 5 in B)" in text and "--arg num_classes=5" in text
+    # two checkpoints: nothing to rebuild, no --arg
+    torch.save(_head_checkpoint(10), tmp_path / "a.pt")
+    torch.save(_head_checkpoint(5), tmp_path / "b.pt")
+    files = diff_state_dicts(tmp_path / "a.pt", tmp_path / "b.pt")
+    assert files.head_classes() is None and "--arg" not in files.verdict_text()
+
+
+def test_no_key_matches_still_shows_the_mismatch_the_remap_would_leave() -> None:
+    r = diff_state_dicts(_target(), _head_checkpoint(5, "model."))
+    assert not r.matched and r.applied_remap is None
+    text = r.verdict_text()
+    assert text.startswith("incompatible: no key matches as saved; after stripping 'model.'")
+    assert "2 of them have other shapes (2.weight (10, 8) in A, (5, 8) in B" in text
+    assert "--arg num_classes=5" in text
+    applied = diff_state_dicts(_target(), _head_checkpoint(5, "model."), auto_prefix=True)
+    assert [m.key for m in applied.shape_mismatches] == [m.key for m in r.remap_mismatches]

@@ -376,6 +376,12 @@ def test_site_builds_strict_and_every_internal_link_resolves(site: Path) -> None
             elif anchor and dest.suffix == ".html" and f'id="{anchor}"' not in dest.read_text():
                 broken.append(f"{page.relative_to(site)} -> {target}#{anchor}")
     assert not broken, "broken internal links:\n" + "\n".join(broken)
+    assert not list(site.rglob("*.py"))  # docs/hooks.py builds the site; it is not a page
+    # check.md includes the real workflow file (a snippet, not a copy)
+    workflow = (DOCS.parent / ".github/workflows/model-size.yml").read_text()
+    check = (site / "commands/check/index.html").read_text()
+    assert "checks: write" in check and "no baseline" in check
+    assert workflow.count("\n") > 40 and "--8<--" not in check
 
 
 @pytest.mark.slow

@@ -311,3 +311,21 @@ def test_cli_input_and_output_names(tmp_path, invoke) -> None:
     assert not (tmp_path / "b.onnx").exists()
     r = invoke(*base, "-o", tmp_path / "c.onnx", "--input-names", "a,a")
     assert r.exit_code == 2 and "a named twice" in r.stderr
+
+
+def test_the_verdict_is_torch_allclose_and_the_table_says_how_much_tolerance_is_used() -> None:
+    """A max relative difference above rtol is ok where atol covers a value near zero: the
+    report shows the share of each element's own tolerance, which decides."""
+    import numpy as np
+
+    from torchinspect.export.onnx.verify import compare_arrays
+
+    ref = np.array([0.0, 1.0, -2.0])
+    near_zero = compare_arrays("y", ref + np.array([5e-5, 0.0, 0.0]), ref, 1e-4, 1e-3)
+    assert near_zero.max_rel == pytest.approx(0.5) and near_zero.max_rel > 1e-3
+    assert near_zero.ok and near_zero.tolerance_used == pytest.approx(0.5)
+    over = compare_arrays("y", ref + np.array([0.0, 2e-3, 0.0]), ref, 1e-4, 1e-3)
+    assert not over.ok and over.tolerance_used == pytest.approx(2e-3 / 1.1e-3)
+    exact = compare_arrays("y", ref, ref, 0.0, 0.0)
+    assert exact.ok and exact.tolerance_used == 0.0
+    assert torch.allclose(torch.tensor(ref + [5e-5, 0, 0]), torch.tensor(ref), 1e-3, 1e-4)

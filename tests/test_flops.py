@@ -233,3 +233,11 @@ def test_notes_wrap_at_word_boundaries_in_a_narrow_terminal(invoke, monkeypatch)
             assert " ".join(note.split()) in " ".join(words), (args, note)
         heading = result.output.split("\n\n")[0]
         assert "multiply-accumulates" not in heading  # not a heading over the table
+
+
+@pytest.mark.parametrize("command", ["flops", "summary"])
+def test_a_failing_model_of_several_is_named_and_the_others_kept(invoke, command) -> None:
+    r = invoke(command, "zoo:convnet", "zoo:multi-input", "--input", "1,28,28", "--depth", "1")
+    assert r.exit_code == 2
+    assert "zoo:convnet" in r.stdout and "MACs" in r.stdout  # the model that ran is shown
+    assert "error: zoo:multi-input: the model's forward failed" in r.stderr

@@ -67,7 +67,9 @@ class Looped(nn.Module):
 
 def _edges(g: Graph) -> set[tuple[str, str]]:
     """Edges by name: modules by qualified name, functions as ``op@module``."""
-    name = {n.id: (f"{n.type}@{n.name}" if n.kind == "function" else (n.name or n.kind))
+    one_input = g.count("input") == 1
+    name = {n.id: (f"{n.type}@{n.name}" if n.kind == "function" else
+                   "input" if n.kind == "input" and one_input else (n.name or n.kind))
             for n in g.nodes}
     return {(name[e.src], name[e.dst]) for e in g.edges}
 
@@ -168,14 +170,14 @@ def test_cli_autograd_svg_of_resnet18_has_parameter_names(invoke, tmp_path) -> N
     import torchvision
 
     out = tmp_path / "r18.svg"
-    r = invoke("graph", "resnet18", "--input", "3,32,32", "-o", out)
+    r = invoke("graph", "resnet18", "--input", "3,32,32", "--kind", "autograd", "-o", out)
     assert r.exit_code == 0, r.output
     svg = out.read_text()
     names = [n for n, _ in torchvision.models.resnet18().named_parameters()]
     assert all(f">{n} (" in svg for n in names)
     assert "layer1.0.conv1.weight (64, 64, 3, 3)" in svg
     assert f"Parameters drawn {len(names)}".split()[-1] in r.output
-    again = invoke("graph", "resnet18", "--input", "3,32,32", "-o", out)
+    again = invoke("graph", "resnet18", "--input", "3,32,32", "--kind", "autograd", "-o", out)
     assert again.exit_code == 2 and "already exists" in again.output and "--force" in again.output
 
 
@@ -223,8 +225,8 @@ def test_python_api_twin() -> None:
 def test_autograd_graph_on_meta_matches_cpu_for_resnet18() -> None:
     from torchinspect.sources.case import ModelOptions, make_case
 
-    graphs = {dev: build_graph(make_case("resnet18", "3,32,32", options=ModelOptions(device=dev)))
-              for dev in ("meta", "cpu")}
+    graphs = {dev: build_graph(make_case("resnet18", "3,32,32", options=ModelOptions(device=dev)),
+                               kind="autograd") for dev in ("meta", "cpu")}
     meta, cpu = graphs["meta"], graphs["cpu"]
     assert meta.device == "meta" and cpu.device == "cpu"
     assert sorted(n.label for n in meta.nodes) == sorted(n.label for n in cpu.nodes)
@@ -239,7 +241,7 @@ def test_cli_autograd_refuses_weights_that_do_not_fit(invoke, tmp_path) -> None:
     free = devices.available_bytes("cpu")
     if free is None or need <= free:
         pytest.skip("this machine could hold llama-70b's weights")
-    r = invoke("graph", "zoo:llama-70b", "-o", tmp_path / "l.svg")
+    r = invoke("graph", "zoo:llama-70b", "--kind", "autograd", "-o", tmp_path / "l.svg")
     assert r.exit_code == 2
     assert f"needs {devices.fmt_size(need)}" in r.stderr and "--kind module" in r.stderr
     assert not (tmp_path / "l.svg").exists()
@@ -414,14 +416,15 @@ def test_nested_clusters_have_parents() -> None:
 
 
 def test_cli_functions_option(invoke) -> None:
-    args = ("graph", "zoo:gpt-tiny", "--kind", "module", "--no-fold", "--format", "json")
+    args = ("graph", "zoo:gpt-tiny", "--kind", "module", "--depth", "9", "--no-fold",
+            "--format", "json")
     on = json.loads(invoke(*args).stdout)
     off = json.loads(invoke(*args, "--no-functions").stdout)
     assert on["functions"] is True and off["functions"] is False
     kinds = {n["type"] for n in on["nodes"] if n["kind"] == "function"}
     assert {"add", "scaled_dot_product_attention"} <= kinds
     assert not any(n["kind"] == "function" for n in off["nodes"])
-    r = invoke("graph", "zoo:gpt-tiny", "--no-functions", "--format", "json")
+    r = invoke("graph", "zoo:gpt-tiny", "--kind", "autograd", "--no-functions", "--format", "json")
     assert r.exit_code == 2 and "--kind module" in r.output
 
 
@@ -444,3 +447,91 @@ def test_all_lists_every_node_type(invoke) -> None:
     assert "more kinds" not in full and all(f"Type{i:02d}" in full for i in range(20))
     r = invoke("graph", "zoo:mnist-net", "--kind", "module", "--all", "--format", "json")
     assert r.exit_code == 0 and len(json.loads(r.stdout)["nodes"]) > 2
+
+
+# ---- modules shared by several parents or called twice, several inputs (issue 33)
+
+def _flow_edges(g: Graph) -> list[tuple[str, str]]:
+    """Edges by what a reader sees: inputs by parameter name, modules by the name their caller
+    holds them by, functions by op name; the k-th call of the same name is ``name#k``."""
+    seen: dict[str, int] = {}
+    key: dict[str, str] = {}
+    for n in g.nodes:
+        if n.kind == "module":
+            base = n.label.split("\n")[1].split(" (shared")[0]
+        elif n.kind == "function":
+            base = str(n.type)
+        else:
+            base = str(n.name)
+        seen[base] = seen.get(base, 0) + 1
+        key[n.id] = base if seen[base] == 1 else f"{base}#{seen[base]}"
+    return sorted((key[e.src], key[e.dst]) for e in g.edges)
+
+
+def _zoo_graph(name: str, **kw) -> Graph:
+    return build_graph(f"zoo:{name}", kind="module", **kw)
+
+
+def test_a_relu_called_twice_draws_both_calls_and_the_residual_add() -> None:
+    g = _zoo_graph("shared-act-residual")
+    assert not g.notes
+    assert _flow_edges(g) == sorted([
+        ("x", "fc1"), ("fc1", "act"), ("act", "fc2"), ("fc2", "add"), ("x", "add"),
+        ("add", "act#2"), ("act#2", "output")])
+
+
+def test_a_relu_shared_by_every_unet_block_draws_the_unet() -> None:
+    g = _zoo_graph("shared-act-unet", depth=2)
+    assert not g.notes and g.count("function") == 2
+    chain: list[tuple[str, str]] = []
+    for block, src in (("enc1", "x"), ("enc2", "pool"), ("bottleneck", "pool#2"),
+                       ("dec2", "cat"), ("dec1", "cat#2")):
+        act, act2 = f"{block}.act", f"{block}.act#2"
+        chain += [(src, f"{block}.conv1"), (f"{block}.conv1", act), (act, f"{block}.conv2"),
+                  (f"{block}.conv2", act2)]
+    chain += [("enc1.act#2", "pool"), ("enc2.act#2", "pool#2"), ("bottleneck.act#2", "up2"),
+              ("up2", "cat"), ("enc2.act#2", "cat"),  # the deeper skip
+              ("dec2.act#2", "up1"), ("up1", "cat#2"), ("enc1.act#2", "cat#2"),  # the outer skip
+              ("dec1.act#2", "head"), ("head", "output")]
+    assert _flow_edges(g) == sorted(chain)
+    convs = [n.name for n in g.nodes if n.type == "Conv2d"]
+    assert convs == [f"{b}.conv{i}" for b in ("enc1", "enc2", "bottleneck", "dec2", "dec1")
+                     for i in (1, 2)] + ["head"]
+    relus = [n for n in g.nodes if n.type == "ReLU"]
+    assert len(relus) == 10 and all("(shared: act)" in n.label for n in relus)
+
+
+def test_the_default_unet_graph_is_readable_and_says_how_to_get_more() -> None:
+    from torchinspect.export.graph import READABLE_NODES
+
+    g = _zoo_graph("shared-act-unet")
+    assert g.depth == 1 and g.max_depth == 2 and len(g.nodes) <= READABLE_NODES
+    assert _flow_edges(g) == sorted([
+        ("x", "enc1"), ("enc1", "pool"), ("pool", "enc2"), ("enc2", "pool#2"),
+        ("pool#2", "bottleneck"), ("bottleneck", "up2"), ("up2", "cat"), ("enc2", "cat"),
+        ("cat", "dec2"), ("dec2", "up1"), ("up1", "cat#2"), ("enc1", "cat#2"),
+        ("cat#2", "dec1"), ("dec1", "head"), ("head", "output")])
+    assert any("--depth 2 draws every module" in n for n in g.notes)
+
+
+def test_two_inputs_are_two_input_nodes() -> None:
+    g = _zoo_graph("siamese")
+    assert _flow_edges(g) == sorted([
+        ("a", "encoder.0"), ("encoder.0", "encoder.1"), ("b", "encoder.0#2"),
+        ("encoder.0#2", "encoder.1#2"), ("encoder.1", "sub"), ("encoder.1#2", "sub"),
+        ("sub", "abs"), ("abs", "head"), ("head", "output")])
+    auto = build_graph("zoo:siamese", kind="autograd")
+    assert sorted(n.name for n in auto.nodes if n.kind == "input") == ["a", "b"]
+    nested = _zoo_graph("multi-input")
+    assert {n.name for n in nested.nodes if n.kind == "input"} == {
+        "image", "features['numeric']", "features['category']", "mask"}
+
+
+def test_cli_default_graph_is_the_readable_module_graph(invoke) -> None:
+    r = invoke("graph", "zoo:shared-act-unet", "--format", "json")
+    assert r.exit_code == 0, r.output
+    data = json.loads(r.stdout)
+    assert data["kind"] == "module" and data["depth"] == 1 and data["max_depth"] == 2
+    r = invoke("graph", "zoo:shared-act-unet", "--kind", "autograd", "--depth", "1",
+               "--format", "json")
+    assert r.exit_code == 2 and "--depth" in r.output

@@ -338,3 +338,18 @@ def test_damaged_members_lists_records_whose_bytes_changed(tmp_path: Path) -> No
     members[k] = Member(members[k].name, flipped, crc=zlib.crc32(members[k].data))
     path.write_bytes(build_zip(members))
     assert open_zip(path).damaged_members() == [members[k].name]
+
+
+def test_a_broken_archive_is_called_damaged_not_an_attack(tmp_path: Path, invoke) -> None:
+    import zipfile
+
+    path = tmp_path / "bad.pt"
+    with zipfile.ZipFile(path, "w") as z:
+        z.writestr("archive/data.pkl", b"x" * 100)
+    data = bytearray(path.read_bytes())
+    data[-10:-8] = b"\xff\xff"  # the end record's central directory size
+    path.write_bytes(bytes(data))
+    r = invoke("params", path)
+    assert r.exit_code == 2 and "invalid zip archive" in r.stderr
+    assert "hint: the file is damaged or not a well-formed zip archive" in r.stderr
+    assert "fool" not in r.stderr

@@ -94,7 +94,7 @@ def test_doctor_on_float64_and_complex_models():
 def test_a_forward_editing_its_input_is_no_false_finding(tmp_path):
     r = ti.diagnose(InPlace(), torch.randn(1, 8))
     assert not [f for f in r.findings if f.code == "TI004"]  # the two runs saw equal inputs
-    g = ti.build_graph(InPlace(), torch.randn(1, 8))  # no "leaf Variable ... in-place" error
+    g = ti.build_graph(InPlace(), torch.randn(1, 8), kind="autograd")  # no "leaf Variable" error
     assert g.count("input") == 1 and any(n.type == "CloneBackward0" for n in g.nodes)
     pytest.importorskip("onnxruntime")
     e = ti.export_onnx(InPlace(), tmp_path / "i.onnx", torch.randn(1, 8))
@@ -117,7 +117,7 @@ def test_torchscript_submodule_is_one_row_and_stays_scripted():
 def test_dataclass_outputs_have_shapes_and_a_graph():
     s = ti.summarize(DataOut(), torch.randn(1, 8))
     assert s.rows[0].output == "{logits: [1, 4], n: 3}"
-    g = ti.build_graph(DataOut(), torch.randn(1, 8))
+    g = ti.build_graph(DataOut(), torch.randn(1, 8), kind="autograd")
     assert g.count("output") == 1 and g.count("param") == 2
 
 
@@ -210,7 +210,7 @@ def test_a_cache_filled_in_forward_is_emptied_again():
     m = RopeCache()
     x = torch.randn(1, 5, 8)
     for run in (lambda: ti.summarize(m, x), lambda: ti.summarize(m, x, device="cpu"),
-                lambda: ti.diagnose(m, x), lambda: ti.build_graph(m, x)):
+                lambda: ti.diagnose(m, x), lambda: ti.build_graph(m, x, kind="autograd")):
         run()
         assert m._cache == {} and m.seen == []
     m(x)  # the model still works (no meta tensor left in its cache)
@@ -252,7 +252,7 @@ def test_lazy_batch_norm_models_copy_for_every_api(tmp_path):
         return nn.Sequential(nn.LazyConv2d(4, 3), nn.LazyBatchNorm2d(), nn.Flatten(), nn.LazyLinear(2))
 
     x = torch.randn(1, 3, 16, 16)
-    for run in (lambda m: ti.build_graph(m, x), lambda m: ti.diagnose(m, x),
+    for run in (lambda m: ti.build_graph(m, x, kind="autograd"), lambda m: ti.diagnose(m, x),
                 lambda m: ti.extract_features(m, [], layers=["3"], output=tmp_path / "f", example=x,
                                               workers=0, restart=True)):
         m = lazy_bn()
@@ -310,7 +310,7 @@ def test_sparse_buffers_and_scripted_layers_in_train_mode():
 
     g = Graphy()
     assert ti.summarize(g, torch.randn(4, 4), device="cpu").totals.params == 20
-    assert ti.build_graph(g, torch.randn(4, 4)).count("param") == 2
+    assert ti.build_graph(g, torch.randn(4, 4), kind="autograd").count("param") == 2
 
     class WithScriptedNorm(nn.Module):
         def __init__(self) -> None:

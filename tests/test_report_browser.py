@@ -184,4 +184,6 @@ def test_treemap_tiles_are_drawn_with_names(page):
         assert box and box["width"] > 0 and box["height"] > 0
         assert frame["x"] - 1 <= box["x"] and box["x"] + box["width"] <= frame["x"] + frame["width"] + 1
     names = {t.split(":")[0] for t in svg.locator("rect.tm > title").all_text_contents()}
-    assert names == {n for n in tree}
+    assert {n.split(" (")[0] for n in names} == {n for n in tree}  # "layer2.0 (Conv2d)"
+    shown = set(svg.locator("text.tm-lb").all_text_contents())
+    assert "Conv2d layer2.0" in shown and not any(t.isdigit() for t in shown)

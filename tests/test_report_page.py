@@ -540,6 +540,7 @@ def test_treemap_of_the_top_two_levels(convnet_page):
     rows = {r.name: r for r in s.rows}
     tiles = re.findall(r'<rect class="tm" x="([\d.]+)" y="([\d.]+)" width="([\d.]+)" '
                        r'height="([\d.]+)"[^>]*><title>([^<:]+): ', svg)
+    tiles = [(x, y, w, h, re.sub(r" \(\w+\)$", "", name)) for x, y, w, h, name in tiles]
     params = [(name, float(w) * float(h)) for x, y, w, h, name in tiles[:len(tiles) // 2 + 1]
               if rows.get(name) and rows[name].params]
     # the params panel: a tile per module two levels down, areas in proportion to params
@@ -627,3 +628,37 @@ def test_treemap_goes_down_through_a_dominant_child():
         "encoder.layers.1": (64 * 4 + 4, 64 * 4),
         "encoder.norm": (4 + 4, 0),
     }
+
+
+# ------------------------------------------------------------------ issue 33: what a reader sees
+
+def test_the_flops_section_has_macs_by_op_and_the_treemap_names_its_tiles(convnet_page):
+    sections = _sections(convnet_page)
+    flops = sections["FLOPs"]
+    assert "<table" in flops and ">convolution<" in flops and ">addmm<" in flops
+    assert "Total: 2.84M MACs (2,838,080) = 5.68M FLOPs" in flops
+    treemap = _chart(convnet_page, "Parameters and MACs by module")
+    tiles = re.findall(r'class="tm-lb">([^<]*)</text>', treemap)
+    assert "Conv2d layer2.0" in tiles and "Linear fc" in tiles
+    assert not [t for t in tiles if t.isdigit()]  # never a bare index ("0")
+    memory = sections["Memory (predicted)"]
+    assert "(backward at layer1.2, steady step)" in memory  # no parentheses inside parentheses
+
+
+def test_the_memory_legend_stays_inside_its_picture():
+    from torchinspect.memory.result import CATEGORIES, MemoryResult, RunMemory
+    from torchinspect.report.memory_chart import W, stacked_svg
+    from torchinspect.report.page import CHAR_W
+
+    every = {c: 10 * (k + 1) for k, c in enumerate(CATEGORIES)}  # all eight categories
+    run = RunMemory("training", sum(every.values()), "backward", 2, "fc", every, [], [])
+    result = MemoryResult("m", "1,4", None, "cuda", "h100", {"optimizer": "adamw"}, 10, 100, 0,
+                          16, None, run)
+    svg = stacked_svg(result)
+    texts = re.findall(r'<text x="([0-9.]+)" y="[0-9.]+">([a-z ]+)</text>', svg)
+    legend = [(float(x), name) for x, name in texts if name in CATEGORIES]
+    assert {name for _, name in legend} == set(CATEGORIES)
+    assert all(x + CHAR_W * len(name) <= W for x, name in legend), legend
+    height = float(re.search(r'height="([0-9.]+)"', svg).group(1))
+    assert all(float(y) < height for y in re.findall(r'<rect x="[0-9.]+" y="([0-9.]+)" '
+                                                     r'width="10"', svg))

@@ -63,6 +63,26 @@ def test_weights_arg_is_refused():
         load_model("resnet18", args=["weights='IMAGENET1K_V1'"])
 
 
+def test_weights_none_downloads_nothing_and_is_accepted():
+    model = load_model("fcn_resnet50", args=["weights_backbone=None", "weights=None"])
+    assert sum(p.numel() for p in model.model.parameters()) > 0
+    with pytest.raises(InspectError, match=r"--arg weights_backbone='DEFAULT'"):
+        load_model("fcn_resnet50", args=["weights_backbone='DEFAULT'"])
+
+
+def test_suggestions_are_close_names_or_none():
+    from torchinspect.sources.base import closest
+
+    assert closest("notamodel", ["EvollaModel", "olmoe", "afmoe", "bert"]) == []
+    assert closest("resnt18", ["resnet18", "vgg11"]) == ["resnet18"]
+    assert closest("Bert", ["bert", "BertModel", "AlbertModel"]) == ["bert", "BertModel"]
+    assert closest("num_layer", ["num_hidden_layers", "vocab_size"]) == ["num_hidden_layers"]
+    pytest.importorskip("transformers")
+    with pytest.raises(InspectError) as err:
+        load_model("hf:notamodel")
+    assert "did you mean" not in (err.value.hint or "")
+
+
 def test_bad_builder_kwarg_is_a_user_error():
     with pytest.raises(InspectError, match="bogus"):
         load_model("resnet18", args=["bogus=1"])

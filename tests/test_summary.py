@@ -44,7 +44,7 @@ def test_json_schema_and_totals(invoke) -> None:
     result = invoke("summary", "resnet18", "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["schema"] == "torchinspect/summary/v2"
+    assert data["schema"] == "torchinspect/summary/v3"
     assert data["totals"]["params"] == R18["num_params"]
     assert data["totals"]["flops"] == 2 * data["totals"]["macs"]
     assert data["layers"][0]["type"] == "ResNet"
@@ -112,7 +112,7 @@ def test_summarize_api_object_and_columns() -> None:
     assert s.to_dict()["layers"][1]["kernel"] == "3×3 p1"
     from torchinspect.report.summary import summary_report
 
-    assert summary_report(s).schema == "torchinspect/summary/v2"
+    assert summary_report(s).schema == "torchinspect/summary/v3"
 
 
 def test_depth_zero_is_one_row() -> None:
@@ -250,7 +250,8 @@ def test_llama_tiny_layers_row(invoke) -> None:
     assert list(rows) == ["", "embed_tokens", "layers", "norm", "lm_head"]
     assert rows["layers"]["called"] is False and rows["lm_head"]["called"] is True
     assert rows["layers"]["params"] == _n(model.layers)
-    assert rows["layers"]["input"] == "-" and rows[""]["params"] == data["totals"]["params"]
+    assert rows["layers"]["input"] is None and rows["layers"]["input_text"] == "-"
+    assert rows[""]["params"] == data["totals"]["params"]
     assert rows["layers"]["macs"] == data["totals"]["macs"] - rows["lm_head"]["macs"]
     assert rows[""]["macs"] == data["totals"]["macs"]
     check_inclusive(data["layers"], depth=1)
@@ -278,6 +279,68 @@ def test_csv_has_raw_numbers(invoke) -> None:
     assert int(rows["resnet18"]["MACs"]) == data["totals"]["macs"]  # the root row: the total
     assert int(rows["resnet18"]["Params"]) == data["totals"]["params"]
     assert sum(int(r["MACs"]) for n, r in rows.items() if n != "resnet18") == data["totals"]["macs"]
+
+
+class _Inner(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.l1, self.l2 = nn.Linear(8, 8), nn.Linear(8, 8)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.l2(torch.relu(self.l1(x)))
+
+
+class _PartlyScripted(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.enc = torch.jit.script(_Inner())
+        self.head = nn.Linear(8, 2)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.head(self.enc(x))
+
+
+class _Stack(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.embed_tokens, self.layer = nn.Embedding(100, 16), nn.Linear(16, 16)
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.layer(self.embed_tokens(ids))
+
+
+class _T5Tied(nn.Module):
+    """transformers' T5 after tie_weights: ``shared`` is never called; its weight runs in
+    encoder.embed_tokens, decoder.embed_tokens and lm_head."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.shared = nn.Embedding(100, 16)
+        self.encoder, self.decoder = _Stack(), _Stack()
+        self.lm_head = nn.Linear(16, 100, bias=False)
+        for m in (self.encoder.embed_tokens, self.decoder.embed_tokens, self.lm_head):
+            m.weight = self.shared.weight
+
+    def forward(self, ids: torch.Tensor) -> torch.Tensor:
+        return self.lm_head(self.encoder(ids) + self.decoder(ids))
+
+
+def test_modules_inside_a_scripted_submodule_are_not_marked_not_run() -> None:
+    s = summarize(_PartlyScripted(), torch.randn(1, 8))
+    assert s.totals.macs == 2 * 64 + 16  # the scripted l1 and l2 are counted...
+    assert all(r.ran for r in s.rows) and "enc.l1" not in {r.name for r in s.rows}
+    assert not any("never ran" in n for n in s.notes)  # ...so they are not "never ran"
+    enc = next(r for r in s.rows if r.name == "enc")
+    assert (enc.params, enc.macs) == (144, 128)
+    assert any("TorchScript" in n and "enc" in n for n in s.notes)
+
+
+def test_a_tied_embedding_is_not_reported_as_never_run() -> None:
+    s = summarize(_T5Tied(), torch.zeros(1, 5, dtype=torch.long))
+    shared = next(r for r in s.rows if r.name == "shared")
+    assert shared.ran and shared.runs_as == "encoder.embed_tokens" and shared.params == 1600
+    assert "(not run)" not in shared.label and "runs as encoder.embed_tokens" in shared.label
+    assert not any("never ran" in n for n in s.notes)
 
 
 def test_parameters_of_modules_that_never_ran_are_named(invoke) -> None:
@@ -326,7 +389,9 @@ def test_shapes_are_exact_in_json_and_csv(invoke, tmp_path) -> None:
         "        return {'first_output': y, 'second_output': y, 'third_output': y}\n")
     data = json.loads(invoke("summary", f"{net}:Many", "-f", "json").stdout)
     exact = "{first_output: [1, 4], second_output: [1, 4], third_output: [1, 4]}"
-    assert data["layers"][0]["output"] == exact
+    assert data["layers"][0]["output_text"] == exact
+    assert data["layers"][0]["output"] == {k: [1, 4] for k in ("first_output", "second_output",
+                                                                "third_output")}
     rows = list(csv.DictReader(io.StringIO(invoke("summary", f"{net}:Many", "-f", "csv").stdout)))
     assert rows[0]["Output shape"] == exact
     table = invoke("summary", f"{net}:Many").stdout
@@ -487,3 +552,13 @@ def test_golden_summary_at_80_columns(invoke, golden, monkeypatch) -> None:
     assert lines[0].startswith("zoo:convnet  input 1,1,28,28") and lines[1] == ""
     assert lines.index("Totals") < next(i for i, ln in enumerate(lines) if "FLOPs = 2 x MACs." in ln)
     golden("summary_convnet_80.txt", "\n".join(ln.rstrip() for ln in lines) + "\n")
+
+
+def test_json_shapes_are_lists_and_dict_outputs_objects(invoke) -> None:
+    data = json.loads(invoke("summary", "zoo:multi-input", "-f", "json").stdout)
+    root, patchify = data["layers"][0], next(r for r in data["layers"] if r["name"] == "patchify")
+    assert patchify["input"] == [1, 3, 32, 32] and patchify["output"] == [1, 32, 4, 4]
+    assert patchify["input_text"] == "[1, 3, 32, 32]"
+    assert root["output"] == {"logits": [1, 5], "embedding": [1, 96]}
+    assert root["input"] == [[1, 3, 32, 32], {"numeric": [1, 8], "category": [1]},
+                             {"mask": [1, 16]}]

@@ -150,6 +150,22 @@ def shape_tree_to_json(tree: ShapeTree) -> Any:
     return tree
 
 
+def shape_lists(tree: ShapeTree) -> Any:
+    """A shape tree as JSON a program can index: a tensor is its list of dimensions, a
+    tuple/list a list, a dict an object; anything else (None, a number, a type name) as is.
+    A one-element tuple (a module's single positional input) is its element, as
+    :func:`format_shape_tree` writes it."""
+    if isinstance(tree, TensorShape):
+        return list(tree.shape)
+    if isinstance(tree, tuple) and len(tree) == 1:
+        return shape_lists(tree[0])
+    if isinstance(tree, (tuple, list)):
+        return [shape_lists(t) for t in tree]
+    if isinstance(tree, dict):
+        return {str(k): shape_lists(v) for k, v in tree.items()}
+    return tree
+
+
 def format_shape_tree(tree: ShapeTree, *, limit: int = 60) -> str:
     """``[1, 64, 56, 56]``; tuples as ``([..], [..])``, dicts as ``{out: [..]}``."""
 

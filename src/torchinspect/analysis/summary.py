@@ -19,7 +19,7 @@ from torchinspect.errors import InspectError
 from torchinspect.memory.predict import make_target, predict_case
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
-from torchinspect.shapes import format_shape_tree
+from torchinspect.shapes import format_shape_tree, shape_lists
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
@@ -77,7 +77,7 @@ class SummaryRow:
     label: str  # tree-drawn text for the Layer column
     type: str
     depth: int
-    input: str  # the exact shape text (tables shorten it; JSON/CSV keep it whole)
+    input: str  # the exact shape text (tables shorten it; CSV keeps it whole)
     output: str
     kernel: str | None
     params: int | None  # inclusive; None on a recursive row (counted on the module's first)
@@ -90,11 +90,24 @@ class SummaryRow:
     container: bool = False  # its children are shown as rows of their own
     called: bool = True  # False: a container (ModuleList, ...) whose forward never ran
     ran: bool = True  # False: a module holding parameters/buffers that never ran
+    runs_as: str | None = None  # not called itself; its tied weights ran in this module
     recursive: bool = False  # a later call of a module shown before (params on the first)
     calls: int = 1  # how many times the module ran in the forward
     call_number: int = 0  # 0 for its first call, 1 for the second, ...
     output_bytes: int = 0  # bytes of this call's output tensors (× repeat on a folded row)
     flops: int = 0  # 2 x macs
+    # JSON: the shapes as lists and objects (``shape_lists``); None for a row with no call
+    input_shape: Any = None
+    output_shape: Any = None
+
+    def to_dict(self) -> dict[str, Any]:
+        """``input``/``output`` as lists of dimensions (nested lists and objects for several
+        tensors), their texts as ``input_text``/``output_text``."""
+        d = asdict(self)
+        for side in ("input", "output"):
+            d[f"{side}_text"] = d[side]
+            d[side] = d.pop(f"{side}_shape")
+        return d
 
 
 @dataclass
@@ -154,7 +167,7 @@ class Summary:
             "macs_by_op": self.trace.macs_by_op if self.trace else {},
             "not_counted": dict(self.not_counted),
             "notes": list(self.notes),
-            "layers": [asdict(r) for r in self.rows],
+            "layers": [r.to_dict() for r in self.rows],
         }
 
 
@@ -268,9 +281,11 @@ def rows_of(trace: Trace, root: ShownCall, model_name: str) -> list[SummaryRow]:
             params_pct=(100.0 * params / total) if params is not None and total else None,
             macs=node.macs, trainable=_trainable(info), self_params=node.self_params,
             self_macs=node.self_macs, repeat=node.fold, container=bool(node.children),
-            called=node.called, ran=node.ran, recursive=node.recursive,
+            called=node.called, ran=node.ran, runs_as=node.runs_as, recursive=node.recursive,
             calls=info.calls if info else 1, call_number=node.call.call_number,
             output_bytes=node.call.output_bytes * node.fold, flops=2 * node.macs,
+            input_shape=shape_lists(node.call.inputs) if node.called else None,
+            output_shape=shape_lists(node.call.outputs) if node.called else None,
         ))
         for i, ch in enumerate(node.children):
             walk(ch, node, child_prefix, i == len(node.children) - 1)
@@ -287,6 +302,8 @@ def _call_suffix(trace: Trace, node: ShownCall) -> str:
     several times (a block reused in a loop), else nothing."""
     if not node.ran:
         return " (not run)"
+    if node.runs_as is not None:
+        return f" (tied, runs as {node.runs_as})"
     info = trace.modules.get(node.call.name)
     if node.called and info is not None and info.calls > 1 and node.fold == 1:
         return f" (call {node.call.call_number + 1}/{info.calls})"

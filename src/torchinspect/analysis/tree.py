@@ -39,6 +39,7 @@ class ShownCall:
     fold: int = 1  # identical consecutive siblings folded into this row
     fold_last: str | None = None  # name of the last folded sibling
     ran: bool = True  # False: a module with parameters/buffers that never ran
+    runs_as: str | None = None  # never called, but its weights ran in this (tied) module
 
     @property
     def called(self) -> bool:
@@ -102,32 +103,78 @@ def _call_tree(trace: Trace) -> _Node:
     return build(calls[0])
 
 
-def never_ran(trace: Trace) -> list[str]:
-    """Outermost modules holding parameters or buffers whose forward never ran (nor that of
-    anything inside them): their parameters are in the totals but no call row owns them."""
+def _ran(trace: Trace) -> set[str]:
+    """Modules that ran, and the modules enclosing them."""
     ran: set[str] = set()
     for c in trace.calls:
         ran.add(c.name)
         ran.update(_ancestors(c.name))
+    return ran
+
+
+def _outermost_unran(trace: Trace, ran: set[str]) -> list[str]:
+    """Outermost modules holding parameters or buffers whose forward never ran (nor that of
+    anything inside them); modules inside a TorchScript module that ran are not among them
+    (they take no hooks: their work is on the scripted module's call)."""
     out = []
     for name, info in trace.modules.items():
         if not name or name in ran or info.total_params + info.total_buffers == 0:
             continue
-        if not any(a not in ran for a in _ancestors(name)):  # outermost: its parent ran
+        ancestors = _ancestors(name)
+        if any(trace.modules[a].scripted and a in ran for a in ancestors if a in trace.modules):
+            continue
+        if not any(a not in ran for a in ancestors):  # outermost: its parent ran
             out.append(name)
     return out
 
 
+def tied_runs(trace: Trace) -> dict[str, str]:
+    """Modules that never ran themselves but whose weights did, tied to a module that ran
+    (T5's ``shared`` embedding: ``encoder.embed_tokens`` and the LM head use its weight):
+    outermost such module -> the module that ran its weights."""
+    called = {c.name for c in trace.calls}
+    ran = _ran(trace)
+    runs: dict[str, str] = {}
+    for alias, owner in trace.params.tied:
+        user, holder = alias.rpartition(".")[0], owner.rpartition(".")[0]
+        if user in called:
+            runs.setdefault(holder, user)
+    out: dict[str, str] = {}
+    for name in _outermost_unran(trace, ran):
+        for holder, user in runs.items():
+            if _encloses(name, holder):
+                out[name] = user
+                break
+    return out
+
+
+def never_ran(trace: Trace) -> list[str]:
+    """Outermost modules holding parameters or buffers whose forward never ran (nor that of
+    anything inside them), nor their weights through a tie: their parameters are in the
+    totals but no call row owns them."""
+    tied = tied_runs(trace)
+    return [n for n in _outermost_unran(trace, _ran(trace)) if n not in tied]
+
+
 def never_ran_notes(trace: Trace) -> list[str]:
-    """One note naming every module whose parameters are in the totals but never ran."""
+    """One note naming every module whose parameters are in the totals but never ran; one
+    naming the TorchScript modules whose insides ran unseen."""
+    notes: list[str] = []
+    scripted = [c.name for c in trace.calls
+                if (info := trace.modules.get(c.name)) is not None and info.scripted
+                and any(_encloses(c.name, m) and m != c.name for m in trace.modules)]
+    if scripted:
+        shown = ", ".join(dict.fromkeys(n or "(model)" for n in scripted))
+        notes.append(f"TorchScript module(s) {shown}: the modules inside take no hooks, so they "
+                     "have no rows; their parameters and MACs are on the scripted module's row")
     names = never_ran(trace)
     if not names:
-        return []
+        return notes
     parts = [f"{n} ({trace.modules[n].type}, {trace.modules[n].total_params:,} params)"
              for n in names]
     held = sum(trace.modules[n].total_params for n in names)
-    return [f"{len(names)} module(s) holding {held:,} parameters never ran in this forward: "
-            f"{', '.join(parts)}; counted in the totals, no MACs"]
+    return [*notes, f"{len(names)} module(s) holding {held:,} parameters never ran in this "
+            f"forward: {', '.join(parts)}; counted in the totals, no MACs"]
 
 
 def shown_tree(trace: Trace, depth: int, *, not_run: bool = False) -> ShownCall | None:
@@ -137,13 +184,16 @@ def shown_tree(trace: Trace, depth: int, *, not_run: bool = False) -> ShownCall 
     if not trace.calls:
         return None
 
-    def build(n: _Node) -> ShownCall:
+    def build(n: _Node, level: int) -> ShownCall:
         node = ShownCall(n.call, macs=n.call.total_macs,
                          self_macs=n.call.own_macs if is_called(n.call) else 0)
-        node.children = [build(child) for child in n.children if child.call.depth <= depth]
+        # a module shared by several parents (one ReLU held by every block) is as deep as
+        # the call it runs in, not as its first name
+        node.children = [build(child, d) for child in n.children
+                         if (d := max(child.call.depth, level + 1)) <= depth]
         return node
 
-    root = build(_call_tree(trace))
+    root = build(_call_tree(trace), 0)
     if not_run:
         _add_never_ran(trace, root, depth)
     seen: set[str] = set()
@@ -162,21 +212,24 @@ def shown_tree(trace: Trace, depth: int, *, not_run: bool = False) -> ShownCall 
 
 
 def _add_never_ran(trace: Trace, root: ShownCall, depth: int) -> None:
-    """A row for each never-run module within ``depth``, under its parent's first row."""
+    """A row for each never-run module within ``depth`` (and each module whose weights ran
+    only through a tie, marked ``runs_as``), under its parent's first row."""
     first: dict[str, ShownCall] = {}
     stack = [root]
     while stack:
         node = stack.pop()
         first.setdefault(node.call.name, node)
         stack.extend(reversed(node.children))
-    for name in never_ran(trace):
+    tied = tied_runs(trace)
+    for name in [*never_ran(trace), *tied]:
         info = trace.modules[name]
         if info.depth > depth:
             continue  # folded into its shown ancestor's inclusive numbers
         parent = first.get(name.rpartition(".")[0], root)
         parent.children.append(ShownCall(
             CallRecord(index=UNCALLED, name=name, type=info.type, depth=info.depth,
-                       parent=parent.call.index, call_number=0), ran=False))
+                       parent=parent.call.index, call_number=0),
+            ran=name in tied, runs_as=tied.get(name)))
 
 
 def macs_by_op(trace: Trace, call: CallRecord) -> dict[str, int]:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import re
 import sys
 from collections.abc import Sequence
 from typing import Any
@@ -30,6 +31,23 @@ UsageError: type[Exception] = _MRO["UsageError"]
 ClickException: type[Exception] = _MRO["ClickException"]
 
 
+def _plain(message: str) -> str:
+    """A usage error in our words, not a validation library's: ``Invalid value for '--format'
+    / '-f': 'yaml' is not one of 'table', 'json'.`` -> ``--format / -f 'yaml': not one of
+    table, json``."""
+    message = message.replace("Value error, ", "").replace("Input should be ", "must be ")
+    message = message.replace("greater than or equal to", "at least").replace(
+        "less than or equal to", "at most")
+    message = re.sub(r", unable to parse string as an? \w+", "", message)
+    m = re.match(r"Invalid value for (.+?): '(.*)' is not one of (.+?)\.?$", message, re.S)
+    if m is None:
+        return re.sub(r"^Invalid value for (.+?): ", lambda v: v.group(1).replace("'", "") + ": ",
+                      message)
+    options = [o.strip().strip("'") for o in m.group(3).split(",")]
+    where = m.group(1).replace("'", "")
+    return f"{where} {m.group(2)!r}: not one of {', '.join(options)}"
+
+
 class InspectGroup(TyperGroup):
     """Usage errors (unknown option, bad --format value, --batch 0) in the same two-line
     ``error:``/``hint:`` form as every other error, exit 2; Ctrl-C exits 130."""
@@ -48,7 +66,7 @@ class InspectGroup(TyperGroup):
                 sys.exit(exc.exit_code)  # type: ignore[attr-defined]
             ctx = getattr(exc, "ctx", None)
             path = ctx.command_path if ctx is not None else "inspect"
-            message, hint = exc.format_message(), f"see `{path} --help`"  # type: ignore[attr-defined]
+            message, hint = _plain(exc.format_message()), f"see `{path} --help`"  # type: ignore[attr-defined]
             forced = self._force_meant(exc, args)
             if forced:
                 message += " -f is --format; did you mean --force?"

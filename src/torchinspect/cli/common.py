@@ -43,12 +43,20 @@ from torchinspect.cli.options import (
     tolerance,
     train_opt,
 )
-from torchinspect.cli.output import emit, emit_results, input_files, model_file_stem
+from torchinspect.cli.output import (
+    ModelRuns,
+    each_model,
+    emit,
+    emit_results,
+    input_files,
+    model_file_stem,
+)
 
 __all__ = [
     "DEBUG", "DEVICE_HELP", "MODEL_FORMS", "AmpOpt", "ArchOpt", "ArgOpt", "DepthOpt", "ForceOpt",
-    "KeyOpt", "ModelArg", "ModelsArg", "OutputOptions", "OutputPath", "TrainOpt", "TrustOpt",
-    "all_opt", "as_written", "atol_opt", "batches_opt", "command_errors", "dtype_opt", "emit",
+    "KeyOpt", "ModelArg", "ModelRuns", "ModelsArg", "OutputOptions", "OutputPath", "TrainOpt", "TrustOpt",
+    "all_opt", "as_written", "atol_opt", "batches_opt", "command_errors", "dtype_opt",
+    "each_model", "emit",
     "emit_results", "error_exit", "exit_status", "input_files", "model_command",
     "model_file_stem", "output_command", "report_stdout", "rtol_opt", "tolerance", "train_opt",
 ]

@@ -11,10 +11,10 @@ from torchinspect.cli.common import (
     ModelsArg,
     OutputOptions,
     TrainOpt,
+    each_model,
     emit_results,
     model_command,
 )
-from torchinspect.cli.progress import per_model
 from torchinspect.sources.case import ModelOptions
 
 CrossCheckOpt = Annotated[str | None, typer.Option(
@@ -38,6 +38,6 @@ def flops(models: ModelsArg, train: TrainOpt = False, depth: DepthOpt = 3,
                    err=True)
         cross_check = cross_check or "thop,torchinfo"
     tools = parse_cross_check(cross_check)  # a bad name is refused before any model is built
-    results = [count_flops(m, depth=depth, cross_check=tools, train=train, options=opts)
-               for m in per_model(models)]
+    results = each_model(models, lambda m: count_flops(m, depth=depth, cross_check=tools,
+                                                       train=train, options=opts))
     emit_results("flops", results, flops_report, out, [*models, *opts.files()])

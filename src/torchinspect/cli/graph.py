@@ -21,11 +21,12 @@ from torchinspect.report.render import OutputFormat
 from torchinspect.sources.case import ModelOptions
 
 KindOpt = Annotated[GraphKind, typer.Option(
-    "--kind", help="autograd: the backward graph of one real forward (parameters by name); "
-    "module: the module graph of a meta trace (no memory).")]
+    "--kind", help="module: the module graph of a meta trace (no memory); autograd: the "
+    "backward graph of one real forward, every op (parameters by name).")]
 GraphDepthOpt = Annotated[int | None, typer.Option(
     "--depth", min=0, help="module graph: collapse everything below this module depth into one "
-    "node (default: every level).", show_default=False)]
+    "node (default: the deepest level that stays readable; the output says how deep the "
+    "model goes).", show_default=False)]
 SavedOpt = Annotated[bool, typer.Option(
     "--saved", help="autograd graph: also draw the tensors each function saved for backward.")]
 NoFoldOpt = Annotated[bool, typer.Option(
@@ -44,7 +45,7 @@ DEVICE_HELP = ("autograd: where the forward runs (auto = cpu); module: where to 
 @model_command(device_help=DEVICE_HELP,
                output_help="the picture: .svg, .png or .pdf (rendered by Graphviz dot), or its "
                ".dot source, or .json nodes and edges (atomic).")
-def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepthOpt = None,
+def graph(model: ModelArg, kind: KindOpt = GraphKind.module, depth: GraphDepthOpt = None,
           saved: SavedOpt = False, no_fold: NoFoldOpt = False, functions: FunctionsOpt = None,
           show_all: AllOpt = False, force: ForceOpt = False, *,
           opts: ModelOptions, out: OutputOptions) -> None:
@@ -60,7 +61,10 @@ def graph(model: ModelArg, kind: KindOpt = GraphKind.autograd, depth: GraphDepth
                            "for the nodes and edges on stdout")
     if saved and kind is not GraphKind.autograd:
         raise InspectError("--saved draws the autograd graph's saved tensors",
-                           hint="leave out --kind module, or --saved")
+                           hint="add --kind autograd, or leave out --saved")
+    if depth is not None and kind is not GraphKind.module:
+        raise InspectError("--depth cuts the module graph (the autograd graph draws every op)",
+                           hint="leave out --kind autograd, or --depth")
     if functions is not None and kind is not GraphKind.module:
         flag = "--functions" if functions else "--no-functions"
         raise InspectError(f"{flag} is for the module graph (the autograd graph draws every op)",

@@ -6,6 +6,7 @@ No torch here: importing this module must stay instant (`inspect --help`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -13,8 +14,9 @@ from typing import TYPE_CHECKING, Any
 
 import typer
 
-from torchinspect.cli.boundary import report_stdout
-from torchinspect.cli.progress import pause
+from torchinspect.cli.boundary import exit_status, report_stdout
+from torchinspect.cli.progress import pause, per_model
+from torchinspect.errors import InspectError
 from torchinspect.report import Report, render
 
 if TYPE_CHECKING:
@@ -68,15 +70,52 @@ def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) 
         os.dup2(devnull, stdout.fileno())
 
 
-def emit_results(command: str, results: list[Any], build: Callable[..., Report],
+@dataclasses.dataclass
+class ModelRuns:
+    """What a multi-model command got: each model's result, and each failure with its model."""
+
+    results: list[Any]
+    failures: list[tuple[str, Exception]]
+
+
+def each_model(models: Sequence[str], run: Callable[[str], Any]) -> ModelRuns:
+    """``run(model)`` for each model (the status line says which: ``resnet50 (2 of 3)``). One
+    model: its error ends the command as usual. Several: a model that fails does not drop the
+    others; :func:`emit_results` shows their results, then the failure named by its model,
+    and exits with its status."""
+    runs = ModelRuns([], [])
+    for model in per_model(list(models)):
+        try:
+            runs.results.append(run(model))
+        except Exception as exc:
+            if len(models) == 1:
+                raise
+            runs.failures.append((model, exc))
+    return runs
+
+
+def _named(model: str, exc: Exception) -> Exception:
+    if isinstance(exc, InspectError):
+        return InspectError(f"{model}: {exc.message}", exc.hint, exc.status)
+    typer.echo(f"error in {model}:", err=True)
+    return exc
+
+
+def emit_results(command: str, results: list[Any] | ModelRuns, build: Callable[..., Report],
                  out: OutputOptions, inputs: Sequence[str | None] = (), **report_kw: Any) -> None:
-    """One model: ``build(result)``; several: one comparison table (a row per model)."""
-    if len(results) > 1:
+    """One model: ``build(result)``; several: one comparison table (a row per model). With
+    :class:`ModelRuns`, the models that failed are named after the others' results, and the
+    command exits with the first failure's status."""
+    runs = results if isinstance(results, ModelRuns) else ModelRuns(list(results), [])
+    if len(runs.results) > 1:
         from torchinspect.report.compare import comparison_report
 
-        emit(comparison_report(command, results), out, inputs)
-    else:
-        emit(build(results[0], **report_kw), out, inputs)
+        emit(comparison_report(command, runs.results), out, inputs)
+    elif runs.results:
+        emit(build(runs.results[0], **report_kw), out, inputs)
+    if runs.failures:
+        statuses = [exit_status(_named(model, exc)) for model, exc in runs.failures]
+        raise typer.Exit(statuses[0])
 
 
 def terminal_width(stream: Any = None) -> int | None:

@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
-from torchinspect.cli.common import DepthOpt, ModelsArg, OutputOptions, emit_results, model_command
-from torchinspect.cli.progress import per_model
+from torchinspect.cli.common import (
+    DepthOpt,
+    ModelsArg,
+    OutputOptions,
+    each_model,
+    emit_results,
+    model_command,
+)
 from torchinspect.sources.case import ModelOptions
 
 
@@ -14,8 +20,8 @@ def params(models: ModelsArg, depth: DepthOpt = 3, *, opts: ModelOptions,
     from torchinspect.analysis.params import count_params
     from torchinspect.report.params import params_report
 
-    results = [count_params(m, depth=depth, options=opts) for m in per_model(models)]
-    if len(results) > 1 and not all(hasattr(r, "stats") for r in results):
+    results = each_model(models, lambda m: count_params(m, depth=depth, options=opts))
+    if len(models) > 1 and not all(hasattr(r, "stats") for r in results.results):
         from torchinspect.errors import InspectError
 
         raise InspectError("params compares models, and a weights file without --arch is not one",

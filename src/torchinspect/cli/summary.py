@@ -11,10 +11,10 @@ from torchinspect.cli.common import (
     ModelsArg,
     OutputOptions,
     TrainOpt,
+    each_model,
     emit_results,
     model_command,
 )
-from torchinspect.cli.progress import per_model
 from torchinspect.sources.case import ModelOptions
 
 ColumnsOpt = Annotated[str | None, typer.Option(
@@ -51,8 +51,7 @@ def summary(
     from torchinspect.report.summary import summary_report
 
     cols = parse_columns(columns)
-    results = [summarize(m, depth=depth, columns=cols, fold=fold, train=train, options=opts,
-                         memory=memory)
-               for m in per_model(models)]
+    results = each_model(models, lambda m: summarize(
+        m, depth=depth, columns=cols, fold=fold, train=train, options=opts, memory=memory))
     emit_results("summary", results, summary_report, out, [*models, *opts.files()],
                  totals_only=totals)

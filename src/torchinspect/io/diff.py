@@ -162,6 +162,8 @@ class DiffResult:
 
     notes: list[str] = field(default_factory=list)
     tied_fill: list[str] = field(default_factory=list)  # missing in B, set through a tie in A
+    # nothing matched as saved: the shape mismatches the best prefix remap would still leave
+    remap_mismatches: list[Mismatch] = field(default_factory=list)
 
     @property
     def verdict(self) -> Verdict:
@@ -197,8 +199,43 @@ class DiffResult:
                     f"get a value with strict=False{when} ({len(self.missing)} missing)")
         if self.shape_mismatches:
             return (f"incompatible: {len(self.shape_mismatches)} shape mismatch(es); "
-                    f"load_state_dict raises even with strict=False")
+                    f"load_state_dict raises even with strict=False{self._head_hint()}")
+        if self.remaps and self.applied_remap is None:
+            best = self.remaps[0]
+            text = (f"incompatible: no key matches as saved; {best.condition()} "
+                    f"(--auto-prefix) B names {best.matched} of A's {best.total} keys")
+            mm = self.remap_mismatches
+            if not mm:
+                return text
+            shown = ", ".join(f"{m.key} {_fmt(m.a.shape)} in A, {_fmt(m.b.shape)} in B"
+                              for m in mm[:2])
+            more = f" and {len(mm) - 2} more" if len(mm) > 2 else ""
+            return (f"{text}, but {len(mm)} of them have other shapes ({shown}{more}), so "
+                    f"load_state_dict would still raise{self._head_hint(mm)}")
         return "incompatible: no key matches"
+
+    def head_classes(self, mismatches: list[Mismatch] | None = None) -> int | None:
+        """B's number of classes when every shape mismatch is one output layer that differs
+        only in its first dimension (a classifier head: ``fc.weight``, ``fc.bias``), and A is
+        a model built here (``--arg num_classes=N`` can rebuild it); None otherwise."""
+        mm = self.shape_mismatches if mismatches is None else mismatches
+        if self.a.kind != "model" or not mm:
+            return None
+        owners = {m.key.rpartition(".")[0] for m in mm}
+        outs = {m.b.shape[0] for m in mm if m.b.shape}
+        same_rest = all(len(m.a.shape) == len(m.b.shape) and m.a.shape[1:] == m.b.shape[1:]
+                        and m.a.shape for m in mm)
+        return outs.pop() if len(owners) == 1 and len(outs) == 1 and same_rest else None
+
+    def _head_hint(self, mismatches: list[Mismatch] | None = None) -> str:
+        n = self.head_classes(mismatches)
+        if n is None:
+            return ""
+        mm = self.shape_mismatches if mismatches is None else mismatches
+        head = mm[0].key.rpartition(".")[0]
+        return (f"; the mismatch is the head {head} ({mm[0].a.shape[0]} outputs in A, {n} in B): "
+                f"if A's builder takes num_classes (torchvision's do), --arg num_classes={n} "
+                "builds A with B's head")
 
     def conditions(self) -> list[str]:
         """What the verdict assumes about how B is loaded: the container entry taken, CPU
@@ -293,7 +330,9 @@ class DiffResult:
             "values": None if self.values is None else [v.to_dict() for v in self.values],
             "conditions": self.conditions(), "load_code": "\n".join(self.load_code()[0]) or None,
             "no_load_code": self.load_code()[1] or None,
-            "notes": self.notes, "tied_fill": self.tied_fill, "extra_state": {"a": self.a.extra_state, "b": self.b.extra_state},
+            "notes": self.notes, "tied_fill": self.tied_fill,
+            "remap_shape_mismatches": [m.to_dict() for m in self.remap_mismatches],
+            "head_classes": self.head_classes() or self.head_classes(self.remap_mismatches), "extra_state": {"a": self.a.extra_state, "b": self.b.extra_state},
             "tied": {"a": self.a.tied, "b": self.b.tied},
             "groups": {w: [g.to_dict() for g in self.grouped(w)]
                        for w in ("missing", "unexpected", "shape_mismatches", "dtype_mismatches")},
@@ -413,8 +452,13 @@ def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
     for k in b_tensors:
         if k not in a.tensors:
             (folded if fold_batch_counters and _is_folded(k) else unexpected).append(k)
+    remap_mm: list[Mismatch] = []
+    if not matched and remaps and applied is None:  # what the remap the report offers leaves
+        remap_mm = diff_state_dicts(a, b, auto_prefix=True,
+                                    fold_batch_counters=fold_batch_counters).shape_mismatches
     return DiffResult(a, b, matched, missing, unexpected, shape_mm, dtype_mm, folded, remaps,
-                      applied, renamed, notes=notes, tied_fill=tied_fill)
+                      applied, renamed, notes=notes, tied_fill=tied_fill,
+                      remap_mismatches=remap_mm)
 
 
 def _shapes_load(target: tuple[int, ...], source: tuple[int, ...]) -> bool:

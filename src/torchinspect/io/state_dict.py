@@ -204,6 +204,12 @@ def describe_value(v: Any) -> str:
         return repr(v)
     if hasattr(v, "describe_entry"):
         return str(v.describe_entry())
+    shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
+    if shape is not None and dtype is not None:  # a tensor, or the zip reader's TensorRef
+        dims = tuple(int(d) for d in shape)
+        dt = str(dtype).removeprefix("torch.")
+        return f"{dt} scalar tensor" if not dims else \
+            f"{dt} tensor ({', '.join(map(str, dims))}{',' if len(dims) == 1 else ''})"
     if isinstance(v, str):
         return repr(v[:60])
     if isinstance(v, dict):

@@ -53,7 +53,7 @@ EXPAND_FLOOR = 16 * 1024 * 1024
 EXPAND_RATIO = 50
 _PIECE = 1 << 20  # compressed bytes fed to zlib at a time
 
-_CORRUPT_HINT = "the file is corrupt or was built to fool zip readers; fetch it again from its source"
+_CORRUPT_HINT = "the file is damaged or not a well-formed zip archive; fetch it again from its source"
 
 
 #: An archive open for reading (a file descriptor) or held in memory.

@@ -62,6 +62,10 @@ class Table:
     fit_hint: Callable[[list[str]], str] | None = None
     # text columns that never fold (shapes): the table leaves out columns or is printed wider
     nofold: list[str] = field(default_factory=list)
+    # rows a reader can skip (unchanged against a baseline): Markdown (a pull-request comment)
+    # folds them into a collapsed <details> block under the table; other formats show them
+    quiet: list[bool] | None = None
+    quiet_label: str = "unchanged"
 
 
 @dataclass
@@ -121,6 +125,7 @@ class Report:
     data: dict[str, Any]
     sections: list[Section] = field(default_factory=list)
     version: int = 1  # bumped when the JSON shape of a command changes
+    title: str | None = None  # a heading for documents that stand alone (Markdown)
 
     @property
     def schema(self) -> str:

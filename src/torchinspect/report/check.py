@@ -54,15 +54,20 @@ def _row(m: ModelCheck, x: Measured, compare: bool) -> list[Any]:
 def _table(r: CheckResult, compare: bool) -> Table:
     columns = ["Model", "Metric", "Measured", *(["Baseline", "Change"] if compare else []),
                "Limit", "Headroom", "Budget", "Result"]
-    rows = []
+    rows, quiet = [], []
     for m in r.models:
         if m.error is not None:
             rows.append([m.model, "-", "-", *(["-", "-"] if compare else []), "-", "-",
                          "-", "ERROR"])
-        rows.extend(_row(m, x, compare) for x in m.results)
+            quiet.append(False)
+        for x in m.results:
+            rows.append(_row(m, x, compare))
+            quiet.append(compare and x.passed and not x.within_noise and x.baseline is not None
+                         and x.value == x.baseline)
     align = ["left", "left", "right", *(["right", "right"] if compare else []), "right",
              "right", "left", "left"]
-    return Table("Budgets", columns, rows, align=align, primary=True)
+    return Table("Budgets", columns, rows, align=align, primary=True,
+                 quiet=quiet if any(quiet) else None, quiet_label="unchanged")
 
 
 def _problems(r: CheckResult) -> list[str]:
@@ -98,4 +103,7 @@ def check_report(r: CheckResult) -> Report:
         ("Models", len(r.models)), ("Budgets checked", checked), ("Failures", r.failures),
         ("Errors", r.errors), ("Verdict", "FAIL: " + ", ".join(failed) if failed else "PASS"),
     ]))
-    return Report("check", r.to_dict(), sections)
+    verdict = "FAIL" if failed else "PASS"
+    title = (f"torchinspect check: {verdict} ({len(r.models)} model(s), {checked} "
+             f"budget(s) checked" + (f", {r.failures} failed" if r.failures else "") + ")")
+    return Report("check", r.to_dict(), sections, title=title)

@@ -51,12 +51,16 @@ def export_report(r: ExportResult, *, show_all: bool = False) -> Report:
                 rows.append([run.batch, run.inputs, "-", "-", "-", "-", f"error: {run.error}"])
             for o in run.outputs:
                 rows.append([run.batch, run.inputs, o.name, _dims(o.shape),
-                             Shown(o.max_abs, f"{o.max_abs:.3g}"), Shown(o.max_rel, f"{o.max_rel:.3g}"),
+                             Shown(o.max_abs, f"{o.max_abs:.3g}"),
+                             Shown(o.tolerance_used, _share(o.tolerance_used)),
                              "ok" if o.ok else "FAIL"])
         sections.append(Table(
             f"onnxruntime vs PyTorch (atol {r.atol:g}, rtol {r.rtol:g})",
-            ["Batch", "Inputs", "Output", "Shape", "Max abs diff", "Max rel diff", "Result"], rows,
-            align=["right", "left", "left", "left", "right", "right", "left"], primary=True))
+            ["Batch", "Inputs", "Output", "Shape", "Max abs diff", "Tol. used", "Result"],
+            rows, align=["right", "left", "left", "left", "right", "right", "left"],
+            primary=True, footer=[
+                "ok: every element within atol + rtol x |PyTorch value| (as torch.allclose);",
+                "Tol. used: the worst element's share of its own tolerance (over 100%: FAIL)."]))
     shown = len(r.ops) if show_all else 20
     sections.append(Table("Op types", ["Op", "Nodes"],
                           [[k, v] for k, v in list(r.ops.items())[:shown]], align=["left", "right"],
@@ -65,6 +69,13 @@ def export_report(r: ExportResult, *, show_all: bool = False) -> Report:
     notes = [f"note: {n}" for n in r.notes] + [f"open {r.path} in Netron (netron.app) to browse it"]
     sections.append(Text(notes, style="yellow"))
     return Report("export", r.to_dict(), sections)
+
+
+def _share(x: float) -> str:
+    """``0.18%``, ``18%`` of the tolerance; ``>1000%`` for a hopeless one."""
+    if x >= 10:
+        return ">1000%"
+    return f"{x * 100:.2g}%" if x < 0.1 else f"{x * 100:.0f}%"
 
 
 def _verdict(r: ExportResult) -> str:

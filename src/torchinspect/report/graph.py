@@ -13,13 +13,19 @@ DOT_PACKAGES = "apt install graphviz (Debian/Ubuntu), dnf install graphviz, brew
     "or conda install graphviz"
 
 
+def _depth(graph: Graph) -> str:
+    if graph.depth is None or graph.max_depth is None:
+        return "all"
+    return f"{graph.depth} of {graph.max_depth}"
+
+
 def graph_report(graph: Graph, written: GraphFile | None = None, *,
                  show_all: bool = False) -> Report:
     """What was drawn; ``show_all`` lists every node type (15 otherwise; JSON has all)."""
     data: dict[str, Any] = {**graph.to_dict(), "file": written.to_dict() if written else None}
     items: list[tuple[str, Any]] = [
         ("Model", graph.model), ("Kind", graph.kind),
-        ("Depth", "all" if graph.depth is None else graph.depth) if graph.kind == "module" else
+        ("Depth", _depth(graph)) if graph.kind == "module" else
         ("Forward on", graph.device),
         ("Inputs", graph.inputs or "-"), ("Nodes", len(graph.nodes)), ("Edges", len(graph.edges)),
     ]

@@ -48,17 +48,24 @@ def _run_title(run: RunMemory) -> str:
     return "inference" if run.mode == "inference" else "two training steps"
 
 
+def _flat(where: str) -> str:
+    """``backward at fc (steady step)`` -> ``backward at fc, steady step``: no parentheses
+    inside the ones around it."""
+    return where.replace(" (", ", ").replace(")", "")
+
+
 def peaks_section(r: MemoryResult) -> KeyValues:
     on = r.device.upper() + (f", {r.gpu}" if r.gpu else "")
     items: list[tuple[str, Any]] = []
     if r.inference is not None:
         items.append((f"Peak memory, inference (predicted, {on})",
-                      Shown(r.inference.peak, f"{fmt_bytes(r.inference.peak)} ({r.inference.where})")))
+                      Shown(r.inference.peak, f"{fmt_bytes(r.inference.peak)} "
+                            f"({_flat(r.inference.where)})")))
     if r.training is not None:
         t = r.training
         items += [
             (f"Peak memory, training step (predicted, {on}, {r.config.get('optimizer')})",
-             Shown(t.peak, f"{fmt_bytes(t.peak)} ({t.where})")),
+             Shown(t.peak, f"{fmt_bytes(t.peak)} ({_flat(t.where)})")),
             ("Weights", Shown(r.weight_bytes, fmt_bytes(r.weight_bytes))),
             ("Gradients", Shown(t.gradients, fmt_bytes(t.gradients))),
             ("Optimizer state", Shown(t.optimizer_state, fmt_bytes(t.optimizer_state))),
@@ -153,7 +160,19 @@ def stacked_svg(r: MemoryResult) -> str:
     runs = [run for run in (r.inference, r.training) if run is not None]
     top = max(run.peak for run in runs) or 1
     label_w, bar_w, bar_h = 90.0, W - 90.0 - 20, 22.0
-    height = 30 + len(runs) * (bar_h + 14) + 40
+    # the legend, in rows that stay inside the picture (a long one would be cut: "worl")
+    legend: list[tuple[str, str, float, int]] = []  # (category, fill, x, row)
+    lx, row = label_w, 0
+    for cat, fill in CATEGORY_FILL.items():
+        if not any(run.breakdown.get(cat, 0) > 0 for run in runs):
+            continue
+        need = 24 + 6.6 * len(cat)
+        if lx + need > W and lx > label_w:
+            lx, row = label_w, row + 1
+        legend.append((cat, fill, lx, row))
+        lx += need
+    rows = 1 + max((r_ for *_, r_ in legend), default=0)
+    height = 30 + len(runs) * (bar_h + 14) + 24 + 16 * rows
     parts = [_open(W, height, "what is allocated at the peak")]
     for k, run in enumerate(runs):
         y0 = 20 + k * (bar_h + 14)
@@ -170,12 +189,9 @@ def stacked_svg(r: MemoryResult) -> str:
             x0 += w
         parts.append(f'<text x="{min(x0 + 4, W - 80):.1f}" y="{y0 + 15:.1f}">'
                      f'{_e(fmt_bytes(run.peak))}</text>')
-    lx, ly = label_w, height - 24
-    for cat, fill in CATEGORY_FILL.items():
-        if not any(run.breakdown.get(cat, 0) > 0 for run in runs):
-            continue
+    for cat, fill, lx, row in legend:
+        ly = height - 8 - 16 * (rows - row)
         parts.append(f'<rect x="{lx:.1f}" y="{ly:.1f}" width="10" height="10" fill="{fill}"/>'
                      f'<text x="{lx + 14:.1f}" y="{ly + 9:.1f}">{_e(cat)}</text>')
-        lx += 24 + 6.6 * len(cat)
     parts.append("</svg>")
     return "".join(parts)

@@ -18,8 +18,10 @@ from torchinspect.report.base import (
     Shown,
     Table,
     Text,
+    fmt_si,
     fmt_value,
     nbytes,
+    pct,
     si,
 )
 from torchinspect.report.memory_chart import memory_sections
@@ -74,9 +76,23 @@ def single_sections(ov: Overview, m: ModelOverview) -> list[Any]:
 
 
 def not_counted_sections(m: ModelOverview, title: str) -> list[Any]:
-    """The ops without a MAC formula, under a FLOPs heading of their own (next to the layer
-    table whose MACs they are missing from), never under the doctor's."""
-    return [Text(t.lines, title=title) for t in trailer_sections(m.summary.not_counted, [])]
+    """The FLOPs section: the total, MACs by op (as `inspect flops` shows them) and the ops
+    without a MAC formula, next to the layer table whose MACs they are missing from."""
+    t = m.summary.totals
+    trace = m.summary.trace
+    by_op = trace.macs_by_op if trace is not None else {}
+    calls = trace.op_calls if trace is not None else {}
+    total = t.macs or 1
+    out: list[Any] = [Table(
+        title, ["Op", "Calls", "MACs", "FLOPs", "% MACs"],
+        [[op, calls.get(op, 0), si(n), si(2 * n), pct(100.0 * n / total)]
+         for op, n in sorted(by_op.items(), key=lambda kv: -kv[1])],
+        align=["left", "right", "right", "right", "right"],
+        footer=[f"Total: {fmt_si(t.macs)} MACs ({t.macs:,}) = {fmt_si(t.flops)} FLOPs; "
+                "by module in the layer table above.",
+                *(line for sec in trailer_sections(m.summary.not_counted, [])
+                  for line in sec.lines)])]
+    return out
 
 
 def comparison_sections(ov: Overview) -> list[Any]:
@@ -210,8 +226,11 @@ def treemap_chart(m: ModelOverview, title: str = "Parameters and MACs by module"
     """The top two levels of the module tree, sized by params and by MACs (the page draws a
     treemap; other formats list the values)."""
     tree = m.hierarchy()
-    return Chart(title, list(tree), [("params", [float(p) for p, _ in tree.values()]),
-                                     ("MACs", [float(c) for _, c in tree.values()])],
+    types = {r.name: r.type for r in m.summary.rows}
+    # "layer2.0 (Conv2d)": the page writes a tile as "Conv2d layer2.0", not a bare index "0"
+    labels = [f"{name} ({types[name]})" if name in types else name for name in tree]
+    return Chart(title, labels, [("params", [float(p) for p, _ in tree.values()]),
+                                 ("MACs", [float(c) for _, c in tree.values()])],
                  kind="treemap")
 
 
@@ -247,7 +266,7 @@ def doctor_sections(m: ModelOverview, title: str) -> list[Any]:
         rows = [[str(f.severity), f.code, f.name, f.module or "(model)", f.what, f.fix]
                 for f in r.findings]
         out.append(Table(title, ["Severity", "Code", "Check", "Module", "What", "Fix"], rows,
-                         align=["left"] * 6, footer=lines))
+                         align=["left"] * 6, footer=lines, wrap=["What", "Fix"]))
     else:
         out.append(Text(["no findings", *lines], title=title))
     if r.notes:

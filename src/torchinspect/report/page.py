@@ -120,6 +120,8 @@ def table_html(t: Table, sid: str) -> str:
             num = cell_value(v)
             data = f' data-v="{num:.17g}"' if num is not None and math.isfinite(num) else ""
             cls = aligns[j] if j < len(aligns) else "left"
+            if j < len(t.columns) and t.columns[j] in t.wrap:  # sentences fold, not scroll
+                cls += " wrap"
             text = esc(cell_text(v))
             if j == 0 and depths:
                 tog = ('<button type="button" class="tog" aria-expanded="true" '
@@ -320,7 +322,7 @@ def treemap_groups(labels: list[str], values: list[float | None]) -> dict[str, l
     groups: dict[str, list[tuple[str, float]]] = {}
     for label, v in zip(labels, values, strict=False):
         if v is not None and v > 0:
-            groups.setdefault(label.split(".")[0], []).append((label, float(v)))
+            groups.setdefault(_module(label).split(".")[0], []).append((label, float(v)))
     return groups
 
 
@@ -354,10 +356,22 @@ def _treemap_panel(groups: dict[str, list[tuple[str, float]]], name: str, unit: 
                        f'height="{ch:.1f}" fill="{color}" stroke="#fff" stroke-width="1">'
                        f"<title>{esc(tip)}</title></rect>")
             if ch > 14 and cw > 24:
-                short = label.rpartition(".")[2]  # the full name is in the tooltip
-                out.append(_fit_text(short, cx + 3, cy + 11, cw - 6, cls="tm-lb", tail=True))
+                out.append(_fit_text(tile_text(label), cx + 3, cy + 11, cw - 6, cls="tm-lb"))
         out.append("</g>")
     return out
+
+
+def _module(label: str) -> str:
+    """``layer2.0 (Conv2d)`` -> ``layer2.0``; a label without a type as it is."""
+    name, sep, kind = label.rpartition(" (")
+    return name if sep and kind.endswith(")") and name else label
+
+
+def tile_text(label: str) -> str:
+    """A treemap tile's text: ``layer2.0 (Conv2d)`` -> ``Conv2d layer2.0`` (what it is, then
+    which one; the page cuts the end when the tile is narrow, the tooltip has it all)."""
+    name = _module(label)
+    return f"{label[len(name) + 2:-1]} {name}" if name != label else label
 
 
 def _fit_text(text: str, x: float, y: float, width: float, cls: str = "tm-head",
@@ -379,7 +393,7 @@ def treemap_svg(c: Chart, sid: str) -> str:
     width = len(c.series) * pw + (len(c.series) - 1) * gap
     out = [_svg_open(width, top + ph + 4, c.title or "treemap", sid)]
     # one colour per top-level module in every panel
-    tops = dict.fromkeys(label.split(".")[0] for label in c.labels)
+    tops = dict.fromkeys(_module(label).split(".")[0] for label in c.labels)
     colors = {t: PALETTE[k % len(PALETTE)] for k, t in enumerate(tops)}
     for k, (name, values) in enumerate(c.series):
         unit = c.unit if name != "params" else ""
@@ -416,7 +430,7 @@ table.data th[aria-sort=ascending] button.sort::after{content:" \\25b2"}
 table.data th[aria-sort=descending] button.sort::after{content:" \\25bc"}
 table.data td{padding:3px 8px;border-bottom:1px solid #eef0f4;white-space:nowrap;
 font-variant-numeric:tabular-nums}
-table.data td.right{text-align:right}table.data tr:hover td{background:#f7f9fc}
+table.data td.right{text-align:right}table.data td.wrap{white-space:normal;min-width:14em}table.data tr:hover td{background:#f7f9fc}
 table.data tr.hid{display:none}
 .tree{font-family:ui-monospace,"DejaVu Sans Mono",monospace;white-space:pre}
 button.tog{border:0;background:none;cursor:pointer;width:16px;padding:0;color:var(--accent)}

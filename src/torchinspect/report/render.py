@@ -121,17 +121,29 @@ def text_sections(sections: list[Section]) -> list[Table | KeyValues | Text]:
     return out
 
 
+def _md_rows(s: Table, rows: list[list[Any]]) -> list[str]:
+    aligns = column_aligns(s)
+    return ["| " + " | ".join(_md_escape(c) for c in s.columns) + " |",
+            "|" + "|".join("---:" if a == "right" else ":---" for a in aligns) + "|",
+            *("| " + " | ".join(_md_escape(cell_text(v)) for v in row) + " |" for row in rows)]
+
+
 def render_markdown(report: Report) -> str:
-    out: list[str] = []
+    out: list[str] = [f"## {_md_text(report.title)}", ""] if report.title else []
     for s in text_sections(report.sections):
         if s.title:
             out.append(f"### {_md_text(s.title)}\n")
         if isinstance(s, Table):
-            aligns = column_aligns(s)
-            out.append("| " + " | ".join(_md_escape(c) for c in s.columns) + " |")
-            out.append("|" + "|".join("---:" if a == "right" else ":---" for a in aligns) + "|")
-            for row in s.rows:
-                out.append("| " + " | ".join(_md_escape(cell_text(v)) for v in row) + " |")
+            quiet = s.quiet or [False] * len(s.rows)
+            loud = [r for r, q in zip(s.rows, quiet, strict=True) if not q]
+            folded = [r for r, q in zip(s.rows, quiet, strict=True) if q]
+            if loud or not folded:
+                out.extend(_md_rows(s, loud))
+            else:
+                out.append(f"All {len(folded)} rows {_md_text(s.quiet_label)}.")
+            if folded:  # a collapsed block: a pull-request comment shows what changed first
+                out += ["", f"<details><summary>{len(folded)} {_md_text(s.quiet_label)} "
+                        f"row(s)</summary>", "", *_md_rows(s, folded), "", "</details>"]
             out.append("")
             out.extend(f"{_md_text(line)}  " for line in s.footer)
         elif isinstance(s, KeyValues):

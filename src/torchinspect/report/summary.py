@@ -24,8 +24,9 @@ if TYPE_CHECKING:
 # v2: layer rows are inclusive (params and macs include the modules inside, the root row is
 # the model total) with self_params/self_macs; rows carry ran, recursive, calls, call_number,
 # and input/output shapes are exact (no longer cut). Added within v2: rows carry output_bytes
-# and flops (2 x macs).
-SCHEMA_VERSION = 2
+# and flops (2 x macs). v3: a row's input/output are lists of dimensions (nested lists and
+# objects for several tensors or a dict), their texts input_text/output_text.
+SCHEMA_VERSION = 3
 SHAPE_WIDTH = 40  # the table shortens shape texts; CSV and JSON keep them whole
 
 

@@ -83,10 +83,21 @@ def parse_kwargs(pairs: Sequence[str] | dict[str, Any] | None) -> dict[str, Any]
 
 
 def closest(name: str, candidates: Sequence[str], n: int = 3) -> list[str]:
-    found = difflib.get_close_matches(name, candidates, n=n, cutoff=0.5)
-    if len(found) < n:
-        low = name.lower()
-        found += [c for c in candidates if low and low in c.lower() and c not in found]
+    """Up to ``n`` candidates a typo of ``name`` could have meant (``resnt18`` -> resnet18,
+    ``Bert`` -> bert), that start with it (``Bert`` -> BertModel), or whose words its words
+    begin (``num_layer`` -> num_hidden_layers); none for a name like no candidate (``notamodel``
+    suggests nothing rather than three unrelated names)."""
+    by_lower: dict[str, str] = {}
+    for c in candidates:
+        by_lower.setdefault(c.lower(), c)
+    low = name.lower()
+    found = [by_lower[c] for c in difflib.get_close_matches(low, list(by_lower), n=n, cutoff=0.75)]
+    if len(found) < n and len(low) >= 3:
+        found += [c for c in candidates if c.lower().startswith(low) and c not in found]
+    parts = [p for p in re.split(r"[_\-.]", low) if p]
+    if len(found) < n and len(parts) > 1:  # num_layer -> num_hidden_layers
+        found += [c for c in candidates if c not in found and all(
+            any(q.startswith(p) for q in re.split(r"[_\-.]", c.lower())) for p in parts)]
     return found[:n]
 
 

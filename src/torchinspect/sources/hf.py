@@ -99,6 +99,8 @@ def config_for(arch: str, kwargs: dict[str, Any]) -> tuple[Any, Any]:
         if cls is None or not isinstance(cls, type) or make is None:
             names = [n for n in dir(tr) if n.endswith(("Model", "LMHeadModel")) or "For" in n]
             near = closest(arch, names)
+            if arch.lower() in tr.CONFIG_MAPPING:  # hf:Bert: the model type, capitalised
+                near = [arch.lower(), *near][:3]
             raise InspectError(f"unknown transformers model class {arch!r}",
                                hint=f"did you mean {', '.join(PREFIX + n for n in near)}?" if near
                                else "name a model type (hf:llama) or class (hf:LlamaForCausalLM)")

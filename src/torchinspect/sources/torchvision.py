@@ -114,11 +114,13 @@ def build(tv: TorchvisionModel, kwargs: dict[str, Any], device: str) -> Any:
     """Build with weights=None (never downloads). Quantized models are quantized for real."""
     user_keys = tuple(kwargs)
     kwargs = dict(kwargs)
-    if "weights" in kwargs or "weights_backbone" in kwargs:
-        raise InspectError(
-            "--arg weights=... is not supported: torchinspect never downloads weights",
-            hint="pass a local file with --weights FILE (e.g. saved with torch.save(model.state_dict()))",
-        )
+    for key in ("weights", "weights_backbone"):  # None (no weights) is what we pass anyway
+        if kwargs.get(key) is not None:
+            raise InspectError(
+                f"--arg {key}={kwargs[key]!r} is not supported: torchinspect never downloads "
+                f"weights ({key}=None, the default here, downloads nothing)",
+                hint="pass a local file with --weights FILE (e.g. saved with "
+                "torch.save(model.state_dict()))")
     kwargs["weights"] = None
     if tv.family == Family.detection or tv.family == Family.segmentation:
         kwargs.setdefault("weights_backbone", None)

@@ -40,6 +40,7 @@ class ModuleInfo:
     total_param_bytes: int = 0
     layer: dict[str, Any] = field(default_factory=dict)  # kernel_size, stride, padding, groups
     calls: int = 0
+    scripted: bool = False  # TorchScript: the modules inside it take no hooks (they run in it)
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

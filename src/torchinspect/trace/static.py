@@ -91,7 +91,8 @@ def collect_static(model: nn.Module) -> tuple[dict[str, ModuleInfo], ParamStats]
     for mname, module in model.named_modules():
         depth = 0 if mname == "" else mname.count(".") + 1
         info = ModuleInfo(name=mname, type=type_name(module), depth=depth,
-                          layer=_layer_settings(module))
+                          layer=_layer_settings(module),
+                          scripted=isinstance(module, torch.jit.ScriptModule))
         infos[mname] = info
         own: list[torch.Tensor] = []
         for pname, p in module._parameters.items():

@@ -173,6 +173,27 @@ _ENTRIES = [
         "DDP needs find_unused_parameters)",
         ("pitfall",),
     ),
+    ZooEntry(
+        "shared-act-residual",
+        _lazy("shared", "SharedActResidual"),
+        ["1,16"],
+        "two Linear layers, one nn.ReLU called twice, a residual add: act(fc2(act(fc1(x))) + x)",
+        ("shared-module",),
+    ),
+    ZooEntry(
+        "shared-act-unet",
+        _lazy("shared", "SharedActUNet"),
+        ["1,3,32,32"],
+        "small two-level U-Net: one nn.ReLU held by every conv block, skips joined by torch.cat",
+        ("vision", "shared-module"),
+    ),
+    ZooEntry(
+        "siamese",
+        _lazy("shared", "SiameseNet"),
+        ["1,16", "1,16"],
+        "two inputs through one encoder (called twice), head on |enc(a) - enc(b)|",
+        ("multi-input", "shared-module"),
+    ),
     # ---- inspect doctor: a trigger and a clean twin for every check (zoo/doctor.py)
     *[ZooEntry(name, _lazy("doctor", cls, **preset), example, text, ("doctor",))
       for name, cls, preset, example, text in _DOCTOR],

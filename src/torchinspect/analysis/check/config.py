@@ -20,6 +20,9 @@ Config format (TOML)::
     model = "models/net.py:Net"         # relative to the folder of this file
     input = "1,28,28"                   # like --input: a batch of 1 is prepended
     max-params = "100K"
+
+Models that need no settings of their own can be a list of names instead of the tables:
+``models = ["resnet50", "models/net.py:Net"]`` (under ``[tool.torchinspect.check]``).
 """
 
 from __future__ import annotations
@@ -148,8 +151,11 @@ def _parse_table(path: str, table: dict[str, Any]) -> CheckConfig:
                for k, v in increase.items()}
     entries = table.get("models", [])
     if not isinstance(entries, list):
-        raise InspectError(f"{path}: 'models' must be an array of tables",
-                           hint='use [[tool.torchinspect.check.models]] with model = "resnet50"')
+        raise InspectError(f"{path}: 'models' must be a list of names or an array of tables",
+                           hint='use models = ["resnet50", "nets.py:Net"], or '
+                           '[[tool.torchinspect.check.models]] with model = "resnet50"')
+    # models = ["resnet50", "nets.py:Net"]: names, the default budgets for each
+    entries = [{"model": e} if isinstance(e, str) else e for e in entries]
     config = CheckConfig(path, defaults, [], allowed)
     config.entries = [_entry(entry, f"{path}: models[{i}]", config) for i, entry in enumerate(entries)]
     return config
@@ -157,7 +163,9 @@ def _parse_table(path: str, table: dict[str, Any]) -> CheckConfig:
 
 def _entry(entry: Any, where: str, config: CheckConfig) -> ModelBudget:
     if not isinstance(entry, dict) or not isinstance(entry.get("model"), str):
-        raise InspectError(f"{where} needs model = \"NAME\"", hint='e.g. model = "resnet50"')
+        raise InspectError(f"{where} needs model = \"NAME\"",
+                           hint='e.g. model = "resnet50" in a [[tool.torchinspect.check.models]] '
+                           'table, or a name in models = ["resnet50"]')
     base = os.path.dirname(os.path.abspath(config.path))
     opts: dict[str, Any] = {}
     for key, value in entry.items():

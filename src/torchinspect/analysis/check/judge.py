@@ -32,6 +32,8 @@ def judge(check: ModelCheck, mb: ModelBudget, plan: CheckPlan) -> None:
         if old is not None and metric in plan.increase:
             allowed, origin = plan.increase[metric]
             check.results.append(increase_row(metric, allowed, origin, reading, old))
+        if reading.note and any(r.kind is not Kind.change for r in check.results[before:]):
+            check.notes.append(reading.note)  # where a limit is judged on it
         if len(check.results) == before and metric in wanted:  # shown, not judged
             message = (_growth(metric, old, reading) if old is not None else
                        f"{metric.value} {fmt_value(metric, reading.value, exact=True)}")

@@ -6,7 +6,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from torchinspect.analysis.check.records import CheckResult, Kind, ModelCheck
+from torchinspect.analysis.check.metrics import fmt_measure, fmt_percent
+from torchinspect.analysis.check.records import CheckResult, Kind, Measured, ModelCheck
 from torchinspect.io.atomic import atomic_write_text
 
 _NAME = "torchinspect check"
@@ -34,13 +35,24 @@ def _suite(root: ET.Element, m: ModelCheck) -> None:
         if not r.passed:
             fail = ET.SubElement(case, "failure", message=r.message,
                                  type="BudgetExceeded" if r.kind is Kind.budget else "Regression")
-            fail.text = f"{m.model}: {r.message} (measured {r.value!r}, limit {r.limit!r})"
+            fail.text = f"{m.model}: {r.message} ({_numbers(r)})"
         else:
             ET.SubElement(case, "system-out").text = r.message
     info = [r.message for r in m.results if r.kind is Kind.change] + m.notes
     if info:
         ET.SubElement(suite, "system-out").text = "\n".join(info)
     _count(suite)
+
+
+def _numbers(r: Measured) -> str:
+    """Measured and allowed in one unit each: the metric's for a budget, percent for an
+    allowed increase (never "5%" in the message and "0.05" beside it)."""
+    if r.kind is Kind.budget:
+        return f"measured {fmt_measure(r.metric, r.value)}, limit {fmt_measure(r.metric, r.limit)}"
+    change = "-" if r.change is None else fmt_percent(r.change)
+    allowed = "-" if r.limit is None else fmt_percent(r.limit)
+    return (f"measured {fmt_measure(r.metric, r.value)}, baseline "
+            f"{fmt_measure(r.metric, r.baseline)}, change {change}, allowed {allowed}")
 
 
 def _count(node: ET.Element) -> None:

@@ -58,14 +58,29 @@ def _memory(case: Any) -> Sample:
 
     target = make_target("cuda", fast=True)
     inference = predict_case(case, StepConfig(train=False), target, top=0).inference
-    readings = {Metric.infer_mb: Reading(inference.peak / 1e6)} if inference else {}
+    readings = {Metric.infer_mb: Reading(inference.peak / 1e6, note=_workspace_note(
+        Metric.infer_mb, inference))} if inference else {}
     try:
         training = predict_case(case, StepConfig(), target, inference=False, top=0).training
     except InspectError:
         training = None
     if training is not None:
-        readings[Metric.train_mb] = Reading(training.peak / 1e6)
+        readings[Metric.train_mb] = Reading(training.peak / 1e6,
+                                            note=_workspace_note(Metric.train_mb, training))
     return Sample(readings)
+
+
+def _workspace_note(metric: Metric, run: Any) -> str:
+    """Where cuBLAS workspaces are most of a predicted peak (a small model), a budget or
+    an allowed increase on it hardly sees the model: say so."""
+    workspace = run.breakdown.get("workspace", 0)
+    if not run.peak or workspace < run.peak / 2:
+        return ""
+    threads = ("one for the forward's thread and one for autograd's backward thread"
+               if run.mode == "training" else "one for the thread that runs the forward")
+    return (f"{metric.value} is {workspace / run.peak:.0%} cuBLAS workspace "
+            f"({workspace / 2**20:g} MiB of {run.peak / 1e6:.2f} MB: {threads}), so a change in "
+            "the model moves it little; activation-mb and size-mb follow the model itself")
 
 
 def time_forward(case: Any, timing: Any = None) -> Sample:

@@ -14,7 +14,6 @@ from dataclasses import asdict, dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.device import fmt_size
 from torchinspect.errors import InspectError
 
 
@@ -95,6 +94,8 @@ class Reading:
 
     value: float
     noise: Noise | None = None
+    # what a budget on it should know (a peak that is mostly cuBLAS workspace); not saved
+    note: str = ""
 
     @property
     def se(self) -> float | None:
@@ -154,7 +155,8 @@ def parse_increases(text: str | None, where: str = "--max-increase") -> dict[Met
 
 
 def fmt_value(metric: Metric, v: float, *, exact: bool = False) -> str:
-    """``25.56M`` (measured, ``exact``) / ``30M`` (a limit); MB as ``102.44 MB``."""
+    """``25.56M`` (measured, ``exact``) / ``30M`` (a limit); MB metrics always in MB:
+    ``102.44 MB``, ``0.117 MB`` (measured), ``1 MB`` (a limit)."""
     if metric.counted:
         for unit, scale in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("K", 1e3)):
             if abs(v) >= scale:
@@ -162,7 +164,10 @@ def fmt_value(metric: Metric, v: float, *, exact: bool = False) -> str:
         return f"{v:g}"
     if metric.unit is Unit.ms:  # 1,000 ms, 12.5 ms, 0.873 ms (never 1e+03)
         return f"{v:,.0f} ms" if abs(v) >= 100 else f"{v:.3g} ms"
-    return fmt_size(v * 1e6)
+    # MB metrics stay in MB, as their budgets are written (never "81.72 KB" against "1 MB")
+    if not exact:
+        return f"{v:,g} MB"
+    return f"{v:,.2f} MB" if abs(v) >= 1 or v == 0 else f"{v:.3g} MB"
 
 
 def fmt_full(metric: Metric, v: float) -> str:
@@ -170,6 +175,12 @@ def fmt_full(metric: Metric, v: float) -> str:
     if metric.counted:
         return f"{v:,.0f}"
     return f"{v:,.4f} {metric.unit.value}"
+
+
+def fmt_measure(metric: Metric, v: float | None) -> str:
+    """A measured value or limit in the metric's own unit, every digit that matters
+    (JUnit and messages): ``29,034``, ``0.1165 MB``."""
+    return "-" if v is None else fmt_full(metric, v)
 
 
 def fmt_percent(x: float, *, signed: bool = True) -> str:

@@ -30,6 +30,7 @@ from torchinspect.export.graph.dot import (
 from torchinspect.export.graph.flow import FUNC, INPUT, OUTPUT, module_flow
 from torchinspect.export.graph.model import (
     BIG_GRAPH,
+    READABLE_NODES,
     Graph,
     GraphCluster,
     GraphEdge,
@@ -40,7 +41,7 @@ from torchinspect.export.graph.model import (
 from torchinspect.export.graph.modules import module_graph
 
 __all__ = [
-    "BIG_GRAPH", "FUNC", "INPUT", "OUTPUT", "RENDER_FORMATS", "WRITE_FORMATS", "Graph",
+    "BIG_GRAPH", "FUNC", "INPUT", "OUTPUT", "READABLE_NODES", "RENDER_FORMATS", "WRITE_FORMATS", "Graph",
     "GraphCluster", "GraphEdge", "GraphFile", "GraphKind", "GraphNode", "_big_note",
     "autograd_graph", "build_graph", "dot_binary", "dot_quote", "graph_json", "module_flow",
     "module_graph", "output_format", "to_dot", "write_graph",

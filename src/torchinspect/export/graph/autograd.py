@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchinspect.errors import InspectError, is_out_of_memory
+from torchinspect.export.graph.flow import input_leaves
 from torchinspect.export.graph.model import (
     Graph,
     GraphEdge,
@@ -85,7 +86,7 @@ def _prepare(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
         return v
 
     args, kwargs = pytree.tree_map(leafify, (tuple(args), dict(kwargs or {})))
-    input_names = {id(t): f"input {i}" for i, t in enumerate(tensor_leaves((args, kwargs)))}
+    input_names = {id(t): name for name, t in input_leaves(model, args, kwargs)}
     return _Prepared(args, kwargs, state, names, input_names)
 
 

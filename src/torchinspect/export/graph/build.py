@@ -9,20 +9,22 @@ from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.export.graph.autograd import autograd_graph
 from torchinspect.export.graph.flow import _Flow, module_flow
-from torchinspect.export.graph.model import Graph, GraphKind
+from torchinspect.export.graph.model import READABLE_NODES, Graph, GraphKind
 from torchinspect.export.graph.modules import module_graph
 from torchinspect.sources.case import ModelLike, ModelOptions, make_case
 
 
 @renamed_keywords(case_or_model="model")
-def build_graph(model: ModelLike, inputs: Any = None, *, kind: GraphKind | str = "autograd",
+def build_graph(model: ModelLike, inputs: Any = None, *, kind: GraphKind | str = "module",
                 depth: int | None = None, fold: bool = True, saved: bool = False,
                 options: ModelOptions | None = None, functions: bool = True) -> Graph:
     """The graph of a model case (or a model/spec and inputs): the library twin of ``inspect graph``.
 
-    ``kind="autograd"`` runs one real forward on the case's device (auto/meta: cpu; refused
-    up front when the weights would not fit); ``kind="module"`` traces on meta (auto: with
-    a CPU fallback), drawing functional ops as nodes unless ``functions=False``.
+    ``kind="module"`` (the default) traces on meta (auto: with a CPU fallback), drawing
+    functional ops as nodes unless ``functions=False``; ``depth=None`` picks the deepest
+    level whose picture stays readable (at most `READABLE_NODES` nodes) and says so in
+    ``notes``. ``kind="autograd"`` runs one real forward on the case's device (auto/meta:
+    cpu; refused up front when the weights would not fit) and draws every autograd op.
     ``options``: a ModelOptions when a spec is given.
     """
     if str(kind) not in {k.value for k in GraphKind}:
@@ -67,9 +69,42 @@ def _module_of(case: Any, depth: int | None, fold: bool, functions: bool) -> Gra
     except Exception as exc:  # noqa: BLE001 - the picture still works with call-order edges
         flow = None
         note = f"tensor flow unavailable ({type(exc).__name__}); edges follow the call order"
-    graph = module_graph(trace, flow, depth=depth, fold=fold, name=case.name, functions=functions)
+    if depth is not None:
+        graph = module_graph(trace, flow, depth=depth, fold=fold, name=case.name,
+                             functions=functions)
+        graph.max_depth = _deepest(trace)
+    else:
+        graph = _readable(trace, flow, fold, case.name, functions)
     if note:
         graph.notes.append(note)
+    return graph
+
+
+def _deepest(trace: Any) -> int:
+    """The deepest module call (a shared module is as deep as the call it runs in)."""
+    level: dict[int, int] = {}
+    for c in trace.calls:  # parents before children
+        level[c.index] = max(c.depth, level[c.parent] + 1) if c.parent in level else c.depth
+    return max(level.values(), default=0)
+
+
+def _readable(trace: Any, flow: _Flow | None, fold: bool, name: str, functions: bool) -> Graph:
+    """The deepest module graph with at most READABLE_NODES nodes (depth 1 at least), with a
+    note saying how to draw more when that is not every level."""
+    deepest = _deepest(trace)
+    for depth in range(deepest, 0, -1):
+        graph = module_graph(trace, flow, depth=depth, fold=fold, name=name, functions=functions)
+        if len(graph.nodes) <= READABLE_NODES:
+            break
+    else:
+        graph = module_graph(trace, flow, depth=deepest, fold=fold, name=name,
+                             functions=functions)
+    graph.max_depth = deepest
+    if graph.depth is not None and graph.depth < deepest:
+        graph.notes.append(
+            f"drawn to module depth {graph.depth} of {deepest} ({len(graph.nodes)} nodes) so "
+            f"the picture stays readable; --depth {deepest} draws every module, "
+            "--kind autograd every op")
     return graph
 
 

@@ -14,8 +14,9 @@ from typing import Any
 from torchinspect.guard import training_mode
 from torchinspect.shapes import tensor_leaves
 
-INPUT, OUTPUT = -1, -2  # pseudo call indices of the module graph's input and output nodes
-FUNC = 1 << 40  # producer ids at and above this are functional ops: FUNC + index
+OUTPUT = -2  # pseudo call index of the module graph's output node
+FUNC = 1 << 40  # producer ids from here are functional ops: FUNC + index
+INPUT = 1 << 41  # producer ids from here are the forward's input tensors: INPUT + index
 
 # rearranging and bookkeeping ops: their outputs keep the producers of their inputs
 LAYOUT_OPS = frozenset({
@@ -68,7 +69,10 @@ class _Flow:
 
     def __init__(self, model: Any) -> None:
         self.model = model
-        self.names = {id(m): n for n, m in model.named_modules(remove_duplicate=False)}
+        from torchinspect.trace.static import module_names  # torch (package docstring)
+
+        # a module held by several parents goes by its first name, as in the trace
+        self.names = module_names(model)
         self.producers: dict[int, tuple[Any, frozenset[int]]] = {}  # id(t) -> (t, calls)
         self.calls: list[tuple[str, list[int]]] = []  # (name, children) in call order
         self.stack: list[int] = []
@@ -77,6 +81,11 @@ class _Flow:
         # container call -> what produced the tensors it returned (for an expanded view)
         self.via: dict[int, frozenset[int]] = {}
         self.functions: list[FunctionCall] = []  # producer id FUNC + i
+        self.inputs: list[tuple[str, list[int]]] = []  # (name, shape): producer id INPUT + i
+        # call index -> the name its caller holds it by, where that is not its own name (a
+        # module shared by several parents: ``enc2.act`` for the ReLU first registered as ``act``)
+        self.sites: dict[int, str] = {}
+        self.modules: list[Any] = []  # the modules running, outermost first
 
     def of(self, value: Any) -> frozenset[int]:
         out: frozenset[int] = frozenset()
@@ -90,18 +99,31 @@ class _Flow:
         for t in tensor_leaves(value):
             self.producers[id(t)] = (t, calls)
 
+    def mark_inputs(self, args: tuple[Any, ...], kwargs: dict[str, Any]) -> None:
+        """One producer per input tensor, named by the forward's parameters (``a``, ``b``,
+        ``features['numeric']``)."""
+        for i, (label, t) in enumerate(input_leaves(self.model, args, kwargs)):
+            self.inputs.append((label, [int(d) for d in t.shape]))
+            self.producers[id(t)] = (t, frozenset({INPUT + i}))
+
     def pre(self, module: Any, args: Any, kwargs: Any) -> None:
         index = len(self.calls)
+        name = self.names.get(id(module), "?")
         if self.stack:
             self.calls[self.stack[-1]][1].append(index)
-        self.calls.append((self.names.get(id(module), "?"), []))
+            site = _site_name(self.modules[-1], self.calls[self.stack[-1]][0], module)
+            if site is not None and site != name:
+                self.sites[index] = site
+        self.calls.append((name, []))
         self.sources.append(self.of((args, kwargs)))
         self.stack.append(index)
+        self.modules.append(module)
 
     def post(self, module: Any, args: Any, kwargs: Any, output: Any) -> None:
         if not self.stack:
             return
         index = self.stack.pop()
+        self.modules.pop()
         if self.calls[index][1]:  # a container: remember what inside (or before) made its outputs
             self.via[index] = self.via.get(index, frozenset()) | self.of(output)
         self.mark(output, frozenset({index}))
@@ -118,6 +140,46 @@ class _Flow:
         self.functions.append(FunctionCall(name, self.stack[-1] if self.stack else None,
                                            sources, shape))
         self.mark(out, frozenset({FUNC + len(self.functions) - 1}))
+
+
+def _site_name(parent: Any, parent_name: str, module: Any) -> str | None:
+    """The name ``parent`` holds ``module`` by (None: the parent does not hold it)."""
+    for key, child in parent._modules.items():
+        if child is module:
+            return f"{parent_name}.{key}" if parent_name else key
+    return None
+
+
+def input_leaves(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> list[tuple[str, Any]]:
+    """Each input tensor with the name of the forward parameter it came in by; nested
+    values add their keys (``features['numeric']``, ``x[1]``). Unnamed: ``input i``."""
+    import inspect
+
+    try:
+        params = [p.name for p in inspect.signature(model.forward).parameters.values()
+                  if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)]
+    except (TypeError, ValueError):
+        params = []
+    out: list[tuple[str, Any]] = []
+
+    def walk(value: Any, label: str) -> None:
+        leaves = tensor_leaves(value)
+        if len(leaves) == 1 and leaves[0] is value:
+            out.append((label, value))
+        elif isinstance(value, dict):
+            for k, v in value.items():
+                walk(v, f"{label}[{k!r}]")
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                walk(v, f"{label}[{i}]")
+        else:
+            out.extend((f"{label}[{j}]", t) for j, t in enumerate(leaves))
+
+    for i, a in enumerate(args):
+        walk(a, params[i] if i < len(params) else f"input {i}")
+    for k, v in kwargs.items():
+        walk(v, k)
+    return out
 
 
 def _flow_mode(flow: _Flow) -> Any:
@@ -143,7 +205,7 @@ def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
     weights, so the user's model is neither copied nor touched.
     """
     flow = _Flow(model)
-    flow.mark((args, kwargs), frozenset({INPUT}))
+    flow.mark_inputs(tuple(args), dict(kwargs))
     handles = []
     try:
         from torchinspect.trace.static import hookable_modules  # torch (package docstring)

@@ -9,6 +9,9 @@ from typing import Any
 from torchinspect.shapes import tensor_leaves
 
 BIG_GRAPH = 2000  # nodes; above this the result suggests --depth
+# nodes; the default module graph is drawn to the deepest depth that stays within this (a
+# picture about one screen tall: a small U-Net's every module is 29 nodes, 2,900 px)
+READABLE_NODES = 24
 
 
 class GraphKind(StrEnum):
@@ -71,6 +74,7 @@ class Graph:
     notes: list[str] = field(default_factory=list)
     clusters: list[GraphCluster] = field(default_factory=list)
     functions: bool = False  # module graph: functional ops drawn as their own nodes
+    max_depth: int | None = None  # module graph: the model's deepest module level
 
     @property
     def big(self) -> bool:
@@ -81,7 +85,8 @@ class Graph:
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": self.kind, "model": self.model, "depth": self.depth,
-                "device": self.device, "inputs": self.inputs, "notes": list(self.notes),
+                "max_depth": self.max_depth, "device": self.device, "inputs": self.inputs,
+                "notes": list(self.notes),
                 "functions": self.functions,
                 "nodes": [n.to_dict() for n in self.nodes],
                 "edges": [e.to_dict() for e in self.edges],

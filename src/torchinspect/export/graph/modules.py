@@ -52,17 +52,17 @@ def module_graph(trace: Any, flow: _Flow | None, *, depth: int | None = None, fo
     root = shown_tree(trace, 10**6 if depth is None else max(depth, 0))
     if root is None:
         return graph
-    view = _View(trace, flow, graph)
+    matched = flow is not None and _flow_matches(flow, trace)
+    view = _View(trace, flow if matched else None, graph)
     _snapshot(view, root)
     if fold:
         fold_repeats(trace, root)
     _walk(view, root, None)
-    graph.nodes.insert(0, GraphNode("input", f"input\n{_short(trace.inputs)}", "input", "input"))
-    matched = flow is not None and _flow_matches(flow, trace)
+    _add_inputs(view, trace)
     if matched and functions:
         _add_functions(view)
     graph.nodes.append(GraphNode("output", f"output\n{_short(trace.outputs)}", "output", "output"))
-    view.owner[INPUT], view.owner[OUTPUT] = "input", "output"
+    view.owner[OUTPUT] = "output"
     if matched:
         _flow_edges(view)
     else:
@@ -74,6 +74,19 @@ def module_graph(trace: Any, flow: _Flow | None, *, depth: int | None = None, fo
             _link(view, a, b)
     _big_note(graph)
     return graph
+
+
+def _add_inputs(view: _View, trace: Any) -> None:
+    """An input node per input tensor (named by the forward's parameters) when the flow is
+    known; one node for all inputs otherwise."""
+    inputs = view.flow.inputs if view.flow is not None else []
+    nodes = [GraphNode("input" if len(inputs) == 1 else f"input{i}", f"{name}\n{_dims(shape)}",
+                       "input", name, None, shape) for i, (name, shape) in enumerate(inputs)]
+    for i, node in enumerate(nodes):
+        view.owner[INPUT + i] = node.id
+    if not nodes:
+        nodes = [GraphNode("input", f"input\n{_short(trace.inputs)}", "input", "input")]
+    view.graph.nodes[:0] = nodes
 
 
 def _snapshot(view: _View, node: Any) -> None:
@@ -117,14 +130,22 @@ def _add_leaf(view: _View, node: Any, members: list[Any], cluster: str | None) -
     outs = _last_outputs(view.trace, last)
     fold_text = f" ×{len(members)}" if len(members) > 1 else ""
     names = call.name or "(model)"
+    site = view.flow.sites.get(call.index) if view.flow is not None else None
     if len(members) > 1:
-        names = f"{call.name} … {last.name}"
+        names = f"{_site(view, call)} … {_site(view, last)}"
+    elif site is not None:  # a module shared by several parents: the name this caller uses
+        names = f"{site} (shared: {call.name})"
     label = f"{call.type}{fold_text}\n{names}" + (f"\n{outs}" if outs else "")
     view.graph.nodes.append(GraphNode(nid, label, "module", call.name, call.type,
                                       _first_shape(last.outputs), len(members), cluster))
     for m in members:
         for i in _enclosed(view.trace, m.call):
             view.owner[i] = nid
+
+
+def _site(view: _View, call: Any) -> str:
+    sites = view.flow.sites if view.flow is not None else {}
+    return str(sites.get(call.index, call.name))
 
 
 def _enclosed(trace: Any, call: Any) -> list[int]:
@@ -188,7 +209,7 @@ def _resolve(view: _View, p: int, seen: set[int]) -> list[str]:
         return [nid] if nid is not None else []
     seen.add(p)
     assert view.flow is not None
-    if p >= FUNC:
+    if FUNC <= p < INPUT:
         nxt = view.flow.functions[p - FUNC].sources
     else:
         nxt = view.flow.via.get(p, frozenset())

@@ -29,8 +29,9 @@ class OutputDiff:
     name: str
     shape: list[int]
     max_abs: float
-    max_rel: float
+    max_rel: float  # |diff| / max(|PyTorch value|, atol): may pass rtol where atol covers it
     ok: bool
+    tolerance_used: float = 0.0  # worst |diff| / (atol + rtol x |PyTorch value|); ok <=> <= 1
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -137,16 +137,32 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
         if out.shape != ref.shape:
             run.error = f"{name}: shape {list(out.shape)} from onnxruntime, {list(ref.shape)} from PyTorch"
             return run
-        o64, r64 = out.astype(np.float64), ref.astype(np.float64)
-        # NaN where both give NaN, and the same infinity on both, agree (np.isclose's equal_nan)
-        same = (np.isnan(o64) & np.isnan(r64)) | (np.isinf(o64) & (o64 == r64))
-        diff = np.where(same, 0.0, np.abs(o64 - r64))
-        scale = np.where(same, 0.0, np.abs(r64))
-        max_abs = float(diff.max()) if diff.size else 0.0
-        max_rel = float((diff / np.maximum(scale, atol)).max()) if diff.size else 0.0
-        ok = bool(np.all(diff <= atol + rtol * scale)) if diff.size else True
-        run.outputs.append(OutputDiff(name, list(ref.shape), max_abs, max_rel, ok))
+        run.outputs.append(compare_arrays(name, out, ref, atol, rtol))
     return run
+
+
+def compare_arrays(name: str, out: Any, ref: Any, atol: float, rtol: float) -> OutputDiff:
+    """onnxruntime's ``out`` against PyTorch's ``ref`` as torch.allclose judges it: ok when
+    every element is within ``atol + rtol * |ref|``; ``tolerance_used`` is the worst
+    element's share of its own tolerance (ok <=> <= 1)."""
+    import numpy as np
+
+    o64, r64 = np.asarray(out).astype(np.float64), np.asarray(ref).astype(np.float64)
+    # NaN where both give NaN, and the same infinity on both, agree (np.isclose's equal_nan)
+    same = (np.isnan(o64) & np.isnan(r64)) | (np.isinf(o64) & (o64 == r64))
+    diff = np.where(same, 0.0, np.abs(o64 - r64))
+    scale = np.where(same, 0.0, np.abs(r64))
+    if not diff.size:
+        return OutputDiff(name, list(r64.shape), 0.0, 0.0, True, 0.0)
+    tol = atol + rtol * scale
+
+    def worst(denominator: Any) -> float:  # max of diff / denominator, 0/0 = 0, x/0 = inf
+        ratio = np.divide(diff, denominator, out=np.full_like(diff, np.inf),
+                          where=denominator > 0)
+        return float(np.where(diff == 0, 0.0, ratio).max())
+
+    return OutputDiff(name, list(r64.shape), float(diff.max()), worst(np.maximum(scale, atol)),
+                      bool(np.all(diff <= tol)), worst(tol))
 
 
 def _session(target: Path, ort: Any) -> Any:
