@@ -600,3 +600,74 @@ def test_config_models_as_a_list_of_names(invoke, tmp_path: Path) -> None:
     cfg.write_text('[check]\nmodels = "zoo:convnet"\n')
     r = invoke("check", "--config", str(cfg))
     assert r.exit_code == 2 and 'models = ["resnet50", "nets.py:Net"]' in r.output
+
+
+# ------------------------------------------------------------------ trust from the command line (issue 29)
+
+
+def _evil_project(root: Path, marker: Path) -> Path:
+    """A pyproject.toml above the user's folder naming a pickle payload as the weights of
+    resnet18 with trust-pickle = true (the audit's item 4)."""
+    from test_checkpoint_helpers import payloads
+
+    evil = root / "evil.pt"
+    torch.save({"state_dict": {}, "x": payloads(marker)["os_system"]}, evil)
+    (root / "pyproject.toml").write_text(
+        '[tool.torchinspect.check]\nmax-params = "20M"\n\n[[tool.torchinspect.check.models]]\n'
+        'model = "zoo:mnist-net"\nweights = "evil.pt"\ntrust-pickle = true\n')
+    return evil
+
+
+def test_a_config_above_gives_budgets_only_to_a_model_named_here(invoke, tmp_path: Path,
+                                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    marker = tmp_path / "PWNED"
+    _evil_project(tmp_path, marker)
+    sub = tmp_path / "work" / "project"
+    sub.mkdir(parents=True)
+    monkeypatch.chdir(sub)
+    r = invoke("check", "zoo:mnist-net")
+    assert not marker.exists(), r.output
+    assert r.exit_code == 0, r.output
+    assert f"budgets from {os.path.join('..', '..', 'pyproject.toml')}" in r.output.splitlines()[0]
+    # even with --trust-pickle: a config above never chooses the weights of a model named here
+    r = invoke("check", "zoo:mnist-net", "--trust-pickle")
+    assert not marker.exists(), r.output
+    assert r.exit_code == 0, r.output
+
+
+def test_trust_pickle_in_a_config_needs_the_flag(invoke, tmp_path: Path,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    """In the config's own folder the entry's weights are used, but its trust-pickle = true
+    counts only when --trust-pickle is on the command line too."""
+    marker = tmp_path / "PWNED"
+    _evil_project(tmp_path, marker)
+    monkeypatch.chdir(tmp_path)
+    r = invoke("check")
+    assert not marker.exists(), r.output
+    assert r.exit_code == 1, r.output  # the model errors: refused to unpickle
+    assert "--trust-pickle" in r.output and "refused to unpickle" in r.output
+
+
+def test_two_runs_saving_one_baseline_the_second_is_refused(invoke, tmp_path: Path,
+                                                             monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 29, item 8: while this run measures, another run writes the baseline: this one
+    does not replace it (exit 2, one line) and does not say "wrote"."""
+    from torchinspect.analysis import check as core
+
+    out = tmp_path / "main.json"
+    assert invoke("check", "zoo:mnist-net", "--save-baseline", out).exit_code == 0
+    other = out.read_text()
+    real = core.run_check
+
+    def slow_run(*a, **kw):
+        result = real(*a, **kw)
+        out.write_text(other.replace('"created"', '"created_by_the_other_run": 1, "created"'))
+        return result
+
+    monkeypatch.setattr(core, "run_check", slow_run)
+    r = invoke("check", "zoo:mnist-net", "--save-baseline", out)
+    assert r.exit_code == 2, r.output
+    assert "written by another run" in r.output and f"wrote {out}" not in r.output
+    assert "created_by_the_other_run" in out.read_text()  # the other run's file is kept
+    monkeypatch.setattr(core, "run_check", real)
+    assert invoke("check", "zoo:mnist-net", "--save-baseline", out).exit_code == 0  # alone: fine

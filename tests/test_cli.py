@@ -222,7 +222,7 @@ def small(tmp_path: Path, monkeypatch: pytest.MonkeyPatch):
         "checkpoint --arch": [tmp_path / "w.pth", "--arch", spec],
         "--weights": [spec, "--weights", tmp_path / "w.pth"],
         "safetensors": [tmp_path / "w.safetensors", "--arch", spec],
-        "torchscript": [tmp_path / "m.ts", "--input", "3,8,8"],
+        "torchscript": [tmp_path / "m.ts", "--input", "3,8,8", "--trust-pickle"],
         "torch.export": [tmp_path / "m.pt2"],
         "trusted pickle": [tmp_path / "full.pth", "--trust-pickle", "--input", "3,8,8"],
     }

@@ -68,7 +68,7 @@ def test_the_origin_of_each_source(tmp_path: Path, convnet_weights) -> None:
     # a model file: TorchScript is its own weights
     script = tmp_path / "net.jit"
     torch.jit.script(REGISTRY["convnet"].build()).save(script)
-    w = make_case(str(script), need_inputs=False).weights
+    w = make_case(str(script), options=ModelOptions(trust_pickle=True), need_inputs=False).weights
     assert w.source is WeightsSource.file
     assert w.to_dict() == {"source": str(script),
                            "sha256": hashlib.sha256(script.read_bytes()).hexdigest()}

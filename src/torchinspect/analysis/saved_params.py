@@ -17,7 +17,7 @@ from typing import Any
 from torchinspect.arguments import check_depth
 from torchinspect.errors import InspectError
 from torchinspect.io.checkpoint import read_checkpoint_meta
-from torchinspect.io.formats import detect_format
+from torchinspect.io.formats import CheckpointFormat, detect_format
 
 # state_dict names torch's own modules give their buffers (BatchNorm, HF position ids, ...)
 BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked", "position_ids",
@@ -102,8 +102,9 @@ def is_bare_checkpoint(spec: Any, arch: str | None, trust_pickle: bool) -> bool:
     path = Path(spec.strip())
     if not path.is_file() or path.suffix == ".py":
         return False
-    try:
-        return not detect_format(path).is_model_archive
+    try:  # a TorchScript archive is listed from its data.pkl: loading it runs its code
+        fmt = detect_format(path)
+        return not fmt.is_model_archive or fmt is CheckpointFormat.torchscript
     except InspectError:
         return False  # the model route reports what is wrong with the file
 

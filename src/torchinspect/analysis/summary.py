@@ -16,6 +16,8 @@ from torchinspect.analysis.saved_params import is_bare_checkpoint
 from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
+from torchinspect.io.formats import CheckpointFormat, detect_format
+from torchinspect.io.torchscript import torchscript_refusal
 from torchinspect.memory.predict import make_target, predict_case
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
@@ -335,6 +337,8 @@ def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> 
     with no shapes or MACs, would be a different table under the same name and schema."""
     opts = options or ModelOptions()
     if is_bare_checkpoint(model_or_spec, opts.arch, opts.trust_pickle):
+        if detect_format(model_or_spec) is CheckpointFormat.torchscript:
+            raise torchscript_refusal(model_or_spec)
         raise InspectError(
             f"{model_or_spec}: a weights file without an architecture: summary needs a model "
             "to run (shapes, MACs)",

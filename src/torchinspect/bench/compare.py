@@ -10,13 +10,12 @@ no within-run statistic sees: clocks, placement, other programs).
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import asdict, dataclass
-from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.io.jsonfile import number, read_json
 
 SCHEMA_PREFIX = "torchinspect/bench/"
 NOISE_SIGMAS = 3.0
@@ -48,20 +47,35 @@ def load_bench_json(path: str, option: str = "--compare") -> dict[str, Any]:
     naming ``option`` and the file."""
     where = f"{option} {path}" if option else path
     hint = "pass a file written by `inspect bench MODEL --format json --output FILE`"
-    p = Path(path)
-    if not p.is_file():
-        raise InspectError(f"{where}: {'is a folder' if p.is_dir() else 'no such file'}",
-                           hint=hint)
-    try:
-        data = json.loads(p.read_text())
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InspectError(f"{where}: not JSON ({exc})", hint=hint) from None
+    data = read_json(path, where=where, hint=hint)
     if (not isinstance(data, dict) or not str(data.get("schema", "")).startswith(SCHEMA_PREFIX)
             or not isinstance(data.get("configs"), list)):
         schema = data.get("schema") if isinstance(data, dict) else None
         raise InspectError(f"{where}: not an `inspect bench` JSON result (schema {schema!r})",
                            hint=hint)
+    for i, cfg in enumerate(data["configs"]):
+        _check_config(cfg, f"{where}: configs[{i}]", hint)
     return data
+
+
+def _check_config(cfg: Any, where: str, hint: str) -> None:
+    """The fields a comparison reads, by type and range: a median is a positive finite number
+    of seconds, its relative standard error finite and non-negative (or null)."""
+    if not isinstance(cfg, dict):
+        raise InspectError(f"{where}: not a configuration object", hint=hint)
+    if not isinstance(cfg.get("dtype", ""), (str, type(None))) or not (
+            cfg.get("batch") is None or number(cfg["batch"], f"{where}.batch", hint, minimum=1,
+                                               integer=True, maximum=1e12)):
+        raise InspectError(f"{where}: dtype is not a string", hint=hint)
+    if cfg.get("status") != "ok" or not cfg.get("timing"):
+        return
+    timing = cfg["timing"]
+    stats = timing.get("stats") if isinstance(timing, dict) else None
+    if not isinstance(stats, dict):
+        raise InspectError(f"{where}.timing: no stats object", hint=hint)
+    number(stats.get("median"), f"{where}.timing.stats.median", hint, positive=True, maximum=1e9)
+    if stats.get("median_cov") is not None:
+        number(stats["median_cov"], f"{where}.timing.stats.median_cov", hint)
 
 
 def _median_and_se(cfg: dict[str, Any] | None) -> tuple[float | None, float | None]:

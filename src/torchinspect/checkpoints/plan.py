@@ -212,6 +212,7 @@ class ConvertPlan:
     allow_partial: bool = False
     protect: tuple[Path, ...] = ()
     shards: list[tuple[str, list[Entry]]] = field(default_factory=list)  # file name, its tensors
+    replaced_shards: list[Path] = field(default_factory=list)  # the old set's, removed after
     staged: dict[Path, Path] = field(default_factory=dict)
 
     @property
@@ -290,6 +291,20 @@ def _plan_shards(plan: ConvertPlan, shard_size: int) -> list[tuple[str, list[Ent
     split = plan_shards({e.name: e.nbytes for e in plan.tensors}, shard_size)
     groups = [[by_name[k] for k in shard] for shard in split.shards] or [[]]
     names = [shard_name(plan.dst, i + 1, len(groups)) for i in range(len(groups))]
+    if plan.force and any(plan.dst.with_name(n).exists() for n in names):
+        # --force over a set with these names: the new set gets names no file has, the
+        # index (written last) switches to it in one rename, the old files go after; a kill
+        # at any point leaves the old set or the new one, never a mix
+        gen = next(g for g in range(1, 10_000) if not any(
+            plan.dst.with_name(shard_name(plan.dst, i + 1, len(groups), g)).exists()
+            for i in range(len(groups))))
+        names = [shard_name(plan.dst, i + 1, len(groups), gen) for i in range(len(groups))]
+    if plan.force:  # the old set, and sets of killed runs (our names, no index names them)
+        ours = re.compile(re.escape(plan.dst.stem) + r"-\d{5}-of-\d{5}(-r\d+)?" + re.escape(plan.dst.suffix))
+        leftovers = [p for p in plan.dst.parent.glob(f"{plan.dst.stem}-*{plan.dst.suffix}")
+                     if ours.fullmatch(p.name) and p.is_file()]
+        plan.replaced_shards = [p for p in sorted({*_indexed_shards(index_path(plan.dst)), *leftovers})
+                                if p.name not in names]
     for name in names:
         out = plan.dst.with_name(name)
         if out.exists() and not plan.force:
@@ -311,8 +326,24 @@ def index_path(dst: Path) -> Path:
     return dst.with_name(dst.name + ".index.json")
 
 
-def shard_name(dst: Path, i: int, n: int) -> str:
-    return f"{dst.stem}-{i:05d}-of-{n:05d}{dst.suffix}"
+def shard_name(dst: Path, i: int, n: int, generation: int = 0) -> str:
+    """``model-00001-of-00003.safetensors``; a replacement written beside a set of the same
+    names is ``model-00001-of-00003-r1.safetensors`` (its index names it)."""
+    gen = f"-r{generation}" if generation else ""
+    return f"{dst.stem}-{i:05d}-of-{n:05d}{gen}{dst.suffix}"
+
+
+def _indexed_shards(index: Path) -> list[Path]:
+    """The shard files an existing index names (plain names in its folder only), to remove
+    once the new index replaced it; nothing when there is no readable index."""
+    try:
+        weight_map = json.loads(index.read_text(encoding="utf-8")).get("weight_map", {})
+        names = set(weight_map.values()) if isinstance(weight_map, dict) else set()
+    except (OSError, ValueError, AttributeError, RecursionError):
+        return []
+    return sorted(index.with_name(n) for n in names if isinstance(n, str) and n
+                  and "/" not in n and "\\" not in n and n not in (".", "..")
+                  and index.with_name(n).is_file())
 
 
 def check_conflicts(dst: Path, kind: OutputKind, inp: LoadedInput, protect: Sequence[Path],

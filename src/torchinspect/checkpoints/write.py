@@ -53,6 +53,17 @@ def staged_outputs(plan: ConvertPlan) -> Iterator[ConvertPlan]:
             plan.staged[plan.dst] = stack.enter_context(atomic_path(plan.dst, force=plan.force,
                                                                     protect=protect))
         yield plan
+    _remove_replaced_shards(plan, protect)
+
+
+def _remove_replaced_shards(plan: ConvertPlan, protect: tuple[Any, ...]) -> None:
+    """After the new index is in place: the old set's shard files it no longer names (never
+    an input). A kill before this leaves only unreferenced files behind, never a mix."""
+    keep = {Path(p).resolve() for p in protect if p is not None}
+    for old in plan.replaced_shards:
+        if old.resolve() not in keep:
+            with contextlib.suppress(OSError):
+                old.unlink()
 
 
 def write(plan: ConvertPlan, files: FilePool) -> None:

@@ -6,12 +6,33 @@ the command group, the console script), goes through the one boundary
 ``cli/boundary.py: exit_status``: one ``error:`` line, Ctrl-C 130.
 """
 
+# ruff: noqa: E402 - the Ctrl-C handler is installed before the (slow) imports below
 from __future__ import annotations
 
-import importlib
 import os
 import re
+import signal
 import sys
+
+# Ctrl-C, from the first instant: before main() runs (this module's own imports take ~0.5 s)
+# it ends the process at once (exit 130, one line, no traceback); after that it raises
+# KeyboardInterrupt as usual and is also remembered, because a library import may swallow
+# it (torch's did: the command ran on and exited 0).
+_SIGINT = {"running": False, "seen": False}
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _SIGINT["seen"] = True
+    if not _SIGINT["running"]:
+        os.write(2, b"interrupted\n")
+        os._exit(130)
+    raise KeyboardInterrupt
+
+
+if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when embedded
+    signal.signal(signal.SIGINT, _on_sigint)
+
+import importlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -154,6 +175,7 @@ def main() -> None:
     renamed into place). Tests use ``app`` directly and never reach this.
     """
     code: int = 0
+    _SIGINT["running"] = True
     try:
         app()
     except SystemExit as exc:
@@ -164,10 +186,11 @@ def main() -> None:
             code = 1
     except BaseException as exc:  # noqa: BLE001 - Ctrl-C and the rest: the one boundary
         code = exit_status(exc)
-    finally:
-        try:
-            sys.stdout.flush()
-            sys.stderr.flush()
-        except (BrokenPipeError, OSError):
-            pass
+    if _SIGINT["seen"] and code != int(ExitStatus.INTERRUPTED):  # swallowed by a library
+        code = exit_status(KeyboardInterrupt())
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        pass
     os._exit(code)

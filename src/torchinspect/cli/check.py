@@ -11,6 +11,7 @@ import typer
 from torchinspect.cli.common import MODEL_FORMS, OutputOptions, emit, input_files, model_command
 from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.report.render import printable
 from torchinspect.sources.case import ModelOptions
 
 MaybeModelsArg = Annotated[list[str] | None, typer.Argument(
@@ -117,12 +118,17 @@ def check(
     protect = input_files(inputs)
     _targets(out, junit, save_baseline, protect)  # the config's model files too
     if plan.config and (out.output or out.format in ("json", "csv")):
-        typer.echo(f"budgets from {plan.config}", err=True)
+        typer.echo(f"budgets from {printable(str(plan.config))}", err=True)
+    from torchinspect.io.atomic import snapshot
+
+    before = snapshot(save_baseline) if save_baseline else None  # one writer: see write_baseline
     result = core.run_check(plan, opts, progress=current())
-    for path, write in ((junit, core.write_junit), (save_baseline, core.write_baseline)):
-        if path:
-            write(result, path, protect=protect)
-            typer.echo(f"wrote {path}", err=True)
+    if junit:
+        core.write_junit(result, junit, protect=protect)
+        typer.echo(f"wrote {printable(str(junit))}", err=True)
+    if save_baseline:
+        core.write_baseline(result, save_baseline, protect=protect, unchanged=before)
+        typer.echo(f"wrote {printable(str(save_baseline))}", err=True)
     emit(check_report(result), out, inputs=inputs)
     if not result.passed:
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))

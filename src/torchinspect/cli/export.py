@@ -18,6 +18,7 @@ from torchinspect.cli.common import (
     rtol_opt,
 )
 from torchinspect.errors import ExitStatus, InspectError
+from torchinspect.report.render import printable
 from torchinspect.sources.case import ModelOptions
 
 OpsetOpt = Annotated[int | None, typer.Option(
@@ -78,7 +79,7 @@ def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
                          protect=protect, report=exporter_report, input_names=input_names,
                          output_names=output_names)
     result = as_written(result, out.output, "path", "data_path", "report_path")
-    typer.echo(f"wrote {result.path}", err=True)
+    typer.echo(f"wrote {printable(str(result.path))}", err=True)
     emit(export_report(result, show_all=show_all), OutputOptions(out.format, None))
     if result.verified is False:
         raise typer.Exit(int(ExitStatus.CHECK_FAILED))

@@ -17,7 +17,7 @@ from torchinspect.cli.common import (
 )
 from torchinspect.errors import InspectError
 from torchinspect.export.graph import GraphKind
-from torchinspect.report.render import OutputFormat
+from torchinspect.report.render import OutputFormat, printable
 from torchinspect.sources.case import ModelOptions
 
 KindOpt = Annotated[GraphKind, typer.Option(
@@ -82,5 +82,5 @@ def graph(model: ModelArg, kind: KindOpt = GraphKind.module, depth: GraphDepthOp
     if out.output is not None:
         written = as_written(write_graph(result, out.output, force=force, protect=protect),
                              out.output, "path", "requested")
-        typer.echo(f"wrote {written.path}", err=True)
+        typer.echo(f"wrote {printable(str(written.path))}", err=True)
     emit(graph_report(result, written, show_all=show_all), OutputOptions(out.format, None))

@@ -18,6 +18,7 @@ from torchinspect.cli.boundary import exit_status, report_stdout
 from torchinspect.cli.progress import pause, per_model
 from torchinspect.errors import InspectError
 from torchinspect.report import Report, render
+from torchinspect.report.render import printable
 
 if TYPE_CHECKING:
     from torchinspect.cli.command import OutputOptions
@@ -59,11 +60,20 @@ def emit(report: Report, out: OutputOptions, inputs: Sequence[str | None] = ()) 
         buf = _io.StringIO()
         render(report, out.format, buf, width=terminal_width())
         atomic_write_text(out.output, buf.getvalue(), protect=input_files(inputs))
-        typer.echo(f"wrote {out.output}", err=True)
+        typer.echo(f"wrote {printable(str(out.output))}", err=True)
         return
     try:
         stdout = report_stdout()
-        render(report, out.format, stdout, width=terminal_width(stdout))
+        if str(out.format) in ("csv", "json") and stdout.isatty():
+            # data formats keep names raw for files and pipes; a terminal gets them escaped
+            # (an ESC, OSC, C1 or bidi override in a key would act on the terminal)
+            import io as _io
+
+            buf = _io.StringIO()
+            render(report, out.format, buf, width=terminal_width(stdout))
+            stdout.write("\n".join(printable(ln) for ln in buf.getvalue().split("\n")))
+        else:
+            render(report, out.format, stdout, width=terminal_width(stdout))
         stdout.flush()
     except BrokenPipeError:  # `inspect ... | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)

@@ -21,6 +21,7 @@ from torchinspect.cli.common import (
 from torchinspect.cli.progress import current
 from torchinspect.errors import InspectError
 from torchinspect.report import OutputFormat
+from torchinspect.report.render import printable
 from torchinspect.sources.case import ModelOptions
 
 BenchOpt = Annotated[bool, typer.Option("--bench", help="also time the forward per batch size "
@@ -95,5 +96,5 @@ def default_page(models: list[str], *, force: bool, inputs: list[str | None]) ->
                            "is given)", hint="pass --force to replace it, or -o FILE to write "
                            "elsewhere")
     check_target(path, protect=input_files(inputs))  # never an input, a folder, a device
-    typer.echo(f"no -o: the page goes to {path}", err=True)
+    typer.echo(f"no -o: the page goes to {printable(str(path))}", err=True)
     return path

@@ -95,7 +95,7 @@ def _index_files(index: str | os.PathLike[str]) -> set[str]:
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
                 protect: Sequence[str | os.PathLike[str] | None] = (),
-                sync: bool = True) -> Iterator[Path]:
+                sync: bool = True, unchanged: Snapshot | None | bool = True) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on success it replaces ``target``.
 
     ``force=False`` refuses an existing target, also one that another run created while this
@@ -106,7 +106,10 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
     still atomic when the process is killed (the data is in the page cache), but an OS crash
     may leave a truncated file. Only for files a reader checks and can redo (the per-batch
     parts of ``inspect features``). Temporary folders of killed runs are removed by the next
-    run that writes into the same folder (see :func:`clean_stale_temps`).
+    run that writes into the same folder (see :func:`clean_stale_temps`). ``unchanged`` (a
+    :func:`snapshot` of ``target`` taken when the run started, None for "absent") makes the
+    replace conditional: if another run wrote ``target`` meanwhile, this one is refused
+    instead of both saying "wrote" (the check and the rename hold the folder's lock).
     """
     target = check_target(target, force=force, protect=protect)
     tmp_dir = make_temp_dir(target)
@@ -122,9 +125,47 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
                 with open(tmp_path, "rb") as fh:
                     os.fsync(fh.fileno())
         os.chmod(tmp_path, _mode_for(target, 0o666))
-        publish(tmp_path, target, force=force)
+        if unchanged is True:
+            publish(tmp_path, target, force=force)
+        else:
+            with _folder_lock(target.parent):
+                if snapshot(target) != unchanged:
+                    raise InspectError(f"{target} was written by another run while this one "
+                                       "ran; not replaced (one writer at a time)",
+                                       hint="run one at a time, or write to different files")
+                publish(tmp_path, target, force=force)
     finally:
         shutil.rmtree(tmp_dir, ignore_errors=True)
+
+
+#: what :func:`snapshot` returns: a file's identity and version, None when there is none
+Snapshot = tuple[int, int, int, int]
+
+
+def snapshot(target: str | os.PathLike[str]) -> Snapshot | None:
+    """``target``'s (device, inode, mtime ns, size), or None when it does not exist."""
+    try:
+        st = os.stat(target)
+    except OSError:
+        return None
+    return (st.st_dev, st.st_ino, st.st_mtime_ns, st.st_size)
+
+
+@contextlib.contextmanager
+def _folder_lock(folder: Path) -> Iterator[None]:
+    """An exclusive ``flock`` on the folder itself (no lock file left behind), held for a
+    check-and-rename; a no-op where flock does not exist."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(folder, os.O_RDONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
 
 
 @contextlib.contextmanager
@@ -205,7 +246,9 @@ def clean_stale_temps(folder: Path) -> list[Path]:
             continue
         here = host == socket.gethostname()
         alive = here and pid_text.isdigit() and _alive(int(pid_text))
-        if (here and not alive) or age > STALE_AFTER_S:
+        # an empty mark a minute old: its writer died writing it (a full disk), never ran
+        unmarked = not pid_text and age > 60
+        if (here and not alive) or unmarked or age > STALE_AFTER_S:
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed

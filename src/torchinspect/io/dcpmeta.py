@@ -13,7 +13,7 @@ from __future__ import annotations
 import io
 import pickle
 import struct
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -82,15 +82,36 @@ class DcpEntry:
     chunks: int = 0
 
 
+@dataclass(frozen=True)
+class DcpChunk:
+    """One saved piece of a tensor: where it sits in the tensor and where its bytes are
+    (a ``torch.save`` of the piece, ``length`` bytes at ``offset`` of ``relative_path``)."""
+
+    offsets: tuple[int, ...]
+    sizes: tuple[int, ...]
+    relative_path: str
+    offset: int
+    length: int
+    transformed: bool  # stored through a DCP storage extension (compression, ...)
+
+
 @dataclass
 class DcpMetadata:
     entries: list[DcpEntry]
     planner_data: dict[str, tuple[str, ...]]  # fqn -> path in the saved (nested) state_dict
+    chunks: dict[str, list[DcpChunk]] = field(default_factory=dict)  # tensor fqn -> its pieces
+
+
+#: a .metadata larger than this is refused unread
+MAX_METADATA_BYTES = 1 << 30
 
 
 def read_dcp_metadata(path: Path) -> DcpMetadata:
-    """Parse ``.metadata`` into :class:`DcpMetadata`; :class:`NeedsTorch` for anything unknown."""
-    raw = path.read_bytes()
+    """Parse ``.metadata`` (read once: a regular file, not a link) into :class:`DcpMetadata`;
+    :class:`NeedsTorch` for anything unknown."""
+    from torchinspect.io.regular import read_regular
+
+    raw = bytes(read_regular(path, limit=MAX_METADATA_BYTES, follow=False))
     try:
         md = _DcpUnpickler(io.BytesIO(raw), encoding="utf-8").load()
     except NeedsTorch:
@@ -124,4 +145,45 @@ def read_dcp_metadata(path: Path) -> DcpMetadata:
         for k, v in planner.items():
             if isinstance(k, str) and isinstance(v, (tuple, list)) and v:
                 paths[k] = tuple(str(p) for p in v)
-    return DcpMetadata(entries, paths)
+    return DcpMetadata(entries, paths, _chunks(sdm, md.field("storage_data")))
+
+
+def _ints(v: Any) -> tuple[int, ...] | None:
+    if isinstance(v, (tuple, list)) and all(type(x) is int and x >= 0 for x in v):
+        return tuple(v)
+    return None
+
+
+def _chunks(sdm: dict[str, Any], storage: Any) -> dict[str, list[DcpChunk]]:
+    """Every tensor's pieces, each joined to its storage record (``storage_data`` is keyed
+    by (fqn, chunk offsets)); a piece without one, or a malformed one, is NeedsTorch."""
+    if not isinstance(storage, dict):
+        raise NeedsTorch("no storage_data")
+    where: dict[tuple[str, tuple[int, ...]], Record] = {}
+    for k, v in storage.items():
+        if not isinstance(k, Record) or k.kind != "MetadataIndex" or not isinstance(v, Record):
+            raise NeedsTorch("storage_data not understood")
+        fqn, offset = k.field("fqn", 0), _ints(k.field("offset", 1))
+        if isinstance(fqn, str) and offset is not None:
+            where[(fqn, offset)] = v
+    out: dict[str, list[DcpChunk]] = {}
+    for fqn, item in sdm.items():
+        if item.kind != "TensorStorageMetadata":
+            continue
+        pieces = []
+        for chunk in item.field("chunks"):
+            offsets = _ints(chunk.field("offsets", 0)) if isinstance(chunk, Record) else None
+            sizes = _ints(chunk.field("sizes", 1)) if isinstance(chunk, Record) else None
+            info = where.get((fqn, offsets)) if offsets is not None else None
+            if sizes is None or info is None:
+                raise NeedsTorch(f"no storage record for a piece of {fqn!r}")
+            rel, off, length = (info.field("relative_path", 0), info.field("offset", 1),
+                                info.field("length", 2))
+            if not isinstance(rel, str) or type(off) is not int or type(length) is not int \
+                    or off < 0 or length < 0:
+                raise NeedsTorch(f"storage record of {fqn!r} not understood")
+            assert offsets is not None
+            pieces.append(DcpChunk(offsets, sizes, rel, off, length,
+                                   bool(info.field("transform_descriptors", 3))))
+        out[fqn] = pieces
+    return out

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError, UnsafeCheckpointError
-from torchinspect.io.dcpmeta import DcpEntry, DcpMetadata, read_dcp_metadata
+from torchinspect.io.dcpmeta import DcpChunk, DcpEntry, DcpMetadata, read_dcp_metadata
 from torchinspect.io.entries import LoadedInput, TensorSource
 from torchinspect.io.formats import CheckpointFormat, detect_format
 from torchinspect.io.state_dict import container_extras, find_state_dict
@@ -148,12 +148,14 @@ def open_hf_sharded(layout: Layout, open_input: Callable[..., LoadedInput], *, k
 
 def _dcp_metadata(folder: Path, trust_pickle: bool) -> Any:
     """Entries of the ``.metadata``: the restricted pure-Python reader (io/dcpmeta.py, no
-    torch import); for anything it does not know, DCP's own reader, after checking that the
-    pickle imports only DCP's metadata classes (``read_metadata`` is a plain ``pickle.load``)."""
+    torch import) is the only reader of an untrusted folder: what it does not know is refused.
+    Only with ``--trust-pickle`` does DCP's own reader (a plain ``pickle.load``) get a second
+    look, after checking that the pickle imports only DCP's metadata classes."""
     try:
         return read_dcp_metadata(folder / DCP_METADATA)
-    except NeedsTorch:
-        pass
+    except NeedsTorch as exc:
+        if not trust_pickle:  # no second reader: what ours does not know is refused
+            raise UnsafeCheckpointError(str(folder / DCP_METADATA), [str(exc)]) from None
     except OSError as exc:
         raise InspectError(f"{folder}: cannot read the DCP .metadata ({exc.strerror})",
                            hint="the checkpoint folder is incomplete or corrupt") from None
@@ -240,8 +242,14 @@ def open_dcp(layout: Layout, *, key: str | None, trust_pickle: bool = False) -> 
             nbytes *= d
         sharded += ref.chunks > 1
         fqn = full_fqn[id(ref)]
+        chunks = md.chunks.get(fqn)
+        if chunks is None and not trust_pickle:  # only metadata read by DCP itself lacks them
+            raise InspectError(f"{folder / DCP_METADATA}: no storage record for {fqn!r}",
+                               hint="the checkpoint folder is corrupt")
+        loader = _dcp_trusted_loader(folder, fqn, ref) if chunks is None else \
+            _dcp_loader(folder, fqn, ref, chunks)
         tensors.append(TensorSource(name, ref.shape, ref.dtype, nbytes, "cpu", f"dcp:{fqn}",
-                                    loader=_dcp_loader(folder, fqn, ref)))
+                                    loader=loader))
     notes = [f"torch.distributed.checkpoint folder ({len(md.entries)} entries)"]
     if sharded:
         notes.append(f"{sharded} tensor(s) saved in several chunks (sharded across ranks); "
@@ -256,7 +264,97 @@ def open_dcp(layout: Layout, *, key: str | None, trust_pickle: bool = False) -> 
                        list(nested), size, notes, sorted(folder.glob("*.distcp")))
 
 
-def _dcp_loader(folder: Path, fqn: str, ref: DcpRef) -> Any:
+#: bytes a torch.save of one tensor piece may add to the piece's data (its zip records)
+_PIECE_OVERHEAD = 1 << 20
+
+
+def _dcp_loader(folder: Path, fqn: str, ref: DcpRef, chunks: list[DcpChunk]) -> Any:
+    """Load one tensor from the pieces the validated metadata names, read by this tool: each
+    piece's file must be a regular file directly inside the folder (no link, no ``..``, no
+    device or FIFO), its byte range inside the file and no larger than the piece needs; the
+    bytes are unpickled with ``torch.load(weights_only=True)``. DCP's reader never runs."""
+    def load() -> Any:
+        import torch
+
+        t = torch.empty(ref.shape, dtype=getattr(torch, ref.dtype))
+        covered = 0
+        for c in chunks:
+            where = f"{folder / DCP_METADATA}: {fqn!r}"
+            if c.transformed:
+                raise InspectError(f"{where} is stored through a DCP storage extension "
+                                   "(compression or another transform), which this tool does not "
+                                   "read", hint="save it again without storage extensions")
+            if len(c.offsets) != len(ref.shape) or len(c.sizes) != len(ref.shape) or any(
+                    o + s > d for o, s, d in zip(c.offsets, c.sizes, ref.shape, strict=True)):
+                raise InspectError(f"{where}: a piece at {c.offsets} of size {c.sizes} lies outside "
+                                   f"the tensor's shape {ref.shape}",
+                                   hint="the checkpoint folder is corrupt")
+            piece = _read_piece(folder, c, ref.dtype, where)
+            if tuple(piece.shape) != c.sizes or piece.dtype != t.dtype:
+                raise InspectError(f"{where}: a piece holds {piece.dtype} of shape "
+                                   f"{tuple(piece.shape)}, the metadata says {ref.dtype} {c.sizes}",
+                                   hint="the checkpoint folder is corrupt")
+            view = t
+            for dim, (o, s) in enumerate(zip(c.offsets, c.sizes, strict=True)):
+                view = view.narrow(dim, o, s)
+            view.copy_(piece)
+            covered += piece.numel()
+        if covered < t.numel():
+            raise InspectError(f"{folder / DCP_METADATA}: {fqn!r}: its pieces cover {covered:,} of "
+                               f"{t.numel():,} elements", hint="the checkpoint folder is incomplete")
+        return t
+
+    return load
+
+
+def _read_piece(folder: Path, c: DcpChunk, dtype: str, where: str) -> Any:
+    import io
+    import os
+
+    import torch
+
+    from torchinspect.io.regular import open_regular
+
+    rel = c.relative_path
+    if not rel or rel.startswith(("/", "\\")) or "\\" in rel or any(
+            p in ("", ".", "..") for p in rel.split("/")) or ":" in rel:
+        raise InspectError(f"{where}: its data file {rel!r} is not a plain name inside the folder",
+                           hint="the folder was built to read files outside it; do not load it")
+    path = folder / rel
+    if path.resolve().parent != folder.resolve() and folder.resolve() not in path.resolve().parents:
+        raise InspectError(f"{where}: its data file {rel!r} leaves the folder",
+                           hint="the folder was built to read files outside it; do not load it")
+    elements = 1
+    for s in c.sizes:
+        elements *= s
+    cap = elements * DTYPE_SIZES.get(dtype, 16) + _PIECE_OVERHEAD
+    if c.length > cap:
+        raise InspectError(f"{where}: a piece claims {c.length:,} bytes of {rel}, more than its "
+                           f"{elements:,} elements need", hint="the checkpoint folder is corrupt")
+    fd = open_regular(path, what=f"{folder.name}/{rel}", follow=False)
+    try:
+        size = os.fstat(fd).st_size
+        if c.offset + c.length > size:
+            raise InspectError(f"{where}: bytes {c.offset:,}-{c.offset + c.length:,} of {rel} lie "
+                               f"past its end ({size:,} bytes)", hint="the checkpoint folder is "
+                               "truncated or corrupt")
+        data = os.pread(fd, c.length, c.offset)
+    finally:
+        os.close(fd)
+    try:
+        piece = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
+    except Exception as exc:  # noqa: BLE001 - a refusal or damage: one line either way
+        raise InspectError(f"{where}: a piece in {rel} is not a weights-only tensor "
+                           f"({type(exc).__name__})", hint="the checkpoint folder is corrupt, or "
+                           "was not written by torch.distributed.checkpoint") from None
+    if not isinstance(piece, torch.Tensor):
+        raise InspectError(f"{where}: a piece in {rel} holds a {type(piece).__name__}, not a tensor",
+                           hint="the checkpoint folder is corrupt")
+    return piece
+
+
+def _dcp_trusted_loader(folder: Path, fqn: str, ref: DcpRef) -> Any:
+    """DCP's own reader: only for metadata read by DCP itself, i.e. with --trust-pickle."""
     def load() -> Any:
         import warnings
 

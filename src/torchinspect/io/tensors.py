@@ -35,6 +35,7 @@ import os
 from pathlib import Path
 from typing import Any
 
+from torchinspect.errors import InspectError
 from torchinspect.io.entries import CHUNK, FilePool, LoadedInput, TensorSource
 from torchinspect.io.formats import CheckpointFormat, model_archive_error
 from torchinspect.io.layouts import (
@@ -49,6 +50,7 @@ from torchinspect.io.safetensors import read_safetensors_header
 from torchinspect.io.state_dict import container_extras, find_state_dict, state_entry_kind
 from torchinspect.io.torch_load import load_state_dict_with_devices, plain_pickle_error
 from torchinspect.io.torchlegacy import read_torch_legacy_structure
+from torchinspect.io.torchscript import NOT_LOADED_NOTE, read_torchscript_structure
 from torchinspect.io.torchzip import (
     DTYPE_SIZES,
     NeedsTorch,
@@ -97,6 +99,8 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
         notes = shard_notes(path)
         layout = Layout("file", path, fmt)
     assert fmt is not None
+    if fmt is CheckpointFormat.torchscript and not need_objects:
+        return _open_torchscript(path, key, need_bytes, notes)
     if fmt.is_model_archive:
         raise model_archive_error(path, fmt)
     if fmt is CheckpointFormat.pickle:
@@ -133,6 +137,23 @@ def open_input(path: str | os.PathLike[str], *, key: str | None = None,
     inp.notes[:0] = notes
     _check_deepspeed(inp, obj)
     return inp
+
+
+def _open_torchscript(path: Path, key: str | None, need_bytes: bool, notes: list[str]) -> LoadedInput:
+    """A TorchScript archive's tensors from its data.pkl, never through torch.jit.load."""
+    sd, archive = read_torchscript_structure(path)
+    if key is not None:
+        raise InspectError(f"--key {key}: a TorchScript archive holds one module, not a "
+                           "container of entries", hint="drop --key")
+    if need_bytes and not all(r.is_contiguous for r in sd.values()):
+        raise InspectError(f"{path}: a TorchScript archive with non-contiguous tensors cannot be "
+                           "streamed without loading it", hint="only with --trust-pickle "
+                           "(it runs code from the file); or re-save it contiguous")
+    is_ref = lambda x: isinstance(x, TensorRef)  # noqa: E731
+    tensors = [_entry_from_ref(n, r, state_entry_kind(n, r, is_ref) or "tensor", path, archive)
+               for n, r in sd.items()]
+    return LoadedInput(path, CheckpointFormat.torchscript, tensors, None, {}, {}, True, list(sd),
+                       path.stat().st_size, [*notes, NOT_LOADED_NOTE], [path])
 
 
 def _read_structure(path: Path, fmt: CheckpointFormat) -> tuple[Any, Any]:

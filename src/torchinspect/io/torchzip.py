@@ -260,7 +260,8 @@ def check_views(path: Path, refs: list[TensorRef]) -> None:
     """Every tensor (offset, sizes, strides) lies inside its storage; else InspectError."""
     for ref in refs:
         if len(ref.shape) != len(ref.stride) or not all(
-                isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in (*ref.shape, *ref.stride)):
+                isinstance(d, int) and not isinstance(d, bool) and 0 <= d < _INT64
+                for d in (*ref.shape, *ref.stride)) or not _fits_int64(ref.shape):
             raise InspectError(f"{path}: a tensor of storage {ref.storage.key} has an invalid shape "
                                f"{ref.shape} or stride {ref.stride} (corrupt checkpoint)",
                                hint="the file is corrupt; fetch it again")
@@ -270,6 +271,18 @@ def check_views(path: Path, refs: list[TensorRef]) -> None:
                                f"reaches past the end of its storage {ref.storage.key} "
                                f"({ref.storage.nbytes:,} bytes) (corrupt checkpoint)",
                                hint="the file is corrupt; fetch it again")
+
+
+_INT64 = 2**63  # torch sizes are int64: no dimension, stride or product reaches it
+
+
+def _fits_int64(shape: tuple[int, ...]) -> bool:
+    """The product of the non-zero dimensions fits int64 (torch computes it even for an
+    empty tensor: [0, 2**62, 4] is refused by torch.load, so by every reader here too)."""
+    n = 1
+    for d in shape:
+        n *= max(d, 1)
+    return n < _INT64
 
 
 def _extent(ref: TensorRef) -> int:

@@ -57,7 +57,7 @@ _CORRUPT_HINT = "the file is damaged or not a well-formed zip archive; fetch it 
 
 
 #: An archive open for reading (a file descriptor) or held in memory.
-Source = int | bytes
+Source = int | bytes | bytearray
 
 
 class ZipError(ValueError):
@@ -84,6 +84,9 @@ class ZipArchive:
     path: Path
     members: dict[str, ZipMember]
     file_size: int
+    #: the whole archive, when it was read once into memory (:func:`open_zip_bytes`): members
+    #: are then cut from these bytes, never read from the file again
+    data: bytes | bytearray | None = None
 
     @property
     def names(self) -> list[str]:
@@ -102,13 +105,14 @@ class ZipArchive:
         if limit is not None and m.file_size > limit:
             raise InspectError(f"{self.path}: zip member {name} holds {m.file_size:,} bytes, "
                                f"over the {limit:,}-byte limit for it", hint=_CORRUPT_HINT)
-        fd = os.open(self.path, os.O_RDONLY)
+        fd: Source = self.data if self.data is not None else os.open(self.path, os.O_RDONLY)
         try:
             data = _inflate(fd, m) if m.method == DEFLATED else _pread(fd, m.file_size, m.data_offset)
         except ZipError as exc:
             raise _error(self.path, str(exc)) from None
         finally:
-            os.close(fd)
+            if isinstance(fd, int):
+                os.close(fd)
         if m.crc and zlib.crc32(data) != m.crc:
             raise _error(self.path, f"{name}: CRC-32 does not match its bytes (damaged file)")
         return data
@@ -161,6 +165,16 @@ def open_zip(path: str | os.PathLike[str]) -> ZipArchive:
     return ZipArchive(path, {m.name: m for m in members}, size)
 
 
+def open_zip_bytes(data: bytes | bytearray, path: str | os.PathLike[str]) -> ZipArchive:
+    """:func:`open_zip` for an archive already read into memory (``path`` names it in
+    errors); :meth:`ZipArchive.read` then cuts members from ``data``, never from the file."""
+    try:
+        members = parse_zip(data)
+    except ZipError as exc:
+        raise _error(Path(path), str(exc)) from None
+    return ZipArchive(Path(path), {m.name: m for m in members}, len(data), data)
+
+
 def check_zip_bytes(data: bytes, what: str) -> None:
     """:func:`open_zip`'s rule for an archive held in memory (a zip inside a zip, e.g. a
     ``.pt2``'s sample inputs); ``what`` names it in the :class:`InspectError`."""
@@ -173,7 +187,7 @@ def check_zip_bytes(data: bytes, what: str) -> None:
 def parse_zip(fd: Source) -> list[ZipMember]:
     """Every member of the archive (open as ``fd``, or in memory), checked; :class:`ZipError`
     otherwise."""
-    size = len(fd) if isinstance(fd, bytes) else os.fstat(fd).st_size
+    size = os.fstat(fd).st_size if isinstance(fd, int) else len(fd)
     cd_offset, cd_size, count = _end_records(fd, size)
     entries = _central_entries(fd, cd_offset, cd_size, count)
     _check_names(entries)
@@ -183,7 +197,7 @@ def parse_zip(fd: Source) -> list[ZipMember]:
 
 
 def _pread_some(fd: Source, n: int, pos: int) -> bytes:
-    return fd[pos:pos + n] if isinstance(fd, bytes) else os.pread(fd, n, pos)
+    return os.pread(fd, n, pos) if isinstance(fd, int) else bytes(fd[pos:pos + n])
 
 
 def _pread(fd: Source, n: int, pos: int) -> bytes:

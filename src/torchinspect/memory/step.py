@@ -24,6 +24,11 @@ DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
 LOSSES = ("sum", "mean")
 
 
+#: the largest --fsdp world size predicted (the fake process group holds every rank's shard
+#: metadata: time grows with it, about 0.1 s a rank; larger jobs shard within groups: HSDP)
+MAX_FSDP_RANKS = 1024
+
+
 @dataclass(frozen=True)
 class StepConfig:
     """What one prediction runs (the CLI's --optimizer --dtype --amp --checkpointing --loss)."""
@@ -46,9 +51,10 @@ class StepConfig:
                 raise InspectError(f"{option} {value!r}: expected one of {', '.join(allowed)}",
                                    hint=f"e.g. {option} {allowed[0]}")
         if self.fsdp is not None and (isinstance(self.fsdp, bool) or not isinstance(self.fsdp, int)
-                                      or self.fsdp < 1):
-            raise InspectError(f"--fsdp {self.fsdp!r}: expected a number of GPUs, 1 or more",
-                               hint="e.g. --fsdp 8")
+                                      or not 1 <= self.fsdp <= MAX_FSDP_RANKS):
+            raise InspectError(f"--fsdp {self.fsdp!r}: expected a number of GPUs from 1 to "
+                               f"{MAX_FSDP_RANKS:,} (the prediction simulates every rank's "
+                               "shard of each parameter)", hint="e.g. --fsdp 8")
         if self.fsdp_unit is not None and self.fsdp is None:
             raise InspectError("--fsdp-unit names the modules FSDP shards: it needs --fsdp N",
                                hint=f"e.g. --fsdp 8 --fsdp-unit {self.fsdp_unit}")

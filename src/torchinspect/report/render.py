@@ -78,14 +78,21 @@ def render_csv(report: Report) -> str:
     return buf.getvalue()
 
 
-# control characters (a ModuleDict key may hold a newline) shown as escapes in the text formats
-_CONTROL = {i: f"\\x{i:02x}" for i in (*range(32), 127)} | {9: "\\t", 10: "\\n", 13: "\\r"}
+# control characters (a ModuleDict key may hold a newline) shown as escapes in the text
+# formats: C0 and DEL, C1 (U+0080-U+009F: xterm acts on U+009B as CSI), and the bidi
+# embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069, and the marks U+200E,
+# U+200F, U+061C), which reorder what a terminal shows after them
+_CONTROL = ({i: f"\\x{i:02x}" for i in (*range(32), *range(127, 160))}
+            | {i: f"\\u{i:04x}" for i in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
+                                          *range(0x2066, 0x206A))}
+            | {9: "\\t", 10: "\\n", 13: "\\r"})
 # "<" that would open an HTML tag, comment or declaration in a Markdown viewer
 _TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
 
 
 def printable(s: str) -> str:
-    """``s`` on one line: control characters as escapes (``\\n``, ``\\t``, ``\\x1b``)."""
+    """``s`` on one line: control characters as escapes (``\\n``, ``\\t``, ``\\x1b``,
+    ``\\x9b``, ``\\u202e``): what a terminal would act on is shown, never obeyed."""
     return s.translate(_CONTROL)
 
 

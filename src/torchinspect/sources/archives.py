@@ -17,6 +17,8 @@ from torchinspect.io.checkpoint import (
     extract_state_dict,
     read_checkpoint,
 )
+from torchinspect.io.pt2 import load_exported_program
+from torchinspect.io.torchscript import torchscript_refusal
 from torchinspect.sources.base import LoadedModel, SourceKind
 from torchinspect.sources.pt2 import check_pt2
 
@@ -28,6 +30,9 @@ def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) ->
     real = devices.real_device(device)
     notes: list[str] = []
     if fmt == CheckpointFormat.torchscript:
+        if not trust_pickle:  # torch.jit.load runs the archive's __setstate__ code
+            raise torchscript_refusal(spec)
+
         def build(dev: str) -> Any:
             try:
                 with warnings.catch_warnings():  # torch's own deprecation of TorchScript:
@@ -45,6 +50,8 @@ def load_file(spec: str, *, key: str | None, trust_pickle: bool, device: str) ->
         check_pt2(spec, trust_pickle)
 
         def load_ep() -> Any:
+            if not trust_pickle:  # never torch.export.load on an untrusted file
+                return load_exported_program(spec)
             try:
                 return torch.export.load(spec)
             except Exception as exc:

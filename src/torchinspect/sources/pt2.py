@@ -1,90 +1,28 @@
-"""Safety gate for torch.export ``.pt2`` archives.
+"""Safety gate for torch.export ``.pt2`` archives (the reader is io/pt2.py).
 
-``torch.export.load`` unpickles some payloads with ``weights_only=False`` (pickled weights
-and constants, custom/opaque objects, legacy files) and retries a failed weights-only load
-of the sample inputs without the restriction. So before handing a file to it we read the
-archive ourselves and refuse, without ``--trust-pickle``, anything that would reach an
-unrestricted unpickler. Plain tensor payloads and weights-only-loadable sample inputs pass.
+Without ``--trust-pickle`` a ``.pt2`` is read by :func:`torchinspect.io.pt2.load_exported_program`
+only: the file is read once, its members must be the exact layout ``torch.export.save``
+writes, and the program is rebuilt from those bytes with safe primitives. ``torch.export.load``
+(pickles, legacy fallbacks, AOTInductor libraries) runs only with ``--trust-pickle``.
 """
 
 from __future__ import annotations
 
-import io
-import json
-from pathlib import PurePosixPath
-
-from torchinspect.errors import UnsafeCheckpointError
-from torchinspect.io.zipcheck import check_zip_bytes, open_zip
-
-_PICKLE_OBJECT_PREFIXES = ("custom_obj_", "opaque_obj_")
-
-
-#: A weights/constants config or sample inputs larger than this is refused unread.
-_MAX_MEMBER_BYTES = 256 * 1024 * 1024
+from torchinspect.io.pt2 import RefusedArchiveError, read_layout, refusals
 
 
 def unsafe_payloads(path: str) -> list[str]:
-    """Names of the archive members that only an unrestricted unpickler would load.
-
-    The archive is validated first (io/zipcheck.py): a duplicated member name, headers that
-    disagree or a compression bomb are refused, so the members read here are the very bytes
-    ``torch.export.load`` reads, from the folder it reads them (the first entry's).
-    """
-    archive = open_zip(path)
-    root = archive.torch_prefix or ""
-    names = [n[len(root):] for n in archive.names if n.startswith(root)]
-    if "archive_format" not in names:
-        return ["legacy (pre-2.7) archive format"]
-    bad: list[str] = []
-    for rel in names:
-        if rel.startswith(("data/weights/", "data/constants/")):
-            if rel.endswith("_config.json"):
-                bad += _pickled_in_config(rel, archive.read(root + rel, limit=_MAX_MEMBER_BYTES))
-            elif PurePosixPath(rel).suffix == ".pt":
-                bad.append(f"{rel} (legacy pickled payload)")
-        elif rel.startswith("data/sample_inputs/"):
-            data = archive.read(root + rel, limit=_MAX_MEMBER_BYTES)
-            if data.startswith(b"PK"):  # a torch.save zip inside the archive: the same rule
-                check_zip_bytes(data, f"{path}: {rel}")
-            if not _weights_only_loadable(data):
-                bad.append(f"{rel} (sample inputs need an unrestricted unpickler)")
-    return bad
-
-
-def _pickled_in_config(rel: str, raw: bytes) -> list[str]:
-    try:
-        config = json.loads(raw).get("config", {})
-        items = list(config.items())
-    except (ValueError, AttributeError, RecursionError):
-        return [f"{rel} (unreadable config)"]
-    bad = []
-    for fqn, meta in items:
-        if not isinstance(meta, dict):
-            bad.append(f"{rel}: {fqn} (unreadable entry)")
-            continue
-        if meta.get("use_pickle"):
-            bad.append(f"{rel}: {fqn} (pickled)")
-        if str(meta.get("path_name", "")).startswith(_PICKLE_OBJECT_PREFIXES):
-            bad.append(f"{rel}: {fqn} (pickled object)")
-    return bad
-
-
-def _weights_only_loadable(data: bytes) -> bool:
-    import torch
-
-    if not data:
-        return True
-    try:
-        torch.load(io.BytesIO(data), weights_only=True, map_location="cpu")
-    except Exception:
-        return False
-    return True
+    """Members (with why) that only ``--trust-pickle`` may load; raises InspectError for a
+    layout no writer makes (``..``, absolute names, unknown or outside members)."""
+    return refusals(path, read_layout(path))
 
 
 def check_pt2(path: str, trust_pickle: bool) -> None:
-    """Raise UnsafeCheckpointError when loading ``path`` could run code from it."""
+    """Raise (exit 2) when loading ``path`` could run code from it. With ``trust_pickle`` the
+    zip and its member names are still checked (no writer makes ``..`` or duplicates)."""
+    layout = read_layout(path)
     if trust_pickle:
         return
-    bad = unsafe_payloads(path)
+    bad = refusals(path, layout)
     if bad:
-        raise UnsafeCheckpointError(path, bad)
+        raise RefusedArchiveError(path, bad)

@@ -98,6 +98,7 @@ def trace_model(
                     raise forward_error(exc, inputs) from None
                 reason = f"meta forward failed ({_why(exc)})"
                 target = "cpu"
+                notes.append(_bound_real_fallback(subject, inputs, reason))
     if result is None:
         run_model, target = _real_model(subject, target, reason, rebuild, notes)
         if run_model is not subject and run_model is not model and has_lazy(run_model):
@@ -118,6 +119,27 @@ def trace_model(
     trace.notes[:0] = notes
     trace.notes.extend(moe_notes(subject, infos))
     return trace
+
+
+#: The CPU fallback is refused when its example inputs alone take more than this: a real
+#: forward allocates the inputs, the weights and every activation (several times the inputs).
+REAL_FALLBACK_INPUT_BYTES = 64_000_000
+
+
+def _bound_real_fallback(model: nn.Module, inputs: Any, reason: str) -> str:
+    """What the real CPU run is about to allocate (the note that says so), or an error when
+    its inputs alone are over :data:`REAL_FALLBACK_INPUT_BYTES`."""
+    in_bytes = inputs.nbytes if isinstance(inputs, ExampleInputs) else tensor_bytes(inputs)
+    w_bytes = devices.weight_bytes(model)
+    need = f"weights {devices.fmt_size(w_bytes)} + inputs {devices.fmt_size(in_bytes)} + activations"
+    if in_bytes > REAL_FALLBACK_INPUT_BYTES:  # (weights that do not fit: _real_model refuses)
+        raise InspectError(
+            f"{reason}; running the forward for real on the CPU instead would allocate {need} "
+            f"(inputs over the {devices.fmt_size(REAL_FALLBACK_INPUT_BYTES)} limit of that "
+            "fallback): refused",
+            hint="check --input (a smaller shape traces on meta the same way), or pass "
+            "--device cpu to run it for real anyway")
+    return f"{reason}: ran for real on the CPU instead, allocating {need}"
 
 
 def _fake_attempt(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: dict[str, Any],

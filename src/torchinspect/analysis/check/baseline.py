@@ -18,14 +18,14 @@ import math
 import os
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 from torchinspect import __version__
 from torchinspect.analysis.check.metrics import Metric, Noise, Reading
 from torchinspect.analysis.check.records import CheckResult, readings_dict
 from torchinspect.errors import InspectError
-from torchinspect.io.atomic import atomic_write_text
+from torchinspect.io.atomic import Snapshot, atomic_write_text
+from torchinspect.io.jsonfile import number, read_json
 
 SCHEMA = "torchinspect/check-baseline/v1"
 _PREFIX = "torchinspect/check-baseline/v"
@@ -71,22 +71,18 @@ def baseline_document(result: CheckResult) -> dict[str, Any]:
             "models": models}
 
 
-def write_baseline(result: CheckResult, path: str, *, protect: tuple[str, ...] = ()) -> None:
-    """Write the baseline atomically (never over one of the ``protect`` input files)."""
+def write_baseline(result: CheckResult, path: str, *, protect: tuple[str, ...] = (),
+                   unchanged: Snapshot | None | bool = True) -> None:
+    """Write the baseline atomically (never over one of the ``protect`` input files);
+    ``unchanged``: the :func:`~torchinspect.io.atomic.snapshot` of ``path`` when the run
+    started -- if another run wrote it meanwhile, this one is refused (exit 2)."""
     text = json.dumps(baseline_document(result), indent=2, allow_nan=False) + "\n"
-    atomic_write_text(path, text, protect=protect)
+    atomic_write_text(path, text, protect=protect, unchanged=unchanged)
 
 
 def read_baseline(path: str) -> Baseline:
     """A baseline file, checked: a JSON object of this schema (any other input: exit 2)."""
-    p = Path(path)
-    if not p.is_file():
-        raise InspectError(f"--baseline {path}: {'is a folder' if p.is_dir() else 'no such file'}",
-                           hint=_HINT)
-    try:
-        data = json.loads(p.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise InspectError(f"--baseline {path}: not JSON ({exc})", hint=_HINT) from None
+    data = read_json(path, where=f"--baseline {path}", hint=_HINT)
     schema = data.get("schema") if isinstance(data, dict) else None
     if not isinstance(schema, str) or not schema.startswith(_PREFIX):
         raise InspectError(f"--baseline {path}: not a check baseline (schema {schema!r})", hint=_HINT)
@@ -113,9 +109,8 @@ def _model(entry: Any, where: str) -> BaselineModel:
             metric = Metric(key)
         except ValueError:
             continue  # a metric of a newer version
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-            raise InspectError(f"{where}: {key} = {value!r} is not a number", hint=_HINT)
-        readings[metric] = Reading(float(value), _noise(noise.get(key), f"{where}: noise.{key}"))
+        readings[metric] = Reading(number(value, f"{where}: {key}", _HINT),
+                                   _noise(noise.get(key), f"{where}: noise.{key}"))
     env = entry.get("environment")
     return BaselineModel(entry.get("inputs"), readings, env if isinstance(env, dict) else None,
                          entry.get("error") if isinstance(entry.get("error"), str) else None)
@@ -124,9 +119,9 @@ def _model(entry: Any, where: str) -> BaselineModel:
 def _noise(value: Any, where: str) -> Noise | None:
     if value is None:
         return None
-    try:
-        se = value["median_cov"]  # null when it was infinite (one sample)
-        return Noise(float(value["iqr"]), float(value["cov"]),
-                     math.inf if se is None else float(se), int(value["n"]))
-    except (TypeError, KeyError, ValueError):
-        raise InspectError(f"{where}: expected iqr, cov, median_cov and n", hint=_HINT) from None
+    if not isinstance(value, dict) or not {"iqr", "cov", "median_cov", "n"} <= set(value):
+        raise InspectError(f"{where}: expected iqr, cov, median_cov and n", hint=_HINT)
+    se = value["median_cov"]  # null when it was infinite (one sample)
+    return Noise(number(value["iqr"], f"{where}.iqr", _HINT), number(value["cov"], f"{where}.cov", _HINT),
+                 math.inf if se is None else number(se, f"{where}.median_cov", _HINT),
+                 int(number(value["n"], f"{where}.n", _HINT, minimum=1, integer=True)))

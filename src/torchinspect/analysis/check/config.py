@@ -54,6 +54,7 @@ class ModelBudget:
     source: str = "command line"  # the config file that lists it
     origins: dict[Metric, str] = field(default_factory=dict)  # "pyproject.toml", "--max-params"
     spec: Any = None  # the model resolved against the config's folder (None: ``model``)
+    above: bool = False  # listed by a config found above the current folder
 
     @property
     def target(self) -> Any:
@@ -66,6 +67,9 @@ class CheckConfig:
     defaults: dict[Metric, float]
     entries: list[ModelBudget]
     increase: dict[Metric, float]
+    #: found walking up from the current folder (not this folder, not --config FILE): it
+    #: gives budgets only to models named on the command line, never options or weights
+    above: bool = False
 
     @property
     def label(self) -> str:
@@ -120,7 +124,12 @@ def load_config(path: str | None, cwd: str | None = None) -> CheckConfig | None:
     if table is None:
         raise InspectError(f"--config {path}: no {TABLE} table",
                            hint=f"add {TABLE} with max-params = \"25M\" ...")
-    return _parse_table(path, table)
+    config = _parse_table(path, table)
+    here = Path(os.path.abspath(cwd or os.getcwd()))
+    config.above = not standalone and Path(os.path.abspath(path)).parent != here
+    for entry in config.entries:
+        entry.above = config.above
+    return config
 
 
 def _limits(table: dict[str, Any], where: str) -> dict[Metric, float]:
@@ -180,6 +189,8 @@ def _entry(entry: Any, where: str, config: CheckConfig) -> ModelBudget:
         if isinstance(opts.get(k), str):
             opts[k] = relative_to(opts[k], base)
     opts["python-path"] = [base]  # pkg.mod:Name imports from the config's folder too
+    # (trust-pickle here takes effect only with --trust-pickle on the command line:
+    # analysis/check/measure.py:options_for; python-path is not a key a config may set)
     limits = {**config.defaults, **_limits(entry, where)}
     return ModelBudget(entry["model"], limits, opts, config.path,
                        dict.fromkeys(limits, config.label), relative_to(entry["model"], base))

@@ -121,7 +121,11 @@ def _collect(case: Any, metrics: set[Metric]) -> Sample:
 
 
 def options_for(mb: ModelBudget, base: Any) -> Any:
-    """ModelOptions for one model: the command line's, overridden by its config entry."""
+    """ModelOptions for one model: the command line's, overridden by its config entry;
+    ``trust-pickle`` from a config counts only with --trust-pickle on the command line (a
+    config may turn it off, never on). A config's ``python-path`` is only its own folder, for
+    the models it lists itself; a model named on the command line gets no options from a
+    config found above the current folder (analysis/check/plan.py)."""
     o = mb.options
     if not o:
         return base
@@ -133,8 +137,9 @@ def options_for(mb: ModelBudget, base: Any) -> Any:
         args=args if args is not None else base.args,
         arch=o.get("arch", base.arch), weights=o.get("weights", base.weights),
         key=o.get("key", base.key), strict=o.get("strict", base.strict),
-        trust_pickle=o.get("trust-pickle", base.trust_pickle), batch=o.get("batch", base.batch),
-        no_batch=o.get("no-batch", base.no_batch),
+        # trust comes from the command line only: a config may turn these off, never on
+        trust_pickle=base.trust_pickle and o.get("trust-pickle", True) is not False,
+        batch=o.get("batch", base.batch), no_batch=o.get("no-batch", base.no_batch),
         weights_config=o.get("weights-config", base.weights_config),
         python_path=(*base.python_path, *o.get("python-path", ())))
 

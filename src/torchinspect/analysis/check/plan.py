@@ -66,14 +66,19 @@ def _choose(models: list[Any], limits: dict[Metric, float],
                                "[[tool.torchinspect.check.models]] in pyproject.toml (found in "
                                "this folder or above it)")
         return [ModelBudget(e.model, {**e.limits, **limits}, e.options, e.source,
-                            {**e.origins, **options}, e.spec) for e in found.entries]
+                            {**e.origins, **options}, e.spec, e.above) for e in found.entries]
     by_name = {e.model: e for e in found.entries} if found else {}
     defaults = found.defaults if found else {}
     label = found.label if found else ""
     chosen = []
     for m in models:
         entry = by_name.get(m) if isinstance(m, str) else None
-        if entry is not None:
+        if entry is not None and found is not None and found.above:
+            # a config above this folder: budgets only for a model named here, never its
+            # weights, arch or options (someone else's file must not choose what is loaded)
+            chosen.append(ModelBudget(m, {**entry.limits, **limits}, {}, entry.source,
+                                      {**entry.origins, **options}))
+        elif entry is not None:
             chosen.append(ModelBudget(m, {**entry.limits, **limits}, dict(entry.options),
                                       entry.source, {**entry.origins, **options}, entry.spec))
         else:

@@ -21,16 +21,19 @@ from torchinspect.export.onnx.plan import (
     default_output_names,
 )
 from torchinspect.export.onnx.quiet import _quiet
-from torchinspect.io.atomic import atomic_path, atomic_write_bytes, check_target
+from torchinspect.io.atomic import atomic_path, atomic_write_bytes, check_target, make_temp_dir
 
 
 def write_onnx(plan: ExportPlan) -> tuple[Path | None, Path | None]:
     """Export into a private temporary folder beside the target, then move the results into
     place. Returns (external data file, exporter report), each None when not written."""
-    parent = plan.target.parent if plan.target.parent.is_dir() else None
     t0 = time.perf_counter()
-    with tempfile.TemporaryDirectory(prefix=".torchinspect-export-", dir=parent) as tmp:
-        tmpdir = Path(tmp)
+    # a marked temporary folder (io/atomic.py): a killed export's is removed by the next run
+    marked = make_temp_dir(plan.target) if plan.target.parent.is_dir() else \
+        Path(tempfile.mkdtemp(prefix=".torchinspect-export-"))
+    tmpdir = marked / "export"  # beside the mark: everything in it is the exporter's
+    tmpdir.mkdir()
+    try:
         program = _run_exporter(plan, tmpdir)
         if program is not None:
             _rename(plan, program)
@@ -39,6 +42,8 @@ def write_onnx(plan: ExportPlan) -> tuple[Path | None, Path | None]:
         t0 = time.perf_counter()
         data_path = _save(plan, program, tmpdir / plan.target.name)
         plan.seconds["save"] = time.perf_counter() - t0
+    finally:
+        shutil.rmtree(marked, ignore_errors=True)
     return data_path, report
 
 
