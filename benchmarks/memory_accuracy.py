@@ -314,18 +314,23 @@ def main() -> int:
     with ThreadPoolExecutor(a.jobs) as pool:
         results = list(pool.map(lambda n: run_one(n, not a.predict_only), names))
     rows = [r for rs in results for r in rs]
-    if a.measured:
+    if a.measured:  # the GPU's measurements of an earlier run; every prediction is made now
         with open(a.measured) as fh:
-            earlier = {(r["model"], r.get("mode")): r for r in json.load(fh)["rows"]}
+            earlier_file = json.load(fh)
+        earlier = {(r["model"], r.get("mode")): r for r in earlier_file["rows"]}
         for r in rows:
             old = earlier.get((r["model"], r.get("mode")), {})
-            for key in ("measured", "measured-phases", "cuda-fake", "cuda-fake-phases"):
+            for key in ("measured", "measured-phases"):
                 if key in old:
                     r[key] = old[key]
+                    r["measured-in"] = {"file": os.path.basename(a.measured),
+                                        "machine": earlier_file.get("machine")}
     print(table(rows))
     if a.json:
+        from machine import describe
+
         with open(a.json, "w") as fh:
-            json.dump({"rows": rows, "machine": os.uname().nodename}, fh, indent=1)
+            json.dump({"rows": rows, "machine": describe()}, fh, indent=1)
     return 0
 
 

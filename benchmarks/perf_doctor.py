@@ -33,6 +33,9 @@ def wall(args: list[str], ok: tuple[int, ...] = (0,)) -> float:
 
 
 def timings(runs: int) -> None:
+    from machine import describe, save
+
+    machine = describe()  # the load before the runs
     doctor = [wall(["doctor", "resnet50"]) for _ in range(runs)]
     print(f"doctor resnet50: median {statistics.median(doctor):.2f} s "
           f"(min {min(doctor):.2f}, max {max(doctor):.2f}, {runs} runs)")
@@ -42,6 +45,8 @@ def timings(runs: int) -> None:
         summary.append(wall(["summary", "resnet50"]))
     print(f"check resnet50: median {statistics.median(check):.2f} s; summary resnet50: median "
           f"{statistics.median(summary):.2f} s; ratio {statistics.median(check) / statistics.median(summary):.2f}")
+    save("doctor-perf", {"runs": runs, "doctor_s": doctor, "check_s": check,
+                         "summary_s": summary}, machine=machine)
 
 
 def sweep(max_params: float, start: str = "") -> None:

@@ -57,6 +57,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3)
     ap.add_argument("--only", choices=["export", "graph"], default=None)
     a = ap.parse_args()
+    from machine import describe, save
+
+    machine = describe()  # the load before the runs
     runs = a.runs
     py = sys.executable
     with tempfile.TemporaryDirectory() as tmp:
@@ -84,6 +87,10 @@ def main() -> None:
         print(f"graph resnet50 autograd svg: median {statistics.median(graph):.2f} s "
               f"(min {min(graph):.2f}, max {max(graph):.2f}; bar < 10 s)")
     print(f"load average at the end: {os.getloadavg()[0]:.2f} (2-core machine)")
+    if a.only is None:
+        save("export-perf", {"runs": runs, "export_s": ours, "hand_written_s": hand,
+                             "ratios": ratios, "cpu_ratios": cpu_ratios, "graph_s": graph,
+                             "load_average_end": round(os.getloadavg()[0], 1)}, machine=machine)
 
 
 def report_export(ours: list[float], hand: list[float], ratios: list[float],

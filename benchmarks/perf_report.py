@@ -34,6 +34,9 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=5)
     ap.add_argument("--model", default=MODEL)
     args = ap.parse_args()
+    from machine import describe, save
+
+    machine = describe()  # the load before the runs
     with tempfile.TemporaryDirectory() as tmp:
         out = Path(tmp) / "report.html"
         cmd = [*inspect_cmd(), "report", args.model, "-o", str(out)]
@@ -57,6 +60,9 @@ def main() -> None:
           f"page {size / 1e3:.0f} KB; bar < 10 s")
     print(f"CPU time (user+sys) median {statistics.median(cpu):.2f}s")
     print(f"in-process parts (s): {parts['seconds']}; missing: {parts['missing'] or 'none'}")
+    save("report-perf", {"model": args.model, "runs": args.runs, "wall_s": times, "cpu_s": cpu,
+                         "page_bytes": size, "parts_s": parts["seconds"],
+                         "missing": parts["missing"]}, machine=machine)
 
 
 if __name__ == "__main__":

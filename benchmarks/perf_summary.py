@@ -36,7 +36,7 @@ def timed(cmd: list[str]) -> tuple[float, int]:
     return dt, max(peak, before) * 1024
 
 
-def resnet18_ratio(runs: int) -> None:
+def resnet18_ratio(runs: int) -> dict:
     ours_cmd = [str(BIN / "inspect"), "summary", "resnet18", "--input", "3,224,224"]
     base_cmd = [sys.executable, "-c", BASELINE]
     timed(ours_cmd), timed(base_cmd)  # warm the file cache
@@ -49,9 +49,10 @@ def resnet18_ratio(runs: int) -> None:
           f"(min {min(ours):.3f}, max {max(ours):.3f}); torchinfo script median "
           f"{statistics.median(base):.3f}s (min {min(base):.3f}, max {max(base):.3f}); "
           f"median ratio {statistics.median(ratios):.3f} over {runs} alternating runs (bar <= 0.85)")
+    return {"inspect_s": ours, "torchinfo_s": base, "ratios": ratios}
 
 
-def llama70b() -> None:
+def llama70b() -> dict:
     cmd = [str(BIN / "inspect"), "summary", "zoo:llama-70b", "--input", "long:1,2048",
            "--format", "json"]
     script = (
@@ -76,9 +77,13 @@ def llama70b() -> None:
     print(f"llama-70b summary: wall {res['wall']:.2f}s (bar < 5 s), peak RSS "
           f"{res['rss'] / 1e6:.0f} MB (bar < 1000 MB), MACs {res['macs']:,} vs FlopCounterMode/2 "
           f"{int(ref):,} ({100 * rel:+.4f}%, bar 0.1%)")
+    return {**res, "flop_counter_macs": int(ref)}
 
 
 if __name__ == "__main__":
     runs = int(sys.argv[sys.argv.index("--runs") + 1]) if "--runs" in sys.argv else 7
-    resnet18_ratio(runs)
-    llama70b()
+    from machine import describe, save
+
+    machine = describe()  # the load before the runs
+    save("trace-perf-summary", {"runs": runs, "resnet18": resnet18_ratio(runs),
+                                "llama70b": llama70b()}, machine=machine)

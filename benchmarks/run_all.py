@@ -1,7 +1,13 @@
-"""`make bench`: every benchmark in turn (accuracy table, summary speed, checkpoint speed).
+"""`make bench`: every benchmark script in turn, then `make bench-report`.
 
-Each script prints its own table; see benchmarks/RESULTS-*.md for recorded numbers.
-The checkpoint benchmark writes ~6 GB of temporary files (deleted afterwards).
+Each script prints its table and (where a RESULTS page is rendered from it) saves its raw
+data under ``benchmarks/results/`` with the machine named (``machine.py``). Scripts that
+need a GPU (or two) run only where one is present; on a CPU machine they are listed as
+skipped, never silently left out. ``--only NAME`` runs the scripts whose name contains NAME.
+The checkpoint benchmark writes ~6 GB of temporary files (deleted afterwards); the timm and
+Hugging Face sweeps take an hour on a 2-core machine.
+
+    .venv/bin/python benchmarks/run_all.py [--only NAME ...]
 """
 
 from __future__ import annotations
@@ -11,19 +17,61 @@ import sys
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
-SCRIPTS = ["accuracy_torchvision.py", "perf_summary.py", "bench_checkpoints.py"]
+ROOT = HERE.parent
+
+# (script, arguments, GPUs it needs): every measuring script of this folder
+SCRIPTS: list[tuple[str, list[str], int]] = [
+    ("accuracy_torchvision.py", [], 0),
+    ("perf_summary.py", [], 0),
+    ("perf_report.py", [], 0),
+    ("perf_doctor.py", [], 0),
+    ("perf_export.py", [], 0),
+    ("bench_checkpoints.py", [], 0),
+    ("pt2_read.py", [], 0),
+    ("bench_accuracy.py", [], 0),
+    ("bench_features.py", ["cpu"], 0),
+    ("bench_features.py", ["gpu"], 1),
+    ("memory_accuracy.py", ["--predict-only"], 0),
+    ("memory_accuracy.py", [], 1),
+    ("memory_fsdp.py", ["--predict-only"], 0),
+    ("memory_fsdp.py", [], 2),
+    ("cudnn_rnn_memory.py", [], 1),
+    ("fit_check.py", ["resnet50", "3,224,224", "80GB"], 1),
+    ("graph_gap.py", [], 1),
+    ("sweep_timm.py", [], 0),
+    ("sweep_hf.py", [], 0),
+    ("speed_hf.py", [], 0),
+]
 
 
-def main() -> int:
-    failed = []
-    for name in SCRIPTS:
-        print(f"\n=== {name}", flush=True)
-        if subprocess.run([sys.executable, str(HERE / name)]).returncode != 0:
-            failed.append(name)
-    if failed:
-        print(f"\nfailed: {', '.join(failed)}")
-    return 1 if failed else 0
+def gpus() -> int:
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def main(argv: list[str]) -> int:
+    only = [argv[i + 1] for i, a in enumerate(argv) if a == "--only" and i + 1 < len(argv)]
+    have = gpus()
+    failed, skipped = [], []
+    for name, args, need in SCRIPTS:
+        label = " ".join([name, *args])
+        if only and not any(o in name for o in only):
+            continue
+        if need > have:
+            skipped.append(f"{label} (needs {need} GPU{'s' * (need > 1)})")
+            continue
+        print(f"\n=== {label}", flush=True)
+        env_cmd = [sys.executable, str(HERE / name), *args]
+        if subprocess.run(env_cmd, cwd=ROOT).returncode != 0:
+            failed.append(label)
+    report = subprocess.run([sys.executable, str(HERE / "report.py")], cwd=ROOT).returncode
+    if skipped:
+        print(f"\nskipped here: {'; '.join(skipped)}")
+    if failed or report:
+        print(f"\nfailed: {', '.join(failed + ['report.py'] * bool(report))}")
+    return 1 if failed or report else 0
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))

@@ -5,6 +5,10 @@ belongs; the hook replaces the marker with ``torchinspect.cli.reference.command_
 (usage, arguments, options with their help and defaults), so the pages cannot drift from
 ``inspect NAME --help``. An unknown NAME fails the build.
 
+``<!-- mac-formulas -->`` (docs/concepts/counting.md) becomes the table of every op with a MAC
+formula, read from the registry (``torchinspect.mac_formulas()``), so the page names exactly
+what is counted.
+
 ``<!-- api-reference -->`` (docs/api.md) becomes the mkdocstrings reference of every public
 name in ``torchinspect._LAZY`` and of the dataclasses the functions return.
 """
@@ -20,6 +24,8 @@ _MARKER = re.compile(r"<!--\s*inspect-options\s+([a-z-]+)\s*-->")
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
     if "api-reference" in markdown:
         markdown = _API.sub(lambda m: api_reference(), markdown)
+    if "mac-formulas" in markdown:
+        markdown = _FORMULAS.sub(lambda m: mac_formula_table(), markdown)
     if "inspect-options" not in markdown:
         return markdown
     from torchinspect.cli.reference import command_reference
@@ -28,6 +34,25 @@ def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
 
 
 _API = re.compile(r"<!--\s*api-reference\s*-->")
+_FORMULAS = re.compile(r"<!--\s*mac-formulas\s*-->")
+
+
+def mac_formula_table() -> str:
+    """One row per family of counted work: the ops whose formula is ours (or a user's) and
+    those counted with ``torch.utils.flop_counter``'s formula (FLOPs halved), as installed."""
+    from torchinspect.trace.formulas import TORCH, counted_families, mac_formulas
+
+    table = mac_formulas()
+    lines = ["| Counted work | Formula here (`trace/formulas.py`) | Formula from "
+             "`torch.utils.flop_counter` |", "|---|---|---|"]
+    families = counted_families() + sorted({e.family for e in table.values()}
+                                           - set(counted_families()))
+    for family in families:
+        entries = sorted((e for e in table.values() if e.family == family), key=lambda e: e.op)
+        ours = ", ".join(f"`{e.op}`" for e in entries if e.source != TORCH) or "--"
+        torch_ops = ", ".join(f"`{e.op}`" for e in entries if e.source == TORCH) or "--"
+        lines.append(f"| {family} | {ours} | {torch_ops} |")
+    return "\n".join(lines)
 
 
 def api_reference() -> str:

@@ -6,6 +6,8 @@ from pathlib import Path
 
 import pytest
 
+import golden_invariants
+
 GOLDEN_DIR = Path(__file__).parent / "golden"
 DATA_DIR = Path(__file__).parent / "data"
 
@@ -80,11 +82,16 @@ def invoke(runner):
 
 @pytest.fixture
 def golden(request: pytest.FixtureRequest):
-    """golden(name, text): compare text with tests/golden/NAME (or rewrite it)."""
+    """golden(name, text): compare text with tests/golden/NAME (or rewrite it). Either way the
+    text must hold golden_invariants.problems() first: column sums equal the totals."""
     update = request.config.getoption("--update-golden")
 
     def _check(name: str, text: str) -> None:
         path = GOLDEN_DIR / name
+        broken = golden_invariants.problems(text)  # checked before a golden is written
+        if broken:
+            pytest.fail(f"{name}: the output breaks the golden invariants ({'; '.join(broken)})"
+                        + ("; not written" if update else ""))
         if not update and not path.exists():
             pytest.fail(f"golden file {path} is missing; run pytest --update-golden to write it")
         if update:

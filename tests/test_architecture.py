@@ -121,7 +121,7 @@ def test_results_have_one_to_dict_and_reports_carry_the_schema() -> None:
     s = summarize("zoo:convnet")
     f = count_flops("zoo:convnet")
     p = count_params("zoo:convnet")
-    for result, build, schema in ((s, summary_report, "summary/v3"), (f, flops_report, "flops/v3"),
+    for result, build, schema in ((s, summary_report, "summary/v4"), (f, flops_report, "flops/v3"),
                                   (p, params_report, "params/v2")):
         report = build(result)
         doc = json.loads(report.to_json())

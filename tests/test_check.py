@@ -12,7 +12,7 @@ import pytest
 import torch
 import torchvision
 
-from torchinspect.analysis.check import Metric, check_budgets, parse_budget
+from torchinspect.check import Metric, check_budgets, parse_budget
 from torchinspect.errors import InspectError
 
 
@@ -395,8 +395,8 @@ def test_config_found_from_a_subfolder_with_paths_relative_to_it(invoke, tmp_pat
 
 
 def _fake_latency(median: float, iqr: float, cov: float, median_cov: float):
-    from torchinspect.analysis.check import Noise, Reading
-    from torchinspect.analysis.check.measure import Sample
+    from torchinspect.check import Noise, Reading
+    from torchinspect.check.measure import Sample
 
     return lambda case: Sample({Metric.latency_ms: Reading(median, Noise(iqr, cov, median_cov, 50))},
                                {"device": "cpu", "torch_threads": 1})
@@ -404,8 +404,8 @@ def _fake_latency(median: float, iqr: float, cov: float, median_cov: float):
 
 def test_latency_is_measured_like_bench_with_its_noise(invoke, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchinspect.analysis.check import COLLECTORS, Need, time_forward
     from torchinspect.bench import timing
+    from torchinspect.check import COLLECTORS, Need, time_forward
 
     monkeypatch.chdir(tmp_path)
     fast = timing.TimingConfig(warmup_s=0.02, warmup_iters=2, min_time=0.05, max_time=3.0,
@@ -435,8 +435,8 @@ def test_latency_is_measured_like_bench_with_its_noise(invoke, tmp_path: Path,
 
 def test_latency_baseline_uses_bench_significance(invoke, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchinspect.analysis.check import COLLECTORS, Need
     from torchinspect.bench.compare import significance
+    from torchinspect.check import COLLECTORS, Need
 
     monkeypatch.chdir(tmp_path)
     monkeypatch.setitem(COLLECTORS, Need.timing, _fake_latency(10.0, 1.0, 0.1, 0.02))
@@ -652,7 +652,7 @@ def test_two_runs_saving_one_baseline_the_second_is_refused(invoke, tmp_path: Pa
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 29, item 8: while this run measures, another run writes the baseline: this one
     does not replace it (exit 2, one line) and does not say "wrote"."""
-    from torchinspect.analysis import check as core
+    from torchinspect import check as core
 
     out = tmp_path / "main.json"
     assert invoke("check", "zoo:mnist-net", "--save-baseline", out).exit_code == 0

@@ -268,7 +268,7 @@ def test_output_is_written(invoke, tmp_path: Path):
     out = tmp_path / "s.json"
     result = invoke("summary", "zoo:convnet", "--format", "json", "--output", out)
     assert result.exit_code == 0, result.output
-    assert json.loads(out.read_text())["schema"] == "torchinspect/summary/v3"
+    assert json.loads(out.read_text())["schema"] == "torchinspect/summary/v4"
     assert [p.name for p in tmp_path.iterdir()] == ["s.json"]  # no temporary left behind
 
 

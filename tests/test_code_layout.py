@@ -31,13 +31,17 @@ LONG_BY_DESIGN = {
 }
 
 
+ZOO = ROOT / "models_zoo"  # installed as torchinspect.zoo (pyproject's package-dir)
+
+
 def _modules() -> dict[str, Path]:
     out = {}
-    for path in sorted(PACKAGE.rglob("*.py")):
-        parts = list(path.relative_to(SRC).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join(parts)] = path
+    for base, prefix in ((PACKAGE, ["torchinspect"]), (ZOO, ["torchinspect", "zoo"])):
+        for path in sorted(base.rglob("*.py")):
+            parts = prefix + list(path.relative_to(base).with_suffix("").parts)
+            if parts[-1] == "__init__":
+                parts.pop()
+            out[".".join(parts)] = path
     return out
 
 
@@ -159,6 +163,45 @@ def test_no_two_modules_import_each_other() -> None:
     assert _cycles(graph) == []
 
 
+def _layers_contract() -> dict:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())
+    return next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
+
+
+def _diagram_in(page: Path) -> str:
+    """The layer diagram of a docs page: the fenced block that starts with ``cli > report``,
+    its lines joined (the docs wrap it over several lines)."""
+    blocks = page.read_text().split("```")
+    diagram = next(b for b in blocks[1::2] if b.strip().startswith("cli > report"))
+    return " ".join(diagram.split())
+
+
+@pytest.mark.parametrize("page", ["development.md", "development-layout.md"])
+def test_the_layer_diagram_in_the_docs_is_the_import_linter_contract(page: str) -> None:
+    contract = _layers_contract()
+    assert contract["exhaustive"] is True and contract["containers"] == ["torchinspect"]
+    layers = [layer for layer in contract["layers"] if layer != "__main__"]
+    assert _diagram_in(ROOT / "docs" / page) == " > ".join(layers), (
+        f"docs/{page}: the layer diagram differs from pyproject.toml's layers contract")
+    # every package and root module of ours has a place in the diagram (exhaustive)
+    named = {name.strip() for layer in contract["layers"] for name in layer.split("|")}
+    children = {path.stem if path.is_file() else path.name for path in PACKAGE.iterdir()
+                if (path.suffix == ".py" and path.stem != "__init__")
+                or (path / "__init__.py").is_file()}
+    assert children == named
+
+
+def test_the_wheel_lists_every_package_and_serves_the_zoo_from_models_zoo() -> None:
+    config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]
+    assert config["package-dir"] == {"": "src", "torchinspect.zoo": "models_zoo"}
+    on_disk = {".".join(p.parent.relative_to(SRC).parts) for p in PACKAGE.rglob("__init__.py")}
+    assert set(config["packages"]) == on_disk | {"torchinspect.zoo"}
+    assert not (PACKAGE / "zoo").exists()
+    import torchinspect.zoo
+
+    assert Path(torchinspect.zoo.__file__).parent == ZOO  # the editable install maps it
+
+
 def _functions(tree: ast.AST) -> Iterator[ast.FunctionDef | ast.AsyncFunctionDef]:
     for node in ast.walk(tree):
         if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -231,15 +274,59 @@ def test_one_signature_shape_for_functions_that_take_a_model(name: str) -> None:
     assert (options.annotation, options.default) == ("ModelOptions | None", None)
 
 
-def test_old_keyword_names_still_work_with_a_warning() -> None:
+# every public keyword that was renamed: (function, old keyword, new keyword, other arguments)
+RENAMED_KEYWORDS = [
+    ("make_case", "model_or_spec", "model", {"inputs": "1,4"}),
+    ("summarize", "model_or_spec", "model", {"inputs": "1,4", "memory": "none"}),
+    ("count_params", "model_or_spec", "model", {}),
+    ("count_flops", "model_or_spec", "model", {"inputs": "1,4"}),
+    ("diagnose", "model_or_spec", "model", {"inputs": "1,4", "device": "meta"}),
+    ("predict_memory", "model_or_case", "model", {"inputs": "1,4", "train": False}),
+    ("build_graph", "case_or_model", "model", {"inputs": "1,4", "kind": "module"}),
+    ("export_onnx", "case_or_model", "model", {"path": "not-onnx.txt", "inputs": "1,4"}),
+]
+
+
+def test_every_renamed_keyword_is_listed() -> None:
+    """Every ``@renamed_keywords`` in the package has a row above (and no row is stale)."""
+    found = set()
+    for module, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if not isinstance(node, ast.FunctionDef):
+                continue
+            for dec in node.decorator_list:
+                if isinstance(dec, ast.Call) and getattr(dec.func, "id", "") == "renamed_keywords":
+                    assert not node.name.startswith("_"), f"{module}.{node.name}: not public"
+                    found |= {(node.name, kw.arg, kw.value.value) for kw in dec.keywords
+                              if isinstance(kw.value, ast.Constant)}
+    assert found == {(fn, old, new) for fn, old, new, _ in RENAMED_KEYWORDS}
+
+
+@pytest.mark.parametrize(("name", "old", "new", "kwargs"), RENAMED_KEYWORDS,
+                         ids=[row[0] for row in RENAMED_KEYWORDS])
+def test_old_keyword_names_still_work_with_a_warning(name: str, old: str, new: str,
+                                                     kwargs: dict, tmp_path, monkeypatch) -> None:
+    from torch import nn
+
+    monkeypatch.chdir(tmp_path)
+    fn = getattr(torchinspect, name)
+    model = nn.Linear(4, 2)
+    with pytest.warns(DeprecationWarning, match=rf"{name}\({old}=\.\.\.\) is deprecated; "
+                                                rf"use {new}="):
+        try:
+            result = fn(**{old: model}, **kwargs)
+        except torchinspect.InspectError as exc:  # reached the function: not a TypeError
+            assert name == "export_onnx" and "not-onnx.txt" in exc.message
+            result = None
+    if name == "count_params":
+        assert result.total == fn(model).total == 4 * 2 + 2
+    with pytest.raises(TypeError, match=f"got both {old}= and {new}="):
+        fn(**{old: model, new: model}, **kwargs)
+
+
+def test_a_model_case_is_taken_as_it_is() -> None:
     from torch import nn
 
     model = nn.Linear(4, 2)
-    with pytest.warns(DeprecationWarning, match=r"count_params\(model_or_spec=...\)"):
-        old = torchinspect.count_params(model_or_spec=model)
-    assert old.total == torchinspect.count_params(model).total == 4 * 2 + 2
-    with pytest.warns(DeprecationWarning, match="case_or_model"):
-        graph = torchinspect.build_graph(case_or_model=model, inputs="1,4", kind="module")
-    assert graph.nodes
     case = torchinspect.make_case(model, "1,4")
     assert torchinspect.make_case(case) is case  # a ModelCase is taken as it is

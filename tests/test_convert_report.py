@@ -1,9 +1,9 @@
-"""The convert report's table stays small and fast whatever the metadata (issue 20, item 16)."""
+"""The convert report's table stays small whatever the metadata (issue 20, item 16); its time
+is measured by benchmarks/cpu_cost.py, not asserted here."""
 
 from __future__ import annotations
 
 import json
-import time
 from pathlib import Path
 
 import torch
@@ -13,14 +13,11 @@ def test_long_metadata_value_is_truncated_in_the_table_and_full_in_json(tmp_path
     value = "x" * 2_000_000
     src = tmp_path / "meta.pt"
     torch.save({"state_dict": {"w": torch.zeros(2)}, "note": value}, src)
-    start = time.perf_counter()
     table = invoke("convert", src, tmp_path / "a.safetensors")
-    elapsed = time.perf_counter() - start
     assert table.exit_code == 0, table.output[-500:]
     assert len(table.output) < 10_000, len(table.output)  # the table shows a prefix, not 2 MB
     shown = f"({len('note = ' + value):,} characters; --format json shows all)"
     assert shown in " ".join(table.output.split())
-    assert elapsed < 60
     report = invoke("convert", src, tmp_path / "b.safetensors", "-f", "json")
     assert report.exit_code == 0
     assert json.loads(report.output)["metadata"]["note"] == value

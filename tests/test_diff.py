@@ -18,7 +18,8 @@ from test_checkpoint_helpers import (
     save_plain,
     save_simulated_gpu,
 )
-from torchinspect.io.diff import Verdict, checkpoint_side, compare_values, diff_state_dicts
+from torchinspect.checkpoints.diff import Verdict, compare_values, diff_state_dicts
+from torchinspect.io.compare import checkpoint_side
 
 
 def test_identical_checkpoints_load_strict(tmp_path: Path, invoke) -> None:

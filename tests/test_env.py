@@ -62,7 +62,7 @@ def test_env_json_matches_the_running_torch(invoke):
 
 
 def test_env_json_torchvision_version(invoke):
-    torchvision = pytest.importorskip("torchvision")
+    import torchvision  # a required dependency: a broken install fails, never skips
     assert env_json(invoke)["torchvision"] == torchvision.__version__
 
 
@@ -203,7 +203,7 @@ def test_env_versions_without_importing_torch(tmp_path):
     assert data["runtime"] is False and data["cuda_available"] is None
     assert data["torch"] == torch.__version__  # with its +cuXXX tag, as torch says
     assert data["cuda_version"] == torch.version.cuda
-    torchvision = pytest.importorskip("torchvision")
+    import torchvision  # a required dependency: a broken install fails, never skips
     assert data["torchvision"] == torchvision.__version__
     for name in ("timm", "transformers"):
         assert data[name] == importlib.metadata.version(name)

@@ -765,7 +765,7 @@ def test_random_init_is_said_and_transforms_do_not_claim_weights(invoke, tmp_pat
 
 
 def test_a_default_batch_too_big_for_memory_runs_in_smaller_forwards(tmp_path, monkeypatch):
-    from torchinspect.features import memory
+    from torchinspect.features import batch_fit as memory
 
     _images(tmp_path / "imgs", n=5)
     net = _tiny()

@@ -222,14 +222,14 @@ def test_golden_flops_at_80_columns(invoke, golden, monkeypatch) -> None:
 
 
 def test_notes_wrap_at_word_boundaries_in_a_narrow_terminal(invoke, monkeypatch) -> None:
-    from torchinspect.analysis.conventions import CONVENTION_NOTES
+    from torchinspect.analysis.conventions import convention_notes
 
     monkeypatch.setenv("COLUMNS", "40")
     for args in (["flops", "zoo:convnet"], ["flops", "zoo:convnet", "zoo:mnist-net"]):
         result = invoke(*args)
         assert result.exit_code == 0, result.output
         words = result.output.split()
-        for note in CONVENTION_NOTES:  # every word whole, in order: wrapped between words
+        for note in convention_notes():  # every word whole, in order: wrapped between words
             assert " ".join(note.split()) in " ".join(words), (args, note)
         heading = result.output.split("\n\n")[0]
         assert "multiply-accumulates" not in heading  # not a heading over the table

@@ -69,3 +69,19 @@ def test_sentence_tables_fold_without_a_terminal() -> None:
     assert max(len(line) for line in _text(Report("x", {}, [plain]), None).splitlines()) > 200
     narrow = _text(Report("x", {}, [folded]), 72)
     assert max(len(line) for line in narrow.splitlines()) <= 72
+
+
+def test_a_golden_that_does_not_add_up_is_refused(golden, tmp_path) -> None:
+    """--update-golden checks the invariants first (column sums equal the totals), as
+    torchinfo does on every golden: a table whose rows do not add up is never written."""
+    from pathlib import Path
+
+    import golden_invariants
+
+    text = (Path(__file__).parent / "golden" / "summary_resnet18_depth2.txt").read_text()
+    assert golden_invariants.problems(text) == []
+    broken = text.replace("147,968", "147,969")  # layer1 no longer its children's sum
+    assert golden_invariants.problems(broken) == [
+        "resnet18: Params 11,689,512 but its rows below add up to 11,689,513"]
+    with pytest.raises(pytest.fail.Exception, match="breaks the golden invariants"):
+        golden("summary_resnet18_depth2.txt", broken)

@@ -44,7 +44,7 @@ def test_json_schema_and_totals(invoke) -> None:
     result = invoke("summary", "resnet18", "--format", "json")
     assert result.exit_code == 0, result.output
     data = json.loads(result.output)
-    assert data["schema"] == "torchinspect/summary/v3"
+    assert data["schema"] == "torchinspect/summary/v4"
     assert data["totals"]["params"] == R18["num_params"]
     assert data["totals"]["flops"] == 2 * data["totals"]["macs"]
     assert data["layers"][0]["type"] == "ResNet"
@@ -112,7 +112,7 @@ def test_summarize_api_object_and_columns() -> None:
     assert s.to_dict()["layers"][1]["kernel"] == "3×3 p1"
     from torchinspect.report.summary import summary_report
 
-    assert summary_report(s).schema == "torchinspect/summary/v3"
+    assert summary_report(s).schema == "torchinspect/summary/v4"
 
 
 def test_depth_zero_is_one_row() -> None:
@@ -417,9 +417,10 @@ def test_memory_lines_are_the_memory_commands_numbers(invoke) -> None:
     totals = json.loads(result.output)["totals"]
     want = _predicted("zoo:llama-tiny", train=True)
     assert totals["memory_method"] == "predicted" and totals["memory_device"] == "cuda"
-    assert totals["peak_inference_bytes"] == want.inference.peak == totals["total_bytes"]
+    assert totals["peak_inference_bytes"] == want.inference.peak
     assert totals["peak_inference_at"] == want.inference.where
-    assert totals["activation_bytes"] == want.inference.breakdown["activations"]
+    assert totals["predicted_activation_bytes"] == want.inference.breakdown["activations"]
+    assert "activation_bytes" not in totals and "total_bytes" not in totals  # one meaning each
     assert totals["peak_training_bytes"] == want.training.peak
     assert totals["training_optimizer"] == "adamw"
     # the peak is more than the weights, and not the sum of every leaf output
@@ -436,8 +437,9 @@ def test_memory_lines_are_labelled(invoke) -> None:
     old = invoke("summary", "resnet18", "--depth", "0", "--memory", "none", "-f", "json")
     totals = json.loads(old.output)["totals"]
     assert totals["memory_method"] == "leaf outputs" and totals["peak_inference_bytes"] is None
-    assert totals["total_bytes"] == (totals["param_bytes"] + totals["buffer_bytes"]
-                                     + totals["input_bytes"] + totals["activation_bytes"])
+    assert totals["estimated_total_bytes"] == (totals["param_bytes"] + totals["buffer_bytes"]
+                                               + totals["input_bytes"] + totals["leaf_output_bytes"])
+    assert totals["predicted_activation_bytes"] is None
     bad = invoke("summary", "resnet18", "--memory", "most")
     assert bad.exit_code == 2 and "--memory 'most'" in bad.output
 

@@ -13,7 +13,8 @@ from torch.utils.flop_counter import FlopCounterMode
 import torchinspect as ti
 from torchinspect.errors import InspectError
 from torchinspect.trace import trace_model
-from torchinspect.trace.counting import _fused_rnn_macs, _grouped_mm_macs, grouped_mm_meta
+from torchinspect.trace.counting import grouped_mm_meta
+from torchinspect.trace.formulas import _fused_rnn_macs, _grouped_mm_macs
 
 
 def flop_counter_macs(model: nn.Module, *args: object, **kwargs: object) -> int:
@@ -96,7 +97,7 @@ def test_fused_kernel_formula_matches_the_meta_path_with_projections() -> None:
     rnn = nn.LSTM(16, 32, num_layers=2, bidirectional=True, proj_size=8)
     x = torch.randn(5, 2, 16)
     weights = [p for _, p in rnn.named_parameters()]
-    assert _fused_rnn_macs((x, weights), None) == rnn_formula(rnn, 10)
+    assert _fused_rnn_macs((x, weights), {}, None) == rnn_formula(rnn, 10)
     assert ti.count_flops(rnn, x, device="meta").macs == rnn_formula(rnn, 10)
 
 
@@ -106,7 +107,7 @@ def test_grouped_mm_formula_and_meta_shape() -> None:
     offs = torch.tensor([3, 6, 9, 12], dtype=torch.int32, device="meta")
     out = grouped_mm_meta((tokens, experts, offs), {})
     assert out.shape == (12, n)
-    assert _grouped_mm_macs((tokens, experts, offs), out) == 12 * k * n  # each row uses one expert
+    assert _grouped_mm_macs((tokens, experts, offs), {}, out) == 12 * k * n  # each row uses one expert
     batched = grouped_mm_meta((torch.empty(groups, 5, k, device="meta"), experts), {})
     assert batched.shape == (groups, 5, n)
 
@@ -176,7 +177,7 @@ def test_training_run_does_not_move_batch_norm_statistics() -> None:
 
 @pytest.mark.slow
 def test_fasterrcnn_passed_by_the_user_still_runs_after_summarize() -> None:
-    torchvision = pytest.importorskip("torchvision")
+    import torchvision  # a required dependency: a broken install fails, never skips
     model = torchvision.models.detection.fasterrcnn_mobilenet_v3_large_320_fpn(
         weights=None, weights_backbone=None).eval()
     x = [torch.rand(3, 320, 320)]

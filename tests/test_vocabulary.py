@@ -1,7 +1,7 @@
 """One vocabulary across the commands (issue 24): a test walks every command's options.
 
-The same option name means the same thing (same help text, or an equivalence declared
-below with its reason) and has the same type in every command; the short names are the
+The same option name means the same thing (same help text, or each command's meaning declared
+in MEANINGS, checked against its help and default) and has the same type in every command; the short names are the
 same everywhere (``-f`` = ``--format``, ``-o`` = ``--output``, ``-b`` = ``--batch``, ...).
 Hidden options are deprecated aliases and stay out of the vocabulary.
 """
@@ -27,6 +27,7 @@ class Opt:
     names: tuple[str, ...]  # every spelling, e.g. ("-f", "--format")
     type: str
     help: str
+    default: Any = None
 
 
 def _type(param: Any) -> str:
@@ -52,7 +53,7 @@ def _options() -> list[Opt]:
                 continue
             long = next((o for o in p.opts if o.startswith("--")), p.opts[0])
             out.append(Opt(command, long, (*p.opts, *p.secondary_opts), _type(p),
-                           " ".join((p.help or "").split())))
+                           " ".join((p.help or "").split()), p.default))
     return out
 
 
@@ -64,23 +65,99 @@ for _o in OPTIONS:
     BY_NAME[_o.name].append(_o)
 SHARED = sorted(n for n, opts in BY_NAME.items() if len({o.command for o in opts}) > 1)
 
-# one meaning, worded for each command (the reason is the meaning they share)
-EQUIVALENT = {
-    "--device": "where the model runs or is traced; each command says its default",
-    "--output": "where the command's product goes; each help says what it is",
-    "--depth": "the deepest module level shown",
-    "--dtype": "the dtype the weights/compute are cast to",
-    "--all": "list every row instead of the most common (JSON always lists all)",
-    "--atol": "absolute tolerance of a value comparison",
-    "--rtol": "relative tolerance of a value comparison",
-    "--allow-partial": "accept a state_dict that leaves some tensors without a value",
-    "--auto-prefix": "apply the best prefix remap of the keys",
-    "--shard-size": "the largest shard file (e.g. 500MB)",
-    "--strict": "require every key to match when a state_dict is loaded (strict=True)",
-    "--batch": "the batch dimension a forward runs with (prepended to --input shapes)",
-    "--train": "training mode instead of eval (summary/flops trace it, memory predicts a step)",
-    "--verify": "run the real thing and compare it with what the command produced; exit 1 "
-                "beyond the tolerance",
+# Options whose wording or default differs between commands. Each command's meaning is stated
+# here, with words its help must say and its default, so a difference is a documented, checked
+# fact and never a switched-off check: (meaning, words in the help, default). "*" is the shared
+# meaning of every command not named (their helps must then be one text). A command that adds
+# the option must be named here or use the shared wording, or the test fails.
+MEANINGS: dict[str, dict[str, tuple[str, str, Any]]] = {
+    "--device": {
+        "*": ("where the model is traced: meta, with a CPU fallback", "where to trace", "auto"),
+        "graph": ("autograd graph: where the forward runs; module graph: where it is traced",
+                  "autograd: where the forward runs", "auto"),
+        "export": ("where the model runs for the export (auto = cpu)",
+                   "where the model runs for export", "auto"),
+        "doctor": ("where the checks that need real numbers run (the rest use meta)",
+                   "where the checks that need real numbers", "cpu"),
+        "bench": ("where the timed forwards run", "where to run", "cpu"),
+        "features": ("where the extraction runs; one GPU per rank under torchrun",
+                     "where to run", "cpu"),
+        "report": ("trace on meta; real runs (--bench, --doctor-run) on the CPU",
+                   "auto = trace on meta", "auto"),
+        "memory": ("the device the prediction is FOR (nothing runs there): cuda or cpu",
+                   "the device the prediction is for", "cuda"),
+    },
+    "--output": {
+        "*": ("where the report goes (an atomic file)", "write the report to FILE", None),
+        "convert": ("the converted checkpoint (the product; the report goes to stdout)",
+                    "the converted checkpoint to write", None),
+        "graph": ("the picture or its source (the product)", "the picture", None),
+        "export": ("the ONNX file (the product)", "the ONNX file to write", None),
+        "features": ("the output folder of shards and manifest (the product)",
+                     "output folder", None),
+    },
+    "--depth": {
+        "*": ("the deepest module level shown as rows", "deepest module level shown", 3),
+        "graph": ("the module depth below which the graph collapses into one node",
+                  "collapse everything below this module depth", None),
+    },
+    "--dtype": {
+        "convert": ("the dtype floating tensors are cast to (default: kept)",
+                    "cast floating tensors", None),
+        "bench": ("weights and float inputs cast to it; a comma list sweeps",
+                  "weights and float inputs cast to this dtype", "fp32"),
+        "features": ("the compute dtype (fp16/bf16 through autocast)", "compute dtype", "fp32"),
+        "memory": ("weights and float inputs cast to it (default: kept)",
+                   "cast weights and float inputs", None),
+    },
+    "--all": {command: ("list every row instead of the most common; JSON always lists all",
+                        "JSON always lists all", False) for command in ("convert", "graph", "export")},
+    "--atol": {
+        "diff": ("absolute tolerance of --values", "absolute tolerance", 1e-08),
+        "export": ("absolute tolerance of the ONNX verification", "absolute tolerance", 1e-4),
+    },
+    "--rtol": {
+        "diff": ("relative tolerance of --values", "relative tolerance", 1e-05),
+        "export": ("relative tolerance of the ONNX verification", "relative tolerance", 1e-3),
+    },
+    "--allow-partial": {
+        "diff": ("exit 0 when some of A's tensors get no value", "get no value", False),
+        "convert": ("write even when some model tensors get no value (with --arch)",
+                    "get no value", False),
+    },
+    "--auto-prefix": {
+        "diff": ("apply the best prefix remap of B's keys", "apply the best prefix remap", False),
+        "convert": ("apply the best prefix remap of the keys, as diff does",
+                    "apply the best prefix remap", False),
+    },
+    "--shard-size": {
+        "convert": ("the largest safetensors shard (default: one file)", "at most SIZE", None),
+        "features": ("the largest feature shard file", "largest shard file", "1GB"),
+    },
+    "--strict": {
+        "*": ("the loaded weights must match every key (strict=True)",
+              "require every key to match", True),
+        "diff": ("exit 1 unless B loads with strict=True (a check, so off by default)",
+                 "unless B loads into A with strict=True", False),
+    },
+    "--batch": {
+        "*": ("the batch dimension prepended to the --input shapes", "batch size (prepended", None),
+        "bench": ("the batch sizes of the sweep", "batch sizes to sweep", None),
+        "memory": ("the batch sizes to predict", "batch sizes to predict", None),
+        "features": ("inputs per forward (default 64, smaller when it does not fit)",
+                     "the batch a forward runs with", None),
+    },
+    "--train": {
+        "*": ("trace in training mode (default eval)", "trace in training mode", False),
+        "memory": ("also predict a training step: on by default, the command's purpose",
+                   "also predict a training step", True),
+    },
+    "--verify": {
+        "export": ("run the ONNX file in onnxruntime and compare (on when installed)",
+                   "compare with PyTorch", None),
+        "memory": ("run the steps on the GPU and compare with the prediction",
+                   "compare each phase with the prediction", False),
+    },
 }
 # a command that sweeps takes a list where the others take one value
 TYPE_EXCEPTIONS = {("bench", "--batch"): "a sweep: --batch 1,8,32",
@@ -111,10 +188,27 @@ def test_same_name_same_meaning_and_type(name: str) -> None:
     opts = BY_NAME[name]
     types_ = {o.type for o in opts if (o.command, name) not in TYPE_EXCEPTIONS}
     assert len(types_) == 1, {o.command: o.type for o in opts}
-    if name not in EQUIVALENT:
+    if name not in MEANINGS:  # one meaning, one help text
         helps = {o.help for o in opts}
         assert len(helps) == 1, {o.command: o.help for o in opts}
     assert all(o.help for o in opts), [o.command for o in opts if not o.help]
+
+
+@pytest.mark.parametrize("name", sorted(MEANINGS))
+def test_an_option_whose_meaning_differs_says_so_in_each_command(name: str) -> None:
+    """Each command's meaning of the option is declared in MEANINGS, its help says it and its
+    default is the declared one; the commands that share the "*" meaning share one help."""
+    table = MEANINGS[name]
+    opts = BY_NAME[name]
+    assert set(table) - {"*"} <= {o.command for o in opts}, "a row for a command without it"
+    for o in opts:
+        declared = table.get(o.command, table.get("*"))
+        assert declared is not None, f"{o.command} {name}: declare its meaning in MEANINGS"
+        meaning, words, default = declared
+        assert words in o.help, (o.command, name, meaning, o.help)
+        assert o.default == default, (o.command, name, meaning, o.default)
+    shared = {o.help for o in opts if o.command not in table}
+    assert len(shared) <= 1, {o.command: o.help for o in opts if o.command not in table}
 
 
 @pytest.mark.parametrize("short", sorted(SHORT))

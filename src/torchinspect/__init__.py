@@ -29,6 +29,10 @@ _LAZY = {
     # views over one trace
     "trace_model": "torchinspect.trace",
     "Trace": "torchinspect.trace",
+    "register_mac_formula": "torchinspect.trace.formulas",
+    "unregister_mac_formula": "torchinspect.trace.formulas",
+    "mac_formulas": "torchinspect.trace.formulas",
+    "MacFormulaEntry": "torchinspect.trace.formulas",
     "summarize": "torchinspect.analysis",
     "Summary": "torchinspect.analysis",
     "count_params": "torchinspect.analysis",
@@ -37,13 +41,13 @@ _LAZY = {
     "FlopsResult": "torchinspect.analysis",
     "diagnose": "torchinspect.analysis.doctor",
     "DoctorResult": "torchinspect.analysis.doctor",
-    "check_budgets": "torchinspect.analysis.check",
-    "CheckResult": "torchinspect.analysis.check",
+    "check_budgets": "torchinspect.check",
+    "CheckResult": "torchinspect.check",
     # checkpoints
     "read_checkpoint": "torchinspect.io.checkpoint",
     "Checkpoint": "torchinspect.io.checkpoint",
-    "diff_state_dicts": "torchinspect.io.diff",
-    "DiffResult": "torchinspect.io.diff",
+    "diff_state_dicts": "torchinspect.checkpoints.diff",
+    "DiffResult": "torchinspect.checkpoints.diff",
     "convert_checkpoint": "torchinspect.checkpoints",
     "ConvertResult": "torchinspect.checkpoints",
     # the other command cores
@@ -71,14 +75,16 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.analysis import count_flops as count_flops
     from torchinspect.analysis import count_params as count_params
     from torchinspect.analysis import summarize as summarize
-    from torchinspect.analysis.check import CheckResult as CheckResult
-    from torchinspect.analysis.check import check_budgets as check_budgets
     from torchinspect.analysis.doctor import DoctorResult as DoctorResult
     from torchinspect.analysis.doctor import diagnose as diagnose
     from torchinspect.bench import BenchResult as BenchResult
     from torchinspect.bench import benchmark as benchmark
+    from torchinspect.check import CheckResult as CheckResult
+    from torchinspect.check import check_budgets as check_budgets
     from torchinspect.checkpoints import ConvertResult as ConvertResult
     from torchinspect.checkpoints import convert_checkpoint as convert_checkpoint
+    from torchinspect.checkpoints.diff import DiffResult as DiffResult
+    from torchinspect.checkpoints.diff import diff_state_dicts as diff_state_dicts
     from torchinspect.env import EnvInfo as EnvInfo
     from torchinspect.env import collect_env as collect_env
     from torchinspect.errors import ExitStatus as ExitStatus
@@ -95,8 +101,6 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.inputs import parse_inputs as parse_inputs
     from torchinspect.io.checkpoint import Checkpoint as Checkpoint
     from torchinspect.io.checkpoint import read_checkpoint as read_checkpoint
-    from torchinspect.io.diff import DiffResult as DiffResult
-    from torchinspect.io.diff import diff_state_dicts as diff_state_dicts
     from torchinspect.memory import MemoryResult as MemoryResult
     from torchinspect.memory import predict_memory as predict_memory
     from torchinspect.overview import Overview as Overview
@@ -109,6 +113,10 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.sources.case import make_case as make_case
     from torchinspect.trace import Trace as Trace
     from torchinspect.trace import trace_model as trace_model
+    from torchinspect.trace.formulas import MacFormulaEntry as MacFormulaEntry
+    from torchinspect.trace.formulas import mac_formulas as mac_formulas
+    from torchinspect.trace.formulas import register_mac_formula as register_mac_formula
+    from torchinspect.trace.formulas import unregister_mac_formula as unregister_mac_formula
 
 __all__ = ["__version__", *_LAZY]
 

@@ -26,6 +26,10 @@ ALIASES: dict[str, str] = {
     "int16": "int16", "int8": "int8", "uint8": "uint8", "bool": "bool",
 }
 
+# floating-point (and complex) types: what a cast or a trainable parameter can be
+FLOATING: frozenset[str] = frozenset(
+    {"float16", "bfloat16", "float32", "float64", "complex64", "complex128"})
+
 # the float types a run can use (bench --dtype, features --dtype): short name -> torch name
 SHORT: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 

@@ -3,7 +3,7 @@ thop, torchinfo and fvcore count the same model (``--cross-check``).
 
 A module row's ``macs`` include everything inside it (what fvcore's and DeepSpeed's tables
 show); ``self_macs`` are the MACs of ops run directly in its own forward, whatever
-``depth`` is: the convention of summary and params too (``analysis/tree.py``)."""
+``depth`` is: the convention of summary and params too (``trace/tree.py``)."""
 
 from __future__ import annotations
 
@@ -15,12 +15,12 @@ from typing import Any
 from torchinspect import device as devices
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
-from torchinspect.analysis.tree import macs_by_op, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case, materialize
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import Trace
+from torchinspect.trace.tree import macs_by_op, never_ran_notes, shown_tree
 
 
 @dataclass

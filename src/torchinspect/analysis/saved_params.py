@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.arguments import check_depth
+from torchinspect.dtypes import FLOATING
 from torchinspect.errors import InspectError
 from torchinspect.io.checkpoint import read_checkpoint_meta
 from torchinspect.io.formats import CheckpointFormat, detect_format
@@ -22,7 +23,6 @@ from torchinspect.io.formats import CheckpointFormat, detect_format
 # state_dict names torch's own modules give their buffers (BatchNorm, HF position ids, ...)
 BUFFER_NAMES = frozenset({"running_mean", "running_var", "num_batches_tracked", "position_ids",
                           "token_type_ids", "inv_freq", "attn_mask", "masked_bias", "mask"})
-_FLOATING = ("float16", "bfloat16", "float32", "float64", "complex64", "complex128")
 
 
 @dataclass
@@ -90,7 +90,7 @@ class SavedParams:
 def is_likely_buffer(key: str, dtype: str) -> bool:
     """A guess from the name (``running_mean``...) or an integer/bool dtype: parameters are
     floating point, buffers often are not."""
-    return key.rpartition(".")[2] in BUFFER_NAMES or dtype not in _FLOATING
+    return key.rpartition(".")[2] in BUFFER_NAMES or dtype not in FLOATING
 
 
 def is_bare_checkpoint(spec: Any, arch: str | None, trust_pickle: bool) -> bool:

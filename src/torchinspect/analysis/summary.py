@@ -1,6 +1,6 @@
 """`inspect summary`: a Keras/torchinfo-like layer table with totals, from one Trace.
 
-Row numbers follow the convention of ``analysis/tree.py``: Params and MACs include
+Row numbers follow the convention of ``trace/tree.py``: Params and MACs include
 everything inside the module (the root row is the model total), Self columns are the module's
 own. Returns a `Summary` dataclass; ``report/summary.py`` presents it."""
 
@@ -13,7 +13,6 @@ from typing import Any
 from torchinspect.analysis.conventions import conventions
 from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.saved_params import is_bare_checkpoint
-from torchinspect.analysis.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.io.formats import CheckpointFormat, detect_format
@@ -25,6 +24,7 @@ from torchinspect.shapes import format_shape_tree, shape_lists
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
+from torchinspect.trace.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
 
 
 class Column(StrEnum):
@@ -124,18 +124,33 @@ class Totals:
     param_bytes_by_dtype: dict[str, int]
     buffer_bytes: int
     input_bytes: int
+    leaf_output_bytes: int  # the sum of every leaf module's outputs (torchinfo's estimate)
+    estimated_total_bytes: int  # weights + buffers + input + leaf_output_bytes
     # with a memory prediction (the default): the activations allocated at the predicted
-    # inference peak and that peak; without one (--memory none or a failed prediction): the
-    # sum of leaf-module outputs and weights + buffers + input + that sum (``memory_method``)
-    activation_bytes: int
-    total_bytes: int
-    memory_method: str = "leaf outputs"  # predicted | leaf outputs
+    # inference peak (the peak itself is peak_inference_bytes); None without one
+    predicted_activation_bytes: int | None = None
+    memory_method: str = "leaf outputs"  # predicted | leaf outputs: which figures the table shows
     memory_device: str | None = None  # the allocator the prediction follows (cuda)
     peak_inference_bytes: int | None = None
     peak_inference_at: str | None = None  # "inference at layer1.0.conv1"
     peak_training_bytes: int | None = None  # --memory train
     peak_training_at: str | None = None
     training_optimizer: str | None = None
+
+    @property
+    def activation_bytes(self) -> int:
+        """The activations a table shows: predicted at the inference peak when there is a
+        prediction, else the sum of leaf outputs (``memory_method`` says which)."""
+        if self.predicted_activation_bytes is not None:
+            return self.predicted_activation_bytes
+        return self.leaf_output_bytes
+
+    @property
+    def total_bytes(self) -> int:
+        """The memory a table shows: the predicted inference peak, else the estimate."""
+        if self.peak_inference_bytes is not None:
+            return self.peak_inference_bytes
+        return self.estimated_total_bytes
 
 
 @dataclass
@@ -180,14 +195,14 @@ def totals_of(trace: Trace, memory: MemoryResult | None = None) -> Totals:
         params=p.total, trainable=p.trainable, frozen=p.frozen, buffers=p.buffers,
         macs=trace.total_macs, flops=2 * trace.total_macs, param_bytes=p.param_bytes,
         param_bytes_by_dtype={k: v.bytes for k, v in p.by_dtype.items()},
-        buffer_bytes=p.buffer_bytes, input_bytes=trace.input_bytes, activation_bytes=act,
-        total_bytes=p.param_bytes + p.buffer_bytes + trace.input_bytes + act,
+        buffer_bytes=p.buffer_bytes, input_bytes=trace.input_bytes, leaf_output_bytes=act,
+        estimated_total_bytes=p.param_bytes + p.buffer_bytes + trace.input_bytes + act,
     )
     if memory is not None and memory.inference is not None:
         run = memory.inference
         totals.memory_method, totals.memory_device = "predicted", memory.device
-        totals.activation_bytes = run.breakdown.get("activations", 0)
-        totals.total_bytes = totals.peak_inference_bytes = run.peak
+        totals.predicted_activation_bytes = run.breakdown.get("activations", 0)
+        totals.peak_inference_bytes = run.peak
         totals.peak_inference_at = run.where
     if memory is not None and memory.training is not None:
         totals.peak_training_bytes = memory.training.peak

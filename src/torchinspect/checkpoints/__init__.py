@@ -1,7 +1,8 @@
 """The command cores of `inspect diff` and `inspect convert`, over io/.
 
 * ``sides.py`` — what a spec is (a checkpoint or a model) and the two sides of a diff
-  (``diff_specs``); the comparison itself is io/diff.py (metadata only).
+  (``diff_specs``); ``diff.py`` — the verdict of a diff and its load code, over the key
+  match of io/compare.py (metadata only).
 * ``convert.py`` — ``convert_checkpoint``: ``plan_convert`` (plan.py), ``write``
   (write.py, over io/writers.py and io/atomic.py), ``verify`` (verify.py).
 

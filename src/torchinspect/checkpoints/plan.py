@@ -19,10 +19,12 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.arguments import as_list
+from torchinspect.dtypes import FLOATING, SHORT
 from torchinspect.errors import InspectError
 from torchinspect.io.atomic import protected
-from torchinspect.io.diff import entry_meta
+from torchinspect.io.compare import entry_meta
 from torchinspect.io.entries import FilePool, LoadedInput, TensorSource
+from torchinspect.io.formats import writer_for
 from torchinspect.io.meta import TensorMeta
 from torchinspect.io.safetensors import scalar_metadata
 from torchinspect.io.state_dict import (
@@ -47,7 +49,7 @@ class CastDtype(StrEnum):
 
     @property
     def torch_name(self) -> str:
-        return {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}[self.value]
+        return SHORT[self.value]  # dtypes.py: the one table of dtype names
 
 
 class OutputKind(StrEnum):
@@ -56,8 +58,7 @@ class OutputKind(StrEnum):
     dcp = "dcp"  # a torch.distributed.checkpoint folder
 
 
-CASTABLE = frozenset({"float16", "bfloat16", "float32", "float64"})
-_PT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt")
+CASTABLE = frozenset(n for n in FLOATING if not n.startswith("complex"))  # real floats
 EXTRA_META_PREFIX = "torchinspect.extra_state."
 # what a DCP folder written by `inspect convert` holds (the mark names the writer)
 DCP_MARK = ".torchinspect-convert"
@@ -69,12 +70,9 @@ def output_kind(dst: str | os.PathLike[str]) -> OutputKind:
     path = Path(dst)
     if str(dst).endswith(("/", os.sep)):
         return OutputKind.dcp
-    if path.suffix == ".safetensors":
-        return OutputKind.safetensors
-    if path.suffix in _PT_SUFFIXES:
-        return OutputKind.pt
-    if path.suffix == ".dcp":
-        return OutputKind.dcp
+    writer = writer_for(path)  # the format registry: suffix -> the output that writes it
+    if writer is not None:
+        return OutputKind(writer)
     raise InspectError(f"{path}: unknown output format {path.suffix or '(no extension)'!r}",
                        hint="name OUT *.safetensors, *.pt / *.pth for a torch.save state_dict, "
                        "or NAME.dcp / NAME/ for a torch.distributed.checkpoint folder")

@@ -1,6 +1,6 @@
 """Diff sides for `inspect diff` and the target of `inspect convert --arch`: MODEL or CHECKPOINT specs.
 
-io/diff.py compares two sides from metadata; resolving a *model* spec needs ``sources``, so
+checkpoints/diff.py compares two sides from metadata (io/compare.py reads them); resolving a *model* spec needs ``sources``, so
 the command core lives here (torch-free until a model is built: a checkpoint-only diff never
 imports torch). Each file's format is detected once and passed down.
 """
@@ -11,17 +11,10 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.checkpoints.diff import DiffResult, compare_values, diff_state_dicts
 from torchinspect.errors import InspectError
-from torchinspect.io.diff import (
-    DiffResult,
-    DiffSide,
-    checkpoint_side,
-    compare_values,
-    diff_state_dicts,
-    model_side,
-    tied_groups,
-)
-from torchinspect.io.formats import detect_format
+from torchinspect.io.compare import DiffSide, checkpoint_side, model_side, tied_groups
+from torchinspect.io.formats import detect_format, suffixes
 from torchinspect.io.torch_load import python_path
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.sources.hf import folder_weights
@@ -29,7 +22,7 @@ from torchinspect.sources.hf import folder_weights
 if TYPE_CHECKING:
     from torchinspect.io.formats import CheckpointFormat
 
-_WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".tar", ".json")
+_WEIGHT_SUFFIXES = suffixes(holds=("weights", "layout"))  # named like weights: a missing file
 
 
 @dataclass(frozen=True)

@@ -15,9 +15,10 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from torchinspect.checkpoints.diff import Verdict, diff_state_dicts
 from torchinspect.checkpoints.plan import ConvertPlan, Entry, OutputKind, index_path
 from torchinspect.errors import ExitStatus, InspectError
-from torchinspect.io.diff import DiffSide, Verdict, diff_state_dicts, tensor_value
+from torchinspect.io.compare import DiffSide, tensor_value
 from torchinspect.io.entries import FilePool, TensorSource
 from torchinspect.io.formats import CheckpointFormat, detect_format
 from torchinspect.io.layouts import Layout, open_dcp
@@ -324,7 +325,7 @@ def _written_meta(plan: ConvertPlan) -> dict[str, Any]:
 
 
 def _check_target(plan: ConvertPlan) -> str:
-    """Does the written output load into the target by PyTorch's rules (io/diff.py)?"""
+    """Does the written output load into the target by PyTorch's rules (checkpoints/diff.py)?"""
     target = plan.target or {}
     got = _written_meta(plan)
     if plan.kind is OutputKind.safetensors:  # plain extra state went to __metadata__

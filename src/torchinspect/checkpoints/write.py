@@ -23,9 +23,10 @@ from torchinspect.checkpoints.plan import (
     index_path,
     needs_materialized,
 )
+from torchinspect.dtypes import short_name
 from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.io.atomic import atomic_folder, atomic_path, is_disk_full
-from torchinspect.io.diff import tensor_value
+from torchinspect.io.compare import tensor_value
 from torchinspect.io.entries import FilePool
 from torchinspect.io.writers import torch_dtype, write_pt_stream, write_safetensors_stream
 
@@ -136,7 +137,7 @@ def check_overflow(plan: ConvertPlan) -> None:
     inf = sum(a for a, _ in result.overflow.values())
     zero = sum(b for _, b in result.overflow.values())
     worst = max(result.overflow, key=lambda k: result.overflow[k])
-    flag = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32"}.get(cast_to or "", cast_to)
+    flag = short_name(cast_to or "") or cast_to
     text = (f"--dtype {flag}: {inf:,} value(s) overflow to inf and {zero:,} underflow to 0 "
             f"in {len(result.overflow)} tensor(s) (e.g. {worst!r}: {result.overflow[worst][0]:,} "
             f"to inf, {result.overflow[worst][1]:,} to 0)")

@@ -96,7 +96,7 @@ def check(
 ) -> None:
     """Enforce size budgets (params, MACs, MB, latency) and baselines on one or more models;
     exit 1 if any fails or cannot be built, 2 on a usage error."""
-    from torchinspect.analysis import check as core
+    from torchinspect import check as core
     from torchinspect.report.check import check_report
 
     protect = input_files([*(models or []), *opts.files(), config, baseline])

@@ -68,8 +68,8 @@ def diff(
     with --strict unless it loads with strict=True.
     """
     from torchinspect.checkpoints import diff_specs
+    from torchinspect.checkpoints.diff import Verdict
     from torchinspect.cli.common import tolerance
-    from torchinspect.io.diff import Verdict
     from torchinspect.report.diff import diff_report
     from torchinspect.sources.case import ModelOptions
 

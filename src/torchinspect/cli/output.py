@@ -150,5 +150,8 @@ def model_file_stem(spec: str) -> str:
     ``resnet18``, ``zoo:gpt`` -> ``gpt``, ``net.py:Net`` -> ``Net``, ``ckpt/model.pth`` ->
     ``model``, ``hf:org/bert`` -> ``bert``."""
     base = os.path.basename(spec.rstrip("/\\").split(":")[-1].rstrip("/\\"))
-    base = re.sub(r"\.(pth?|bin|ckpt|safetensors|tar|json|py|pkl|pt2|onnx)$", "", base)
+    from torchinspect.io.formats import suffixes  # the checkpoint-format registry (no torch)
+
+    known = next((s for s in (*suffixes(), ".py", ".onnx") if base.endswith(s)), "")
+    base = base[:len(base) - len(known)]
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", base).strip("._") or "model"

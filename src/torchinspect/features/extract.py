@@ -34,6 +34,7 @@ from torchinspect.features.plan import (
     DTYPE_NAMES,
     MAX_IMAGE_BYTES,
     ExtractPlan,
+    ExtractSetup,
     FeatureOptions,
     build_model,
     check_device,
@@ -147,11 +148,12 @@ def extract_features(
         max_image_size=max_image_size, progress=progress)
     compute, save, pool_, shard_bytes, max_image = check_options(opts)
     ranks = init_ranks(check_device(device))
-    plan = ExtractPlan(opts, ranks, ranks.device, compute, save, pool_, shard_bytes, max_image)
+    setup = ExtractSetup(opts, ranks, ranks.device, compute, save, pool_, shard_bytes, max_image)
     try:
-        with _locked(plan):
-            build_model(plan, model)
-            plan_inputs(plan, model, [os.fspath(i) for i in as_list(inputs)])
+        with _locked(setup):
+            built = build_model(setup, model)
+            planned = plan_inputs(setup, built, model, [os.fspath(i) for i in as_list(inputs)])
+            plan = ExtractPlan(**vars(setup), model=built, inputs=planned)
             manifest = _recovered(plan)
             return _extract(plan, manifest, t0)
     finally:
@@ -159,7 +161,7 @@ def extract_features(
 
 
 @contextlib.contextmanager
-def _locked(plan: ExtractPlan) -> Iterator[None]:
+def _locked(plan: ExtractSetup) -> Iterator[None]:
     """Rank 0 holds the output folder's lock for the whole run; every rank learns at once
     when it could not be taken."""
     error: InspectError | None = None
@@ -176,7 +178,7 @@ def _locked(plan: ExtractPlan) -> Iterator[None]:
         yield
 
 
-def _shared_error(plan: ExtractPlan, error: InspectError | None) -> None:
+def _shared_error(plan: ExtractSetup, error: InspectError | None) -> None:
     """Raise ``error`` here, and rank 0's error on every other rank (no rank waits forever
     at a barrier for a rank that gave up)."""
     message = plan.ranks.first_error(str(error) if error else None)
@@ -192,7 +194,7 @@ def _recovered(plan: ExtractPlan) -> dict[str, Any]:
     error = None
     if plan.ranks.rank == 0:
         try:
-            manifest = resume.recover(plan.out_dir, plan.settings, restart=plan.opts.restart,
+            manifest = resume.recover(plan.out_dir, plan.inputs.settings, restart=plan.opts.restart,
                                       fmt=plan.opts.file_format, shard_bytes=plan.shard_bytes)
         except InspectError as exc:
             error = exc
@@ -206,23 +208,23 @@ def _extract(plan: ExtractPlan, manifest: dict[str, Any], t0: float) -> FeatureR
     """This rank's pending inputs through the model, then the one manifest."""
     ranks = plan.ranks
     rows_there = {e["id"] for e in manifest.get("inputs", [])}  # failures are tried again
-    pending = [(pos, it) for pos, it in enumerate(plan.items) if it.id not in rows_there]
+    pending = [(pos, it) for pos, it in enumerate(plan.inputs.items) if it.id not in rows_there]
     mine = pending[ranks.rank * len(pending) // ranks.world:(ranks.rank + 1) * len(pending) // ranks.world]
     sink = store.RankWriter(plan.out_dir, run=store.next_run(manifest), rank=ranks.rank,
                             fmt=plan.opts.file_format, shard_bytes=plan.shard_bytes,
-                            metadata={"model": plan.name})
+                            metadata={"model": plan.model.name})
     if channels_last(plan):
-        plan.net = plan.net.to(memory_format=torch.channels_last)
+        plan.model.net = plan.model.net.to(memory_format=torch.channels_last)
     # a caller's module: what its forward assigns (attributes, buffers) is put back
-    kept = model_kept(plan.net) if plan.callers else contextlib.nullcontext()
-    with kept, LayerCapture(plan.net, plan.opts.layers) as cap:
+    kept = model_kept(plan.model.net) if plan.model.callers else contextlib.nullcontext()
+    with kept, LayerCapture(plan.model.net, plan.opts.layers) as cap:
         runner = Runner(plan, cap, sink, mine, t0)
         try:
             runner.run()
         except KeyboardInterrupt:
             sink.flush()  # what was done is kept; the folder resumes from there
             if ranks.world == 1:
-                store.finish(plan.out_dir, plan.order, _run_info(plan, runner, cap.method, t0),
+                store.finish(plan.out_dir, plan.inputs.order, _run_info(plan, runner, cap.method, t0),
                              complete=False, extra=_versions())
             raise
         sink.flush()
@@ -230,9 +232,9 @@ def _extract(plan: ExtractPlan, manifest: dict[str, Any], t0: float) -> FeatureR
     ranks.barrier()
     if ranks.rank == 0:
         info = {**_run_info(plan, runner, cap.method, t0), **timing}
-        store.finish(plan.out_dir, plan.order, info, complete=True, extra=_versions())
+        store.finish(plan.out_dir, plan.inputs.order, info, complete=True, extra=_versions())
     ranks.barrier()
-    return _result(plan, runner, cap.method, len(rows_there & set(plan.order)), timing, t0)
+    return _result(plan, runner, cap.method, len(rows_there & set(plan.inputs.order)), timing, t0)
 
 
 def _result(plan: ExtractPlan, runner: Runner, method: str, skipped: int,
@@ -240,7 +242,7 @@ def _result(plan: ExtractPlan, runner: Runner, method: str, skipped: int,
     manifest = store.read_json(plan.out_dir / store.MANIFEST) or {}
     runs = manifest.get("runs", [])
     return FeatureResult(
-        output=str(plan.out_dir), manifest=str(plan.out_dir / store.MANIFEST), model=plan.name,
+        output=str(plan.out_dir), manifest=str(plan.out_dir / store.MANIFEST), model=plan.model.name,
         layers=manifest.get("tensors") or runner.tensors, method=method, device=plan.device,
         world_size=plan.ranks.world, rows=int(manifest.get("rows", 0)),
         new_rows=int(runs[-1].get("rows", 0)) if runs else 0,
@@ -250,10 +252,10 @@ def _result(plan: ExtractPlan, runner: Runner, method: str, skipped: int,
         bytes=sum(int(s.get("bytes", 0)) for s in manifest.get("shards", [])),
         seconds=time.perf_counter() - t0,
         forward_seconds=runner.forward_seconds if plan.device == "cpu" else None,
-        preprocess=plan.settings["preprocess"], file_format=plan.opts.file_format,
-        save_dtype=DTYPE_NAMES[plan.save], weights=plan.settings["weights"],
-        skip_unreadable=plan.opts.skip_unreadable, ignored_files=list(plan.ignored),
-        notes=list(plan.notes), **timing)
+        preprocess=plan.inputs.settings["preprocess"], file_format=plan.opts.file_format,
+        save_dtype=DTYPE_NAMES[plan.save], weights=plan.inputs.settings["weights"],
+        skip_unreadable=plan.opts.skip_unreadable, ignored_files=list(plan.inputs.ignored),
+        notes=list(plan.model.notes), **timing)
 
 
 def _timing(plan: ExtractPlan, runner: Runner, t0: float) -> dict[str, float | None]:

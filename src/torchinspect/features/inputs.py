@@ -23,13 +23,15 @@ from typing import Any
 import torch
 
 from torchinspect.errors import InspectError, first_line
-from torchinspect.io.formats import detect_format
+from torchinspect.io.formats import FORMATS, CheckpointFormat, detect_format
 from torchinspect.io.safetensors import read_safetensors_header
 from torchinspect.io.torch_load import torch_load
 
 IMAGE_SUFFIXES = (".jpg", ".jpeg", ".png", ".bmp", ".gif", ".webp", ".tif", ".tiff", ".ppm",
                   ".pgm", ".pbm", ".jfif")
-TENSOR_SUFFIXES = (".pt", ".pth", ".npy", ".safetensors")
+# tensor files: torch.save and safetensors files as the format registry names them, and .npy
+TENSOR_SUFFIXES = (*FORMATS[CheckpointFormat.torch_zip].suffixes,
+                   *FORMATS[CheckpointFormat.safetensors].suffixes, ".npy")
 IMAGENET_MEAN = (0.485, 0.456, 0.406)
 IMAGENET_STD = (0.229, 0.224, 0.225)
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import json
 import os
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -69,8 +69,8 @@ class FeatureOptions:
 
 
 @dataclass
-class ExtractPlan:
-    """The resolved run: the one object the phases of ``extract_features`` share."""
+class ExtractSetup:
+    """The resolved options of a run (complete when made): what every phase reads."""
 
     opts: FeatureOptions
     ranks: Ranks
@@ -80,19 +80,6 @@ class ExtractPlan:
     pool: str | None
     shard_bytes: int
     max_image_bytes: int
-    net: Any = None
-    name: str = ""
-    owned: bool = False  # built or copied here: its memory format may change
-    callers: bool = False  # the caller's own module: what its forward assigns is put back
-    notes: list[str] = field(default_factory=list)
-    weights: dict[str, Any] = field(default_factory=dict)
-    example: Any = None
-    first: Any = None  # the first positional example input (a spec or a tensor)
-    sample_rank: int | None = None
-    prep: Preprocess = field(default_factory=Preprocess)
-    items: list[InputItem] = field(default_factory=list)
-    ignored: list[str] = field(default_factory=list)
-    settings: dict[str, Any] = field(default_factory=dict)
 
     @property
     def batch(self) -> int:
@@ -102,9 +89,42 @@ class ExtractPlan:
     def out_dir(self) -> Path:
         return self.opts.output
 
+
+@dataclass
+class ExtractModel:
+    """What ``build_model`` gives: the real model on the run's device and what it came with."""
+
+    net: Any
+    name: str
+    owned: bool  # built or copied here: its memory format may change
+    callers: bool  # the caller's own module: what its forward assigns is put back
+    notes: list[str]
+    weights: dict[str, Any]
+    example: Any
+    first: Any  # the first positional example input (a spec or a tensor)
+    sample_rank: int | None
+
+
+@dataclass
+class ExtractInputs:
+    """What ``plan_inputs`` gives: preprocessing, the ordered rows, the manifest's settings."""
+
+    prep: Preprocess
+    items: list[InputItem]
+    ignored: list[str]
+    settings: dict[str, Any]
+
     @property
     def order(self) -> dict[str, int]:
         return {it.id: pos for pos, it in enumerate(self.items)}
+
+
+@dataclass
+class ExtractPlan(ExtractSetup):
+    """The whole run, made once its phases are done: the one object extraction shares."""
+
+    model: ExtractModel
+    inputs: ExtractInputs
 
 
 def check_options(opts: FeatureOptions) -> tuple[torch.dtype, torch.dtype, str | None, int, int]:
@@ -161,28 +181,27 @@ class _Built:
     weights: WeightsOrigin
 
 
-def build_model(plan: ExtractPlan, model: Any) -> None:
-    """The real model on the plan's device, its name, example and the weights' identity.
+def build_model(setup: ExtractSetup, model: Any) -> ExtractModel:
+    """The real model on the run's device, its name, example and the weights' identity.
 
     A model built here starts from ``sources.origin.RANDOM_INIT_SEED`` (the caller's RNG
     state is put back), so a rerun without ``--weights`` builds the same weights and may
     resume."""
-    options = plan.opts.options
-    built = _resolve_model(model, plan.device, options)
-    plan.net, plan.name, plan.notes, plan.owned = built.net, built.name, built.notes, built.owned
-    plan.callers = built.net is _callers(model)
+    options = setup.opts.options
+    built = _resolve_model(model, setup.device, options)
     if not isinstance(model, torch.nn.Module):
-        plan.ranks.broadcast_weights(built.net)  # rank 0's, whatever each rank built
-    plan.weights = built.weights.to_dict(built.net)
+        setup.ranks.broadcast_weights(built.net)  # rank 0's, whatever each rank built
+    notes = list(built.notes)
     note = built.weights.note("these features come from an untrained model")
     if note:
-        plan.notes.append(note)
+        notes.append(note)
     example = built.example
-    if plan.opts.example is not None:  # "3,224,224", shapes, tensors: as every other API takes them
-        example = resolve_inputs(plan.opts.example, None)
-    plan.example = example
-    check_layer_names(built.net, plan.opts.layers)
-    plan.sample_rank, _, plan.first = example_info(example)
+    if setup.opts.example is not None:  # "3,224,224", shapes, tensors: as every other API takes them
+        example = resolve_inputs(setup.opts.example, None)
+    check_layer_names(built.net, setup.opts.layers)
+    sample_rank, _, first = example_info(example)
+    return ExtractModel(built.net, built.name, built.owned, built.net is _callers(model), notes,
+                        built.weights.to_dict(built.net), example, first, sample_rank)
 
 
 def _callers(model: Any) -> Any:
@@ -249,27 +268,30 @@ def example_info(example: Any) -> tuple[int | None, tuple[int, int] | None, Any]
 # ------------------------------------------------------------------ inputs and settings
 
 
-def plan_inputs(plan: ExtractPlan, model: Any, inputs: Sequence[str]) -> None:
+def plan_inputs(setup: ExtractSetup, built: ExtractModel, model: Any,
+                inputs: Sequence[str]) -> ExtractInputs:
     """Preprocessing, the ordered input rows, and the settings the manifest records."""
-    o = plan.opts
-    _, hw, _ = example_info(plan.example)
-    plan.prep = make_preprocess(plan.name if isinstance(model, str) else None, hw, mode=o.preprocess,
-                                resize=o.resize, crop=o.crop, mean=o.mean, std=o.std)
+    o = setup.opts
+    _, hw, _ = example_info(built.example)
+    prep = make_preprocess(built.name if isinstance(model, str) else None, hw, mode=o.preprocess,
+                           resize=o.resize, crop=o.crop, mean=o.mean, std=o.std)
+    ignored: list[str] = []
     if inputs:
-        plan.items, plan.ignored = collect_inputs(list(inputs), sample_rank=plan.sample_rank,
-                                                  exclude=plan.out_dir)
-        if not plan.items:
-            _no_inputs(inputs, plan.out_dir)
+        items, ignored = collect_inputs(list(inputs), sample_rank=built.sample_rank,
+                                        exclude=setup.out_dir)
+        if not items:
+            _no_inputs(inputs, setup.out_dir)
     else:
-        plan.items = random_items(plan.first)
+        items = random_items(built.first)
     # tensor files are fed as they are: the image preprocessing is recorded only when some
     # input is an image
-    images = any(it.kind == "image" for it in plan.items)
-    prep = plan.prep.to_dict() if images else {"mode": "tensors"} if inputs else {"mode": "random"}
-    settings = {"model": plan.name, "weights": plan.weights, "layers": o.layers, "pool": plan.pool,
-                "save_dtype": DTYPE_NAMES[plan.save], "file_format": o.file_format,
-                "preprocess": prep}
-    plan.settings = json.loads(json.dumps(settings))  # as the manifest holds them (lists)
+    images = any(it.kind == "image" for it in items)
+    recorded = prep.to_dict() if images else {"mode": "tensors"} if inputs else {"mode": "random"}
+    settings = {"model": built.name, "weights": built.weights, "layers": o.layers,
+                "pool": setup.pool, "save_dtype": DTYPE_NAMES[setup.save],
+                "file_format": o.file_format, "preprocess": recorded}
+    # as the manifest holds them (lists)
+    return ExtractInputs(prep, items, ignored, json.loads(json.dumps(settings)))
 
 
 def _no_inputs(inputs: Sequence[str], out_dir: Path) -> None:

@@ -18,6 +18,7 @@ import torch
 
 from torchinspect.errors import InspectError
 from torchinspect.features import store
+from torchinspect.features.batch_fit import BatchFit, fit_batch, per_row_bytes
 from torchinspect.features.batches import (
     Prefetch,
     Ready,
@@ -30,7 +31,6 @@ from torchinspect.features.batches import (
 from torchinspect.features.gpu import BackgroundWriter, GpuImages
 from torchinspect.features.inputs import InputItem, RowDataset, collate_rows
 from torchinspect.features.layers import LayerCapture
-from torchinspect.features.memory import BatchFit, fit_batch, per_row_bytes
 from torchinspect.features.plan import ExtractPlan
 
 
@@ -53,8 +53,8 @@ def default_workers(device: str, local_world: int = 1) -> int:
 def channels_last(plan: ExtractPlan) -> bool:
     """NHWC convolutions (tensor cores without layout transposes): CUDA image runs of a
     model built here; a caller's module is never touched."""
-    return (plan.device.startswith("cuda") and plan.owned and plan.sample_rank == 3
-            and plan.prep.mode == "image" and any(it.kind != "random" for it in plan.items))
+    return (plan.device.startswith("cuda") and plan.model.owned and plan.model.sample_rank == 3
+            and plan.inputs.prep.mode == "image" and any(it.kind != "random" for it in plan.inputs.items))
 
 
 class Runner:
@@ -116,7 +116,7 @@ class Runner:
             self.fit = fit_batch(per_row_bytes(self.cap, x[:1]), self.plan.batch, self.plan.device,
                                  explicit=self.plan.opts.batch_size is not None)
             if self.fit.note:
-                self.plan.notes.append(self.fit.note)
+                self.plan.model.notes.append(self.fit.note)
         step = self.fit.forward_rows if self.fit is not None else len(x)
         parts = [postprocess(self._forward(x[i:i + step]), self.plan.pool, self.plan.save,
                              to_cpu=not self.cuda) for i in range(0, len(x), step)]
@@ -148,7 +148,7 @@ class Runner:
     def _source(self) -> Iterator[Ready]:
         plan, mine = self.plan, self.mine
         if mine and mine[0][1].kind == "random":
-            x = random_batch(plan.first, plan.device)
+            x = random_batch(plan.model.first, plan.device)
             idx = [it.index or 0 for _, it in mine]
             return iter([Ready(x[idx], [it.id for _, it in mine], [], True)])
         sub = [it for _, it in mine]
@@ -158,15 +158,15 @@ class Runner:
         n_workers = default_workers(plan.device, plan.ranks.world) if workers is None else workers
         raw_jpeg = self.cuda and plan.opts.gpu_decode
         loader = torch.utils.data.DataLoader(
-            RowDataset(sub, plan.prep, raw_jpeg=raw_jpeg, max_bytes=plan.max_image_bytes),
+            RowDataset(sub, plan.inputs.prep, raw_jpeg=raw_jpeg, max_bytes=plan.max_image_bytes),
             batch_sampler=[b for b, _ in batches], num_workers=n_workers,
             collate_fn=collate_rows, pin_memory=self.cuda and not raw_jpeg,
             prefetch_factor=4 if n_workers > 0 else None, persistent_workers=False)
-        gpu = GpuImages(plan.prep, plan.device) if raw_jpeg else None
+        gpu = GpuImages(plan.inputs.prep, plan.device) if raw_jpeg else None
 
         def prepared() -> Iterator[Ready]:
             for k, batch in enumerate(loader):
-                yield assemble(batch, sub, plan.prep, plan.device, lasts[k], gpu)
+                yield assemble(batch, sub, plan.inputs.prep, plan.device, lasts[k], gpu)
 
         if not self.cuda:
             return prepared()
@@ -178,11 +178,11 @@ class Runner:
         """Zeros of the image batch shapes through a model of ours while the first batches
         are decoded (a caller's module only ever sees real inputs)."""
         plan = self.plan
-        if not (plan.owned and plan.prep.mode == "image" and plan.prep.crop is not None
+        if not (plan.model.owned and plan.inputs.prep.mode == "image" and plan.inputs.prep.crop is not None
                 and self.mine and all(it.kind == "image" for _, it in self.mine)):
             return
         w0 = time.perf_counter()
-        shapes: list[tuple[int, ...]] = [(n, 3, *plan.prep.crop)
+        shapes: list[tuple[int, ...]] = [(n, 3, *plan.inputs.prep.crop)
                                          for n in list(dict.fromkeys(sizes))[:3]]
         try:
             warm_up(self.cap, shapes, plan.device, self.autocast, self.channels_last)

@@ -41,6 +41,8 @@ from torchinspect.errors import InspectError, UnsafeCheckpointError
 from torchinspect.io.formats import (
     CheckpointFormat,
     detect_format,
+    reader_for,
+    reads,
     weights_file,
 )
 from torchinspect.io.meta import CheckpointMeta, TensorMeta, read_checkpoint_meta
@@ -97,11 +99,20 @@ def read_checkpoint(path: str | os.PathLike[str], *, trust_pickle: bool = False,
     Git LFS pointer, text/HTML, TorchScript or ``.pt2`` files.
     """
     path, fmt, size = weights_file(path)
-    if fmt is CheckpointFormat.safetensors:
-        tensors, metadata = load_safetensors(path)
-        return Checkpoint(path, fmt, tensors, metadata, size)
-    obj = torch_load(path, fmt, trust_pickle=trust_pickle, mmap=mmap)
-    return Checkpoint(path, fmt, obj, {}, size)
+    obj, metadata = reader_for(fmt)(path, fmt, trust_pickle=trust_pickle, mmap=mmap)
+    return Checkpoint(path, fmt, obj, metadata, size)
+
+
+@reads(CheckpointFormat.safetensors)
+def _read_safetensors(path: Path, fmt: CheckpointFormat, *, trust_pickle: bool,
+                      mmap: bool) -> tuple[Any, dict[str, str]]:
+    return load_safetensors(path)
+
+
+@reads(CheckpointFormat.torch_zip, CheckpointFormat.torch_legacy, CheckpointFormat.pickle)
+def _read_torch_save(path: Path, fmt: CheckpointFormat, *, trust_pickle: bool,
+                     mmap: bool) -> tuple[Any, dict[str, str]]:
+    return torch_load(path, fmt, trust_pickle=trust_pickle, mmap=mmap), {}
 
 
 def read_state_dict(path: str | os.PathLike[str], *, key: str | None = None,

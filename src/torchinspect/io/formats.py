@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 import os
 import struct
+from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from pathlib import Path
+from typing import Any
 
 from torchinspect.errors import InspectError
 from torchinspect.io.zipcheck import open_zip
@@ -180,3 +183,75 @@ def weights_file(path: str | os.PathLike[str]) -> tuple[Path, CheckpointFormat, 
     if fmt.is_model_archive:
         raise model_archive_error(path, fmt)
     return path, fmt, path.stat().st_size
+
+
+# ---- the checkpoint-format registry ---------------------------------------------------------
+# One row per format: the suffixes a user names such files with, what it holds, how it is
+# told apart (detect_format above, from the bytes), who reads it (the reader registered with
+# @reads, in io/checkpoint.py) and which `inspect convert` output writes it. Every suffix
+# list of the package (MODEL texts, diff's sides, convert's outputs, features' tensor inputs,
+# output names) reads this table.
+
+
+@dataclass(frozen=True)
+class FormatInfo:
+    format: CheckpointFormat
+    suffixes: tuple[str, ...]  # the names users give it, the usual one first
+    holds: str  # "weights", "model" (a whole program) or "layout" (an index/folder of files)
+    sniff: str  # how detect_format tells it apart (the bytes, never the name)
+    writer: str | None = None  # the `inspect convert` output kind that writes it
+
+
+FORMAT_TABLE: tuple[FormatInfo, ...] = (
+    FormatInfo(CheckpointFormat.torch_zip, (".pt", ".pth", ".bin", ".ckpt", ".tar"), "weights",
+               "zip archive with <folder>/data.pkl", writer="pt"),
+    FormatInfo(CheckpointFormat.torch_legacy, (), "weights", "torch.save's legacy magic number"),
+    FormatInfo(CheckpointFormat.pickle, (".pkl",), "weights", "pickle protocol 0-5 opcodes"),
+    FormatInfo(CheckpointFormat.safetensors, (".safetensors",), "weights",
+               "8-byte header length then '{'", writer="safetensors"),
+    FormatInfo(CheckpointFormat.torchscript, (".jit", ".zip"), "model",
+               "zip archive with constants.pkl"),
+    FormatInfo(CheckpointFormat.export_pt2, (".pt2",), "model",
+               "zip archive with archive_format or models/"),
+    FormatInfo(CheckpointFormat.hf_sharded, (".json",), "layout",
+               "*.index.json with a weight_map (io/layouts.py)"),
+    FormatInfo(CheckpointFormat.dcp, (".dcp",), "layout",
+               "a folder with .metadata (io/layouts.py)", writer="dcp"),
+)
+FORMATS: dict[CheckpointFormat, FormatInfo] = {info.format: info for info in FORMAT_TABLE}
+
+
+def suffixes(*, holds: tuple[str, ...] = ("weights", "model", "layout"),
+             writer: str | None = None) -> tuple[str, ...]:
+    """The suffixes of the formats that hold ``holds`` (and are written as ``writer``)."""
+    return tuple(s for info in FORMAT_TABLE if info.holds in holds
+                 and (writer is None or info.writer == writer) for s in info.suffixes)
+
+
+def writer_for(path: str | os.PathLike[str]) -> str | None:
+    """The `inspect convert` output kind a file named ``path`` is written as, or None."""
+    suffix = Path(path).suffix
+    return next((info.writer for info in FORMAT_TABLE
+                 if info.writer is not None and suffix in info.suffixes), None)
+
+
+_READERS: dict[CheckpointFormat, Callable[..., Any]] = {}
+
+
+def reads(*formats: CheckpointFormat) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """Register the reader of ``formats`` (one per format: a second is refused)."""
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        for fmt in formats:
+            if fmt in _READERS:
+                raise ValueError(f"{fmt} already has a reader: {_READERS[fmt].__qualname__}")
+            _READERS[fmt] = fn
+        return fn
+    return register
+
+
+def reader_for(fmt: CheckpointFormat) -> Callable[..., Any]:
+    """The registered reader of ``fmt`` (io/checkpoint.py registers the weights readers)."""
+    reader = _READERS.get(fmt)
+    if reader is None:
+        raise InspectError(f"no reader for {fmt} files", hint="report this: a format without a reader")
+    return reader

@@ -16,17 +16,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchinspect.dtypes import SIZES
 from torchinspect.errors import InspectError, first_line
 from torchinspect.io.formats import SAFETENSORS_MAX_HEADER
 
-# safetensors dtype code -> (torch dtype name, bytes per element)
-ST_DTYPES: dict[str, tuple[str, int]] = {
-    "F64": ("float64", 8), "F32": ("float32", 4), "F16": ("float16", 2),
-    "BF16": ("bfloat16", 2), "I64": ("int64", 8), "I32": ("int32", 4), "I16": ("int16", 2),
-    "I8": ("int8", 1), "U8": ("uint8", 1), "BOOL": ("bool", 1), "U16": ("uint16", 2),
-    "U32": ("uint32", 4), "U64": ("uint64", 8), "F8_E4M3": ("float8_e4m3fn", 1),
-    "F8_E5M2": ("float8_e5m2", 1), "F8_E8M0": ("float8_e8m0fnu", 1), "C64": ("complex64", 8),
-}
+# safetensors dtype code -> (torch dtype name, bytes per element); the sizes are dtypes.py's
+ST_DTYPES: dict[str, tuple[str, int]] = {code: (name, SIZES[name]) for code, name in {
+    "F64": "float64", "F32": "float32", "F16": "float16", "BF16": "bfloat16", "I64": "int64",
+    "I32": "int32", "I16": "int16", "I8": "int8", "U8": "uint8", "BOOL": "bool",
+    "U16": "uint16", "U32": "uint32", "U64": "uint64", "F8_E4M3": "float8_e4m3fn",
+    "F8_E5M2": "float8_e5m2", "F8_E8M0": "float8_e8m0fnu", "C64": "complex64",
+}.items()}
 TORCH_TO_ST: dict[str, str] = {name: code for code, (name, _) in ST_DTYPES.items()}
 TORCH_TO_ST["complex64"] = "C64"
 

@@ -17,6 +17,7 @@ import io
 import math
 import os
 import pickle
+import re
 import struct
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -27,14 +28,14 @@ from torchinspect.errors import InspectError
 from torchinspect.io.formats import zip_prefix
 from torchinspect.io.zipcheck import STORED, open_zip
 
-# torch storage class name -> (dtype name, itemsize)
-STORAGE_DTYPES: dict[str, tuple[str, int]] = {
-    "DoubleStorage": ("float64", 8), "FloatStorage": ("float32", 4), "HalfStorage": ("float16", 2),
-    "LongStorage": ("int64", 8), "IntStorage": ("int32", 4), "ShortStorage": ("int16", 2),
-    "CharStorage": ("int8", 1), "ByteStorage": ("uint8", 1), "BoolStorage": ("bool", 1),
-    "BFloat16Storage": ("bfloat16", 2), "ComplexDoubleStorage": ("complex128", 16),
-    "ComplexFloatStorage": ("complex64", 8), "UntypedStorage": ("uint8", 1),
-}
+# torch storage class name -> (dtype name, itemsize); the sizes are dtypes.py's
+STORAGE_DTYPES: dict[str, tuple[str, int]] = {cls: (name, SIZES[name]) for cls, name in {
+    "DoubleStorage": "float64", "FloatStorage": "float32", "HalfStorage": "float16",
+    "LongStorage": "int64", "IntStorage": "int32", "ShortStorage": "int16",
+    "CharStorage": "int8", "ByteStorage": "uint8", "BoolStorage": "bool",
+    "BFloat16Storage": "bfloat16", "ComplexDoubleStorage": "complex128",
+    "ComplexFloatStorage": "complex64", "UntypedStorage": "uint8",
+}.items()}
 DTYPE_SIZES = SIZES  # bytes per element by torch dtype name (dtypes.py)
 
 class NeedsTorch(Exception):
@@ -216,11 +217,30 @@ def open_torch_zip(path: str | os.PathLike[str]) -> tuple[TorchZip, bytes]:
         raise InspectError(f"{archive.path}: no data.pkl in the zip archive's first folder",
                            hint="pass a file written by torch.save")
     pkl = archive.read(prefix + "data.pkl", limit=MAX_PICKLE_BYTES)
+    _check_small_records(archive, prefix)
     records = {m.name[len(prefix) + 5:]: m for m in archive.members.values()
                if m.name.startswith(prefix + "data/")}
     return TorchZip(archive.path, prefix, {k: m.data_offset for k, m in records.items()},
                     {k: m.file_size for k, m in records.items()},
                     frozenset(k for k, m in records.items() if m.method != STORED)), pkl
+
+
+# the small records torch.load parses besides data.pkl: what it accepts in each
+_SMALL_RECORDS = {"byteorder": rb"little|big", "version": rb"\d+\n?", ".format_version": rb"\d+\n?",
+                  ".storage_alignment": rb"\d+\n?", ".data/version": rb"\d+\n?",
+                  ".data/serialization_id": rb"\d+"}
+
+
+def _check_small_records(archive: Any, prefix: str) -> None:
+    """The records torch.load reads beside the pickle (byte order, versions, alignment, the
+    serialization id) hold what it can parse: a file torch refuses is never called loadable."""
+    for name, pattern in _SMALL_RECORDS.items():
+        if prefix + name in archive.members:
+            value = archive.read(prefix + name, limit=64)
+            if re.fullmatch(pattern, value) is None:
+                raise InspectError(f"{archive.path}: record {name} holds {value[:20]!r}, not "
+                                   "what torch.load reads (corrupt checkpoint)",
+                                   hint="the file is corrupt; fetch it again")
 
 
 def read_torch_zip_structure(path: str | os.PathLike[str]) -> tuple[Any, TorchZip]:

@@ -39,6 +39,10 @@ from torchinspect.errors import InspectError
 _EOCD = b"PK\x05\x06"
 _ZIP64_LOCATOR = b"PK\x06\x07"
 _ZIP64_EOCD = b"PK\x06\x06"
+# general purpose flags torch's reader (miniz) refuses: encrypted (bit 0), compressed patched
+# data (5), strong encryption (6), masked local headers (13)
+_UNSUPPORTED_FLAGS = 0x0001 | 0x0020 | 0x0040 | 0x2000
+_DOS_DIRECTORY = 0x10  # MS-DOS attribute in the low byte of the external attributes
 _CENTRAL = b"PK\x01\x02"
 _LOCAL = b"PK\x03\x04"
 _DESCRIPTOR = b"PK\x07\x08"
@@ -230,8 +234,9 @@ def _end_records(fd: Source, size: int) -> tuple[int, int, int]:
         if loc_disk or disks != 1 or z64_pos + 56 > eocd_pos - 20:
             raise ZipError("bad ZIP64 end of central directory locator")
         z64 = _pread(fd, 56, z64_pos)
-        if z64[:4] != _ZIP64_EOCD:
-            raise ZipError("bad ZIP64 end of central directory record")
+        (record_size,) = struct.unpack_from("<Q", z64, 4)
+        if z64[:4] != _ZIP64_EOCD or record_size < 44:  # 44: the fixed fields after the size
+            raise ZipError("bad ZIP64 end of central directory record")  # (miniz refuses less)
         z_disk, z_cd_disk, z_on_disk, z_count, z_cd_size, z_cd_offset = struct.unpack_from("<IIQQQQ", z64, 16)
         if z_disk or z_cd_disk or z_on_disk != z_count:
             raise ZipError("multi-disk archives are not supported")
@@ -295,7 +300,7 @@ def _central_entries(fd: Source, cd_offset: int, cd_size: int, count: int) -> li
         if cd[pos:pos + 4] != _CENTRAL or pos + 46 > len(cd):
             raise ZipError(f"bad central directory entry at byte {cd_offset + pos:,}")
         (flags, method, crc, csize, usize, name_len, extra_len, comment_len, disk,
-         header_offset) = struct.unpack_from("<HH4xIIIHHHH6xI", cd, pos + 8)
+         external, header_offset) = struct.unpack_from("<HH4xIIIHHHH2xII", cd, pos + 8)
         raw = cd[pos + 46:pos + 46 + name_len]
         extra = cd[pos + 46 + name_len:pos + 46 + name_len + extra_len]
         if pos + 46 + name_len + extra_len + comment_len > len(cd):
@@ -306,6 +311,10 @@ def _central_entries(fd: Source, cd_offset: int, cd_size: int, count: int) -> li
         big = _zip64_extra(extra, wanted, repr(name))
         if disk not in (0, _U16_MAX):
             raise ZipError("multi-disk archives are not supported")
+        if flags & _UNSUPPORTED_FLAGS:  # torch's miniz refuses these archives
+            raise ZipError(f"{name!r} is encrypted, patched or masked (flags {flags:#06x})")
+        if external & _DOS_DIRECTORY:  # miniz then reads it as a folder: no data
+            raise ZipError(f"{name!r} is marked as a folder in the central directory")
         if _has_extra(extra, 0x7075):
             raise ZipError(f"{name!r} carries a second (Info-ZIP Unicode) name")
         entries.append(_Entry(raw, name, flags, method, crc, big.get("compressed_size", csize),

@@ -10,7 +10,6 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
-from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.memory import step as steps
 from torchinspect.memory.autocast import cuda_autocast_on_cpu
@@ -55,7 +54,6 @@ def make_target(device: str = "cuda", gpu: str | None = None, *, fast: bool = Fa
     return Target("cuda", name, cublas_workspace(name), "meta" if fast else "cpu")
 
 
-@renamed_keywords(model_or_case="model")
 def _mark(tracker: StorageTracker, tensor: Any, kind: str) -> None:
     serial = tracker.storage_serial(tensor)
     if serial is not None:

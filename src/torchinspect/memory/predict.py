@@ -15,6 +15,7 @@ import warnings
 from dataclasses import asdict, replace
 from typing import Any
 
+from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, rebatch
 from torchinspect.memory import step as steps
@@ -47,6 +48,7 @@ from torchinspect.sources.case import (
 from torchinspect.trace.engine import forward_mode, model_kept
 
 
+@renamed_keywords(model_or_case="model")
 def predict_memory(model: ModelLike, inputs: Any = None, *, train: bool = True,
                    inference: bool = True, optimizer: str = "adamw", dtype: str | None = None,
                    amp: str | None = None, checkpointing: str | None = None, loss: str = "sum",

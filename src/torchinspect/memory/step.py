@@ -16,11 +16,12 @@ from typing import Any
 
 import torch
 
+from torchinspect.dtypes import SHORT
 from torchinspect.errors import InspectError
 from torchinspect.shapes import tensor_leaves
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "none")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+DTYPES = {short: getattr(torch, name) for short, name in SHORT.items()}  # dtypes.py's names
 LOSSES = ("sum", "mean")
 
 

@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING, Any
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text
 
 if TYPE_CHECKING:
-    from torchinspect.analysis.check import CheckResult, Measured, ModelCheck
+    from torchinspect.check import CheckResult, Measured, ModelCheck
 
 
 def _percent(x: float | None) -> Shown:
-    from torchinspect.analysis.check.metrics import fmt_percent
+    from torchinspect.check.metrics import fmt_percent
 
     if x is None:
         return Shown("", "-")
@@ -35,7 +35,7 @@ def _raw(x: Measured, v: float | None) -> Any:
 
 
 def _row(m: ModelCheck, x: Measured, compare: bool) -> list[Any]:
-    from torchinspect.analysis.check.metrics import fmt_full, fmt_value
+    from torchinspect.check.metrics import fmt_full, fmt_value
 
     shown_value, shown_limit = x.shown()
     base = "-" if x.baseline is None else fmt_value(x.metric, x.baseline, exact=True)

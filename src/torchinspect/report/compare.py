@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchinspect.analysis.conventions import CONVENTION_NOTES
+from torchinspect.analysis.conventions import convention_notes
 from torchinspect.analysis.flops import FlopsResult
 from torchinspect.analysis.params import ParamsResult
 from torchinspect.report.base import Report, Table, Text, nbytes, si
@@ -43,7 +43,7 @@ def comparison_report(command: str, results: list[Any]) -> Report:
                          "device": dev, "fallback_reason": r.fallback_reason})
             if r.fallback_reason:
                 notes.append(f"{r.model}: traced on {dev}: {r.fallback_reason}")
-        foot = list(CONVENTION_NOTES)  # notes below the table, short lines
+        foot = convention_notes()  # notes below the table, short lines
     sections: list[Any] = [*([Text(head)] if head else []), Table(None, cols, rows, primary=True)]
     if foot:
         sections.append(Text(foot))

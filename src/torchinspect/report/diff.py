@@ -8,7 +8,7 @@ from torchinspect.report.base import KeyValues, Report, Table, Text, fmt_bytes
 from torchinspect.report.render import OutputFormat
 
 if TYPE_CHECKING:
-    from torchinspect.io.diff import DiffResult
+    from torchinspect.checkpoints.diff import DiffResult
 
 
 def _shape(s: tuple[int, ...]) -> str:

@@ -9,10 +9,10 @@ for the text formats. Module names come from the model: every text is escaped.
 
 from __future__ import annotations
 
-import html
 from typing import TYPE_CHECKING, Any
 
 from torchinspect.report.base import Figure, KeyValues, Shown, Table, Text, fmt_bytes
+from torchinspect.report.page import esc, svg_open
 
 if TYPE_CHECKING:
     from torchinspect.memory.result import MemoryResult, RunMemory
@@ -92,16 +92,6 @@ def saved_table(run: RunMemory) -> Table:
     return Table("Saved for backward, by module (top)", ["Module", "Bytes", "Share"], rows)
 
 
-def _e(text: Any) -> str:
-    return html.escape(str(text), quote=True)
-
-
-def _open(width: float, height: float, label: str) -> str:
-    return (f'<svg class="chart" xmlns="http://www.w3.org/2000/svg" role="img" '
-            f'aria-label="{_e(label)}" viewBox="0 0 {width:.0f} {height:.0f}" '
-            f'width="{width:.0f}" height="{height:.0f}" font-family="sans-serif" font-size="11">')
-
-
 def phase_spans(timeline: list[tuple[str, int, int]]) -> list[tuple[str, int, int, int]]:
     """Runs of one (phase, step) along the timeline: (phase, step, first index, last index)."""
     spans: list[tuple[str, int, int, int]] = []
@@ -126,7 +116,7 @@ def timeline_svg(run: RunMemory) -> str:
     def y(v: float) -> float:
         return TOP + plot_h * (1 - v / top)
 
-    parts = [_open(W, H, f"allocated memory of {_run_title(run)}")]
+    parts = [svg_open(W, H, f"allocated memory of {_run_title(run)}", font=True)]
     for phase, step, a, b in phase_spans(points):
         x0, x1 = x(a - 0.5 if a else 0), x(b + 0.5 if b < n - 1 else n - 1)
         parts.append(f'<rect x="{x0:.1f}" y="{TOP:.1f}" width="{max(x1 - x0, 0.5):.1f}" '
@@ -134,12 +124,12 @@ def timeline_svg(run: RunMemory) -> str:
         label = phase if run.mode == "inference" else f"{phase} {step}"
         if x1 - x0 > 6.5 * len(label):
             parts.append(f'<text x="{(x0 + x1) / 2:.1f}" y="{TOP - 6:.1f}" text-anchor="middle" '
-                         f'fill="#555">{_e(label)}</text>')
+                         f'fill="#555">{esc(label)}</text>')
     for k in range(5):  # y grid and labels
         v = top * k / 4
         parts.append(f'<line x1="{LEFT:.1f}" x2="{W - 10:.1f}" y1="{y(v):.1f}" y2="{y(v):.1f}" '
                      f'stroke="#ccc" stroke-width="0.5"/><text x="{LEFT - 6:.1f}" '
-                     f'y="{y(v) + 4:.1f}" text-anchor="end">{_e(fmt_bytes(v))}</text>')
+                     f'y="{y(v) + 4:.1f}" text-anchor="end">{esc(fmt_bytes(v))}</text>')
     path = " ".join(f"{x(i):.1f},{y(b):.1f}" for i, (_, _, b) in enumerate(points))
     parts.append(f'<polyline points="{path}" fill="none" stroke="#4e79a7" stroke-width="1.5"/>')
     peak_i = max(range(n), key=lambda i: points[i][2])
@@ -148,7 +138,7 @@ def timeline_svg(run: RunMemory) -> str:
     dx = -6 if anchor == "end" else 6
     parts.append(f'<circle cx="{px:.1f}" cy="{py:.1f}" r="4" fill="#e15759"/>'
                  f'<text x="{px + dx:.1f}" y="{py + 14:.1f}" text-anchor="{anchor}" fill="#b00">'
-                 f'peak {_e(fmt_bytes(run.peak))}: {_e(run.where)}</text>')
+                 f'peak {esc(fmt_bytes(run.peak))}: {esc(run.where)}</text>')
     parts.append(f'<text x="{LEFT + plot_w / 2:.1f}" y="{H - 8:.1f}" text-anchor="middle" '
                  f'fill="#555">allocations and releases, in order</text></svg>')
     return "".join(parts)
@@ -173,11 +163,11 @@ def stacked_svg(r: MemoryResult) -> str:
         lx += need
     rows = 1 + max((r_ for *_, r_ in legend), default=0)
     height = 30 + len(runs) * (bar_h + 14) + 24 + 16 * rows
-    parts = [_open(W, height, "what is allocated at the peak")]
+    parts = [svg_open(W, height, "what is allocated at the peak", font=True)]
     for k, run in enumerate(runs):
         y0 = 20 + k * (bar_h + 14)
         parts.append(f'<text x="{label_w - 8:.1f}" y="{y0 + 15:.1f}" text-anchor="end">'
-                     f'{_e(run.mode)}</text>')
+                     f'{esc(run.mode)}</text>')
         x0 = label_w
         for cat, fill in CATEGORY_FILL.items():
             b = run.breakdown.get(cat, 0)
@@ -185,13 +175,13 @@ def stacked_svg(r: MemoryResult) -> str:
                 continue
             w = bar_w * b / top
             parts.append(f'<rect x="{x0:.1f}" y="{y0:.1f}" width="{w:.1f}" height="{bar_h:.1f}" '
-                         f'fill="{fill}"><title>{_e(cat)}: {_e(fmt_bytes(b))}</title></rect>')
+                         f'fill="{fill}"><title>{esc(cat)}: {esc(fmt_bytes(b))}</title></rect>')
             x0 += w
         parts.append(f'<text x="{min(x0 + 4, W - 80):.1f}" y="{y0 + 15:.1f}">'
-                     f'{_e(fmt_bytes(run.peak))}</text>')
+                     f'{esc(fmt_bytes(run.peak))}</text>')
     for cat, fill, lx, row in legend:
         ly = height - 8 - 16 * (rows - row)
         parts.append(f'<rect x="{lx:.1f}" y="{ly:.1f}" width="10" height="10" fill="{fill}"/>'
-                     f'<text x="{lx + 14:.1f}" y="{ly + 9:.1f}">{_e(cat)}</text>')
+                     f'<text x="{lx + 14:.1f}" y="{ly + 9:.1f}">{esc(cat)}</text>')
     parts.append("</svg>")
     return "".join(parts)

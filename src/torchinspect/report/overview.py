@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.analysis.conventions import CONVENTION_NOTES
+from torchinspect.analysis.conventions import convention_notes
 from torchinspect.report.base import (
     Chart,
     Figure,
@@ -60,7 +60,7 @@ def header_section(ov: Overview, m: ModelOverview | None) -> KeyValues:
 
 def single_sections(ov: Overview, m: ModelOverview) -> list[Any]:
     sections: list[Any] = [header_section(ov, m), totals_section(m.summary.totals),
-                           Text(list(CONVENTION_NOTES))]
+                           Text(convention_notes())]
     sections += block_charts(m)
     sections.append(top_layers_chart(m))
     sections.append(treemap_chart(m))
@@ -98,7 +98,7 @@ def not_counted_sections(m: ModelOverview, title: str) -> list[Any]:
 def comparison_sections(ov: Overview) -> list[Any]:
     ms = ov.models
     sections: list[Any] = [header_section(ov, None), totals_table(ms),
-                           Text(list(CONVENTION_NOTES))]
+                           Text(convention_notes())]
     sections.append(Chart("Parameters by model", [m.name for m in ms],
                           [("params", [float(m.summary.totals.params) for m in ms])]))
     sections.append(Chart("MACs by model", [m.name for m in ms],

@@ -175,10 +175,16 @@ def _legend(c: Chart, x: float, y: float) -> tuple[str, float]:
     return "".join(out), 18.0
 
 
-def _svg_open(width: float, height: float, label: str, sid: str) -> str:
-    return (f'<svg class="chart" id="{sid}-chart" xmlns="http://www.w3.org/2000/svg" '
+def svg_open(width: float, height: float, label: str, sid: str | None = None,
+             font: bool = False) -> str:
+    """The opening tag of every chart of the page (and of the memory figures): an accessible
+    label, a viewBox; ``sid`` scopes its id, ``font`` sets the text style for an SVG that
+    may be shown outside the page's CSS."""
+    ident = f' id="{sid}-chart"' if sid else ""
+    style = ' font-family="sans-serif" font-size="11"' if font else ""
+    return (f'<svg class="chart"{ident} xmlns="http://www.w3.org/2000/svg" '
             f'role="img" aria-label="{esc(label)}" viewBox="0 0 {width:.0f} {height:.0f}" '
-            f'width="{width:.0f}" height="{height:.0f}">')
+            f'width="{width:.0f}" height="{height:.0f}"{style}>')
 
 
 def bar_svg(c: Chart, sid: str) -> str:
@@ -194,7 +200,7 @@ def bar_svg(c: Chart, sid: str) -> str:
                if i < len(vals) and (v := vals[i]) is not None] for i in range(len(c.labels))]
     height = top + sum(max(1, len(g)) * bar_h + gap for g in groups) + 4
     vmax = max((v for g in groups for _, v in g), default=0) or 1
-    out = [_svg_open(width, height, c.title or "chart", sid), legend]
+    out = [svg_open(width, height, c.title or "chart", sid), legend]
     y0 = top
     for label, group in zip(c.labels, groups, strict=True):
         rows = max(1, len(group))
@@ -241,7 +247,7 @@ def line_svg(c: Chart, sid: str) -> str:
     def y(v: float) -> float:
         return top + plot_h - plot_h * float(v) / vmax
 
-    out = [_svg_open(width, height, c.title or "chart", sid), legend]
+    out = [svg_open(width, height, c.title or "chart", sid), legend]
     for g in range(round(vmax / step) + 1):
         gv = step * g
         tick = "0" if g == 0 else fmt_value(gv, c.unit)
@@ -391,7 +397,7 @@ def treemap_svg(c: Chart, sid: str) -> str:
     module, a tile per module one level down; names and values in tooltips."""
     pw, ph, gap, top = 380.0, 260.0, 24.0, 22.0
     width = len(c.series) * pw + (len(c.series) - 1) * gap
-    out = [_svg_open(width, top + ph + 4, c.title or "treemap", sid)]
+    out = [svg_open(width, top + ph + 4, c.title or "treemap", sid)]
     # one colour per top-level module in every panel
     tops = dict.fromkeys(_module(label).split(".")[0] for label in c.labels)
     colors = {t: PALETTE[k % len(PALETTE)] for k, t in enumerate(tops)}

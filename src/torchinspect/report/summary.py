@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.analysis.conventions import CONVENTION_NOTES
+from torchinspect.analysis.conventions import convention_notes as convention_lines
 from torchinspect.report.base import (
     KeyValues,
     Report,
@@ -26,7 +26,10 @@ if TYPE_CHECKING:
 # and input/output shapes are exact (no longer cut). Added within v2: rows carry output_bytes
 # and flops (2 x macs). v3: a row's input/output are lists of dimensions (nested lists and
 # objects for several tensors or a dict), their texts input_text/output_text.
-SCHEMA_VERSION = 3
+# v4: totals.activation_bytes/total_bytes (whose meaning changed with memory_method) became
+# leaf_output_bytes and estimated_total_bytes (always the leaf-output estimate) and
+# predicted_activation_bytes (null without a prediction; the peak is peak_inference_bytes).
+SCHEMA_VERSION = 4
 SHAPE_WIDTH = 40  # the table shortens shape texts; CSV and JSON keep them whole
 
 
@@ -136,7 +139,7 @@ def header_lines(model: str, inputs: str, device: str, fallback: str | None, tra
 def convention_notes() -> Text:
     """What MACs and FLOPs mean and what is counted: short notes below the tables, each line
     under 80 columns (rich wraps them at word boundaries in a narrower terminal)."""
-    return Text(list(CONVENTION_NOTES))
+    return Text(convention_lines())
 
 
 def totals_section(t: Totals) -> KeyValues:
@@ -164,9 +167,9 @@ def memory_items(t: Totals) -> list[tuple[str, Any]]:
     the prediction cannot follow) torchinfo's sum of leaf outputs, labelled as such."""
     if t.memory_method != "predicted":
         return [("Activation memory (sum of leaf outputs)",
-                 Shown(t.activation_bytes, fmt_bytes(t.activation_bytes))),
+                 Shown(t.leaf_output_bytes, fmt_bytes(t.leaf_output_bytes))),
                 ("Estimated total size (weights + input + leaf outputs)",
-                 Shown(t.total_bytes, fmt_bytes(t.total_bytes)))]
+                 Shown(t.estimated_total_bytes, fmt_bytes(t.estimated_total_bytes)))]
     on = (t.memory_device or "cuda").upper()
     items: list[tuple[str, Any]] = [(
         f"Peak memory, inference (predicted, {on})",

@@ -26,7 +26,7 @@ from typing import Any
 
 from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs, TensorSpec
-from torchinspect.io.diff import checkpoint_side, diff_state_dicts, model_side, tied_groups
+from torchinspect.io.compare import checkpoint_side, match_keys, model_side, tied_groups
 from torchinspect.io.layouts import read_hf_index, resolve_layout
 from torchinspect.sources.base import closest
 
@@ -248,15 +248,15 @@ def folder_notes(path: Path, model: Any, *, trust_pickle: bool = False) -> list[
         where = f"{len(set(read_hf_index(layout.path).values()))} shards"
     dtypes = sorted({t.dtype for t in weights.tensors.values() if t.kind == "tensor"})
     saved = f"{len(weights.tensors)} tensors in {where}, {'/'.join(dtypes) or '-'}"
-    result = diff_state_dicts(model_side("config", model.state_dict(), tied=tied_groups(model)),
+    result = match_keys(model_side("config", model.state_dict(), tied=tied_groups(model)),
                               weights)
     head = f"built from config.json (random init); the folder's weights ({saved}; headers read, data not loaded)"
-    if result.verdict.loads and not result.unexpected:
+    if result.loads and not result.unexpected:
         tail = " match it: every key and shape"
         if result.tied_fill:
             tail += f" ({len(result.tied_fill)} tied key(s) not saved get their value through the tie)"
         return [head + tail]
-    if result.verdict.loads:
+    if result.loads:
         return [head + f" load into it with strict=False only: {len(result.unexpected)} saved "
                 f"key(s) are not in the model (e.g. {result.unexpected[0]!r}); "
                 f"`inspect diff {path}` lists every key"]

@@ -18,6 +18,7 @@ from typing import Any
 from torchinspect import device as devices
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, TensorSpec
+from torchinspect.io.formats import suffixes
 from torchinspect.sources import hf as hfsrc
 from torchinspect.sources import pyspec, zoo
 from torchinspect.sources import timm as timmsrc
@@ -27,7 +28,7 @@ from torchinspect.sources.base import LoadedModel, SourceKind, call_builder, par
 from torchinspect.sources.build import finish
 from torchinspect.sources.published import published_config
 
-_FILE_SUFFIXES = (".pt", ".pth", ".bin", ".ckpt", ".safetensors", ".pt2", ".jit", ".tar", ".zip")
+_FILE_SUFFIXES = suffixes(holds=("weights", "model"))  # a MODEL text that names a file
 
 
 # ------------------------------------------------------------------ the sources

@@ -12,7 +12,7 @@ from typing import Any
 from torchinspect import device as devices
 from torchinspect.errors import InspectError
 from torchinspect.io.checkpoint import extract_state_dict, read_checkpoint
-from torchinspect.io.diff import FOLDED_SUFFIXES, entry_meta
+from torchinspect.io.compare import FOLDED_SUFFIXES, entry_meta
 from torchinspect.io.meta import TensorSet
 from torchinspect.io.state_dict import find_prefix_remaps
 

@@ -1,7 +1,7 @@
 """MAC counting at the dispatcher: every aten op that reaches the backend passes through.
 
-Formulas come from ``torch.utils.flop_counter`` (FLOPs = 2 x MACs there, so MACs are
-exact halves) plus a few of our own (CPU flash attention, quantized conv/linear).
+The formulas are the registry of ``trace/formulas.py`` (ours, users', then
+``torch.utils.flop_counter``'s, whose FLOPs are exact doubles of MACs).
 ``F.scaled_dot_product_attention`` is counted once at the function level, whatever
 backend runs it (math decomposition on meta, flash on CPU, flash/efficient/cuDNN on
 CUDA), so the count never depends on the device and causal calls can be stated.
@@ -14,16 +14,14 @@ call counts; pure views, copies, creation and shape ops are ignored.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils.flop_counter import flop_registry
 
-SDPA_OP = "scaled_dot_product_attention"
+from torchinspect.trace.formulas import SDPA_OP, MacFormulaEntry, mac_formulas, op_name
 
 # Ops that move, view, create or query data: not "work without a formula".
 IGNORED_OPS: frozenset[str] = frozenset(
@@ -49,87 +47,6 @@ IGNORED_OPS: frozenset[str] = frozenset(
 )
 
 
-def _prod(xs: Any) -> int:
-    return math.prod(int(x) for x in xs)
-
-
-def _op_name(packet: Any) -> str:
-    ns = getattr(packet, "_qualified_op_name", None) or str(packet)
-    ns = ns.replace("::", ".")
-    return ns.removeprefix("aten.")
-
-
-def _quantized_conv_macs(args: tuple[Any, ...], out: Any) -> int:
-    weight, _ = args[1].unpack()
-    return out.numel() * _prod(weight.shape[1:])
-
-
-def _quantized_linear_macs(args: tuple[Any, ...], out: Any) -> int:
-    weight, _ = torch.ops.quantized.linear_unpack(args[1])
-    return out.numel() * int(weight.shape[1])
-
-
-def _sdpa_macs(q: Any, k: Any, v: Any) -> int:
-    """Dense QKᵀ and AV: prod(q.shape[:-1]) x S_k x (E + E_v)."""
-    return _prod(q.shape[:-1]) * int(k.shape[-2]) * (int(q.shape[-1]) + int(v.shape[-1]))
-
-
-def _cpu_flash_macs(args: tuple[Any, ...], out: Any) -> int:
-    return _sdpa_macs(args[0], args[1], args[2])
-
-
-def _tokens(x: Any) -> int:
-    """Time steps x batch of an RNN input (packed or padded): every element but the features."""
-    return int(x.numel()) // max(int(x.shape[-1]), 1) if x.dim() else 0
-
-
-def _mkldnn_rnn_macs(args: tuple[Any, ...], out: Any) -> int:
-    """CPU oneDNN kernel, one call per layer and direction: tokens x (W_ih + W_hh)."""
-    return _tokens(args[0]) * (int(args[1].numel()) + int(args[2].numel()))
-
-
-def _fused_rnn_macs(args: tuple[Any, ...], out: Any) -> int:
-    """cuDNN / MIOpen / MPS kernels, one call for all layers: tokens x every weight matrix.
-
-    Every layer (and direction) multiplies each token by its W_ih, W_hh (and W_hr with
-    proj_size), so the sum over the 2-D weights times the tokens is the MAC count, exactly
-    what the meta path's matmuls add up to. Biases (1-D) are not MACs.
-    """
-    x = args[0]
-    weights = args[2] if _is_lstm_mps(args) else args[1]
-    return _tokens(x) * sum(int(w.numel()) for w in weights if w.dim() == 2)
-
-
-def _is_lstm_mps(args: tuple[Any, ...]) -> bool:
-    return len(args) > 2 and isinstance(args[2], (list, tuple))
-
-
-def _grouped_mm_macs(args: tuple[Any, ...], out: Any) -> int:
-    """``_grouped_mm`` (MoE experts): every output element contracts over K once.
-
-    2-D x 3-D (tokens routed to experts), 3-D x 3-D (batched) and 3-D x 2-D: out.numel() x K.
-    2-D x 2-D (ragged K, one (M, N) block per group): M x N x K_total.
-    """
-    a, b = args[0], args[1]
-    k = int(a.shape[-1])
-    if a.dim() == 2 and b.dim() == 2:
-        return (int(out.numel()) // max(int(out.shape[0]), 1)) * k
-    return int(out.numel()) * k
-
-
-def _trilinear_macs(args: tuple[Any, ...], out: Any) -> int:
-    """``_trilinear`` (``nn.Bilinear``/``F.bilinear``: y_k = x1ᵀ W_k x2): one MAC per element
-    of the broadcast product of the three unsqueezed inputs, so N x out x in1 x in2 for a
-    bilinear layer (torch.utils.flop_counter has no formula for it)."""
-    shapes = []
-    for t, expand in zip(args[:3], args[3:6], strict=True):
-        shape = [int(d) for d in t.shape]
-        for d in sorted(int(e) for e in expand):
-            shape.insert(d, 1)
-        shapes.append(shape)
-    return _prod(max(dims) for dims in zip(*shapes, strict=True))
-
-
 def grouped_mm_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The output of ``_grouped_mm`` on meta without the CUDA-only dtype checks (shape only)."""
     a, b = args[0], args[1]
@@ -146,30 +63,6 @@ def grouped_mm_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     else:
         shape = (groups, a.shape[0], b.shape[-1])
     return torch.empty(shape, dtype=out_dtype, device="meta")
-
-
-def _own_formulas() -> dict[Any, Callable[[tuple[Any, ...], Any], int]]:
-    """MAC formulas taking (args, out) with real tensors (not shapes)."""
-    aten = torch.ops.aten
-    table: dict[Any, Callable[[tuple[Any, ...], Any], int]] = {
-        aten._scaled_dot_product_flash_attention_for_cpu: _cpu_flash_macs,
-    }
-    for name, formula in (("mkldnn_rnn_layer", _mkldnn_rnn_macs), ("_cudnn_rnn", _fused_rnn_macs),
-                          ("miopen_rnn", _fused_rnn_macs), ("_lstm_mps", _fused_rnn_macs),
-                          ("_grouped_mm", _grouped_mm_macs), ("_trilinear", _trilinear_macs),
-                          ("_scaled_grouped_mm", _grouped_mm_macs)):
-        if hasattr(aten, name):
-            table[getattr(aten, name)] = formula
-    q = getattr(torch.ops, "quantized", None)
-    if q is not None:
-        for name in ("conv1d", "conv2d", "conv3d", "conv1d_relu", "conv2d_relu", "conv3d_relu",
-                     "conv2d_add", "conv2d_add_relu"):
-            if hasattr(q, name):
-                table[getattr(q, name)] = _quantized_conv_macs
-        for name in ("linear", "linear_relu", "linear_dynamic", "linear_relu_dynamic"):
-            if hasattr(q, name):
-                table[getattr(q, name)] = _quantized_linear_macs
-    return table
 
 
 # Ops whose output size depends on tensor values: work after them depends on the input data.
@@ -194,7 +87,8 @@ class MacCounter:
         self.notes: dict[str, int] = {}  # note text -> occurrences
         self.data_dependent: dict[str, int] = {}  # value-dependent ops seen -> calls
         self.suppress = 0
-        self._own = _own_formulas()
+        self.formulas = mac_formulas()  # one snapshot per trace: registry, then torch's
+        self._by_packet: dict[Any, MacFormulaEntry | None] = {}
 
     def add(self, op: str, macs: int) -> None:
         bucket = self.sink()
@@ -205,16 +99,13 @@ class MacCounter:
         if self.suppress:
             return
         packet = func._overloadpacket
-        formula = flop_registry.get(packet)
-        if formula is not None:
-            flops = formula(*args, **kwargs, out_val=out)
-            self.add(_op_name(packet), flops // 2)
+        if packet not in self._by_packet:
+            self._by_packet[packet] = self.formulas.get(op_name(packet))
+        entry = self._by_packet[packet]
+        if entry is not None:
+            self.add(entry.op, entry.formula(args, kwargs, out))
             return
-        own = self._own.get(packet)
-        if own is not None:
-            self.add(_op_name(packet), own(args, out))
-            return
-        name = _op_name(packet)
+        name = op_name(packet)
         if name in DATA_DEPENDENT_OPS or (name == "index" and _bool_index(args)):
             self.data_dependent[name] = self.data_dependent.get(name, 0) + 1
         if name.rstrip("_") in IGNORED_OPS or name in IGNORED_OPS:
@@ -263,8 +154,8 @@ class _FunctionCounter(TorchFunctionMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         if func is torch.nn.functional.scaled_dot_product_attention and not self.counter.suppress:
-            q, k, v = (list(args) + [kwargs.get(n) for n in ("query", "key", "value")][len(args):])[:3]
-            self.counter.add(SDPA_OP, _sdpa_macs(q, k, v))
+            entry = self.counter.formulas[SDPA_OP]
+            self.counter.add(SDPA_OP, entry.formula(args, kwargs, None))
             causal = kwargs.get("is_causal", args[5] if len(args) > 5 else False)
             mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
             if causal:

@@ -26,6 +26,7 @@ from torch import nn
 from torchinspect.analysis.doctor.rules import Finding, Severity
 from torchinspect.analysis.doctor.structure import show_names
 from torchinspect.errors import first_line
+from torchinspect.guard import training_mode
 from torchinspect.shapes import tensor_leaves
 from torchinspect.trace.engine import model_kept
 from torchinspect.trace.static import hookable_modules
@@ -162,25 +163,12 @@ class _Probe:
 
 @contextlib.contextmanager
 def _restored(model: nn.Module) -> Iterator[None]:
-    """Restore every module's training flag, its attributes and buffers (what a forward
-    assigns), and the RNG state afterwards."""
-    flags = [(m, m.training) for m in model.modules()]
+    """Restore the model's attributes and buffers (what a forward assigns) and the RNG state
+    afterwards (its training flags: guard.training_mode around each forward)."""
     # the forwards run on buffer copies (_forward): attributes are what can change
     with model_kept(model, buffers=False), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
-        try:
-            yield
-        finally:
-            for m, flag in flags:
-                m.training = flag
-
-
-def _set_mode(model: nn.Module, train: bool) -> None:
-    try:
-        model.train(train)
-    except NotImplementedError:  # exported GraphModules refuse .train()
-        for m in model.modules():
-            m.training = train
+        yield
 
 
 def _forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -264,8 +252,7 @@ def check_eval(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     """TI004 and TI005 (outputs): two eval-mode forwards of the same inputs."""
     res = RunFindings()
     runs: list[tuple[_Probe, tuple[float, ...]]] = []
-    with _restored(model), torch.no_grad():
-        _set_mode(model, False)
+    with _restored(model), torch.no_grad(), training_mode(model, False):
         for _ in range(2 if "TI004" in codes else 1):
             with _Probe(model) as probe:
                 out = _forward(model, args, kwargs)
@@ -336,8 +323,7 @@ def check_gradients(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, A
         for label, train, (a, kw) in attempts:
             probe = _Probe(model, grads="TI005" in codes)
             try:
-                with torch.enable_grad(), probe:
-                    _set_mode(model, train)
+                with torch.enable_grad(), probe, training_mode(model, train):
                     out = _forward(model, a, kw)
                 break
             except Exception as exc:  # the model's own failure in this mode: try the next

@@ -1,5 +1,5 @@
 """The module graph: the module calls of a :class:`Trace` cut at ``depth``, repeated
-identical blocks folded (the folding of ``summary --fold``, :mod:`torchinspect.analysis.tree`),
+identical blocks folded (the folding of ``summary --fold``, :mod:`torchinspect.trace.tree`),
 modules drawn open nested as clusters, and (``functions=True``) the functional ops between
 them (``add``, ``relu``, ``matmul``, ``scaled_dot_product_attention`` ...) as their own nodes.
 
@@ -46,7 +46,7 @@ def module_graph(trace: Any, flow: _Flow | None, *, depth: int | None = None, fo
     shown open is a cluster around its children. ``functions``: functional ops outside the
     leaves are nodes too (``False``: edges pass through them, the older picture).
     """
-    from torchinspect.analysis.tree import fold_repeats, shown_tree  # torch (package docstring)
+    from torchinspect.trace.tree import fold_repeats, shown_tree  # torch (package docstring)
 
     graph = Graph(GraphKind.module, name or trace.model_type, depth=depth, device=trace.device)
     root = shown_tree(trace, 10**6 if depth is None else max(depth, 0))
@@ -114,7 +114,7 @@ def _walk(view: _View, node: Any, cluster: str | None) -> None:
 
 
 def _add_cluster(view: _View, call: Any, parent: str | None) -> str:
-    from torchinspect.analysis.tree import is_called  # torch (package docstring)
+    from torchinspect.trace.tree import is_called  # torch (package docstring)
 
     cid = f"c{len(view.graph.clusters)}"
     view.graph.clusters.append(GraphCluster(cid, f"{call.name or '(model)'} ({call.type})",
@@ -149,7 +149,7 @@ def _site(view: _View, call: Any) -> str:
 
 
 def _enclosed(trace: Any, call: Any) -> list[int]:
-    from torchinspect.analysis.tree import is_called  # torch (package docstring)
+    from torchinspect.trace.tree import is_called  # torch (package docstring)
 
     out: list[int] = []
     stack = [call.index] if is_called(call) else list(call.children)
@@ -240,7 +240,7 @@ def _short(tree: Any) -> str:
 
 
 def _last_outputs(trace: Any, call: Any) -> str:
-    from torchinspect.analysis.tree import is_called  # torch (package docstring)
+    from torchinspect.trace.tree import is_called  # torch (package docstring)
 
     if is_called(call):
         return _short(call.outputs)

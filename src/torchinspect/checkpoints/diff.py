@@ -1,29 +1,28 @@
-"""Why won't this state_dict load? Compare two sides key by key, from metadata only.
-
-Side A is the target (a model, or a reference checkpoint), side B the weights to load into
-it: "missing" keys are in A but not B, "unexpected" keys in B but not A — the words of
-``load_state_dict``. Checkpoint sides are read with ``read_checkpoint_meta`` (no tensor
-data, no torch import); ``values=True`` loads data (memory-mapped) to compare numbers.
-"""
+"""The verdict of `inspect diff`: whether ``A.load_state_dict(B)`` works by PyTorch's own rules,
+what it assumes, the code that loads B as it says, and (``--values``) how far the numbers
+differ. The sides and their key match are read by io/compare.py (metadata only)."""
 
 from __future__ import annotations
 
-import os
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, fields
 from enum import StrEnum
-from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.io.compare import (
+    DiffSide,
+    KeyMatch,
+    Mismatch,
+    comparable,
+    fmt_shape,
+    match_keys,
+    tensor_value,
+)
 from torchinspect.io.entries import FilePool
-from torchinspect.io.formats import CheckpointFormat
-from torchinspect.io.keys import KeyGroup, group_keys
-from torchinspect.io.meta import TensorMeta, TensorSet, read_checkpoint_meta
-from torchinspect.io.state_dict import PrefixRemap, find_prefix_remaps, py_str, state_entry_kind
+from torchinspect.io.state_dict import py_str
 from torchinspect.io.tensors import open_input
 
-FOLDED_SUFFIXES = (".num_batches_tracked",)
+_TORCH_FILES = ("torch_zip", "torch_legacy")
 
 
 class Verdict(StrEnum):
@@ -44,93 +43,6 @@ class Verdict(StrEnum):
         return self in (Verdict.strict, Verdict.complete)
 
 
-@dataclass
-class DiffSide(TensorSet):
-    """One side of a diff: a name, its tensors' metadata, and where they came from."""
-
-    label: str
-    kind: str  # "checkpoint" or "model"
-    tensors: dict[str, TensorMeta]
-    format: str | None = None
-    container_key: str | None = None
-    extras: dict[str, str] = field(default_factory=dict)
-    notes: list[str] = field(default_factory=list)
-    file_size: int | None = None
-    path: Path | None = None  # for --values: reload data from here
-    key: str | None = None
-    trusted: bool = False  # read with --trust-pickle (the load line then needs weights_only=False)
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "label": self.label, "kind": self.kind, "format": self.format,
-            "container_key": self.container_key, "saved_devices": self.devices,
-            "tensors": len(self.tensors), "bytes": self.total_bytes, "file_size": self.file_size,
-            "extras": self.extras, "notes": self.notes,
-        }
-
-
-def checkpoint_side(path: str | os.PathLike[str], *, key: str | None = None,
-                    trust_pickle: bool = False, fmt: CheckpointFormat | None = None) -> DiffSide:
-    """A checkpoint (file, sharded index/folder, DCP folder) as a diff side (metadata only).
-    ``fmt``: the already detected format of a single file (detection runs once per file)."""
-    meta = read_checkpoint_meta(path, key=key, trust_pickle=trust_pickle, fmt=fmt)
-    return DiffSide(str(path), "checkpoint", meta.tensors, str(meta.format), meta.container_key,
-                    meta.extras, list(meta.notes), meta.file_size, Path(path), key, trust_pickle)
-
-
-def entry_meta(key: str, v: Any, device: str = "model") -> TensorMeta | None:
-    """TensorMeta of one ``state_dict()`` value (tensor, extra state, packed params)."""
-    kind = state_entry_kind(key, v)
-    if kind is None:
-        return None
-    if kind == "tensor":
-        storage = None if v.is_meta or v.is_quantized else \
-            f"{v.untyped_storage().data_ptr()}@{v.storage_offset()}"
-        return TensorMeta(tuple(v.shape), str(v.dtype).removeprefix("torch."), device,
-                          v.numel() * v.element_size(), storage)
-    if kind == "packed":
-        w = v[0]
-        return TensorMeta(tuple(w.shape), str(w.dtype).removeprefix("torch."), device,
-                          w.numel() * w.element_size(), None, kind)
-    return TensorMeta((), kind, device, 0, None, kind)
-
-
-def model_side(label: str, state_dict: dict[str, Any], notes: list[str] | None = None,
-               tied: list[list[str]] | None = None) -> DiffSide:
-    """A model's ``state_dict()`` (meta tensors are fine) as a diff side. Tensors, modules'
-    extra state and quantized packed params all count: ``load_state_dict`` expects them.
-    ``tied``: groups of keys that are one parameter in the model (see ``tied_groups``)."""
-    group_of = {k: f"tied:{i}" for i, g in enumerate(tied or []) for k in g}
-    tensors = {}
-    for k, v in state_dict.items():
-        m = entry_meta(k, v)
-        if m is not None:
-            tensors[k] = replace(m, storage=group_of[k]) if k in group_of else m
-    return DiffSide(label, "model", tensors, None, None, {}, list(notes or []))
-
-
-def tied_groups(model: Any) -> list[list[str]]:
-    """Keys of ``model.state_dict()`` that are the same parameter/buffer object (tied
-    embedding and LM head): loading one of them sets all."""
-    by_id: dict[int, list[str]] = {}
-    for name, p in model.named_parameters(remove_duplicate=False):
-        by_id.setdefault(id(p), []).append(name)
-    for name, b in model.named_buffers(remove_duplicate=False):
-        by_id.setdefault(id(b), []).append(name)
-    return [g for g in by_id.values() if len(g) > 1]
-
-
-@dataclass(frozen=True)
-class Mismatch:
-    key: str
-    a: TensorMeta
-    b: TensorMeta
-
-    def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "a_shape": list(self.a.shape), "b_shape": list(self.b.shape),
-                "a_dtype": self.a.dtype, "b_dtype": self.b.dtype}
-
-
 @dataclass(frozen=True)
 class ValueDiff:
     key: str
@@ -144,40 +56,22 @@ class ValueDiff:
 
 
 @dataclass
-class DiffResult:
-    a: DiffSide
-    b: DiffSide
-    matched: list[str]  # same key, same shape (dtype may differ: load_state_dict casts)
-    missing: list[str]
-    unexpected: list[str]
-    shape_mismatches: list[Mismatch]
-    dtype_mismatches: list[Mismatch]
-    folded: list[str]  # num_batches_tracked entries left out of missing/unexpected
-    remaps: list[PrefixRemap]
-    applied_remap: PrefixRemap | None
-    renamed: dict[str, str]  # B key -> key after the applied remap
+class DiffResult(KeyMatch):
+    """The result of ``diff_state_dicts``: the key match, its verdict by PyTorch's rules, the
+    conditions it assumes and the code that loads B as it says; ``values`` when compared."""
+
     values: list[ValueDiff] | None = None
     rtol: float = 1e-5
     atol: float = 1e-8
 
-    notes: list[str] = field(default_factory=list)
-    tied_fill: list[str] = field(default_factory=list)  # missing in B, set through a tie in A
-    # nothing matched as saved: the shape mismatches the best prefix remap would still leave
-    remap_mismatches: list[Mismatch] = field(default_factory=list)
-
     @property
     def verdict(self) -> Verdict:
-        if self.shape_mismatches or not self.matched:
-            return Verdict.incompatible
-        if self.missing:
-            return Verdict.partial
+        if not self.loads:
+            return Verdict.partial if self.matched and not self.shape_mismatches \
+                else Verdict.incompatible
         if self.unexpected or self.tied_fill:
             return Verdict.complete
         return Verdict.strict
-
-    @property
-    def target_total(self) -> int:
-        return len(self.matched) + len(self.missing) + len(self.shape_mismatches) + len(self.tied_fill)
 
     def verdict_text(self) -> str:
         v = self.verdict
@@ -207,7 +101,7 @@ class DiffResult:
             mm = self.remap_mismatches
             if not mm:
                 return text
-            shown = ", ".join(f"{m.key} {_fmt(m.a.shape)} in A, {_fmt(m.b.shape)} in B"
+            shown = ", ".join(f"{m.key} {fmt_shape(m.a.shape)} in A, {fmt_shape(m.b.shape)} in B"
                               for m in mm[:2])
             more = f" and {len(mm) - 2} more" if len(mm) > 2 else ""
             return (f"{text}, but {len(mm)} of them have other shapes ({shown}{more}), so "
@@ -308,13 +202,6 @@ class DiffResult:
                     "`inspect convert` it to one .safetensors file first")
         return ""
 
-    def grouped(self, which: str) -> list[KeyGroup]:
-        if which in ("shape_mismatches", "dtype_mismatches"):
-            items: list[Mismatch] = getattr(self, which)
-            detail = {m.key: (m.a.shape, m.b.shape, m.a.dtype, m.b.dtype) for m in items}
-            return group_keys([m.key for m in items], detail)
-        return group_keys(getattr(self, which))
-
     def to_dict(self) -> dict[str, Any]:
         return {
             "verdict": str(self.verdict), "verdict_text": self.verdict_text(),
@@ -339,9 +226,6 @@ class DiffResult:
         }
 
 
-_TORCH_FILES = ("torch_zip", "torch_legacy")
-
-
 def _read_lines(b: DiffSide, path: str) -> list[str]:
     """The lines that read one torch.save or safetensors file into ``sd``."""
     if b.format == "safetensors":
@@ -360,29 +244,10 @@ def _subscript(container_key: str) -> str:
     return "".join(f"[{py_str(part)}]" for part in container_key.split("/"))
 
 
-def _is_folded(key: str) -> bool:
-    return key.endswith(FOLDED_SUFFIXES)
-
-
-def as_side(value: Any, label: str) -> DiffSide:
-    """A DiffSide from a checkpoint path, a state_dict (any mapping) or a module."""
-    if isinstance(value, DiffSide):
-        return value
-    if isinstance(value, (str, os.PathLike)):
-        return checkpoint_side(value)
-    if isinstance(value, Mapping):
-        return model_side(label, dict(value))
-    state_dict = getattr(value, "state_dict", None)
-    if callable(state_dict) and hasattr(value, "named_parameters"):
-        return model_side(type(value).__name__, state_dict(), tied=tied_groups(value))
-    raise InspectError(f"diff side {label}: expected a checkpoint path, a state_dict or a "
-                       f"module, got {type(value).__name__}",
-                       hint="e.g. diff_state_dicts(model, 'ckpt.pth')")
-
-
 def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
                      fold_batch_counters: bool = True) -> DiffResult:
-    """Compare B (weights) against A (target) by key, shape and dtype.
+    """Compare B (weights) against A (target) by key, shape and dtype, and say whether
+    ``A.load_state_dict(B)`` works.
 
     ``a`` and ``b``: a checkpoint path, a state_dict, a module, or a ``DiffSide``
     (``checkpoint_side``/``model_side`` give options such as a container key).
@@ -392,83 +257,8 @@ def diff_state_dicts(a: Any, b: Any, *, auto_prefix: bool = False,
     ``num_batches_tracked`` entries missing on one side are folded (BatchNorm fills them
     in) rather than listed. Values are compared separately by ``compare_values``.
     """
-    a, b = as_side(a, "A"), as_side(b, "B")
-    remaps = find_prefix_remaps(a.tensors.keys(), b.tensors.keys())
-    applied = remaps[0] if auto_prefix and remaps else None
-    renamed: dict[str, str] = {}
-    b_tensors = b.tensors
-    if applied is not None:
-        b_tensors = {}
-        for k, v in b.tensors.items():
-            new = applied.apply(k)
-            if new != k:
-                renamed[k] = new
-            b_tensors[new] = v
-    matched: list[str] = []
-    missing: list[str] = []
-    folded: list[str] = []
-    shape_mm: list[Any] = []
-    dtype_mm: list[Any] = []
-    notes: list[str] = []
-    tied_fill: list[str] = []
-    for k, ta in a.tensors.items():
-        tb = b_tensors.get(k)
-        if tb is None:
-            (folded if fold_batch_counters and _is_folded(k) else missing).append(k)
-            continue
-        if ta.kind in ("extra_state", "packed_dtype"):
-            matched.append(k)  # set_extra_state / the packing dtype: no shape to check
-            continue
-        if not _shapes_load(ta.shape, tb.shape):
-            shape_mm.append(Mismatch(k, ta, tb))
-            if ta.kind == "packed" or tb.kind == "packed":
-                notes.append(f"{k}: torch.ao quantized packed params load without a shape check; "
-                             "load_state_dict would silently change this layer's shape")
-            continue
-        if ta.shape != tb.shape:
-            notes.append(f"{k}: a {_fmt(tb.shape)} tensor loads into a 0-dim parameter "
-                         "(PyTorch takes its single element)")
-        matched.append(k)
-        if ta.dtype != tb.dtype:
-            dtype_mm.append(Mismatch(k, ta, tb))
-        if tb.nbytes == 0 and ta.nbytes and tb.kind == "tensor":
-            notes.append(f"{k}: B holds an empty placeholder")
-    if missing:  # a missing key tied to a matched one gets its value through the tie
-        by_storage: dict[str, list[str]] = {}
-        for k in matched:
-            st = a.tensors[k].storage
-            if st and st.startswith("tied:"):
-                by_storage.setdefault(st, []).append(k)
-        still = []
-        for k in missing:
-            st = a.tensors[k].storage
-            if st and st in by_storage:
-                tied_fill.append(k)
-                notes.append(f"{k}: not in B, but tied to {by_storage[st][0]} in A (gets its value)")
-            else:
-                still.append(k)
-        missing = still
-    unexpected: list[str] = []
-    for k in b_tensors:
-        if k not in a.tensors:
-            (folded if fold_batch_counters and _is_folded(k) else unexpected).append(k)
-    remap_mm: list[Mismatch] = []
-    if not matched and remaps and applied is None:  # what the remap the report offers leaves
-        remap_mm = diff_state_dicts(a, b, auto_prefix=True,
-                                    fold_batch_counters=fold_batch_counters).shape_mismatches
-    return DiffResult(a, b, matched, missing, unexpected, shape_mm, dtype_mm, folded, remaps,
-                      applied, renamed, notes=notes, tied_fill=tied_fill,
-                      remap_mismatches=remap_mm)
-
-
-def _shapes_load(target: tuple[int, ...], source: tuple[int, ...]) -> bool:
-    """PyTorch's rule (Module._load_from_state_dict): equal shapes, or a (1,) tensor into a
-    0-dim parameter (backward compatibility with 0.3 checkpoints)."""
-    return target == source or (target == () and source == (1,))
-
-
-def _fmt(shape: tuple[int, ...]) -> str:
-    return "(" + ", ".join(str(d) for d in shape) + (",)" if len(shape) == 1 else ")")
+    match = match_keys(a, b, auto_prefix=auto_prefix, fold_batch_counters=fold_batch_counters)
+    return DiffResult(**{f.name: getattr(match, f.name) for f in fields(match)})
 
 
 def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: float = 1e-5,
@@ -489,7 +279,7 @@ def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: floa
     out = []
     with FilePool() as files:
         for k in result.matched:
-            x, y = _comparable(tensor_value(sa[k], files)), _comparable(tensor_value(sb[k], files))
+            x, y = comparable(tensor_value(sa[k], files)), comparable(tensor_value(sb[k], files))
             if x is None or y is None:
                 continue  # extra state / packing dtype: not numbers
             if x.shape != y.shape:
@@ -510,29 +300,3 @@ def compare_values(result: DiffResult, *, trust_pickle: bool = False, rtol: floa
     return out
 
 
-def tensor_value(src: Any, files: Any) -> Any:
-    """The torch value of one TensorSource (read from the file when streamed)."""
-    import torch
-
-    if not src.is_tensor:
-        return src.value
-    if src.tensor is not None:
-        return src.tensor
-    if src.loader is not None:
-        return src.loader()
-    data = bytearray(src.read(files, 0, src.nbytes)) if src.nbytes else bytearray()
-    dtype = getattr(torch, src.dtype)
-    if not data:
-        return torch.empty(src.shape, dtype=dtype)
-    return torch.frombuffer(data, dtype=dtype).reshape(src.shape)
-
-
-def _comparable(v: Any) -> Any:
-    """A plain tensor to compare: quantized tensors (and packed weights) dequantized."""
-    import torch
-
-    if isinstance(v, tuple) and v and isinstance(v[0], torch.Tensor):
-        v = v[0]
-    if not isinstance(v, torch.Tensor):
-        return None
-    return v.dequantize() if v.is_quantized else v

@@ -21,8 +21,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 from torchinspect import __version__
-from torchinspect.analysis.check.metrics import Metric, Noise, Reading
-from torchinspect.analysis.check.records import CheckResult, readings_dict
+from torchinspect.check.metrics import Metric, Noise, Reading
+from torchinspect.check.records import CheckResult, readings_dict
 from torchinspect.errors import InspectError
 from torchinspect.io.atomic import Snapshot, atomic_write_text
 from torchinspect.io.jsonfile import number, read_json

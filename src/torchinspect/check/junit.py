@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import xml.etree.ElementTree as ET
 
-from torchinspect.analysis.check.metrics import fmt_measure, fmt_percent
-from torchinspect.analysis.check.records import CheckResult, Kind, Measured, ModelCheck
+from torchinspect.check.metrics import fmt_measure, fmt_percent
+from torchinspect.check.records import CheckResult, Kind, Measured, ModelCheck
 from torchinspect.io.atomic import atomic_write_text
 
 _NAME = "torchinspect check"

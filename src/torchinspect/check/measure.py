@@ -11,10 +11,10 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from torchinspect import device as devices
-from torchinspect.analysis.check.config import ModelBudget
-from torchinspect.analysis.check.metrics import Metric, Need, Noise, Reading
-from torchinspect.analysis.check.records import ModelCheck
 from torchinspect.bench import BenchOptions, run_bench
+from torchinspect.check.config import ModelBudget
+from torchinspect.check.metrics import Metric, Need, Noise, Reading
+from torchinspect.check.records import ModelCheck
 from torchinspect.errors import InspectError, first_line
 from torchinspect.sources.case import ModelOptions, make_case
 from torchinspect.sources.materialize import has_lazy

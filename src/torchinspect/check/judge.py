@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import math
 
-from torchinspect.analysis.check.baseline import BaselineModel
-from torchinspect.analysis.check.config import ModelBudget
-from torchinspect.analysis.check.metrics import Metric, Reading, fmt_full, fmt_percent, fmt_value
-from torchinspect.analysis.check.plan import CheckPlan
-from torchinspect.analysis.check.records import CheckResult, Kind, Measured, ModelCheck
 from torchinspect.bench.compare import setup_differences, significance
+from torchinspect.check.baseline import BaselineModel
+from torchinspect.check.config import ModelBudget
+from torchinspect.check.metrics import Metric, Reading, fmt_full, fmt_percent, fmt_value
+from torchinspect.check.plan import CheckPlan
+from torchinspect.check.records import CheckResult, Kind, Measured, ModelCheck
 
 
 def judge(check: ModelCheck, mb: ModelBudget, plan: CheckPlan) -> None:

@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from typing import Any
 
-from torchinspect.analysis.check.metrics import (
+from torchinspect.check.metrics import (
     Metric,
     Noise,
     Reading,

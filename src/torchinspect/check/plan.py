@@ -6,9 +6,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchinspect.analysis.check.baseline import Baseline, read_baseline
-from torchinspect.analysis.check.config import CheckConfig, ModelBudget, load_config
-from torchinspect.analysis.check.metrics import Metric, Need, parse_budget, parse_increases
+from torchinspect.check.baseline import Baseline, read_baseline
+from torchinspect.check.config import CheckConfig, ModelBudget, load_config
+from torchinspect.check.metrics import Metric, Need, parse_budget, parse_increases
 from torchinspect.errors import InspectError
 
 

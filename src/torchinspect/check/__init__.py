@@ -17,12 +17,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from torchinspect.analysis.check.baseline import SCHEMA, Baseline, read_baseline, write_baseline
-from torchinspect.analysis.check.config import ModelBudget, discover_config, load_config
-from torchinspect.analysis.check.judge import judge, result_notes
-from torchinspect.analysis.check.junit import junit_error_xml, junit_xml, write_junit
-from torchinspect.analysis.check.measure import COLLECTORS, measure_model, time_forward
-from torchinspect.analysis.check.metrics import (
+from torchinspect.check.baseline import SCHEMA, Baseline, read_baseline, write_baseline
+from torchinspect.check.config import ModelBudget, discover_config, load_config
+from torchinspect.check.judge import judge, result_notes
+from torchinspect.check.junit import junit_error_xml, junit_xml, write_junit
+from torchinspect.check.measure import COLLECTORS, measure_model, time_forward
+from torchinspect.check.metrics import (
     Metric,
     Need,
     Noise,
@@ -33,8 +33,8 @@ from torchinspect.analysis.check.metrics import (
     parse_budget,
     parse_increases,
 )
-from torchinspect.analysis.check.plan import CheckPlan, cli_limits, plan_check
-from torchinspect.analysis.check.records import CheckResult, Kind, Measured, ModelCheck
+from torchinspect.check.plan import CheckPlan, cli_limits, plan_check
+from torchinspect.check.records import CheckResult, Kind, Measured, ModelCheck
 
 __all__ = [
     "COLLECTORS", "SCHEMA", "Baseline", "CheckPlan", "CheckResult", "Kind", "Measured", "Metric",

@@ -33,7 +33,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.analysis.check.metrics import Metric, metric_named, parse_budget, parse_percent
+from torchinspect.check.metrics import Metric, metric_named, parse_budget, parse_percent
 from torchinspect.errors import InspectError
 from torchinspect.sources import pyspec
 
