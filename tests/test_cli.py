@@ -157,10 +157,25 @@ def test_bad_arguments(invoke, args):
     _assert_clean_failure(result)
 
 
-def test_debug_shows_traceback(invoke):
-    result = invoke("--debug", "summary", "resnet19")
+@pytest.mark.parametrize("args", [["--debug", "summary", "resnet19"],
+                                  ["summary", "resnet19", "--debug"],
+                                  ["diff", "nothere.pt", "--arch", "resnet18", "--debug"],
+                                  ["env", "--format", "json", "--debug", "-o", "/nonexistent/x.json"]],
+                         ids=["before", "after", "output-command", "shared-option-error"])
+def test_debug_shows_traceback(invoke, args):
+    """The hint says "rerun with --debug": before or after the command, it works."""
+    result = invoke(*args)
     assert result.exit_code == ExitStatus.USAGE
     assert "Traceback" in result.output
+
+
+def test_every_command_takes_debug_after_it() -> None:
+    import typer
+
+    from torchinspect.cli.app import app
+
+    root = typer.main.get_command(app)
+    assert all(any("--debug" in p.opts for p in cmd.params) for cmd in root.commands.values())
 
 
 # ------------------------------------------------------------------ every source kind, end to end

@@ -151,7 +151,7 @@ def test_the_graph_reader_sees_function_level_and_relative_imports(tmp_path) -> 
     assert not any(isinstance(n, ast.Import) for n in _runtime_nodes(b))
     assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}) == [["a", "b", "c"]]
     graph = _graph()
-    assert "torchinspect.errors" in graph["torchinspect.cli.common"]
+    assert "torchinspect.errors" in graph["torchinspect.cli.boundary"]
     assert "torchinspect.report.base" in graph["torchinspect.report.summary"]
 
 

@@ -11,7 +11,7 @@ counts double), the working folder (an ``os.chdir`` would move relative outputs)
 * torch's global switches (:data:`SWITCHES`) and the working folder are saved on entry and
   put back on exit;
 * ``stdout=True`` (the CLI) sends ``sys.stdout`` to stderr for the block: the report alone
-  goes to the real stdout (the CLI keeps it for rendering, see cli/common.py);
+  goes to the real stdout (the CLI keeps it for rendering, see cli/boundary.py);
 * a ``SystemExit``, ``GeneratorExit`` or other ``BaseException`` raised by the model (not
   ``KeyboardInterrupt``: Ctrl-C stays Ctrl-C) becomes a :class:`ModelCodeError` (exit 70)
   naming where it was raised and the exit code;

@@ -1,8 +1,9 @@
-"""The Typer app: one small module per subcommand, registered here.
+"""The Typer app: one small module per subcommand, registered here from the table in
+cli/commands.py.
 
 `main()` is the console-script entry point. Every error, wherever it escapes (a command body,
 the command group, the console script), goes through the one boundary
-``cli/common.py: exit_status``: one ``error:`` line, Ctrl-C 130.
+``cli/boundary.py: exit_status``: one ``error:`` line, Ctrl-C 130.
 """
 
 # ruff: noqa: E402 - the Ctrl-C handler is installed before the (slow) imports below
@@ -39,7 +40,9 @@ import typer
 from typer.core import TyperGroup
 
 from torchinspect import __version__
-from torchinspect.cli.common import DEBUG, exit_status
+from torchinspect.cli.boundary import DEBUG, exit_status
+from torchinspect.cli.command import InspectCommand
+from torchinspect.cli.commands import COMMANDS
 from torchinspect.errors import ExitStatus
 
 # Newer typer vendors click privately, older typer uses click itself: take the classes
@@ -126,25 +129,6 @@ app = typer.Typer(
     context_settings={"help_option_names": ["-h", "--help"]},
 )
 
-# (subcommand, module under torchinspect.cli, function) — one line per subcommand; a cli module
-# imports only typer and the torch-free cli/common at start-up.
-COMMANDS: list[tuple[str, str, str]] = [
-    ("summary", "summary", "summary"),
-    ("params", "params", "params"),
-    ("flops", "flops", "flops"),
-    ("diff", "diff", "diff"),
-    ("convert", "convert", "convert"),
-    ("env", "env", "env"),
-    ("graph", "graph", "graph"),
-    ("export", "export", "export"),
-    ("doctor", "doctor", "doctor"),
-    ("check", "check", "check"),
-    ("bench", "bench", "bench"),
-    ("features", "features", "features"),
-    ("report", "report", "report"),
-    ("memory", "memory", "memory"),
-]
-
 
 def _version(value: bool) -> None:
     if value:
@@ -154,7 +138,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _root(
-    debug: bool = typer.Option(False, "--debug", help="show Python tracebacks for errors."),
+    debug: bool = typer.Option(False, "--debug", help="show Python tracebacks for errors "
+                               "(also after the command: inspect COMMAND ... --debug)."),
     version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                  help="print the version and exit."),
 ) -> None:
@@ -169,7 +154,7 @@ def _register() -> None:
         fn = getattr(mod, func)
         # the docstring's first sentence, whole, in `inspect --help` (Click cuts it with "..."
         # at 45-70 characters unless it is given as short_help)
-        app.command(name, short_help=_summary(fn))(fn)
+        app.command(name, short_help=_summary(fn), cls=InspectCommand)(fn)
 
 
 def _summary(fn: Any) -> str | None:

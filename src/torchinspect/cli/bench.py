@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import sys
-import time
 from enum import StrEnum
 from typing import Annotated, Any
 
@@ -12,8 +11,11 @@ import typer
 
 from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
+    AmpOpt,
     ModelArg,
     OutputOptions,
+    batches_opt,
+    dtype_opt,
     emit,
     input_files,
     model_command,
@@ -35,21 +37,18 @@ class OnOom(StrEnum):
     try_ = "try"
 
 
-BatchesOpt = Annotated[str | None, typer.Option(
-    "--batch", "-b", metavar="N[,N...]",
-    help="batch sizes to sweep, e.g. 1,8,32 (default: the input's own batch).")]
-DtypeOpt = Annotated[str, typer.Option(
-    "--dtype", metavar="fp32|fp16|bf16[,...]",
-    help="weights and float inputs cast to this dtype; a comma list benchmarks each. With "
-    "--amp: the autocast dtype.")]
-AmpOpt = Annotated[bool, typer.Option("--amp", help="fp32 weights, forward under torch.autocast "
-                                      "(--dtype fp16/bf16; fp32 means fp16 on CUDA, bf16 on CPU).")]
+BatchesOpt = Annotated[str | None, batches_opt(
+    "batch sizes to sweep, e.g. 1,8,32 (default: the input's own batch).")]
+DtypeOpt = Annotated[str, dtype_opt(
+    "weights and float inputs cast to this dtype; a comma list benchmarks each. With --amp: the "
+    "autocast dtype.", sweep=True)]
 ChannelsLastOpt = Annotated[bool, typer.Option("--channels-last",
                                                help="model and 4-D inputs in channels-last layout.")]
 CompileOpt = Annotated[bool, typer.Option("--compile", help="run torch.compile(model); the first "
                                           "call (compilation) is reported on its own.")]
-CompileModeOpt = Annotated[CompileMode, typer.Option("--compile-mode", case_sensitive=False,
-                                                     help="torch.compile mode (implies --compile).")]
+CompileModeOpt = Annotated[CompileMode, typer.Option(
+    "--compile-mode", case_sensitive=False, metavar="MODE",
+    help="torch.compile mode (implies --compile): " + ", ".join(m.value for m in CompileMode) + ".")]
 GraphsOpt = Annotated[bool, typer.Option("--cuda-graphs", help="capture the forward in a CUDA "
                                          "graph after warm-up (side stream) and time its replay.")]
 ThreadsOpt = Annotated[int | None, typer.Option("--threads", min=1,
@@ -95,9 +94,8 @@ PredictOpt = Annotated[str | None, typer.Option(
 
 
 class _Progress:
-    """Progress on stderr: a live rich status on a terminal, plain lines otherwise."""
-
-    PLAIN_EVERY_S = 2.0
+    """Progress on stderr: a live rich status on a terminal; otherwise only the finished
+    configurations, one line each (no passing status in a log)."""
 
     def __init__(self) -> None:
         from rich.console import Console
@@ -105,7 +103,6 @@ class _Progress:
         self.console = Console(stderr=True, highlight=False)
         self.live = self.console.is_terminal
         self.status: Any = None
-        self.last = 0.0
 
     def __enter__(self) -> _Progress:
         if self.live:
@@ -129,11 +126,6 @@ class _Progress:
             return
         if self.status is not None:
             self.status.update(self._text(text))  # a model spec "[/x]" is text, not markup
-            return
-        now = time.monotonic()
-        if now - self.last >= self.PLAIN_EVERY_S:
-            self.last = now
-            self.console.print(text, markup=False, soft_wrap=True)
 
 
 def _trace_path(trace: str | None, output: str | None, model: str) -> str:
@@ -144,7 +136,7 @@ def _trace_path(trace: str | None, output: str | None, model: str) -> str:
     return f"{model_file_stem(model)}-bench-trace.json"
 
 
-@model_command(device_default="cpu", batch=False,
+@model_command(device_default="cpu", batch=False, progress=False,
                device_help="where to run: cpu (the default) or cuda[:N].")
 def bench(
     model: ModelArg,

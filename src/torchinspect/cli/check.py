@@ -9,6 +9,7 @@ from typing import Annotated, Any
 import typer
 
 from torchinspect.cli.common import MODEL_FORMS, OutputOptions, emit, input_files, model_command
+from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.report.render import printable
 from torchinspect.sources.case import ModelOptions
@@ -145,7 +146,7 @@ def check(
     from torchinspect.io.atomic import snapshot
 
     before = snapshot(save_baseline) if save_baseline else None  # one writer: see write_baseline
-    result = core.run_check(plan, opts)
+    result = core.run_check(plan, opts, progress=current())
     if junit:
         core.write_junit(result, junit, protect=protect)
         typer.echo(f"wrote {printable(str(junit))}", err=True)

@@ -14,6 +14,8 @@ from torchinspect.cli.common import (
     KeyOpt,
     OutputOptions,
     TrustOpt,
+    all_opt,
+    dtype_opt,
     emit,
     output_command,
 )
@@ -28,8 +30,8 @@ OutputOpt = Annotated[str | None, typer.Option(
     "--output", "-o", metavar="OUT", show_default=False,
     help=f"the converted checkpoint to write ({_OUT_FORMATS}), the same as the OUT argument; "
     "the report goes to stdout.")]
-AllOpt = Annotated[bool, typer.Option(
-    "--all", help="list every renamed key (default: the first 8 groups; JSON always lists all).")]
+AllOpt = Annotated[bool, all_opt(
+    "list every renamed key (default: the first 8 groups; JSON always lists all).")]
 StripOpt = Annotated[list[str] | None, typer.Option(
     "--strip-prefix", metavar="PREFIX", help="remove PREFIX from keys that start with it (repeatable).")]
 RenameOpt = Annotated[list[str] | None, typer.Option(
@@ -40,8 +42,7 @@ AutoPrefixOpt = Annotated[bool, typer.Option(
     "prefix every key has (noted when left).")]
 KeepExtraOpt = Annotated[bool, typer.Option(
     "--keep-extra", help="keep optimizer/scheduler and other container entries (.pt output).")]
-DtypeOpt = Annotated[str | None, typer.Option(
-    "--dtype", metavar="fp16|bf16|fp32", help="cast floating tensors (integer tensors untouched).")]
+DtypeOpt = Annotated[str | None, dtype_opt("cast floating tensors (integer tensors untouched).")]
 AllowOverflowOpt = Annotated[bool, typer.Option(
     "--allow-overflow", help="write even when --dtype turns values into inf or 0 (counted and reported).")]
 AllowPartialOpt = Annotated[bool, typer.Option(

@@ -13,8 +13,10 @@ from torchinspect.cli.common import (
     KeyOpt,
     OutputOptions,
     TrustOpt,
+    atol_opt,
     emit,
     output_command,
+    rtol_opt,
 )
 from torchinspect.errors import ExitStatus
 
@@ -30,8 +32,8 @@ StrictExitOpt = Annotated[bool, typer.Option(
     "--strict", help="exit 1 unless B loads into A with strict=True.")]
 ValuesOpt = Annotated[bool, typer.Option(
     "--values", help="also compare values (max abs diff, allclose); needs two checkpoint files.")]
-RtolOpt = Annotated[float, typer.Option("--rtol", help="relative tolerance for --values.")]
-AtolOpt = Annotated[float, typer.Option("--atol", help="absolute tolerance for --values.")]
+RtolOpt = Annotated[float, rtol_opt("relative tolerance for --values.")]
+AtolOpt = Annotated[float, atol_opt("absolute tolerance for --values.")]
 LimitOpt = Annotated[int, typer.Option("--limit", min=1, help="rows shown per list in table output "
                                        "(JSON always has every key).")]
 

@@ -10,9 +10,12 @@ from torchinspect.cli.common import (
     ForceOpt,
     ModelArg,
     OutputOptions,
+    all_opt,
     as_written,
+    atol_opt,
     emit,
     model_command,
+    rtol_opt,
 )
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.report.render import printable
@@ -30,8 +33,8 @@ DynamicOpt = Annotated[list[str] | None, typer.Option(
 VerifyOpt = Annotated[bool | None, typer.Option(
     "--verify/--no-verify", help="run the file in onnxruntime at batch 1 and 3 and compare with "
     "PyTorch (default: on when onnxruntime is installed).", show_default=False)]
-AtolOpt = Annotated[float, typer.Option("--atol", min=0, help="absolute tolerance of the verification.")]
-RtolOpt = Annotated[float, typer.Option("--rtol", min=0, help="relative tolerance of the verification.")]
+AtolOpt = Annotated[float, atol_opt("absolute tolerance of the verification.")]
+RtolOpt = Annotated[float, rtol_opt("relative tolerance of the verification.")]
 ExternalOpt = Annotated[bool, typer.Option(
     "--external-data", help="store the weights in FILE.onnx.data beside the .onnx (automatic over 2 GB).")]
 InputNamesOpt = Annotated[str | None, typer.Option(
@@ -43,8 +46,8 @@ OutputNamesOpt = Annotated[str | None, typer.Option(
 ExporterReportOpt = Annotated[bool, typer.Option(
     "--exporter-report", help="also keep torch.onnx's own markdown report as "
     "FILE.export-report.md beside the .onnx (on a failure too).")]
-AllOpt = Annotated[bool, typer.Option(
-    "--all", help="list every op type (default: the 20 most used; JSON always lists all).")]
+AllOpt = Annotated[bool, all_opt(
+    "list every op type (default: the 20 most used; JSON always lists all).")]
 
 
 @model_command(device_help="where the model runs for export: auto = cpu; cpu; cuda[:N].",

@@ -14,7 +14,14 @@ from typing import Annotated, Any
 
 import typer
 
-from torchinspect.cli.common import ModelArg, OutputOptions, as_written, emit, model_command
+from torchinspect.cli.common import (
+    ModelArg,
+    OutputOptions,
+    as_written,
+    dtype_opt,
+    emit,
+    model_command,
+)
 from torchinspect.errors import InspectError
 from torchinspect.report import OutputFormat
 from torchinspect.sources.case import ModelOptions
@@ -88,8 +95,7 @@ def _dtype(text: str) -> str:
         raise typer.BadParameter(f"{text!r} is not one of fp32, fp16, bf16") from None
 
 
-DtypeOpt = Annotated[str, typer.Option("--dtype", metavar="fp32|fp16|bf16", parser=_dtype,
-                                       help="compute dtype (fp16/bf16: autocast).")]
+DtypeOpt = Annotated[str, dtype_opt("compute dtype (fp16/bf16: autocast).", parser=_dtype)]
 SaveDtypeOpt = Annotated[Dtype | None, typer.Option(
     "--save-dtype", case_sensitive=False, help="storage dtype (default: --dtype); bf16 is kept exact.")]
 PoolOpt = Annotated[Pool, typer.Option("--pool", case_sensitive=False,
@@ -137,7 +143,7 @@ def _floats(text: str | None, option: str) -> tuple[float, ...] | None:
 SHARD_TYPES = {f.value for f in FileFormat}
 
 
-@model_command(device_default="cpu", outputs=False, batch=False,
+@model_command(device_default="cpu", outputs=False, batch=False, progress=False,
                device_help="where to run: cpu (default) or cuda[:N]; under torchrun, cuda = one GPU per rank.")
 def features(
     model: ModelArg,

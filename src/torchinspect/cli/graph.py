@@ -10,6 +10,7 @@ from torchinspect.cli.common import (
     ForceOpt,
     ModelArg,
     OutputOptions,
+    all_opt,
     as_written,
     emit,
     model_command,
@@ -34,8 +35,8 @@ FunctionsOpt = Annotated[bool | None, typer.Option(
     "--functions/--no-functions", help="module graph: draw functional ops between modules "
     "(add, relu, matmul, scaled_dot_product_attention ...) as nodes (default: on).",
     show_default=False)]
-AllOpt = Annotated[bool, typer.Option(
-    "--all", help="list every node type (default: the 15 most common; JSON always lists all).")]
+AllOpt = Annotated[bool, all_opt(
+    "list every node type (default: the 15 most common; JSON always lists all).")]
 
 DEVICE_HELP = ("autograd: where the forward runs (auto = cpu); module: where to trace "
                "(auto = meta, no memory, with a CPU fallback).")

@@ -2,32 +2,32 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Annotated
+from typing import Annotated
 
 import typer
 
 from torchinspect.arguments import parse_batches
-from torchinspect.cli.common import ModelArg, OutputOptions, emit, input_files, model_command
+from torchinspect.cli.common import (
+    AmpOpt,
+    ModelArg,
+    OutputOptions,
+    batches_opt,
+    dtype_opt,
+    emit,
+    input_files,
+    model_command,
+    train_opt,
+)
+from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
-if TYPE_CHECKING:
-    from torchinspect.memory.result import FitProbe
-
-BatchesOpt = Annotated[str | None, typer.Option(
-    "--batch", "-b", metavar="N[,N...]",
-    help="batch sizes to predict, e.g. 1,8,32 (default: the input's own batch).")]
-TrainOpt = Annotated[bool, typer.Option(
-    "--train/--no-train", help="also predict a training step (forward, backward, optimizer).")]
+BatchesOpt = Annotated[str | None, batches_opt("batch sizes to predict, e.g. 1,8,32 (default: the input's own batch).")]
+TrainStepOpt = Annotated[bool, train_opt("also predict a training step (forward, backward, optimizer).")]
 OptimizerOpt = Annotated[str, typer.Option(
     "--optimizer", metavar="adamw|adam|sgd|sgd-momentum|none",
     help="the optimizer of the training step (PyTorch's defaults: foreach on CUDA).")]
-DtypeOpt = Annotated[str | None, typer.Option(
-    "--dtype", metavar="fp32|bf16|fp16", help="cast weights and float inputs to this dtype.",
-    show_default=False)]
-AmpOpt = Annotated[bool, typer.Option(
-    "--amp", help="fp32 weights, forward under torch.autocast (--dtype fp16/bf16; fp32 means "
-    "fp16 on CUDA, bf16 on CPU).")]
+DtypeOpt = Annotated[str | None, dtype_opt("cast weights and float inputs to this dtype.")]
 CheckpointOpt = Annotated[str | None, typer.Option(
     "--checkpointing", metavar="MODULE_TYPE",
     help="what-if: activation checkpointing (non-reentrant) on every module of this class, "
@@ -67,7 +67,7 @@ DEVICE_HELP = ("the device the prediction is for: cuda (the CUDA caching allocat
 def memory(
     model: ModelArg,
     batch: BatchesOpt = None,
-    train: TrainOpt = True,
+    train: TrainStepOpt = True,
     optimizer: OptimizerOpt = "adamw",
     dtype: DtypeOpt = None,
     amp: AmpOpt = False,
@@ -107,8 +107,7 @@ def memory(
         require_cuda()
     case = make_case(model, options=opts, device="meta")
     check_checkpointing(case, cfg)
-    with _FitProgress(budget is not None) as progress:
-        result = sweep_with_fit(case, cfg, target, batches, budget, top=top, progress=progress)
+    result = sweep_with_fit(case, cfg, target, batches, budget, top=top, progress=current())
     inputs = input_files([model, *opts.files()])
     if len(result.results) == 1 and result.fit is None:
         emit(memory_report(result.results[0]), out, inputs)
@@ -122,34 +121,6 @@ def memory(
         emit(verification_report(checked), OutputOptions(out.format, None))
         if not checked.ok:
             raise typer.Exit(int(ExitStatus.CHECK_FAILED))
-
-
-class _FitProgress:
-    """One status line on stderr while --fit searches (a terminal only), cleared at the end."""
-
-    def __init__(self, on: bool) -> None:
-        import sys
-
-        self.stream = sys.stderr
-        self.on = on and self.stream.isatty()
-        self.count = 0
-
-    def __enter__(self) -> _FitProgress | None:
-        return self if self.on else None
-
-    def __call__(self, probe: FitProbe) -> None:
-        from torchinspect.report.base import fmt_bytes
-
-        self.count += 1
-        line = (f"--fit: prediction {self.count}: {probe.mode} batch {probe.batch:,} peaks at "
-                f"{fmt_bytes(probe.peak)}")
-        self.stream.write("\r" + line[:79].ljust(79))
-        self.stream.flush()
-
-    def __exit__(self, *exc: object) -> None:
-        if self.on and self.count:
-            self.stream.write("\r" + " " * 79 + "\r")
-            self.stream.flush()
 
 
 def _semantics(device: str) -> str:

@@ -18,6 +18,7 @@ from torchinspect.cli.common import (
     model_command,
     model_file_stem,
 )
+from torchinspect.cli.progress import current
 from torchinspect.errors import InspectError
 from torchinspect.report import OutputFormat
 from torchinspect.report.render import printable
@@ -81,7 +82,7 @@ def report(
     result = collect_overview(models, depth=depth, options=opts, graph=not no_graph,
                               graph_depth=graph_depth, doctor=not no_doctor,
                               doctor_run=doctor_run, bench=bench, bench_batches=batches if bench else None,
-                              bench_seconds=bench_seconds, progress=_progress, gpu=gpu)
+                              bench_seconds=bench_seconds, progress=current(), gpu=gpu)
     emit(overview_report(result), out, inputs)
 
 
@@ -101,7 +102,3 @@ def default_page(models: list[str], *, force: bool, inputs: list[str | None]) ->
     check_target(path, protect=input_files(inputs))  # never an input, a folder, a device
     typer.echo(f"no -o: the page goes to {printable(str(path))}", err=True)
     return path
-
-
-def _progress(text: str, *, final: bool = False) -> None:
-    typer.echo(f"{printable(text)} ...", err=True)

@@ -20,10 +20,11 @@ from torchinspect.sources.case import ModelOptions
 
 ColumnsOpt = Annotated[str | None, typer.Option(
     "--columns", metavar="COL,...",
-    help="columns to show: layer,type,input,output,kernel,params,params_pct,self_params,macs,"
-    "self_macs,trainable, and optional output_bytes (bytes of the layer's output tensors) and "
-    "flops (2 x macs) (params, macs and flops include the modules inside; self_* are the "
-    "module's own).")]
+    help="columns to show, comma-separated: layer, type, input, output, kernel, params, "
+    "params_pct, self_params, macs, self_macs, trainable, output_bytes (bytes of the layer's "
+    "output tensors), flops (2 x macs). Params, macs and flops include the modules inside; "
+    "self_* are the module's own. Default: all but self_params, output_bytes and flops, the "
+    "least useful left out to fit the terminal.")]
 FoldOpt = Annotated[bool, typer.Option("--fold", help="fold runs of identical blocks into one row (×N).")]
 MemoryOpt = Annotated[str, typer.Option(
     "--memory", metavar="inference|train|none",

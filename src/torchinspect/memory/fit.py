@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from dataclasses import replace
 
+from torchinspect.arguments import ProgressFn
 from torchinspect.device import available_bytes
 from torchinspect.errors import InspectError
 from torchinspect.io.writers import parse_size
@@ -35,9 +36,12 @@ def parse_budget(text: str) -> int:
 
 
 def sweep(case: ModelCase, cfg: StepConfig, target: Target, batches: Sequence[int | None], *,
-          budget: int | None = None, top: int = 10) -> list[MemoryResult]:
+          budget: int | None = None, top: int = 10,
+          progress: ProgressFn | None = None) -> list[MemoryResult]:
     results = []
     for batch in batches:
+        if progress is not None and batch is not None:
+            progress(f"batch {batch}")
         result = predict_case(case, cfg, target, batch=batch, top=top)
         result.budget = budget
         results.append(result)
@@ -45,9 +49,9 @@ def sweep(case: ModelCase, cfg: StepConfig, target: Target, batches: Sequence[in
 
 
 def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
-        limit: int = BATCH_LIMIT, progress: Callable[[FitProbe], None] | None = None) -> FitResult:
+        limit: int = BATCH_LIMIT, progress: ProgressFn | None = None) -> FitResult:
     """The largest batch whose predicted peak fits ``budget``, for inference and training.
-    Where cuDNN workspaces give a range, its upper end must fit. ``progress`` sees each
+    Where cuDNN workspaces give a range, its upper end must fit. ``progress`` hears each
     probe as it is made."""
     probes: list[FitProbe] = []
     found: dict[str, int | None] = {}
@@ -56,6 +60,8 @@ def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
         mode_cfg = replace(cfg, train=mode == "training")
 
         def peak(batch: int, mode: str = mode, mode_cfg: StepConfig = mode_cfg) -> int:
+            if progress is not None:
+                progress(f"--fit: {mode} at batch {batch}")
             r = predict_case(case, mode_cfg, target, batch=batch, inference=mode == "inference")
             run = r.inference if mode == "inference" else r.training
             if run is None:
@@ -64,7 +70,7 @@ def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
             probe = FitProbe(mode, batch, value, run.where, value != run.peak)
             probes.append(probe)
             if progress is not None:
-                progress(probe)
+                progress(f"--fit: {mode} batch {batch:,} peaks at {value / 2**20:,.0f} MiB")
             return value
 
         found[mode], hit_limit = _search(peak, budget, limit)
@@ -98,7 +104,9 @@ def _search(peak: Callable[[int], int], budget: int, limit: int) -> tuple[int | 
 
 def sweep_with_fit(case: ModelCase, cfg: StepConfig, target: Target,
                    batches: Sequence[int | None], budget: int | None, top: int = 10,
-                   progress: Callable[[FitProbe], None] | None = None) -> MemorySweep:
-    results = sweep(case, cfg, target, batches, budget=budget, top=top)
+                   progress: ProgressFn | None = None) -> MemorySweep:
+    """Predictions at ``batches`` and, with a ``budget``, the fit search; ``progress`` hears
+    each batch predicted."""
+    results = sweep(case, cfg, target, batches, budget=budget, top=top, progress=progress)
     found = fit(case, cfg, target, budget, progress=progress) if budget is not None else None
     return MemorySweep(results, found)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -54,9 +55,13 @@ class Table:
     depths: list[int] | None = None  # a tree table: each row's depth (html collapses by it)
     # a table of sentences: these columns fold so the table fits the terminal (or 100 columns)
     wrap: list[str] = field(default_factory=list)
-    # columns the table renderer may leave out (in this order) when a set width (COLUMNS)
-    # can't hold the table without folding its text below FOLD_MIN characters; a footer says
+    # columns the table renderer leaves out (in this order) when the terminal's width (or
+    # COLUMNS) can't hold the whole table; a footer names them, and ``fit_hint`` (given the
+    # names left out) says how to get them back
     optional: list[str] = field(default_factory=list)
+    fit_hint: Callable[[list[str]], str] | None = None
+    # text columns that never fold (shapes): the table leaves out columns or is printed wider
+    nofold: list[str] = field(default_factory=list)
     # rows a reader can skip (unchanged against a baseline): Markdown (a pull-request comment)
     # folds them into a collapsed <details> block under the table; other formats show them
     quiet: list[bool] | None = None

@@ -25,7 +25,8 @@ def params_report(r: ParamsResult | SavedParams) -> Report:
           nbytes(m.bytes), m.buffers] for m in r.rows],
         align=["left", "left"] + ["right"] * 6, primary=True,
         footer=["Params, Trainable, Frozen, Bytes and Buffers include the modules inside; "
-                "Self: parameters registered on the module itself."]))
+                "Self: parameters registered on the module itself."],
+        optional=["Frozen", "Trainable", "Buffers", "Self"]))
     sections.append(Table("By dtype", ["Dtype", "Params", "Bytes"],
                           [[k, v.count, nbytes(v.bytes)] for k, v in s.by_dtype.items()],
                           align=["left", "right", "right"]))

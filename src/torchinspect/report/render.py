@@ -10,6 +10,7 @@ import csv
 import io
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TextIO
 
@@ -243,35 +244,61 @@ def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bo
 
 # a text column folds to no fewer characters than this (or its longest cell, if shorter)
 FOLD_MIN = 12
+# the space between two columns: 3 when it fits, 2 or 1 before a column is left out or folded
+GAPS = (3, 2, 1)
 
 
-def _fitted(s: Table, width: int | None) -> tuple[list[int], list[str], int]:
-    """The columns to show at ``width`` and the width to print at. Numbers never fold; text
-    columns fold down to FOLD_MIN. A table that still doesn't fit leaves out its ``optional``
-    columns (in order); one that still doesn't fit is printed wider than ``width`` rather
-    than folded into a column of three-letter pieces."""
+@dataclass(frozen=True)
+class _Fit:
+    keep: list[int]  # the columns shown
+    left_out: list[str]  # the optional columns left out to fit
+    width: int | None  # the width to print at (None: natural)
+    gap: int  # spaces between columns
+
+
+def _fitted(s: Table, width: int | None) -> _Fit:
+    """The columns to show at ``width`` and how. In this order, until the table fits: the
+    space between columns narrows from 3 to 2; ``optional`` columns are left out (in their
+    order; a wider gap is kept when it leaves out no more); the gap narrows to 1 when that
+    makes the table fit whole; text columns fold down to FOLD_MIN (numbers and ``nofold``
+    columns never fold). A table that still doesn't fit is printed wider than ``width``
+    rather than folded into pieces."""
+    every = list(range(len(s.columns)))
+    if width is None:
+        return _Fit(every, [], None, GAPS[0])
     texts = [[cell_text(v) for v in row] for row in s.rows]
     aligns = column_aligns(s)
 
+    def natural(i: int) -> int:
+        return max([len(s.columns[i])] + [len(line) for r in texts if i < len(r)
+                                          for line in (r[i].splitlines() or [""])])
+
     def least(i: int) -> int:
-        natural = max([len(s.columns[i])] + [len(line) for r in texts if i < len(r)
-                                             for line in (r[i].splitlines() or [""])])
-        folds = aligns[i] != "right"
-        return min(natural, FOLD_MIN) if folds else natural
+        folds = aligns[i] != "right" and s.columns[i] not in s.nofold
+        return min(natural(i), FOLD_MIN) if folds else natural(i)
 
-    keep = list(range(len(s.columns)))
+    def need(keep: list[int], gap: int, fold: bool = False) -> int:
+        return sum(least(i) if fold else natural(i) for i in keep) + gap * (len(keep) - 1)
 
-    def need() -> int:
-        return sum(least(i) for i in keep) + 2 * (len(keep) - 1)
+    def leave_out(gap: int) -> tuple[list[int], list[str]]:
+        keep, left = list(every), []
+        for name in s.optional:
+            if need(keep, gap) <= width:
+                break
+            if name in s.columns and s.columns.index(name) in keep:
+                keep.remove(s.columns.index(name))
+                left.append(name)
+        return keep, left
 
-    left_out: list[str] = []
-    for name in s.optional:
-        if width is None or need() <= width:
-            break
-        if name in s.columns and s.columns.index(name) in keep:
-            keep.remove(s.columns.index(name))
-            left_out.append(name)
-    return keep, left_out, max(width or 0, need())
+    wide, narrow = leave_out(GAPS[0]), leave_out(GAPS[1])
+    wide_fits = need(wide[0], GAPS[0]) <= width and len(wide[1]) <= len(narrow[1])
+    gap, (keep, left) = (GAPS[0], wide) if wide_fits else (GAPS[1], narrow)
+    if need(keep, gap) > width >= need(keep, GAPS[2]):  # closing up saves folding a column
+        gap = GAPS[2]
+    fold = need(keep, gap) > width
+    if need(keep, gap, fold=fold) > width >= need(keep, GAPS[2], fold=fold):
+        gap = GAPS[2]  # folded, it fits only with the narrowest gap
+    return _Fit(keep, left, max(width, need(keep, gap, fold=fold)), gap)
 
 
 def _print_table(console: Any, s: Table, width: int | None, wrap: int,
@@ -279,24 +306,28 @@ def _print_table(console: Any, s: Table, width: int | None, wrap: int,
     from rich import box
     from rich.table import Table as RichTable
 
-    every = list(range(len(s.columns)))
-    keep, left_out, fit = (every, [], 0) if s.wrap else _fitted(s, width)
+    fit = _Fit(list(range(len(s.columns))), [], None, GAPS[0]) if s.wrap else _fitted(s, width)
     aligns = column_aligns(s)
+    # SIMPLE_HEAD puts one space between columns; the padding makes the rest of the gap
+    padding: tuple[int, int] | tuple[int, int, int, int] = (
+        (0, 1) if fit.gap == 3 else (0, 1, 0, 0) if fit.gap == 2 else (0, 0))
     t = RichTable(title=plain(s.title, "bold") if s.title else None, box=box.SIMPLE_HEAD,
-                  title_justify="left", show_edge=False, pad_edge=False)
-    for i in keep:
+                  title_justify="left", show_edge=False, pad_edge=False, padding=padding)
+    for i in fit.keep:
         c, a = s.columns[i], aligns[i]
-        # numbers never wrap ("147,96" over "8"); text columns fold when COLUMNS is set
-        folds = c in s.wrap or (width is not None and a != "right" and not s.wrap)
+        # numbers and shapes never wrap ("147,96" over "8"); text columns fold to a set width
+        folds = c in s.wrap or (width is not None and a != "right" and not s.wrap
+                                and c not in s.nofold)
         t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
                      no_wrap=not folds)
     for row in s.rows:
-        t.add_row(*[plain(cell_text(row[i])) if i < len(row) else "" for i in keep])
-    console.print(t, width=wrap if s.wrap else (fit if width else None))
+        t.add_row(*[plain(cell_text(row[i])) if i < len(row) else "" for i in fit.keep])
+    console.print(t, width=wrap if s.wrap else fit.width)
     footer = list(s.footer)
-    if left_out:
-        footer.append(f"({', '.join(left_out)} left out to fit {width} columns; a wider "
-                      "terminal or COLUMNS shows them)")
+    if fit.left_out:
+        footer.append(f"Left out to fit {width} columns: {', '.join(fit.left_out)}.")
+        footer.append(s.fit_hint(fit.left_out) if s.fit_hint else
+                      "A wider terminal, a pipe or --format csv shows them.")
     for line in footer:
         console.print(plain(line), width=width)
 

@@ -33,12 +33,14 @@ SCHEMA_VERSION = 4
 SHAPE_WIDTH = 40  # the table shortens shape texts; CSV and JSON keep them whole
 
 
-def summary_cell(row: SummaryRow, col: Column) -> Any:
+def summary_cell(row: SummaryRow, col: Column, owned: int | None = None) -> Any:
     """The display value of one cell (numbers stay numbers for CSV).
 
     Params and MACs are inclusive (the module and everything inside it), Self columns the
-    module's own; a later call of a module shown before says ``(recursive)``: its
-    parameters are counted on its first row.
+    module's own; a later call of a module shown before says ``(recursive)`` (torchinfo's
+    word): its parameters are counted on its first row. ``owned``, the parameters of that
+    first row: a module without any (a ReLU called twice) shows 0 again, as on its first
+    row, since nothing is counted twice.
     """
     name = col.value
     if name == "layer":  # the tree for people, the full dotted name for CSV
@@ -59,7 +61,7 @@ def summary_cell(row: SummaryRow, col: Column) -> Any:
     if name in ("params", "self_params"):
         value = getattr(row, name)
         if row.recursive:
-            return Shown("", "(recursive)")
+            return 0 if owned == 0 else Shown("", "(recursive)")
         return Shown("", "--") if value is None else value
     return getattr(row, name)
 
@@ -70,9 +72,11 @@ HEADERS = {
     "macs": "MACs", "self_macs": "Self MACs", "trainable": "Trainable",
     "output_bytes": "Output bytes", "flops": "FLOPs", "time": "Time (pred.)",
 }
-# left out, in this order, where COLUMNS is too narrow for the whole table
-FIT_ORDER = ("trainable", "input", "kernel", "params_pct", "self_macs", "self_params",
-             "output_bytes", "flops")
+# the default columns left out, in this order, where the terminal is too narrow for them:
+# the Self columns repeat MACs on leaves, % params and Trainable are read off Params, the
+# kernel is in the layer's type and the input shape is the row above's output
+FIT_ORDER = ("self_macs", "params_pct", "trainable", "kernel", "input")
+_SHAPES = ("input", "output")
 _NUMERIC = ("params", "params_pct", "self_params", "macs", "self_macs", "output_bytes", "flops",
             "time")
 
@@ -81,26 +85,52 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
     sections: list[Any] = [Text(header_lines(s.model, s.input, s.device, s.fallback_reason, s.train))]
     if not totals_only:
         cols = list(s.columns)
-        rows = [[summary_cell(r, c) for c in cols] for r in s.rows]
+        owned = {r.name: r for r in s.rows if not r.recursive}
+        rows = [[summary_cell(r, c, _owned(owned.get(r.name), c)) for c in cols] for r in s.rows]
         align = ["right" if c.value in _NUMERIC else "left" for c in cols]
         selves = any(c.value.startswith("self_") for c in cols)
         footer = [("Params, MACs and FLOPs" if any(c.value == "flops" for c in cols) else "Params and MACs")
                   + " include the modules inside" + ("; Self: the module's own." if selves else ".")]
         if any(c.value == "output_bytes" for c in cols):
             footer.append("Output bytes: the tensors the module returns, at their dtype.")
-        if any(r.recursive for r in s.rows):
+        if any(r.recursive and getattr(owned.get(r.name), "params", None) != 0 for r in s.rows):
             footer.append("(call k/N): a module run N times has a row per call; its params "
-                          "are on its first row, later ones say (recursive).")
+                          "are counted on its first row, later ones say (recursive).")
         if s.folded and any(r.repeat > 1 for r in s.rows):
             footer.append("(×N): N identical consecutive blocks folded into one row; "
                           "rows under it show one block.")
         sections.append(Table(None, [HEADERS[c.value] for c in cols], rows, align=align,
                               footer=footer, primary=True, depths=[r.depth for r in s.rows],
-                              optional=[HEADERS[k] for k in FIT_ORDER]))
+                              **_fit_to_terminal(cols)))
     sections.append(totals_section(s.totals))
     sections.append(convention_notes())
     sections.extend(trailer_sections(s.not_counted, s.notes))
     return Report("summary", s.to_dict(), sections, version=SCHEMA_VERSION)
+
+
+def _owned(first: SummaryRow | None, col: Column) -> int | None:
+    """The parameters a module's first row counts in ``col`` (for its later calls)."""
+    if first is None or col.value not in ("params", "self_params"):
+        return None
+    return getattr(first, col.value)
+
+
+def _fit_to_terminal(cols: list[Column]) -> dict[str, Any]:
+    """The table's fitting rules: shapes never fold; with the default columns, the least
+    useful ones are left out first in a narrow terminal (a footer says how to get them);
+    columns the user picked with --columns all stay."""
+    from torchinspect.analysis.summary import DEFAULT_COLUMNS
+
+    nofold = [HEADERS[c.value] for c in cols if c.value in _SHAPES]
+    if tuple(cols) != DEFAULT_COLUMNS:
+        return {"nofold": nofold}
+    keys = {HEADERS[k]: k for k in FIT_ORDER}
+
+    def hint(left: list[str]) -> str:
+        example = ",".join(["output", "params", "macs", *(keys[h] for h in left[:1])])
+        return f"Get them with --columns, e.g. --columns {example}."
+
+    return {"nofold": nofold, "optional": [HEADERS[k] for k in FIT_ORDER], "fit_hint": hint}
 
 
 def header_lines(model: str, inputs: str, device: str, fallback: str | None, train: bool) -> list[str]:

@@ -1,0 +1,118 @@
+"""The CLI's one error boundary: every error, wherever it escapes (a command body, the
+command group, the console script), becomes one ``error:``/``hint:`` pair on stderr and an
+exit status (:func:`exit_status`); ``--debug`` adds the traceback.
+
+No torch here: importing this module must stay instant (`inspect --help`).
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import re
+import sys
+import traceback
+from collections.abc import Callable
+from contextvars import ContextVar
+from typing import Any, TypeVar
+
+import typer
+
+from torchinspect.cli.progress import pause
+from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
+from torchinspect.guard import model_code
+from torchinspect.report.render import printable
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+# Set by the root callback on every invocation (so it never leaks between invocations).
+DEBUG: ContextVar[bool] = ContextVar("torchinspect_debug", default=False)
+
+
+def _debug_enabled() -> bool:
+    """--debug on the root command, or TORCHINSPECT_DEBUG=1 in the environment."""
+    return DEBUG.get() or os.environ.get("TORCHINSPECT_DEBUG", "") not in ("", "0")
+
+
+def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.USAGE) -> typer.Exit:
+    """Print ``error:``/``hint:`` lines on stderr and return the Exit to raise. Control
+    characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped."""
+    pause()  # the command's status line ends before its error is shown
+    typer.echo(f"error: {printable(message)}", err=True)
+    if hint:
+        typer.echo(f"hint: {printable(hint)}", err=True)
+    return typer.Exit(int(status))
+
+
+def _os_error_text(exc: OSError) -> str:
+    """``PATH: reason``, naming the user's path rather than our temporary file."""
+    path = exc.filename2 if exc.filename2 is not None else exc.filename
+    if path is None:
+        return f"{type(exc).__name__}: {exc}"
+    # atomic writes go through DIR/.NAME.XXXX.tmp/NAME: the user named DIR/NAME
+    shown = re.sub(r"\.([^/]+)\.[A-Za-z0-9_]+\.tmp/\1$", r"\1", os.fspath(path))
+    return f"{shown}: {exc.strerror or exc}"
+
+
+def exit_status(exc: BaseException) -> int:
+    """The one error boundary of the CLI (commands, the command group, the console script):
+    ``exc`` as one ``error:``/``hint:`` pair on stderr (the traceback too with --debug), and
+    the exit status it maps to. Ctrl-C is 130; a user error its own status (2 unless said);
+    running out of memory 2; a file system refusal 2; the model's own code ending the run or
+    any other failure 70."""
+    pause()
+    if isinstance(exc, KeyboardInterrupt):
+        typer.echo("interrupted", err=True)
+        return int(ExitStatus.INTERRUPTED)
+    if _debug_enabled():
+        traceback.print_exception(exc)
+    if isinstance(exc, InspectError):
+        return _shown(exc.message, exc.hint, exc.status)
+    if is_out_of_memory(exc):
+        return _shown(f"ran out of memory: {first_line(exc)}" if str(exc).strip() else
+                      "ran out of memory", "use the default --device meta where the command has "
+                      "it, a smaller --input or --batch, or a device with more memory")
+    if isinstance(exc, OSError):  # the file system refused a path the user gave
+        return _shown(_os_error_text(exc), "check the path, its permissions and the free disk space")
+    return _shown(  # a bug in torchinspect or in the model's own code
+        f"internal error: {first_line(exc, typed=True)}",
+        "rerun with --debug (or TORCHINSPECT_DEBUG=1) for the traceback; when it ends in "
+        "torchinspect rather than the model's code, report it", ExitStatus.INTERNAL)
+
+
+def _shown(message: str, hint: str | None, status: int = ExitStatus.USAGE) -> int:
+    return error_exit(message, hint, status).exit_code
+
+
+# The real stdout while a command runs: sys.stdout points at stderr then (model code prints
+# there), and the report is rendered here.
+REPORT_STDOUT: ContextVar[Any] = ContextVar("torchinspect_report_stdout", default=None)
+
+
+def report_stdout() -> Any:
+    """Where the report goes when there is no --output: the real stdout of the command."""
+    stream = REPORT_STDOUT.get()
+    return stream if stream is not None else sys.stdout
+
+
+def command_errors(fn: F) -> F:
+    """Decorator for command bodies: the body runs with the model's code contained
+    (:class:`torchinspect.guard.model_code`: its prints go to stderr, torch's switches and
+    the working folder are put back, ``sys.exit`` is an error of the model), and whatever
+    ends it goes through :func:`exit_status`."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        token = REPORT_STDOUT.set(sys.stdout)
+        try:
+            with model_code(stdout=True):
+                return fn(*args, **kwargs)
+        except (typer.Exit, typer.Abort):
+            raise
+        except BaseException as exc:  # noqa: BLE001 - the boundary: one line and a status
+            raise typer.Exit(exit_status(exc)) from None
+        finally:
+            REPORT_STDOUT.reset(token)
+
+    return wrapper  # type: ignore[return-value]

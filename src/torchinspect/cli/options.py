@@ -1,0 +1,166 @@
+"""Every option shared by two or more commands, declared once (pip's ``cmdoptions``).
+
+A command module imports its options from here; an option only one command has stays in
+that command's module. Where commands word one meaning for themselves (``--device``,
+``--dtype``, ``--train``, ``--all``, ``--atol``/``--rtol``, a sweep's ``--batch``), a
+function here returns the ``typer.Option`` with the one spelling and metavar, and the
+command passes its help text: ``Annotated[bool, all_opt("list every node type ...")]``. The model options
+(``--input --arg --arch --weights --key --strict --trust-pickle --python-path --device
+--batch --no-batch --published --weights-config``) and ``--format/--output`` are added to a
+command by ``@model_command``/``@output_command`` (cli/command.py).
+
+No torch here: importing this module must stay instant (`inspect --help`).
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+
+import typer
+
+from torchinspect.errors import InspectError
+from torchinspect.report.render import OutputFormat
+
+MODEL_FORMS = ("a torchvision name (resnet18), zoo:NAME, file.py:Name, pkg.mod:factory, "
+               "timm:NAME, hf:TYPE (hf:bert, hf:LlamaForCausalLM), a Hugging Face model folder "
+               "(config.json), a TorchScript file, a torch.export .pt2 file, or a checkpoint "
+               "with --arch")
+"""Every form a MODEL argument takes (sources/resolve.py); the one help text of every command."""
+
+ModelsArg = Annotated[
+    list[str],
+    typer.Argument(metavar="MODEL...", help=f"one or more models: {MODEL_FORMS}.",
+                   show_default=False),
+]
+ModelArg = Annotated[
+    str,
+    typer.Argument(metavar="MODEL", help=f"{MODEL_FORMS}.",
+                   show_default=False),
+]
+InputOpt = Annotated[
+    list[str] | None,
+    typer.Option("--input", "-i", metavar="SPEC",
+                 help="[NAME=][DTYPE:]D1,D2,... e.g. 3,224,224 (batch 1 prepended), long:1,128, "
+                 "ids=long:1,128. Repeat for several inputs. Default: the model's own example."),
+]
+ArgOpt = Annotated[
+    list[str] | None,
+    typer.Option("--arg", "-a", metavar="K=V",
+                 help="keyword argument for the model builder/factory, value as a Python literal "
+                 "(--arg num_classes=10). Repeatable."),
+]
+ArchOpt = Annotated[
+    str | None,
+    typer.Option("--arch", metavar="MODEL",
+                 help="architecture to load a weights checkpoint into (torchvision name, zoo:NAME, "
+                 "python spec)."),
+]
+WeightsOpt = Annotated[
+    str | None,
+    typer.Option("--weights", metavar="FILE", help="local state_dict file to load into MODEL."),
+]
+KeyOpt = Annotated[
+    str | None,
+    typer.Option("--key", metavar="KEY",
+                 help="container key holding the weights (default: state_dict, model, model_ema, ...)."),
+]
+StrictOpt = Annotated[
+    bool, typer.Option("--strict/--no-strict", help="require every key to match when loading weights.")
+]
+TrustOpt = Annotated[
+    bool,
+    typer.Option("--trust-pickle",
+                 help="allow full pickles (runs code from the file!). Only for files you trust."),
+]
+PythonPathOpt = Annotated[
+    list[str] | None,
+    typer.Option("--python-path", metavar="DIR",
+                 help="put DIR first on sys.path while the model loads (a whole-model pickle of "
+                 "your own class, with --trust-pickle); repeatable."),
+]
+BatchOpt = Annotated[
+    int | None, typer.Option("--batch", "-b", min=1, help="batch size (prepended to --input shapes).")
+]
+NoBatchOpt = Annotated[
+    bool, typer.Option("--no-batch", help="use --input shapes exactly as written (no batch added).")
+]
+PublishedOpt = Annotated[bool, typer.Option(
+    "--published", help="torchvision: build with the first published weights' settings and input size.")]
+WeightsConfigOpt = Annotated[str | None, typer.Option(
+    "--weights-config", metavar="NAME",
+    help="torchvision: build with the settings and input size of weights NAME (e.g. IMAGENET1K_V1).")]
+DepthOpt = Annotated[int, typer.Option("--depth", min=0, help="deepest module level shown as rows "
+                                       "(deeper layers are folded into their parent).")]
+FormatOpt = Annotated[
+    OutputFormat | None, typer.Option("--format", "-f", help="output format.", case_sensitive=False,
+                                      show_default=False)
+]
+OutputOpt = Annotated[
+    str | None, typer.Option("--output", "-o", metavar="FILE", help="write the report to FILE "
+                             "(atomic); without -f its extension picks the format: .json, .csv, "
+                             ".md, .html, else a table.")
+]
+DebugOpt = Annotated[bool, typer.Option(
+    "--debug", help="show Python tracebacks for errors (also before the command: inspect "
+    "--debug COMMAND).")]
+ForceOpt = Annotated[bool, typer.Option("--force", help="replace the output if it exists (never an input).")]
+
+DEVICE_HELP = "where to trace: auto = meta (no memory) with a CPU fallback; meta; cpu; cuda[:N]."
+
+
+def device_opt(help_text: str) -> Any:
+    """``-d/--device``: one spelling and metavar; the help says what the device is for here."""
+    return Annotated[str, typer.Option("--device", "-d", metavar="auto|cpu|cuda|cuda:N|meta",
+                                       help=help_text)]
+
+
+def train_opt(help_text: str) -> Any:
+    """``--train/--no-train``: training mode instead of eval. Summary and flops trace the
+    forward in it (default off); memory predicts a training step (default on)."""
+    return typer.Option("--train/--no-train", help=help_text)
+
+
+TrainOpt = Annotated[bool, train_opt("trace in training mode (default: eval).")]
+
+DTYPE_WORDS = "fp32|fp16|bf16"
+
+
+def dtype_opt(help_text: str, *, sweep: bool = False, parser: Any = None) -> Any:
+    """``--dtype fp32|fp16|bf16``: the dtype weights or compute are cast to (the words of
+    ``dtypes.SHORT``); ``sweep`` takes a comma list, one run each (bench). The cores check
+    the value (each names its own fix)."""
+    extra = {"parser": parser} if parser is not None else {}
+    return typer.Option("--dtype", metavar=DTYPE_WORDS + ("[,...]" if sweep else ""),
+                        help=help_text, show_default=False, **extra)
+
+
+AmpOpt = Annotated[bool, typer.Option("--amp", help="fp32 weights, forward under torch.autocast "
+                                      "(--dtype fp16/bf16; fp32 means fp16 on CUDA, bf16 on CPU).")]
+
+
+def batches_opt(help_text: str) -> Any:
+    """``-b/--batch N[,N...]``: batch sizes to sweep (bench, memory); the others take one."""
+    return typer.Option("--batch", "-b", metavar="N[,N...]", help=help_text)
+
+
+def all_opt(help_text: str) -> Any:
+    """``--all``: every row instead of the most common (JSON always lists all)."""
+    return typer.Option("--all", help=help_text)
+
+
+def atol_opt(help_text: str) -> Any:
+    """``--atol``: absolute tolerance of a value comparison (checked by :func:`tolerance`)."""
+    return typer.Option("--atol", help=help_text)
+
+
+def rtol_opt(help_text: str) -> Any:
+    """``--rtol``: relative tolerance of a value comparison (checked by :func:`tolerance`)."""
+    return typer.Option("--rtol", help=help_text)
+
+
+def tolerance(value: float, option: str) -> float:
+    """A --atol/--rtol value: finite and not negative (nan would make every comparison pass)."""
+    if not value >= 0 or value == float("inf"):
+        raise InspectError(f"{option} {value}: a tolerance must be a finite number >= 0",
+                           hint=f"e.g. {option} 1e-5")
+    return value
