@@ -41,6 +41,15 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
     ("sweep_timm.py", [], 0),
     ("sweep_hf.py", [], 0),
     ("speed_hf.py", [], 0),
+    ("doctor_pitfalls.py", [], 0),
+    ("cudnn_workspace_sweep.py", ["check", "benchmarks/results/cudnn-workspace-h100.jsonl.gz"], 0),
+    ("memory_heldout.py", ["predict", "--set", "all", "--out",
+                           "benchmarks/results/memory-heldout-predicted"], 0),
+    ("memory_heldout.py", ["measure", "--set", "all", "--out",
+                           "benchmarks/results/memory-heldout-rerun"], 1),
+    ("latency_speed.py", [], 0),
+    ("latency_measure.py", ["benchmarks/results/latency-rerun"], 1),
+    ("latency_tables.py", [], 0),
 ]
 
 

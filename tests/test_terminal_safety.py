@@ -55,11 +55,11 @@ class _Tty(io.StringIO):
 @pytest.mark.parametrize("fmt", ["csv", "json"])
 def test_data_formats_to_a_terminal_are_escaped_but_raw_to_a_pipe(hostile_checkpoint: Path, invoke,
                                                                   fmt: str, monkeypatch) -> None:
-    from torchinspect.cli import common
+    from torchinspect.cli import output
 
     tty = _Tty()
     with monkeypatch.context() as m:
-        m.setattr(common, "report_stdout", lambda: tty)
+        m.setattr(output, "report_stdout", lambda: tty)
         r = invoke("params", hostile_checkpoint, "-f", fmt)
     assert r.exit_code == 0, r.output
     assert "layer" in tty.getvalue() and not any(c in tty.getvalue() for c in RAW), repr(tty.getvalue())

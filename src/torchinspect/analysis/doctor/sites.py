@@ -97,9 +97,19 @@ def shown(path: str) -> str:
         return rel
     ours = _roots()[2]
     real = os.path.realpath(path)
+    zoo = _zoo_root()
+    if real.startswith(zoo):  # an editable checkout serves the zoo from models_zoo/
+        return os.path.join("torchinspect", "zoo", real[len(zoo):])
     if real.startswith(ours):
         return os.path.join("torchinspect", real[len(ours):])
     return path
+
+
+@functools.cache
+def _zoo_root() -> str:
+    import torchinspect.zoo
+
+    return os.path.join(str(Path(torchinspect.zoo.__file__).resolve().parent), "")
 
 
 def where(frame: types.FrameType) -> str:
