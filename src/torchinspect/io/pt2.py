@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchinspect.errors import InspectError, UnsafeCheckpointError
+from torchinspect.io.jsonfile import depth as json_depth
 from torchinspect.io.regular import read_regular
 from torchinspect.io.zipcheck import ZipArchive, ZipMember, check_zip_bytes, open_zip_bytes
 
@@ -153,23 +154,10 @@ def _json(layout: Pt2Layout, rel: str) -> Any:
         obj = json.loads(raw)
     except (ValueError, RecursionError):
         raise _unreadable(layout, rel, "not valid JSON") from None
-    if _depth(obj) > _MAX_JSON_DEPTH:
+    if json_depth(obj) > _MAX_JSON_DEPTH:
         raise _unreadable(layout, rel, f"nested over {_MAX_JSON_DEPTH} levels")
     layout.parsed[rel] = obj
     return obj
-
-
-def _depth(obj: Any) -> int:
-    """Nesting depth of a parsed JSON value (iterative: no recursion limit to hit)."""
-    deepest, stack = 0, [(obj, 1)]
-    while stack:
-        value, d = stack.pop()
-        deepest = max(deepest, d)
-        if isinstance(value, dict):
-            stack.extend((v, d + 1) for v in value.values())
-        elif isinstance(value, list):
-            stack.extend((v, d + 1) for v in value)
-    return deepest
 
 
 def _unreadable(layout: Pt2Layout, rel: str, why: str) -> InspectError:
