@@ -352,3 +352,15 @@ def test_closed_pipe_exits_quietly_with_0(fmt: str) -> None:
     done = subprocess.run(["bash", "-c", cmd], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert "Traceback" not in done.stderr and "error" not in done.stderr
+
+
+def test_a_closed_pipe_is_not_called_a_disk_problem(capsys):
+    """A BrokenPipeError (the program reading our output exited) says so, without the
+    file-system hint about permissions and disk space that other OSErrors get."""
+    from torchinspect.cli.boundary import exit_status
+
+    status = exit_status(BrokenPipeError(32, "Broken pipe"))
+    err = capsys.readouterr().err
+    assert status == ExitStatus.USAGE
+    assert "closed it before the end" in err
+    assert "disk" not in err and "Traceback" not in err

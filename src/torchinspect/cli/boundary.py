@@ -73,6 +73,11 @@ def exit_status(exc: BaseException) -> int:
         return _shown(f"ran out of memory: {first_line(exc)}" if str(exc).strip() else
                       "ran out of memory", "use the default --device meta where the command has "
                       "it, a smaller --input or --batch, or a device with more memory")
+    if isinstance(exc, BrokenPipeError):  # not the disk: the reader of a pipe went away
+        try:
+            return _shown("the program reading the output closed it before the end", None)
+        except OSError:  # stderr is that pipe too
+            return int(ExitStatus.USAGE)
     if isinstance(exc, OSError):  # the file system refused a path the user gave
         return _shown(_os_error_text(exc), "check the path, its permissions and the free disk space")
     return _shown(  # a bug in torchinspect or in the model's own code
