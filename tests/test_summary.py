@@ -4,14 +4,16 @@ from __future__ import annotations
 
 import json
 import math
+from dataclasses import asdict
 
 import pytest
 import torch
 import torchvision
 from torch import nn
+from torch.nn import functional as F  # noqa: N812 - PyTorch's own spelling
 
 from torchinspect import summarize
-from torchinspect.analysis.summary import Column
+from torchinspect.analysis.summary import Column, Summary
 from torchinspect.report.summary import summary_cell
 
 R18 = torchvision.models.ResNet18_Weights.IMAGENET1K_V1.meta
@@ -564,3 +566,125 @@ def test_json_shapes_are_lists_and_dict_outputs_objects(invoke) -> None:
     assert root["output"] == {"logits": [1, 5], "embedding": [1, 96]}
     assert root["input"] == [[1, 3, 32, 32], {"numeric": [1, 8], "category": [1]},
                              {"mask": [1, 16]}]
+
+
+# ------------------------------------------- the memory line from the trace's forward (issue 32)
+
+
+class _FunctionalGRU(nn.Module):
+    """A GRU called through ``torch.gru`` (no ``nn.GRU``): the prediction's cuDNN kernel
+    would run where the trace counts the unrolled cells."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.w = nn.ParameterList([nn.Parameter(torch.randn(24, 4)), nn.Parameter(torch.randn(24, 8)),
+                                   nn.Parameter(torch.randn(24)), nn.Parameter(torch.randn(24))])
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = torch.zeros(1, x.shape[0], 8, dtype=x.dtype, device=x.device)
+        return torch.gru(x, h, list(self.w), True, 1, 0.0, False, False, True)[0]
+
+
+class _FunctionalRMSNorm(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(16, 16)
+        self.scale = nn.Parameter(torch.ones(16))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        y = torch.rms_norm(self.fc(x), [16], self.scale, 1e-6)
+        return F.rms_norm(y, normalized_shape=(16,), eps=1e-5) + y
+
+
+class _MaskedAttention(nn.Module):
+    """SDPA with a bool mask, a float mask, GQA and causal, and nn.TransformerDecoderLayer
+    (MultiheadAttention inside: its SDPA call is nested in a function)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.qkv = nn.Linear(32, 96)
+        self.decoder = nn.TransformerDecoderLayer(32, 4, 64, batch_first=True)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        q, k, v = (z.view(b, t, 4, 8).transpose(1, 2) for z in self.qkv(x).chunk(3, -1))
+        keep = torch.ones(t, t, dtype=torch.bool, device=x.device).tril()
+        y = F.scaled_dot_product_attention(q, k, v, attn_mask=keep)
+        y = y + F.scaled_dot_product_attention(q, k, v, attn_mask=torch.zeros(t, t, device=x.device))
+        y = y + F.scaled_dot_product_attention(q, k[:, :2], v[:, :2], is_causal=True, enable_gqa=True)
+        return self.decoder(y.transpose(1, 2).reshape(b, t, 32), x)
+
+
+SHARED = [(_MaskedAttention, "6,32"), ("resnet18", "3,64,64"), ("zoo:llama-tiny", None), ("zoo:gpt-tiny", None),
+          ("mobilenet_v3_small", "3,64,64"), ("densenet121", "3,64,64"),
+          ("convnext_tiny", "3,64,64"), ("vit_b_16", None), ("zoo:shared-act-unet", None),
+          ("zoo:siamese", None), ("zoo:multi-input", None), ("swin_t", "3,64,64"),
+          ("efficientnet_b0", "3,64,64")]
+SEPARATE = [("zoo:lstm-classifier", None)]
+
+
+def _summary_parts(s: Summary) -> tuple:
+    t = s.trace
+    assert t is not None
+    calls = [(c.name, c.inputs, c.outputs, c.output_bytes, dict(c.macs)) for c in t.calls]
+    return (asdict(s.totals), calls, t.uncounted, t.op_calls, t.notes, s.notes,
+            [r.to_dict() for r in s.rows])
+
+
+def _two_passes(monkeypatch, model, inputs) -> Summary:
+    """The summary as it was made before the forward was shared: trace, then predict."""
+    import torchinspect.analysis.summary as summary_mod
+
+    with monkeypatch.context() as m:
+        m.setattr(summary_mod, "InferenceWatch", lambda case, target: None)
+        return summarize(model, inputs)
+
+
+@pytest.mark.parametrize(("spec", "inputs"), SHARED)
+def test_memory_line_from_the_trace_forward_is_the_prediction(monkeypatch, spec, inputs) -> None:
+    """One forward gives the table and the memory line, with the figures (and every other
+    part of the summary) a trace and a separate prediction give."""
+    import torchinspect.analysis.summary as summary_mod
+
+    spec = spec() if isinstance(spec, type) else spec
+    before = _two_passes(monkeypatch, spec, inputs)
+    with monkeypatch.context() as m:  # the second pass is not run
+        m.setattr(summary_mod, "predict_summary_memory",
+                  lambda case, memory: pytest.fail(f"{spec}: a second forward ran"))
+        shared = summarize(spec, inputs)
+    assert shared.totals.memory_method == "predicted"
+    assert _summary_parts(shared) == _summary_parts(before), spec
+
+
+@pytest.mark.parametrize("model", [_FunctionalGRU, _FunctionalRMSNorm, "zoo:lstm-classifier"])
+def test_memory_line_where_the_forward_is_not_shared(monkeypatch, model) -> None:
+    """nn.LSTM (a fused cuDNN kernel in the prediction) and a functional GRU (found in the
+    log: the trace runs again) give the two-pass figures; rms_norm called as a function is
+    counted as a trace counts it and predicted as CUDA's fused kernel allocates."""
+    if isinstance(model, str):
+        spec, inputs = model, None
+    else:
+        spec, inputs = model(), torch.zeros(2, 5, 4 if model is _FunctionalGRU else 16)
+    before = _two_passes(monkeypatch, spec, inputs)
+    shared = summarize(spec, inputs)
+    assert shared.totals.memory_method == "predicted"
+    assert _summary_parts(shared) == _summary_parts(before)
+    if model is _FunctionalRMSNorm:
+        assert {"rsqrt", "mean", "pow"} <= set(shared.trace.uncounted)
+
+
+def test_shared_forward_failure_reruns_the_trace_alone(monkeypatch) -> None:
+    """A failure inside the shared forward costs a second forward, not the trace: the
+    summary is the two-pass one (here the memory run's kernels are made to fail)."""
+    import torchinspect.memory.watch as watch_mod
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("the memory run's kernel failed")
+
+    monkeypatch.setattr(watch_mod, "_fused", broken)
+    shared = summarize(_FunctionalRMSNorm(), torch.zeros(2, 16))
+    assert shared.totals.memory_method == "predicted"  # from the second pass
+    assert shared.trace is not None and shared.trace.device == "meta"
+    monkeypatch.undo()
+    before = _two_passes(monkeypatch, _FunctionalRMSNorm(), torch.zeros(2, 16))
+    assert asdict(shared.totals) == asdict(before.totals)

@@ -20,6 +20,7 @@ from torchinspect.io.torchscript import torchscript_refusal
 from torchinspect.memory.predict import make_target, predict_case
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
+from torchinspect.memory.watch import InferenceWatch
 from torchinspect.shapes import format_shape_tree, shape_lists
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
@@ -233,6 +234,23 @@ def predict_summary_memory(case: ModelCase, memory: str) -> tuple[MemoryResult |
         return None, f"memory not predicted ({exc.message}): the memory lines are sums of leaf outputs"
 
 
+def trace_with_memory(case: ModelCase, train: bool, memory: str) -> tuple[
+        Trace, MemoryResult | None, str | None]:
+    """The trace and the memory lines' prediction, from one forward where it can be shared
+    (``memory/watch.py``: the inference prediction logged during the trace's meta forward),
+    else as two (the trace, then ``predict_summary_memory``): the same figures either way."""
+    watch = None
+    if memory == "inference":
+        watch = InferenceWatch(case, make_target("cuda", fast=True))
+    trace = trace_case(case, train=train, watch=watch)
+    if watch is not None and watch.diverged:  # a fused kernel ran where the trace counts ops
+        trace = trace_case(case, train=train)
+    if watch is not None and watch.usable:
+        return trace, watch.result(), None
+    predicted, why = predict_summary_memory(case, memory)
+    return trace, predicted, why
+
+
 def kernel_text(info: ModuleInfo | None) -> str | None:
     if info is None or "kernel_size" not in info.layer:
         return None
@@ -377,8 +395,7 @@ def summarize(model: ModelLike, inputs: Any = None, *, depth: int = 3,
     cols = columns if isinstance(columns, tuple) else parse_columns(columns)
     refuse_bare_checkpoint(model, options)
     case = make_case(model, inputs, options=options, device=device)
-    trace = trace_case(case, train=train)
-    predicted, why = predict_summary_memory(case, memory)
+    trace, predicted, why = trace_with_memory(case, train, memory)
     notes = [*case.notes, *left_out_notes(case.model), *([why] if why else [])]
     return summary_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
                               depth=depth, columns=cols, fold=fold, notes=notes,

@@ -100,15 +100,18 @@ def rms_norm(x: Any, shape: Any, weight: Any = None, eps: float | None = None) -
 
 
 @contextlib.contextmanager
-def cuda_kernels() -> Iterator[None]:
-    """The GPU's route for dropout, rms_norm and attention, for the duration of the block."""
+def cuda_kernels(*, leave: frozenset[str] = frozenset()) -> Iterator[None]:
+    """The GPU's route for dropout, rms_norm and attention, for the duration of the block.
+    ``leave``: ops not registered here (summary's shared forward registers its own for
+    ``scaled_dot_product_attention`` and ``rms_norm``, ``memory/watch.py``)."""
     lib = torch.library.Library("aten", "IMPL")
     try:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-            lib.impl("scaled_dot_product_attention", attention, "CompositeImplicitAutograd")
-            lib.impl("dropout", dropout, "CompositeImplicitAutograd")
-            lib.impl("rms_norm", rms_norm, "CompositeImplicitAutograd")
+            for name, kernel in (("scaled_dot_product_attention", attention),
+                                 ("dropout", dropout), ("rms_norm", rms_norm)):
+                if name not in leave:
+                    lib.impl(name, kernel, "CompositeImplicitAutograd")
             from torchinspect.memory.cudnn_rnn import register
 
             register(lib)

@@ -90,7 +90,7 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
         from torchinspect.memory.fsdp import describe
 
         notes.insert(0, describe(case, cfg))
-    runs = {}
+    runs: dict[str, tuple[RunMemory, dict[str, int]]] = {}
     workspaces = make_workspaces(target)
     for mode in ("inference", "training"):
         if (mode == "inference" and inference) or (mode == "training" and cfg.train):
@@ -100,15 +100,22 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
                 if not runs:  # nothing else to report: the error is the answer
                     raise
                 notes.insert(0, f"training step not predicted: {exc.message}; {exc.hint}")
+    result = memory_result(case, example, batch, cfg, target, runs, notes, workspaces)
+    result.seconds = time.perf_counter() - started
+    return result
+
+
+def memory_result(case: ModelCase, example: Any, batch: int | None, cfg: StepConfig,
+                  target: Target, runs: dict[str, tuple[RunMemory, dict[str, int]]],
+                  notes: list[str], workspaces: Workspaces) -> MemoryResult:
+    """The result of the runs made (``mode -> (RunMemory, sizes)``), with the notes."""
     sizes = runs[next(iter(runs))][1]
     notes += workspaces.notes(target.gpu)
-    result = MemoryResult(
+    return MemoryResult(
         case.name, _describe(example), batch, target.device, target.gpu, _config(cfg, target),
         sizes["params"], sizes["weights"], sizes["buffers"], sizes["input"],
         runs["inference"][0] if "inference" in runs else None,
         runs["training"][0] if "training" in runs else None, notes=notes)
-    result.seconds = time.perf_counter() - started
-    return result
 
 
 def check_checkpointing(case: ModelCase, cfg: StepConfig) -> None:

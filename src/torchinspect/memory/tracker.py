@@ -67,6 +67,13 @@ class StorageTracker(TorchDispatchMode):
     at the first matmul-class op of that thread; ``phase`` and ``step`` are set by the runner.
     """
 
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        # nothing is compiled inside this mode: the default (True) wraps __torch_dispatch__ in
+        # torch._disable_dynamo, whose first call imports torch._dynamo (over a second of
+        # start-up for `inspect memory` and summary's memory line), as trace/counting.py says
+        return False
+
     def __init__(self, *, workspace: int = 0, device_type: str | None = None,
                  cudnn: bool = False) -> None:
         super().__init__()

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from contextlib import AbstractContextManager
+from typing import Any, Protocol
 
 import torch
 from torch import nn
@@ -299,11 +300,32 @@ def fake_forward_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[st
     return mode, state, fake_args, fake_kwargs
 
 
+class ForwardWatch(Protocol):
+    """Another reader of the one meta forward (summary's memory line, ``memory/watch.py``):
+    it gives the stand-ins the forward runs on, and a context entered innermost around it
+    (its dispatch mode sees every op after the counter's)."""
+
+    def applies(self, model: nn.Module) -> bool:
+        """Whether the forward can be shared for ``model`` (else the trace runs without it)."""
+
+    def prepare(self, model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[
+            dict[str, torch.Tensor], tuple[Any, ...], dict[str, Any]]:
+        """Stand-ins for the state (by name, ties by functional_call) and the inputs."""
+
+    def watching(self) -> AbstractContextManager[Any]:
+        """Entered around the forward, inside the counting modes."""
+
+    def failed(self) -> None:
+        """The shared forward failed: the trace runs again without the watch."""
+
+
 def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any, ...],
                 kwargs: dict[str, Any], state: dict[str, torch.Tensor] | None,
-                train: bool, fake_mode: Any = None) -> tuple[_Recorder, MacCounter, Any]:
+                train: bool, fake_mode: Any = None,
+                watch: ForwardWatch | None = None) -> tuple[_Recorder, MacCounter, Any]:
     """One instrumented forward; ``state`` (meta or fake stand-ins) runs it through
-    functional_call; ``fake_mode`` (see :func:`fake_forward_inputs`) is entered around it."""
+    functional_call; ``fake_mode`` (see :func:`fake_forward_inputs`) is entered around it,
+    ``watch.watching()`` inside the counting modes."""
     for info in infos.values():
         info.calls = 0
     rec = _Recorder(model, infos)
@@ -316,7 +338,8 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     # the snapshot and the train/eval flags come first: the hooks (and the TorchScript
     # stand-ins swapped into the tree) are installed inside them and removed before they end
     with kept, forward_mode(model, train), torch.no_grad(), \
-            fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter):
+            fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter), \
+            watch.watching() if watch is not None else contextlib.nullcontext():
         try:
             if scriptable:
                 rec.install()

@@ -23,17 +23,24 @@ from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.sources.case import ModelCase, describe_inputs, materialize
 from torchinspect.sources.materialize import has_lazy, lazy_copy, lazy_names, real_copy, size_lazy
 from torchinspect.trace.counting import sdpa_notes
-from torchinspect.trace.engine import fake_forward_inputs, is_quantized, meta_state, run_forward
+from torchinspect.trace.engine import (
+    ForwardWatch,
+    fake_forward_inputs,
+    is_quantized,
+    meta_state,
+    run_forward,
+)
 from torchinspect.trace.moe import moe_notes
 from torchinspect.trace.records import Trace
 from torchinspect.trace.static import collect_static
 
 
-def trace_case(case: ModelCase, *, train: bool = False) -> Trace:
-    """Trace a model case on the device it asked for (auto: meta with a CPU fallback)."""
+def trace_case(case: ModelCase, *, train: bool = False, watch: ForwardWatch | None = None) -> Trace:
+    """Trace a model case on the device it asked for (auto: meta with a CPU fallback);
+    ``watch`` shares the meta forward (see :func:`trace_model`)."""
     rebuild = None if case.kind == "module" else case.rebuild  # a caller's module: a copy
     return trace_model(case.model, case.require_example(), device=case.requested, train=train,
-                       rebuild=rebuild, fallback=case.requested != "meta")
+                       rebuild=rebuild, fallback=case.requested != "meta", watch=watch)
 
 
 def _why(exc: BaseException) -> str:
@@ -64,12 +71,16 @@ def trace_model(
     train: bool = False,
     rebuild: Callable[[str], nn.Module] | None = None,
     fallback: bool = True,
+    watch: ForwardWatch | None = None,
 ) -> Trace:
     """Run one instrumented forward of ``model`` on ``inputs`` and return its Trace.
 
     ``device``: "meta"/"auto" (default; no memory), or "cpu"/"cuda[:N]" to force a real run
     there (the model must already be there or be rebuildable). The model's code runs
     contained (``torchinspect.guard.contained``): torch's switches it sets are put back.
+    ``watch``: another reader of the meta forward (summary's memory line); it sees the
+    forward only when that runs on meta, as given (no lazy copy), and its failure only
+    costs a second forward without it: the Trace is the same either way.
     """
     if not isinstance(model, nn.Module):
         raise InspectError(f"expected a torch.nn.Module, got {type(model).__name__}",
@@ -84,7 +95,8 @@ def trace_model(
     if target == "meta":
         args, kwargs = materialize(inputs, "meta")
         try:
-            result = run_forward(subject, infos, args, kwargs, meta_state(subject), train)
+            result = _meta_forward(subject, infos, args, kwargs, train,
+                                   watch if subject is model else None)
         except InspectError:
             raise
         except Exception as exc:  # the meta forward is impossible: fake tensors, else go real
@@ -119,6 +131,20 @@ def trace_model(
     trace.notes[:0] = notes
     trace.notes.extend(moe_notes(subject, infos))
     return trace
+
+
+def _meta_forward(model: nn.Module, infos: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+                  train: bool, watch: ForwardWatch | None) -> Any:
+    """The meta forward, shared with ``watch`` where it applies; a shared forward that fails
+    runs again on the trace's own stand-ins (the failure may be the watch's)."""
+    if watch is not None and not train and watch.applies(model):
+        state, watched_args, watched_kwargs = watch.prepare(model, args, kwargs)
+        try:
+            return run_forward(model, infos, watched_args, watched_kwargs, state, train,
+                               watch=watch)
+        except Exception:  # noqa: BLE001 - the trace's own forward decides what the error is
+            watch.failed()
+    return run_forward(model, infos, args, kwargs, meta_state(model), train)
 
 
 #: The CPU fallback is refused when its example inputs alone take more than this: a real
