@@ -39,7 +39,7 @@ from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
 from torchinspect.memory.faking import Target, _leaves, _sizes, fake_inputs, fake_state
-from torchinspect.memory.kernels import attention, cuda_kernels, rms_norm
+from torchinspect.memory.kernels import attention, choose, cuda_kernels, rms_norm
 from torchinspect.memory.modules import ForwardModules
 from torchinspect.memory.predict import _notes, make_workspaces, memory_result, replay_ranged
 from torchinspect.memory.result import MemoryResult
@@ -109,11 +109,15 @@ def _fused(input: Any, normalized_shape: Any, weight: Any = None, eps: float | N
 
 def _attention_kernel(tracker: _Tracker) -> Any:
     """``scaled_dot_product_attention`` for the shared forward: the math route a meta trace
-    takes (meta tensors always choose it), then the kernel CUDA picks."""
+    takes (meta tensors always choose it), then the kernel CUDA picks; once where CUDA
+    takes the math route too (``kernels.attention`` calls the same op)."""
 
     def kernel(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
                is_causal: bool = False, *, scale: float | None = None,
                enable_gqa: bool = False) -> Any:
+        if choose(q, k, v, attn_mask, enable_gqa, q.dtype) == "math":  # CUDA's route too: once
+            return torch.ops.aten._scaled_dot_product_attention_math(
+                q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
         return _both_routes(
             tracker,
             lambda: torch.ops.aten._scaled_dot_product_attention_math(
