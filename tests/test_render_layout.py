@@ -85,3 +85,26 @@ def test_a_golden_that_does_not_add_up_is_refused(golden, tmp_path) -> None:
         "resnet18: Params 11,689,512 but its rows below add up to 11,689,513"]
     with pytest.raises(pytest.fail.Exception, match="breaks the golden invariants"):
         golden("summary_resnet18_depth2.txt", broken)
+
+
+def _tables() -> list[Table]:
+    rows = [["a", 1, "[1, 64, 112, 112]", "×3…"], ["├─longer name", 1_234_567, "-", None],
+            ["│ └─x", 0, "[1, 1000]", "yes"]]
+    cols = ["Layer", "Params", "Output shape", "Note"]
+    return [Table("a title", cols, rows), Table(None, cols, rows, optional=["Note", "Output shape"]),
+            Table("a title much longer than this small table is wide, so it folds", cols, rows),
+            Table("empty", cols, []), Table(None, cols, [r[:2] for r in rows], footer=["a footer"]),
+            Table(None, cols, rows, nofold=["Output shape"], align=["left", "right", "right", "left"])]
+
+
+@pytest.mark.parametrize("width", [160, 44, 36, 30, 20, None])
+def test_plain_tables_are_drawn_as_rich_draws_them(monkeypatch, width: int | None) -> None:
+    """Without colours, a table no cell of which folds is drawn directly (fast for a 400-row
+    summary); the text is rich's own, at every gap and width."""
+    import sys
+
+    module = sys.modules["torchinspect.report.render"]
+    report = Report("x", {}, list(_tables()))
+    fast = _text(report, width)
+    monkeypatch.setattr(module, "_unstyled_lines", lambda *args, **kwargs: None)
+    assert fast == _text(report, width)
