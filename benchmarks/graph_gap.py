@@ -76,7 +76,7 @@ def _kind(name: str) -> str:
     """A short class for a kernel name: layout conversion, convolution, batch norm, ..."""
     low = name.lower()
     for key, kind in (("nchwtonhwc", "layout"), ("nhwctonchw", "layout"), ("batch_norm", "batch norm"),
-                      ("bn_fw", "batch norm"), ("conv", "convolution"), ("gemm", "gemm/conv"),
+                      ("bn_fw", "batch norm"), ("conv", "convolution"), ("gemm", "gemm/conv"), ("gemv", "gemv"),
                       ("xmma", "gemm/conv"), ("sm90", "gemm/conv"), ("pool", "pooling"),
                       ("reduce", "reduction"), ("elementwise", "element-wise"), ("add", "add")):
         if key in low:
