@@ -3,7 +3,8 @@
 The data: ``bench_accuracy.py`` (``results/bench-accuracy-gpu.json`` on a GPU,
 ``bench-accuracy-cpu.json`` on a CPU) and ``graph_gap.py`` (``results/graph-gap.json``).
 Each file present gets its section; a target the data misses is said so on the page. Both
-renderers are registered in ``report.py``'s ``PAGES``.
+renderers are registered in ``report.py``'s ``PAGES``; since report.py imports this module,
+its helpers (``machine_line``, ``bar``) are imported inside the functions that use them.
 """
 
 from __future__ import annotations
