@@ -23,6 +23,7 @@ ROOT = HERE.parent
 SCRIPTS: list[tuple[str, list[str], int]] = [
     ("accuracy_torchvision.py", [], 0),
     ("perf_summary.py", [], 0),
+    ("perf_predict.py", [], 0),
     ("perf_report.py", [], 0),
     ("perf_doctor.py", [], 0),
     ("perf_export.py", [], 0),
