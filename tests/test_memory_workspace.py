@@ -94,11 +94,11 @@ def test_cross_validation_leaves_out_every_problem_of_the_same_models():
     owners[conv(8, cin=32).key] = {"b"}
     errors = held_out_errors(entries, owners)["conv_fwd"]
     # each cin-64 problem is estimated from the only problem of another model (cin 32)
-    by_size = {s: (w, p) for s, w, p in errors}
+    by_size = {s: (w, p) for _, s, w, p in errors}
     small = conv(8, cin=32)
     assert by_size[conv(8).size] == (8 << 20, (2 << 20) * conv(8).size // small.size)
     # without owners each problem is left out alone: batch 32 then has its batch siblings
-    alone = {s: p for s, _, p in held_out_errors(entries, {})["conv_fwd"]}
+    alone = {s: p for _, s, _, p in held_out_errors(entries, {})["conv_fwd"]}
     scaled = sorted(w * conv(32).size / p.size for p, w in (
         (conv(8), 8 << 20), (conv(8, cin=32), 2 << 20), (conv(1), 1 << 20)))
     assert alone[conv(32).size] == int(scaled[1])

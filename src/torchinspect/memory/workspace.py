@@ -404,18 +404,19 @@ def table_from_dict(data: dict[str, Any]) -> WorkspaceTable:
 
 
 def held_out_errors(measured: dict[str, int], owners: dict[str, set[str]]) -> dict[
-        str, list[tuple[int, int, int]]]:
+        str, list[tuple[str, int, int, int]]]:
     """Cross-validation: each measured problem estimated from the table without every
     problem whose owners (the models, or RNN configurations, it was measured for) all lie
-    among its own, as if none of its models had been swept. Per op: (size, measured, point)."""
+    among its own, as if none of its models had been swept. Per op: (key, size, measured,
+    point)."""
     table = WorkspaceTable({}, dict(measured))
-    out: dict[str, list[tuple[int, int, int]]] = {}
+    out: dict[str, list[tuple[str, int, int, int]]] = {}
     for key in sorted(measured):
         problem = problem_from_key(key)
         mine = owners.get(key, {key})
         point = table.nearest(problem, lambda k, mine=mine: owners.get(k, {k}) <= mine)
         if point is not None:
-            out.setdefault(problem.op, []).append((problem.size, measured[key], point))
+            out.setdefault(problem.op, []).append((key, problem.size, measured[key], point))
     return out
 
 
@@ -424,7 +425,8 @@ def build_table(measured: dict[str, int], machine: dict[str, Any], coverage: str
     """The shipped table from measurements: the entries, and each op's envelope from
     `held_out_errors` (no owners: each problem held out alone)."""
     errors = held_out_errors(measured, owners or {})
-    envelopes = {op: envelope([(s, w - p) for s, w, p in rows]) for op, rows in errors.items()}
+    envelopes = {op: envelope([(s, w - p) for _, s, w, p in rows])
+                 for op, rows in errors.items()}
     return WorkspaceTable(machine, dict(measured), envelopes, coverage)
 
 
