@@ -9,10 +9,13 @@ Three steps, the middle one on a GPU (about 5-20 minutes of GPU time, by coverag
     # 2. measure each one alone on the GPU (calibrate.measure_problem); appends JSON lines,
     #    stops cleanly at --deadline seconds
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py measure problems.json out.jsonl
-    # 3. the table: every measured problem, and each family's envelope (workspace.build_table)
+    # 3. the table: every measured problem (and the RNN forwards of results/cudnn-rnn-h100.jsonl),
+    #    and each op's envelope from leave-one-model-out cross-validation (workspace.build_table;
+    #    the models of each problem: results/cudnn-workspace-models.json.gz, written by step 1)
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py build benchmarks/results/cudnn-workspace-h100.jsonl.gz
 
-    # 4. how far the range's high end can be trusted (leave-one-layer-out on the same data)
+    # 4. how close the point lands and how often the range holds the measurement (the same
+    #    cross-validation, the envelope itself cross-validated too)
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py check benchmarks/results/cudnn-workspace-h100.jsonl.gz
 
 Raw data: benchmarks/results/cudnn-workspace-h100.jsonl.gz (one line per problem, machine named).
@@ -231,9 +234,17 @@ def check(paths: list[str]) -> None:
     torchvision model's, each RNN configuration's: cross-validation of the envelope)."""
     import statistics
 
-    from torchinspect.memory.workspace import envelope, held_out_errors
+    from torchinspect.memory.workspace import envelope, held_out_errors, problem_from_key
 
     measured = _rows(paths)
+    fwd = [w for k, w in measured.items() if k.startswith("conv_fwd")]
+    bwd = [(problem_from_key(k).size, w) for k, w in measured.items() if k.startswith("conv_bwd")]
+    ratios = sorted(w / s for s, w in bwd if w)
+    print(f"forward convolutions with no workspace: {sum(w == 0 for w in fwd)}/{len(fwd)}; "
+          f"backward with one: {len(ratios)}/{len(bwd)}, workspace/problem bytes median "
+          f"{statistics.median(ratios):.2f}, 90th percentile "
+          f"{ratios[int(0.9 * len(ratios))]:.2f}; largest workspace "
+          f"{max(w for _, w in bwd) / 2**20:.0f} MiB")
     measured.update(rnn_run_rows(_machine(paths)))
     who = owners(measured)
     errors = held_out_errors(measured, who)

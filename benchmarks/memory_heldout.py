@@ -9,11 +9,19 @@ output, two steps.
     # on the GPU: each model in a fresh process: the real peaks (verify.measure), then the
     # calibrated prediction (cuDNN workspaces measured op by op on that GPU)
     PYTHONPATH=src python benchmarks/memory_heldout.py measure --set all --out DIR --jobs 4
-    # on a CPU-only machine: the prediction without a GPU (shipped table, range)
-    PYTHONPATH=src python benchmarks/memory_heldout.py predict --set all --out DIR2
+    # the margins of a prediction without a GPU: the development set's calibrated errors
+    PYTHONPATH=src python benchmarks/memory_heldout.py margins benchmarks/results/memory-heldout-h100
+    # on a CPU-only machine: the prediction without a GPU (shipped table, range); the logs
+    # kept to replay them: cross-validated development set (own table problems and own
+    # calibrated errors left out), or against a new table without a fake run
+    HELDOUT_LOGS=LOGS PYTHONPATH=src python benchmarks/memory_heldout.py predict --set all \
+        --out benchmarks/results/memory-heldout-predicted
+    PYTHONPATH=src python benchmarks/memory_heldout.py replay LOGS \
+        --cv benchmarks/results/memory-heldout-h100 --out benchmarks/results/memory-heldout-predicted-cv
     # the tables (RESULTS-memory.md, docs/concepts/memory.md) from the committed raw data
     PYTHONPATH=src python benchmarks/memory_heldout.py report \
         benchmarks/results/memory-heldout-h100 benchmarks/results/memory-heldout-predicted \
+        --cv benchmarks/results/memory-heldout-predicted-cv \
         --write benchmarks/RESULTS-memory.md docs/concepts/memory.md
 """
 
