@@ -91,5 +91,5 @@ def note(kinds: list[str], margins: dict[str, Margin] | None = None) -> str | No
              for k in kinds if k in found]
     if not parts:
         return None
-    return ("without a GPU the range also holds the error measured with every cuDNN workspace "
-            f"known ({'; '.join(parts)} on the development set): docs/concepts/memory.md")
+    return ("the range holds the error measured on the development set with every cuDNN "
+            f"workspace known: {'; '.join(parts)}")
