@@ -368,16 +368,16 @@ class WorkspaceTable:
         if self._pools is None:
             import numpy as np
 
-            groups: dict[str, list[tuple[str, Problem]]] = {}
+            groups: dict[str, list[tuple[str, tuple[float, ...], int]]] = {}
             for key in sorted(self.entries):
                 problem = problem_from_key(key)
-                groups.setdefault(bucket(problem), []).append((key, problem))
-                groups.setdefault(problem.op, []).append((key, problem))
+                row = (key, features(problem), problem.size)
+                groups.setdefault(bucket(problem), []).append(row)
+                groups.setdefault(problem.op, []).append(row)
             self._pools = {
-                name: ([k for k, _ in rows],
-                       np.array([features(p) for _, p in rows], dtype=float),
-                       np.array([p.size for _, p in rows], dtype=float),
-                       np.array([self.entries[k] for k, _ in rows], dtype=float))
+                name: ([k for k, _, _ in rows], np.array([f for _, f, _ in rows], dtype=float),
+                       np.array([n for _, _, n in rows], dtype=float),
+                       np.array([self.entries[k] for k, _, _ in rows], dtype=float))
                 for name, rows in groups.items()}
         return self._pools
 
