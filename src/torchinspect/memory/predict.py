@@ -18,6 +18,7 @@ from typing import Any
 from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, rebatch
+from torchinspect.memory import margins
 from torchinspect.memory import step as steps
 from torchinspect.memory.faking import (  # noqa: F401 - re-exported: fit, the CLI, benchmarks
     Target,
@@ -111,6 +112,11 @@ def memory_result(case: ModelCase, example: Any, batch: int | None, cfg: StepCon
     """The result of the runs made (``mode -> (RunMemory, sizes)``), with the notes."""
     sizes = runs[next(iter(runs))][1]
     notes += workspaces.notes(target.gpu)
+    if target.device == "cuda" and not target.calibrate and not cfg.fsdp:
+        kinds = [margins.run_kind(mode, cfg.amp) for mode in runs]
+        for kind, (run, _) in zip(kinds, runs.values(), strict=True):
+            margins.widen(run, kind)
+        notes += [n for n in [margins.note(kinds)] if n]
     return MemoryResult(
         case.name, _describe(example), batch, target.device, target.gpu, _config(cfg, target),
         sizes["params"], sizes["weights"], sizes["buffers"], sizes["input"],
