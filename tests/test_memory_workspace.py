@@ -200,12 +200,13 @@ def test_encoder_eval_takes_cudas_fast_path():
     enc = nn.TransformerEncoder(layer, 2, enable_nested_tensor=False)
     example = ExampleInputs((TensorSpec((4, 50, 64)),))
     fast = predict_memory(enc, example, train=False).inference.peak
-    original = fused.takes_fast_path
+    original, original_mha = fused.takes_fast_path, fused.mha_takes_fast_path
     try:
         fused.takes_fast_path = lambda layer, src: False  # the slow path, as before
+        fused.mha_takes_fast_path = lambda *a: False
         slow = predict_memory(enc, example, train=False).inference.peak
     finally:
-        fused.takes_fast_path = original
+        fused.takes_fast_path, fused.mha_takes_fast_path = original, original_mha
     assert fast < slow
     assert nn.TransformerEncoderLayer.forward is not None and "fast_path" not in repr(
         nn.TransformerEncoderLayer.forward)  # put back after the prediction
