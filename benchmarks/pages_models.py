@@ -288,7 +288,7 @@ def models_summary() -> tuple[str, list[str]]:
         if "llama3-70b" in by_name:
             r = by_name["llama3-70b"]
             text += (f"; Llama-3-70B's `config.json` summarizes on meta to {r['params']:,} "
-                     f"parameters and {r['macs'] / 1e12:.2f}T MACs at input {r['input']} in "
+                     f"parameters and {r['macs'] / 1e12:.2f}T MACs at `{r['input']}` in "
                      f"{r['cpu_seconds']:.1f} s CPU after imports, {mb(r['peak_rss'])} peak RSS")
         text += "."
     text += " Details: [timm and Hugging Face sweeps](results/models.md).\n"

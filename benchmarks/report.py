@@ -18,6 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from machine import load
+from pages_bench import bench_page, bench_summary
+from pages_features import features_page, features_summary
 from pages_models import models_page, models_summary
 
 HERE = Path(__file__).resolve().parent
@@ -297,7 +299,12 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-trace.md": trace_page,
     "RESULTS-export.md": export_page,
     "RESULTS-checkpoints.md": checkpoints_page,
-    "RESULTS-models.md": models_page, "RESULTS-models-summary.md": models_summary,
+    "RESULTS-bench.md": bench_page,
+    "RESULTS-summary-bench.md": bench_summary,
+    "RESULTS-features.md": features_page,
+    "RESULTS-summary-features.md": features_summary,
+    "RESULTS-models.md": models_page,
+    "RESULTS-summary-models.md": models_summary,
 }
 
 
