@@ -50,14 +50,17 @@ def _measured_points(rows: list[dict[str, Any]], gpu: Any) -> list[tuple[str, st
 
     out = []
     for row in rows:
-        if "spec" not in row or "us" not in row:
+        if "spec" not in row or "us" not in row or row["spec"]["kind"] in COMPOSITE:
             continue
         dtype = row["dtype"]
         trace = record_call(latency_ops.build(row["spec"], "meta", dtype), dtype=dtype)
         priced = [(op, price(op, gpu, dtype, None, None)) for op in trace.ops if op.kernels]
         if priced:
-            out.append((dtype, priced, row["us"]))
+            out.append((dtype, priced, row["us"], row["spec"].get("backend")))
     return out
+
+
+COMPOSITE = ("encoder_layer", "mha")  # whole layers: the fast-path factors, not op curves
 
 
 def _bin(points: dict[str, list[tuple[float, float]]]) -> dict[str, list[list[float]]]:
@@ -75,10 +78,13 @@ def _bin(points: dict[str, list[tuple[float, float]]]) -> dict[str, list[list[fl
     return curves
 
 
-def build_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list[float]]]:
+def build_curves(rows: list[dict[str, Any]],
+                 gpu: Any) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
     """Two passes: single-kernel measurements first; where a measurement ran more than one
     kernel (a convolution and its bias add, the random bias made in the call), the others'
-    predicted times (from the first pass) are taken off before the main op's efficiency."""
+    predicted times (from the first pass) are taken off before the main op's efficiency.
+    Attention run with a forced kernel (sweep 2) makes its own curve (``attention.math``
+    ...), not the default's. Floors: per curve, the fastest time measured for one op."""
     from torchinspect.bench.predict.gpus import GpuTable
     from torchinspect.bench.predict.roofline import price
 
@@ -88,7 +94,7 @@ def build_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list[fl
         points: dict[str, list[tuple[float, float]]] = defaultdict(list)
         table = GpuTable("", "", "", "", 0.0, 1.0, {k: [tuple(p) for p in v] for k, v in first.items()}) \
             if first is not None else None
-        for dtype, priced, us in measured:
+        for dtype, priced, us, backend in measured:
             heavy = [p for p in priced if p[0].kind not in ("eltwise", "copy")] or priced
             main_op, main = max(heavy, key=lambda p: p[1].roofline_us)
             others = [op for op, _ in priced if op is not main_op]
@@ -99,12 +105,59 @@ def build_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list[fl
             if own <= 0.2 * us:
                 own = 0.2 * us
             eff = main.roofline_us / own
-            for key in {f"{main_op.sub}/{dtype}", f"{main_op.kind}/{dtype}"}:
+            keys = {f"{main_op.sub}/{dtype}", f"{main_op.kind}/{dtype}"}
+            if backend:
+                keys = {f"{main_op.kind}.{backend}/{dtype}"}
+            for key in keys:
                 points[key].append((math.log10(max(main.roofline_us, 1e-4)), eff))
         return points
 
     first = _bin(collect(None))
     return _bin(collect(first))
+
+
+def kernel_counts(rows: list[dict[str, Any]], gpu: Any) -> dict[str, float]:
+    """Kernels one op of each class launches (torch.profiler, sweep 2 and kernels.jsonl):
+    the median over measured calls whose meta replay is that one op alone."""
+    import latency_ops
+
+    from torchinspect.bench.predict.ops import record_call
+
+    counts: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        spec = row.get("spec", {})
+        if "kernels" not in row or spec.get("kind") in COMPOSITE or spec.get("backend"):
+            continue
+        dtype = row["dtype"]
+        ops = [op for op in record_call(latency_ops.build(spec, "meta", dtype), dtype=dtype).ops
+               if op.kernels]
+        if len(ops) != 1:  # a bias add or a random bias made in the call: not one op's count
+            continue
+        for key in {f"{ops[0].sub}/{dtype}", f"{ops[0].kind}/{dtype}"}:
+            counts[key].append(int(row["kernels"]))
+    return {k: float(statistics.median(v)) for k, v in sorted(counts.items())}
+
+
+def fastpath_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list[float]]]:
+    """PyTorch's fast path against the ops the trace sees (the slow path's): per layer kind
+    and dtype, measured fast-path µs / the table's price of those ops (no in-model scales),
+    against log10 of that price, binned like the op curves."""
+    import latency_ops
+
+    from torchinspect.bench.predict.ops import record_call
+    from torchinspect.bench.predict.roofline import price
+
+    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        spec = row.get("spec", {})
+        if spec.get("kind") not in COMPOSITE or not spec.get("fast") or "us" not in row:
+            continue
+        dtype = row["dtype"]
+        trace = record_call(latency_ops.build(spec, "meta", dtype), dtype=dtype)
+        total = sum(price(op, gpu, dtype, None, gpu.table, scaled=False).us for op in trace.ops)
+        name = "encoder" if spec["kind"] == "encoder_layer" else "mha"
+        points[f"fastpath.{name}/{dtype}"].append((math.log10(total), row["us"] / total))
+    return _bin(points)
 
 
 def model_case(row: dict[str, Any]) -> Any:
@@ -160,7 +213,7 @@ def fit_scales(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any) -> di
     import numpy as np
     from scipy.optimize import lsq_linear
 
-    from torchinspect.bench.predict.roofline import GROUPS, group, price
+    from torchinspect.bench.predict.roofline import GROUPS, group, price_ops
 
     rows, target = [], []
     for row in models:
@@ -174,17 +227,23 @@ def fit_scales(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any) -> di
                     continue
                 x = dict.fromkeys(GROUPS, 0.0)
                 fixed = 0.0
-                for op in t.ops:
-                    us = price(op, gpu, dtype, None, gpu.table).us
-                    if op.sub == "matmul.rnn" or op.kernels == 0 or op.kind == "other":
-                        fixed += us
+                for op, tm in zip(t.ops, price_ops(t.ops, gpu, dtype, None, gpu.table),
+                                  strict=True):
+                    if op.sub == "matmul.rnn" or op.kernels == 0 or op.kind == "other" \
+                            or op.fastpath:
+                        fixed += tm.us
                     else:
-                        x[group(op.kind)] += us
+                        x[group(op.kind, op.sub)] += tm.us
                 ms = graph["median_ms"] * 1e3
                 rows.append([x[g] / ms for g in GROUPS])
                 target.append(1.0 - fixed / ms)
-    fit = lsq_linear(np.array(rows), np.array(target), bounds=(0.25, 2.0))
-    return {g: round(float(v), 4) for g, v in zip(GROUPS, fit.x, strict=True)}
+    a = np.array(rows)
+    used = [i for i, g in enumerate(GROUPS) if a[:, i].any()]  # a group no dev model runs: 1
+    fit = lsq_linear(a[:, used], np.array(target), bounds=(0.25, 2.0))
+    scales = dict.fromkeys(GROUPS, 1.0)
+    for i, v in zip(used, fit.x, strict=True):
+        scales[GROUPS[i]] = round(float(v), 4)
+    return scales
 
 
 def validate(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any,
@@ -243,13 +302,20 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--dev-only", action="store_true",
+                    help="trace and validate the development set alone; write nothing (for "
+                         "work on the model without seeing the validation set)")
     a = ap.parse_args()
     probes = read_jsonl(RAW / "probes.jsonl")
     env, probe = probes[0], probes[1]
     spec = DATASHEET[a.gpu]
     bare = Gpu(spec, None)
-    curves = build_curves(read_jsonl(RAW / "tables.jsonl"), bare)
+    op_rows = read_jsonl(RAW / "tables.jsonl")
+    curves = build_curves(op_rows, bare)
+    counts = kernel_counts(op_rows + read_jsonl(RAW / "kernels.jsonl"), bare)
     models = read_jsonl(RAW / "models.jsonl")
+    if a.dev_only:
+        models = [m for m in models if m.get("set") == "dev"]
     cache = os.environ.get("LATENCY_TRACE_CACHE")  # development aid: reuse the meta traces
     if cache and os.path.exists(cache):
         import pickle
@@ -267,12 +333,20 @@ def main() -> None:
     table = {"format": TABLE_FORMAT, "gpu": a.gpu, "device_name": env["gpu"],
              "source": "benchmarks/results/latency (latency_measure.py)", "torch": env["torch"],
              "measured": env["started"], "kernel_us": round(probe["graph_tiny_kernel_us_x200"], 4),
-             "host_factor": factor, "host_probe": probe["host"], "curves": curves}
+             "host_factor": factor, "host_probe": probe["host"], "curves": curves,
+             "kernels": counts if not os.environ.get("S34_NOKERNELS") else {}}
+    gpu = Gpu(spec, parse_table(table, "new table"))
+    curves.update(fastpath_curves(op_rows, gpu))
     gpu = Gpu(spec, parse_table(table, "new table"))
     table["scales"] = fit_scales(models, tr, gpu)
     gpu = Gpu(spec, parse_table(table, "new table"))
     host = HostCost(probe["host"]["op_us"], probe["host"]["module_us"], probe["host"]["cpu"])
     rows = validate(models, tr, gpu, host)
+    if a.dev_only:
+        for r in rows:
+            print(f"{r['model'][-24:]:24s} {r['dtype']} {r['batch']:2d} {100 * r['error']:+5.0f}%")
+        print(json.dumps({"dev": summary(rows), "scales": table["scales"]}, indent=1))
+        return
     sets = {s: summary([r for r in rows if r["set"] == s]) for s in ("dev", "val")}
     table["validation"] = {"set": "validation", **sets["val"],
                            "page": "benchmarks/RESULTS-latency.md"}
