@@ -390,16 +390,28 @@ def render(env: dict[str, Any], probe: dict[str, Any], table: dict[str, Any],
         "within 15% | within 30% | eager binding side right | median abs error (eager time) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    before = RAW / "predictions-before.json"
+    earlier = json.loads(before.read_text(encoding="utf-8"))["summary"] if before.exists() else {}
     for name, label in (("val", "validation (never tuned on)"), ("dev", "development")):
-        s = sets[name]
-        lines.append(f"| {label} | {s['models']} | {s['cases']} | {_pct(s['median_abs_error'])} "
-                     f"| {_pct(s['p90_abs_error'])} | {_pct(s['within_15'])} | "
-                     f"{_pct(s['within_30'])} | {_pct(s['binding_right'])} "
-                     f"({s['binding_cases']} cases) | {_pct(s['eager_median_abs_error'])} |")
+        for when, summ in (("now", sets), ("before sweep 2", earlier)):
+            if name not in summ:
+                continue
+            s = summ[name]
+            lines.append(f"| {label}, {when} | {s['models']} | {s['cases']} | "
+                         f"{_pct(s['median_abs_error'])} | {_pct(s['p90_abs_error'])} | "
+                         f"{_pct(s['within_15'])} | {_pct(s['within_30'])} | "
+                         f"{_pct(s['binding_right'])} ({s['binding_cases']} cases) | "
+                         f"{_pct(s['eager_median_abs_error'])} |")
     lines += ["", "Targets (issue 34, validation set): median within 15%, 90% within 30%, "
               "binding side right for 90%. The eager time itself is rougher: the host side is "
               "modelled from a probe of the CPU, and the GPU host's eager timings move by up to "
               "2x between runs of the same model (densenet121 bf16 batch 1: 22 ms, fp32: 13 ms).",
+              "",
+              "\"Before sweep 2\": `predictions-before.json`, written by this script at the "
+              "commit before sweep 2 (its development set had 9 models; sweep 2 added "
+              "r2plus1d_18, mc3_18 and FastEncoder to it). The validation set and its "
+              "measurements are the same in both rows; it was predicted once with the new "
+              "table.", *sweep2_lines(table),
               "", "## Every case", "",
               "| set | model | dtype | batch | graph replay ms | predicted ms | error | "
               "eager ms | host enqueue ms | predicted host ms | binds (measured / predicted) |",
@@ -414,18 +426,63 @@ def render(env: dict[str, Any], probe: dict[str, Any], table: dict[str, Any],
               "forward is at least the graph-replay (GPU) time.", ""]
     speed = RAW / "speed.json"
     if speed.exists():
-        sp = json.loads(speed.read_text(encoding="utf-8"))
-        lines += ["## Speed of the prediction", "",
-                  f"`benchmarks/latency_speed.py` on {sp['machine']} (shared with other jobs), "
-                  f"Python {sp['python']}, torch {sp['torch']}, median of {sp['runs']} "
-                  "alternating whole-process runs:", "",
-                  "| command | wall s | CPU s |", "|---|---|---|"]
-        for key, cmd in sp["commands"].items():
-            lines.append(f"| `{cmd}` | {sp['wall_s'][key]:.2f} | {sp['cpu_s'][key]:.2f} |")
-        lines += ["", "The prediction costs what a summary of the same model costs (start-up, "
-                  "model build, meta traces); wall time above CPU time is the machine's other "
-                  "load.", ""]
+        lines += speed_lines(json.loads(speed.read_text(encoding="utf-8")))
     return "\n".join(lines)
+
+
+def speed_lines(sp: dict[str, Any]) -> list[str]:
+    m = sp["machine"]
+    where = (f"{m['cpu']}, {m['cores']} cores, load average {m['load_average']} at the start"
+             + (" (a loaded machine: wall times are upper bounds)" if m.get("loaded") else "")
+             if isinstance(m, dict) else str(m))
+    lines = ["## Speed of the prediction", "",
+             f"`benchmarks/latency_speed.py` on {where}, Python {sp['python']}, torch "
+             f"{sp['torch']}, median of {sp['runs']} interleaved whole-process runs:", "",
+             "| command | wall s | CPU s |", "|---|---|---|"]
+    for key, cmd in sp["commands"].items():
+        lines.append(f"| `{cmd}` | {sp['wall_s'][key]:.2f} | {sp['cpu_s'][key]:.2f} |")
+    if "imported" in sp:
+        heavy = ", ".join(sp["imported"]) or "none of them"
+        lines += ["", "Heavy modules the prediction imported (of TorchDynamo, sympy, triton, "
+                  f"transformers, scipy): {heavy}. TorchDynamo stays out: random "
+                  "initialisation is skipped on meta, torchvision's roi_align import is "
+                  "deferred, and the trace runs with a `torch._dynamo` stand-in "
+                  "(`src/torchinspect/nodynamo.py`)."]
+    lines += ["", "Wall time above CPU time is the machine's other load.", ""]
+    return lines
+
+
+def sweep2_lines(table: dict[str, Any]) -> list[str]:
+    """What sweep 2 measured, from the table built here (kernels per op, fast-path factors)
+    and the raw op rows (the attention kernel PyTorch chose)."""
+    lines = ["", "## Sweep 2: kernels per op, attention kernels, the fast path", "",
+             "Kernels one op launches on the GPU (torch.profiler, batch 1; median per op "
+             "class; the predicted kernel count uses these):", "",
+             "| op class | kernels |", "|---|---|"]
+    lines += [f"| {k} | {v:g} |" for k, v in table.get("kernels", {}).items()]
+    chosen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for row in read_jsonl(RAW / "tables.jsonl"):
+        spec = row.get("spec", {})
+        if spec.get("kind") == "sdpa" and not spec.get("backend") and row.get("kernel_names"):
+            name = next((n for n in row["kernel_names"] if "Memset" not in n), "")
+            kind = ("cuDNN" if "cudnn" in name else "memory-efficient" if "fmha" in name
+                    or "Efficient" in name else "flash" if "flash" in name else name[:30])
+            chosen[(str(spec.get("mask")), row["dtype"])].add(kind)
+    if chosen:
+        lines += ["", "The attention kernel PyTorch picks by default (`mask` False: none, True: "
+                  "(b, 1, 1, s), full: (b, 1, s, s)):", "", "| mask | dtype | kernel |",
+                  "|---|---|---|"]
+        lines += [f"| {m} | {d} | {', '.join(sorted(k))} |" for (m, d), k in sorted(chosen.items())]
+    fast = {k: v for k, v in table["curves"].items() if k.startswith("fastpath.")}
+    if fast:
+        lines += ["", "PyTorch's fast path (`_transformer_encoder_layer_fwd`, "
+                  "`_native_multi_head_attention`) against the ops the meta trace records "
+                  "(the slow path): measured fast-path time / the table's price of those ops, "
+                  "by log10 of that price in µs:", "", "| curve | (log10 µs, factor) |",
+                  "|---|---|"]
+        lines += [f"| {k} | " + ", ".join(f"({x:.2f}, {e:.2f})" for x, e in v) + " |"
+                  for k, v in fast.items()]
+    return lines
 
 
 if __name__ == "__main__":
