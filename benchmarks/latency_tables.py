@@ -461,16 +461,18 @@ def sweep2_lines(table: dict[str, Any]) -> list[str]:
              "| op class | kernels |", "|---|---|"]
     lines += [f"| {k} | {v:g} |" for k, v in table.get("kernels", {}).items()]
     chosen: dict[tuple[str, str], set[str]] = defaultdict(set)
-    for row in read_jsonl(RAW / "tables.jsonl"):
+    for row in read_jsonl(RAW / "tables.jsonl") + read_jsonl(RAW / "kernels.jsonl"):
         spec = row.get("spec", {})
         if spec.get("kind") == "sdpa" and not spec.get("backend") and row.get("kernel_names"):
             name = next((n for n in row["kernel_names"] if "Memset" not in n), "")
             kind = ("cuDNN" if "cudnn" in name else "memory-efficient" if "fmha" in name
                     or "Efficient" in name else "flash" if "flash" in name else name[:30])
-            chosen[(str(spec.get("mask")), row["dtype"])].add(kind)
+            mask = {None: "none", False: "none", True: "padding (b, 1, 1, s)"}.get(
+                spec.get("mask"), str(spec.get("mask")))
+            chosen[(mask, row["dtype"])].add(kind)
     if chosen:
-        lines += ["", "The attention kernel PyTorch picks by default (`mask` False: none, True: "
-                  "(b, 1, 1, s), full: (b, 1, s, s)):", "", "| mask | dtype | kernel |",
+        lines += ["", "The attention kernel PyTorch picks by default (causal or not; the mask "
+                  "additive):", "", "| mask | dtype | kernel |",
                   "|---|---|---|"]
         lines += [f"| {m} | {d} | {', '.join(sorted(k))} |" for (m, d), k in sorted(chosen.items())]
     fast = {k: v for k, v in table["curves"].items() if k.startswith("fastpath.")}
