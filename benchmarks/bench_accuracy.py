@@ -10,9 +10,12 @@
   its Chrome trace). Target: within 5%. Measured twice: with PyTorch's default math (cuDNN
   convolutions in TF32) and with ``--no-tf32`` (IEEE fp32 convolutions).
 
-Prints a markdown table; exits 1 if a comparison misses its target.
+Prints a markdown table and saves the raw data (rows, each round's medians, the timing
+settings, the versions and the machine) to ``benchmarks/results/bench-accuracy-gpu.json``
+(``-cpu.json`` on a CPU or with ``--cpu-only``), rendered into RESULTS-bench.md by
+``benchmarks/report.py``; exits 1 if a comparison misses its target.
 
-    PYTHONPATH=src:. python benchmarks/bench_accuracy.py [--cpu-only] [--json FILE]
+    PYTHONPATH=src:. python benchmarks/bench_accuracy.py [--cpu-only] [--note TEXT]
 """
 
 from __future__ import annotations
@@ -127,36 +130,45 @@ def graph_kernels(spec: str, inp: str, tf32: bool | None = None) -> tuple[float,
 
 def main() -> int:
     import torch
+    from machine import save
+
+    from torchinspect.bench import TimingConfig
+    from torchinspect.bench.environment import capture_environment
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--cpu-only", action="store_true")
-    ap.add_argument("--json", help="also write the rows as JSON to this file")
     ap.add_argument("--rounds", type=int, default=5, help="CPU: interleaved rounds (odd)")
+    ap.add_argument("--note", action="append", default=[],
+                    help="a note on the conditions, kept in the data (repeatable)")
     a = ap.parse_args()
-    rows = []
+    gpu = torch.cuda.is_available() and not a.cpu_only
+    rows: list[dict] = []
+    rounds: dict[str, dict[str, list[float]]] = {}
 
-    def add(what: str, ref_name: str, mine: float, ref: float, target: float) -> None:
+    def add(model: str, kind: str, what: str, ref_name: str, mine: float, ref: float,
+            target: float | None, math: str | None = None, **extra: float) -> None:
         diff = (mine - ref) / ref
-        rows.append({"case": what, "reference": ref_name, "ours_ms": mine * 1e3,
-                     "reference_ms": ref * 1e3, "diff_pct": diff * 100,
-                     "target_pct": target * 100, "ok": abs(diff) <= target})
+        rows.append({"model": model, "kind": kind, "math": math, "case": what, "reference": ref_name,
+                     "ours_ms": mine * 1e3, "reference_ms": ref * 1e3, "diff_pct": diff * 100,
+                     "target_pct": None if target is None else target * 100,
+                     "ok": None if target is None else abs(diff) <= target, **extra})
 
     threads = torch.get_num_threads()
     torch.set_num_threads(threads)
-    for spec, inp, batch in (("resnet18", "3,224,224", 1), ("zoo:mnist-net", "1,28,28", 32)):
-        if a.cpu_only or not torch.cuda.is_available():
-            # A/B interleaved --rounds times (a VM's clock and caches drift between runs): the
-            # median of our medians against the median of the reference's.
-            model, x = model_and_input(spec, inp, "cpu", batch, "float32")
-            mine, refs = [], []
-            for _ in range(a.rounds):
-                refs.append(timer_median(model, x, threads))
-                mine.append(ours(spec, inp, "cpu", batch, "fp32", threads=threads))
-            print(f"{spec} medians (ms): ours {[round(v * 1e3, 3) for v in mine]}, "
-                  f"Timer {[round(v * 1e3, 3) for v in refs]}")
-            add(f"{spec} b{batch} fp32 cpu ({threads} threads, median of {a.rounds} interleaved runs)",
-                "Timer.blocked_autorange", sorted(mine)[a.rounds // 2], sorted(refs)[a.rounds // 2], 0.10)
-    if torch.cuda.is_available() and not a.cpu_only:
+    for spec, inp, batch in (() if gpu else (("resnet18", "3,224,224", 1), ("zoo:mnist-net", "1,28,28", 32))):
+        # A/B interleaved --rounds times (a VM's clock and caches drift between runs): the
+        # median of our medians against the median of the reference's.
+        model, x = model_and_input(spec, inp, "cpu", batch, "float32")
+        mine, refs = [], []
+        for _ in range(a.rounds):
+            refs.append(timer_median(model, x, threads))
+            mine.append(ours(spec, inp, "cpu", batch, "fp32", threads=threads))
+        rounds[f"{spec} b{batch} fp32 cpu"] = {"ours_ms": [v * 1e3 for v in mine],
+                                              "Timer.blocked_autorange_ms": [v * 1e3 for v in refs]}
+        add(spec, "cpu-timer", f"{spec} b{batch} fp32 cpu ({threads} threads, median of {a.rounds} "
+            "interleaved runs)", "Timer.blocked_autorange", sorted(mine)[a.rounds // 2],
+            sorted(refs)[a.rounds // 2], 0.10)
+    if gpu:
         torch.backends.cudnn.benchmark = True
         # Eager ResNet-50 at batch 32 is close to launch-bound on these hosts (the host needs
         # about as long to enqueue a forward as the GPU to run it), so every timer follows the
@@ -171,14 +183,15 @@ def main() -> int:
                 dob.append(do_bench_median(model, x))
             except ImportError as exc:
                 print(f"triton missing: {exc}", file=sys.stderr)
-        print(f"resnet50 b32 fp16 medians (ms): ours {[round(v * 1e3, 4) for v in mine]}, "
-              f"Timer {[round(v * 1e3, 4) for v in timer]}, do_bench {[round(v * 1e3, 4) for v in dob]}")
+        rounds["resnet50 b32 fp16 cuda eager"] = {
+            "ours_ms": [v * 1e3 for v in mine], "Timer.blocked_autorange_ms": [v * 1e3 for v in timer],
+            "triton do_bench_ms": [v * 1e3 for v in dob]}
         m = sorted(mine)[1]
-        add("resnet50 b32 fp16 cuda eager (median of 3 interleaved runs)", "Timer.blocked_autorange", m,
-            sorted(timer)[1], 0.02)
+        case = "resnet50 b32 fp16 cuda eager (median of 3 interleaved runs)"
+        add("resnet50", "eager-timer", case, "Timer.blocked_autorange", m, sorted(timer)[1], 0.02)
         if dob:
-            add("resnet50 b32 fp16 cuda eager (median of 3 interleaved runs)", "triton do_bench (median)",
-                m, sorted(dob)[len(dob) // 2], 0.02)
+            add("resnet50", "eager-do_bench", case, "triton do_bench (median)", m,
+                sorted(dob)[len(dob) // 2], 0.02)
         del model, x
         torch.cuda.empty_cache()
         from torchinspect.bench.precision import tf32_switch
@@ -186,30 +199,35 @@ def main() -> int:
         # fp32 under PyTorch's default math (cuDNN convolutions in TF32) and in IEEE fp32
         # (--no-tf32): the same forward, different kernels (see RESULTS-bench.md)
         model, x = model_and_input("resnet18", "3,224,224", "cuda", 1, "float32")
-        for tf32, name in ((None, "fp32"), (False, "fp32 --no-tf32")):
+        for tf32, name, math in ((None, "fp32", "tf32"), (False, "fp32 --no-tf32", "ieee")):
             m = ours("resnet18", "3,224,224", "cuda", 1, "fp32", cuda_graphs=True, tf32=tf32)
             with tf32_switch(tf32):
                 ksum, wall = kernel_sum(model, x), graph_wall_median(model, x)
-            add(f"resnet18 b1 {name} cuda --cuda-graphs", "profiler kernel sum (eager forward)", m,
-                ksum, 0.05)
-            add(f"resnet18 b1 {name} cuda --cuda-graphs", "host wall clock, 2000 back-to-back "
-                "replays", m, wall, 0.02)
+            case = f"resnet18 b1 {name} cuda --cuda-graphs"
+            add("resnet18", "graph-kernel-sum", case, "profiler kernel sum (eager forward)", m, ksum,
+                0.05, math)
+            add("resnet18", "graph-wall", case, "host wall clock, 2000 back-to-back replays", m, wall,
+                0.02, math)
             gm, kernels, ksum = graph_kernels("resnet18", "3,224,224", tf32)
-            add(f"resnet18 b1 {name} cuda --cuda-graphs --profile (info: {kernels:g} kernels per "
-                "forward)", "kernel sum in our --profile of the replay", gm, ksum, float("inf"))
+            add("resnet18", "graph-profile", f"{case} --profile (info)",
+                "kernel sum in our --profile of the replay", gm, ksum, None, math,
+                kernels_per_forward=kernels)
         m_eager = ours("resnet18", "3,224,224", "cuda", 1, "fp32")
-        add("resnet18 b1 fp32 cuda eager (info)", "profiler kernel sum (eager forward)", m_eager,
-            kernel_sum(model, x), float("inf"))
-        print(f"device: {torch.cuda.get_device_name()} torch {torch.__version__}")
+        add("resnet18", "eager-kernel-sum", "resnet18 b1 fp32 cuda eager (info)",
+            "profiler kernel sum (eager forward)", m_eager, kernel_sum(model, x), None, "tf32")
     print("| case | reference | ours (ms) | reference (ms) | diff | target | ok |")
     print("|---|---|---:|---:|---:|---:|---|")
     for r in rows:
+        target = "-" if r["target_pct"] is None else f"{r['target_pct']:.0f}%"
+        ok = "-" if r["ok"] is None else ("yes" if r["ok"] else "NO")
         print(f"| {r['case']} | {r['reference']} | {r['ours_ms']:.4f} | {r['reference_ms']:.4f} "
-              f"| {r['diff_pct']:+.2f}% | {r['target_pct']:.0f}% | {'yes' if r['ok'] else 'NO'} |")
-    if a.json:
-        with open(a.json, "w") as fh:
-            json.dump(rows, fh, indent=1)
-    return 0 if all(r["ok"] for r in rows) else 1
+              f"| {r['diff_pct']:+.2f}% | {target} | {ok} |")
+    device = "cuda" if gpu else "cpu"
+    save(f"bench-accuracy-{'gpu' if gpu else 'cpu'}", {
+        "device": device, "rows": rows, "rounds": rounds, "threads": threads,
+        "timing_defaults": TimingConfig().to_dict(), "environment": capture_environment(device),
+        "niceness": os.nice(0), "notes": a.note})
+    return 0 if all(r["ok"] is not False for r in rows) else 1
 
 
 if __name__ == "__main__":

@@ -9,7 +9,9 @@
         # CLI on 1 GPU vs every GPU through torchrun on the same folder (and a larger one)
 
 JPEGs are generated into a temporary folder (smooth gradients + noise, quality 90:
-~60-100 KB at 500x375, like ImageNet photos).
+~60-100 KB at 500x375, like ImageNet photos). Each mode saves its raw data with the machine
+and versions to ``benchmarks/results/features-{cpu,gpu,memory}.json`` (``--note TEXT`` adds
+a note on the conditions), rendered into RESULTS-features.md by ``benchmarks/report.py``.
 """
 
 from __future__ import annotations
@@ -65,8 +67,9 @@ def bench_cpu(args) -> dict:
         runs.append({"seconds": r.seconds, "forward_seconds": r.forward_seconds,
                      "outside_pct": 100 * (1 - r.forward_seconds / r.seconds), "rows_per_s": r.rows_per_s})
     best = min(runs, key=lambda x: x["outside_pct"])
-    return {"mode": "cpu", "images": args.n, "avg_jpeg_kb": avg / 1000, "cpus": os.cpu_count(),
-            "threads": torch.get_num_threads(), "runs": runs, "median_outside_pct":
+    return {"mode": "cpu", "model": "resnet18", "layer": "avgpool", "images": args.n,
+            "avg_jpeg_kb": avg / 1000, "cpus": os.cpu_count(), "batch_size": args.batch_size,
+            "workers": args.workers, "threads": torch.get_num_threads(), "runs": runs, "median_outside_pct":
             sorted(x["outside_pct"] for x in runs)[len(runs) // 2], "best": best}
 
 
@@ -240,7 +243,9 @@ def bench_gpu(args) -> dict:
 
     tmp = Path(tempfile.mkdtemp(prefix="bench-features-"))
     avg = make_jpegs(tmp / "imgs", args.n)
-    out: dict = {"mode": "gpu", "images": args.n, "avg_jpeg_kb": avg / 1000, "cpus": os.cpu_count(),
+    out: dict = {"mode": "gpu", "model": "resnet50", "layer": "avgpool", "dtype": "fp16",
+                 "batch_size": args.batch_size, "images": args.n, "avg_jpeg_kb": avg / 1000,
+                 "cpus": os.cpu_count(),
                  "gpus": torch.cuda.device_count(), "device": torch.cuda.get_device_name(0),
                  "torch": torch.__version__}
     out["forward_only_img_s"] = _forward_only(args.batch_size)
@@ -311,7 +316,8 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=None)
     ap.add_argument("--workers", type=int, default=None)
     ap.add_argument("--repeat", type=int, default=3)
-    ap.add_argument("--json", default=None)
+    ap.add_argument("--note", action="append", default=[],
+                    help="a note on the conditions, kept in the data (repeatable)")
     ap.add_argument("--profile", action="store_true", help="gpu: time each stage alone too")
     ap.add_argument("--n-scale", type=int, default=20000,
                     help="gpu: a second, larger folder for 1 vs N GPUs (0: skip)")
@@ -327,10 +333,14 @@ def main() -> None:
         args.n = args.n or 5000
         args.batch_size = args.batch_size or 256
         res = bench_gpu(args)
-    text = json.dumps(res, indent=2)
-    print(text)
-    if args.json:
-        Path(args.json).write_text(text)
+    print(json.dumps(res, indent=2))
+    from machine import save
+
+    from torchinspect.bench.environment import capture_environment
+
+    device = "cuda" if args.mode == "gpu" else "cpu"
+    save(f"features-{args.mode}", {**res, "environment": capture_environment(device),
+                                   "niceness": os.nice(0), "notes": args.note})
 
 
 if __name__ == "__main__":

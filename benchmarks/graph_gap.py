@@ -7,12 +7,13 @@ GPU's gaps between consecutive kernels (by the kind of kernel that waits). Last,
 as many dependent element-wise kernels (``null_chain``), one element and 2**20 elements
 each: their replay minus their kernel sum is the time a graph adds between two dependent
 kernels that do almost nothing, for a single thread block and for a grid over every SM.
-Needs a CUDA GPU:
+Measured twice by default: with PyTorch's default math (cuDNN convolutions in TF32) and in
+IEEE fp32 (TF32 off, as ``inspect bench --no-tf32`` does); ``--tf32`` or ``--no-tf32``
+measures one. The raw data goes to ``benchmarks/results/graph-gap.json``
+(``graph-gap-channels-last.json`` with ``--channels-last``), rendered into RESULTS-bench.md
+by ``benchmarks/report.py``. Needs a CUDA GPU:
 
-    python benchmarks/graph_gap.py [--no-tf32] [--channels-last]
-
-``--no-tf32`` turns off TF32 for cuDNN convolutions (PyTorch's default has it on), so fp32
-convolutions run in IEEE fp32 as ``inspect bench --no-tf32`` does.
+    python benchmarks/graph_gap.py [--tf32 | --no-tf32] [--channels-last] [--note TEXT]
 """
 
 from __future__ import annotations
@@ -21,8 +22,10 @@ import argparse
 import json
 import os
 import statistics as st
+import sys
 import tempfile
 import time
+from pathlib import Path
 
 import torch
 import torchvision
@@ -73,7 +76,7 @@ def _kind(name: str) -> str:
     """A short class for a kernel name: layout conversion, convolution, batch norm, ..."""
     low = name.lower()
     for key, kind in (("nchwtonhwc", "layout"), ("nhwctonchw", "layout"), ("batch_norm", "batch norm"),
-                      ("bn_fw", "batch norm"), ("conv", "convolution"), ("gemm", "gemm/conv"),
+                      ("bn_fw", "batch norm"), ("conv", "convolution"), ("gemm", "gemm/conv"), ("gemv", "gemv"),
                       ("xmma", "gemm/conv"), ("sm90", "gemm/conv"), ("pool", "pooling"),
                       ("reduce", "reduction"), ("elementwise", "element-wise"), ("add", "add")):
         if key in low:
@@ -138,18 +141,13 @@ def null_chain(n: int, numel: int = 1) -> dict:
             "profiled_gap_median_us": k["gap_median_us"]}
 
 
-def main() -> None:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--no-tf32", action="store_true", help="IEEE fp32 convolutions")
-    ap.add_argument("--channels-last", action="store_true")
-    args = ap.parse_args()
-    torch.backends.cudnn.benchmark = True
-    if args.no_tf32:
-        torch.backends.cudnn.allow_tf32 = False
-    fmt = torch.channels_last if args.channels_last else torch.contiguous_format
+def measure(tf32: bool, channels_last: bool) -> dict:
+    """One resnet18 b1 fp32 graph under one math (cuDNN TF32 on or off) and layout."""
+    torch.backends.cudnn.allow_tf32 = tf32
+    fmt = torch.channels_last if channels_last else torch.contiguous_format
     m = torchvision.models.resnet18().cuda().eval().to(memory_format=fmt)
     x = torch.randn(1, 3, 224, 224, device="cuda").to(memory_format=fmt)
-    res: dict = {}
+    res: dict = {"math": "tf32" if tf32 else "ieee", "channels_last": channels_last}
     with torch.inference_mode():
         for _ in range(20):
             m(x)
@@ -189,9 +187,31 @@ def main() -> None:
     res["floor_for_this_kernel_count_us"] = res["null_chain"]["between_kernels_us"] * n
     res["floor_over_kernel_sum_pct"] = 100 * res["floor_for_this_kernel_count_us"] / ksum
     res["target_5pct_allows_between_kernels_us"] = 0.05 * ksum / n
-    print(json.dumps(res, indent=1))
-    print(torch.cuda.get_device_name(), torch.__version__, torch.backends.cudnn.version(),
-          f"tf32 cuDNN {torch.backends.cudnn.allow_tf32}, channels-last {args.channels_last}")
+    return res
+
+
+def main() -> None:
+    sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+    from machine import save
+
+    from torchinspect.bench.environment import capture_environment
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--no-tf32", action="store_true", help="only IEEE fp32 convolutions")
+    ap.add_argument("--tf32", action="store_true", help="only TF32 convolutions (PyTorch's default)")
+    ap.add_argument("--channels-last", action="store_true")
+    ap.add_argument("--note", action="append", default=[], help="a note kept in the data")
+    args = ap.parse_args()
+    torch.backends.cudnn.benchmark = True
+    maths = [m for m, off in ((True, args.no_tf32), (False, args.tf32)) if not off] or [True, False]
+    runs = []
+    for tf32 in maths:
+        runs.append(measure(tf32, args.channels_last))
+        print(json.dumps(runs[-1], indent=1), flush=True)
+    torch.backends.cudnn.allow_tf32 = True  # PyTorch's default, as the environment records it
+    save("graph-gap" + "-channels-last" * args.channels_last, {
+        "model": "resnet18", "batch": 1, "dtype": "fp32", "runs": runs,
+        "environment": capture_environment("cuda"), "niceness": os.nice(0), "notes": args.note})
 
 
 if __name__ == "__main__":

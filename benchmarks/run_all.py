@@ -31,6 +31,7 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
     ("bench_accuracy.py", [], 0),
     ("bench_features.py", ["cpu"], 0),
     ("bench_features.py", ["gpu"], 1),
+    ("bench_features.py", ["memory"], 0),
     ("memory_accuracy.py", ["--predict-only"], 0),
     ("memory_accuracy.py", [], 1),
     ("memory_fsdp.py", ["--predict-only"], 0),

@@ -13,6 +13,9 @@ import pytest
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 sys.path.insert(0, str(BENCH))
 
+import machine  # noqa: E402 - benchmarks/machine.py
+import pages_bench  # noqa: E402
+import pages_features  # noqa: E402
 import report  # noqa: E402 - benchmarks/report.py
 import run_all  # noqa: E402
 
@@ -34,11 +37,11 @@ def test_each_generated_page_names_its_data_and_machine(page: str) -> None:
         machine = record["machine"]
         assert {"cpu", "cores", "gpus", "torch", "python", "loaded"} <= set(machine), name
         assert record["date"] and record["command"] and record["data"], name
-    assert "Machine: " in text or page == "RESULTS-summary.md"  # docs/results.md's bullets
+    assert "Machine: " in text or page.startswith("RESULTS-summary")  # docs/results.md's bullets
 
 
 def test_make_bench_runs_every_script() -> None:
-    helpers = {"machine.py", "report.py", "run_all.py",
+    helpers = {"machine.py", "report.py", "run_all.py", "pages_bench.py", "pages_features.py",
                "latency_ops.py", "latency_zoo.py"}  # modules the latency scripts import
     scripts = {p.name for p in BENCH.glob("*.py")} - helpers
     assert scripts == {name for name, _, _ in run_all.SCRIPTS}
@@ -49,3 +52,106 @@ def test_a_page_that_drifts_from_its_data_is_found(tmp_path, monkeypatch) -> Non
     monkeypatch.setattr(report, "HERE", tmp_path)
     (tmp_path / page).write_text(report.render(page).replace("Machine:", "Machine (edited):"))
     assert report.main(["--check"]) == 1
+
+
+# ---- RESULTS-bench.md and RESULTS-features.md: every number from the data, misses said -------
+
+OWN = ("bench-accuracy-gpu", "bench-accuracy-cpu", "graph-gap", "features-gpu", "features-cpu",
+       "features-memory")
+
+
+@pytest.fixture
+def results(tmp_path, monkeypatch):
+    """A private copy of the committed data these pages read; edit it, then render."""
+    for name in OWN:
+        src = BENCH / "results" / f"{name}.json"
+        if src.exists():
+            (tmp_path / src.name).write_text(src.read_text())
+    monkeypatch.setattr(machine, "RESULTS", tmp_path)
+
+    def edit(name: str, change) -> None:
+        path = tmp_path / f"{name}.json"
+        record = json.loads(path.read_text())
+        change(record["data"])
+        path.write_text(json.dumps(record))
+    return edit
+
+
+def test_bench_page_shows_every_measured_row() -> None:
+    text = (BENCH / "RESULTS-bench.md").read_text()
+    for name in ("bench-accuracy-gpu", "bench-accuracy-cpu"):
+        for row in machine.load(name)["data"]["rows"]:
+            assert (f"| {row['ours_ms']:.4f} | {row['reference_ms']:.4f} | "
+                    f"{row['diff_pct']:+.2f}% |") in text, row["case"]
+    for run in machine.load("graph-gap")["data"]["runs"]:
+        assert f"| {run['graph']['kernels']} | {run['events_around_1000_replays_median_us']:,.1f} us |" in text
+
+
+def test_a_missed_bench_target_is_said_on_the_page_and_in_the_docs_bullet(results) -> None:
+    def miss(data):
+        row = next(r for r in data["rows"] if r["kind"] == "eager-timer")
+        row.update(diff_pct=3.5, ok=False)
+
+    def meet(data):
+        for r in data["rows"]:
+            r["ok"] = None if r["ok"] is None else True
+
+    judged = sum(r["ok"] is not None for r in machine.load("bench-accuracy-gpu")["data"]["rows"])
+    results("bench-accuracy-gpu", meet)
+    text, _ = pages_bench.bench_page()
+    assert f"All {judged} targets met in this run" in text
+    assert "| **no** |" not in text.split("## CPU")[0]
+    results("bench-accuracy-gpu", miss)
+    text, _ = pages_bench.bench_page()
+    assert f"1 of {judged} targets missed in this run" in text
+    assert "| +3.50% | 2% | **no** |" in text
+    bullet, _ = pages_bench.bench_summary()
+    assert "Missed: resnet50 b32 fp16 cuda eager" in " ".join(bullet.split())
+
+
+def test_bench_page_without_data_says_so(results, tmp_path) -> None:
+    for path in tmp_path.glob("*.json"):
+        path.unlink()
+    text, files = pages_bench.bench_page()
+    assert files == [] and "No data yet" in text
+
+
+def test_features_page_judges_the_gpu_targets_from_the_data(results) -> None:
+    def slow(data):
+        data["ours_1gpu"]["img_s_end_to_end"] = 4.0 * data["pil"]["img_s_end_to_end"]
+        data["ours_1gpu"]["img_s_loop"] = 6.0 * data["pil"]["img_s"]
+
+    results("features-gpu", slow)
+    text, _ = pages_features.features_page()
+    assert "met end to end: **no** (4.0x)" in " ".join(text.split())
+    assert "in the loop: yes (6.0x)" in " ".join(text.split())
+    bullet, _ = pages_features.features_summary()
+    assert "Target 5x met end to end: **no**" in " ".join(bullet.split())
+
+
+def test_features_page_renders_two_gpus_when_measured_and_says_when_not(results) -> None:
+    text, _ = pages_features.features_page()
+    if machine.load("features-gpu")["data"]["gpus"] < 2:
+        assert "Not measured in this run: it had 1 GPU" in " ".join(text.split())
+
+    def two_gpus(data):
+        def run(loop):
+            return {"rc": 0, "images": 5000, "process_wall_s": 12.0, "extract_seconds": 6.9,
+                    "startup_seconds": 6.0, "warmup_seconds": 0.6, "loop_seconds": loop,
+                    "img_s_loop": 5000 / loop}
+        data.update(gpus=2, cli_1gpu_n=run(0.84), cli_2gpu_n=run(0.5),
+                    speedup_n_img_s_loop=0.84 / 0.5, speedup_n_img_s_process=1.0)
+
+    results("features-gpu", two_gpus)
+    text, _ = pages_features.features_page()
+    assert "| 5,000 | torchrun x2 | 6.00 (0.60) | 0.50 | 10,000 | 6.90 | 12.0 |" in text
+    assert "5,000 images: 1.68x in the loop (**no**)" in " ".join(text.split())
+    bullet, _ = pages_features.features_summary()
+    assert "1.68x in the loop on 5,000 JPEGs" in " ".join(bullet.split())
+
+
+def test_docs_results_includes_the_generated_bullets() -> None:
+    docs = (BENCH.parent / "docs" / "results.md").read_text()
+    for page in ("RESULTS-summary-bench.md", "RESULTS-summary-features.md"):
+        assert f'--8<-- "benchmarks/{page}"' in docs
+    assert "**bench vs reference timers** (H100" not in docs  # the old hand-written bullet
