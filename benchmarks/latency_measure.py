@@ -5,13 +5,16 @@ Phases (each appends JSON lines to its file as it goes, so a cut-off run keeps i
 * ``probes``  the per-kernel time of tiny kernels under CUDA-graph replay and eager, and
   this host's dispatch cost (torchinspect.bench.predict.host.probe_host);
 * ``tables``  every op of benchmarks/latency_ops.py in bf16/fp16/fp32, timed as CUDA-graph
-  replays of ``reps`` back-to-back calls (CUDA events; per-call time = replay / reps);
+  replays of ``reps`` back-to-back calls (CUDA events; per-call time = replay / reps); with
+  ``--sweep N`` only that sweep's ops, each also profiled for the kernels one call launches;
+* ``kernels`` the kernels one call of each sweep-1 op at batch 1 launches (torch.profiler);
 * ``models``  the development and validation sets through torchinspect's own bench
   (``run_bench``, eager and ``cuda_graphs=True``, batch 1 and 32, bf16 and fp32, PyTorch's
   default TF32 settings, cuDNN autotuning on), plus one profiled eager forward per model
   and batch (kernels launched, their summed GPU time).
 
-Usage on a GPU host: ``python benchmarks/latency_measure.py OUTDIR [--budget S]``;
+Usage on a GPU host: ``python benchmarks/latency_measure.py OUTDIR [--budget S] [--phases
+probes,tables,kernels,models] [--sweep N] [--models A,B]``;
 ``--dry-run`` runs a few items of each phase on the CPU (no timing worth keeping).
 """
 
@@ -299,7 +302,7 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=520.0, help="seconds for the whole run")
     p.add_argument("--tables-budget", type=float, default=150.0)
     p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--phases", default="probes,tables,models")
+    p.add_argument("--phases", default="probes,tables,kernels,models")
     p.add_argument("--sweep", type=int, default=None, help="only the op specs of this sweep")
     p.add_argument("--models", default="", help="comma-separated specs: only these models")
     p.add_argument("--kernels-budget", type=float, default=40.0)

@@ -141,17 +141,7 @@ def _specs_2() -> list[dict[str, Any]]:
                             "act": "gelu" if d % 3 == 0 else "relu", "fast": fast, "sweep": 2})
                 out.append({"kind": "mha", "b": b, "d": d, "h": h, "s": s, "fast": fast,
                             "sweep": 2})
-    return out + _specs_3()
-
-
-def _specs_3() -> list[dict[str, Any]]:
-    """Sweep 3: attention with a full (batch, 1, q, k) additive mask, as Hugging Face
-    encoders pass one built from an attention_mask (default kernel choice)."""
-    return [{"kind": "sdpa", "b": b, "h": h, "s": s, "d": d, "causal": False, "mask": "full",
-             "sweep": 3}
-            for b, h, s, d in [(1, 8, 64, 64), (16, 8, 64, 64), (1, 16, 256, 64),
-                               (16, 16, 256, 64), (4, 6, 384, 64), (8, 12, 96, 64),
-                               (64, 4, 64, 32), (2, 16, 512, 64)]]
+    return out
 
 
 SPECS = _specs()
@@ -190,9 +180,8 @@ def build(spec: dict[str, Any], device: str, dtype: str) -> Any:  # noqa: C901 -
     if kind == "sdpa":
         q, kk, v = (rnd(spec["b"], spec["h"], spec["s"], spec["d"]) for _ in range(3))
         mask = None
-        if spec.get("mask"):  # a padding mask: (b, 1, 1, s), or "full": (b, 1, s, s); additive
-            rows = spec["s"] if spec["mask"] == "full" else 1
-            mask = torch.zeros(spec["b"], 1, rows, spec["s"], **kw)
+        if spec.get("mask"):  # a padding mask as HF encoders pass it: (b, 1, 1, s), additive
+            mask = torch.zeros(spec["b"], 1, 1, spec["s"], **kw)
         backend = spec.get("backend")
         if backend is None or device == "meta":
             return lambda: F.scaled_dot_product_attention(q, kk, v, attn_mask=mask,
@@ -292,7 +281,7 @@ def _transformer(spec: dict[str, Any], device: str, dt: torch.dtype, rnd: Any) -
 
 def dtypes_for(spec: dict[str, Any]) -> tuple[str, ...]:
     """fp16 only where it runs other kernels than bf16 (matmuls, convolutions, attention)."""
-    if spec.get("sweep") in (2, 3):
+    if spec.get("sweep") == 2:
         return ("bf16", "fp32")
     if spec["kind"] in ("linear", "bmm", "conv2d", "conv3d", "sdpa"):
         return ("bf16", "fp16", "fp32")
