@@ -444,10 +444,10 @@ def speed_lines(sp: dict[str, Any]) -> list[str]:
     if "imported" in sp:
         heavy = ", ".join(sp["imported"]) or "none of them"
         lines += ["", "Heavy modules the prediction imported (of TorchDynamo, sympy, triton, "
-                  f"transformers, scipy): {heavy}. TorchDynamo stays out: random "
-                  "initialisation is skipped on meta, torchvision's roi_align import is "
-                  "deferred, and the trace runs with a `torch._dynamo` stand-in "
-                  "(`src/torchinspect/nodynamo.py`)."]
+                  f"transformers, scipy): {heavy}. TorchDynamo stays out: the meta build and "
+                  "the trace run with a `torch._dynamo` stand-in "
+                  "(`src/torchinspect/nodynamo.py`), and torchvision's roi_align import of "
+                  "it is deferred."]
     lines += ["", "Wall time above CPU time is the machine's other load.", ""]
     return lines
 

@@ -1,5 +1,5 @@
 """Commands that never compile keep TorchDynamo unimported (src/torchinspect/nodynamo.py,
-sources/metainit.py, sources/torchvision.py): each check runs in a fresh interpreter, since
+sources/build.py, sources/torchvision.py): each check runs in a fresh interpreter, since
 this test process may have imported TorchDynamo already."""
 
 from __future__ import annotations
@@ -8,9 +8,7 @@ import subprocess
 import sys
 
 import pytest
-import torch
 
-from torchinspect.sources.metainit import skip_meta_init
 
 
 def _fresh(code: str) -> str:
@@ -60,15 +58,3 @@ def test_torchvision_models_import_without_dynamo_and_roi_align_still_runs():
         "ra = sys.modules['torchvision.ops.roi_align']\n"  # its deferred function
         "print(ra.is_compile_supported('cpu'), 'torch._dynamo' in sys.modules)\n")
     assert out.splitlines() == ["False True", "(1, 1, 2, 2)", "True True"]
-
-
-def test_meta_init_skips_random_fills_of_meta_tensors_only():
-    with torch.device("meta"), skip_meta_init():
-        layer = torch.nn.Linear(4, 4)
-    assert layer.weight.is_meta
-    real = torch.zeros(4)
-    with skip_meta_init():
-        torch.nn.init.normal_(real)
-        same = torch.empty(4, device="meta")
-        assert torch.nn.init.uniform_(same) is same
-    assert real.abs().sum() > 0  # a real tensor is still filled
