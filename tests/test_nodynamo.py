@@ -10,7 +10,6 @@ import sys
 import pytest
 
 
-
 def _fresh(code: str) -> str:
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
                           timeout=120, check=False)
