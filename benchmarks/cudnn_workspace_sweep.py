@@ -9,10 +9,13 @@ Three steps, the middle one on a GPU (about 5-20 minutes of GPU time, by coverag
     # 2. measure each one alone on the GPU (calibrate.measure_problem); appends JSON lines,
     #    stops cleanly at --deadline seconds
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py measure problems.json out.jsonl
-    # 3. the table: every measured problem, and each family's envelope (workspace.build_table)
+    # 3. the table: every measured problem (and the RNN forwards of results/cudnn-rnn-h100.jsonl),
+    #    and each op's envelope from leave-one-model-out cross-validation (workspace.build_table;
+    #    the models of each problem: results/cudnn-workspace-models.json.gz, written by step 1)
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py build benchmarks/results/cudnn-workspace-h100.jsonl.gz
 
-    # 4. how far the range's high end can be trusted (leave-one-layer-out on the same data)
+    # 4. how close the point lands and how often the range holds the measurement (the same
+    #    cross-validation, the envelope itself cross-validated too)
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py check benchmarks/results/cudnn-workspace-h100.jsonl.gz
 
 Raw data: benchmarks/results/cudnn-workspace-h100.jsonl.gz (one line per problem, machine named).
@@ -39,6 +42,9 @@ SIZES = {"inception_v3": 299}
 BATCHES = (32, 8, 1)
 DTYPES = ("fp32", "bf16", "fp16")
 TABLE = Path(__file__).resolve().parents[1] / "src/torchinspect/memory/data/cudnn_workspace.json.gz"
+RESULTS = Path(__file__).resolve().parent / "results"
+OWNERS = RESULTS / "cudnn-workspace-models.json.gz"  # model -> its problem keys (step 1)
+RNN_RUN = RESULTS / "cudnn-rnn-h100.jsonl"  # cudnn_rnn_memory.py: RNN forwards, other shapes
 
 
 def conv_problems(model: Any, shape: tuple[int, ...]) -> list[Any]:
@@ -127,6 +133,11 @@ def problems(path: str) -> None:
     unique = list(dict.fromkeys(keys))
     Path(path).write_text(json.dumps(unique))
     print(f"{len(unique)} problems -> {path}", file=sys.stderr)
+    # which models each convolution problem belongs to: build's leave-one-model-out
+    models = {name: sorted({with_batch_dtype(p, b, d).key for p in base for b in BATCHES
+                            for d in DTYPES}) for name, base in bases.items()}
+    OWNERS.write_bytes(gzip.compress(json.dumps(models).encode(), mtime=0))
+    print(f"models of each problem -> {OWNERS}", file=sys.stderr)
 
 
 def measure(path: str, out: str, deadline: float) -> None:
@@ -158,85 +169,116 @@ def measure(path: str, out: str, deadline: float) -> None:
 
 
 def build(paths: list[str]) -> None:
+    """The table: every measured problem, and the envelopes of its leave-one-model-out
+    cross-validation (workspace.build_table)."""
     from torchinspect.memory.workspace import build_table
 
-    measured: dict[str, int] = {}
-    info: dict[str, Any] = {}
-    for path in paths:
-        raw = Path(path).read_bytes()
-        text = gzip.decompress(raw).decode() if path.endswith(".gz") else raw.decode()
-        for line in text.splitlines():
-            row = json.loads(line)
-            if row["workspace"] is not None:
-                measured[row["key"]] = row["workspace"]
-                info = {k: row[k] for k in ("gpu", "cudnn", "torch")}
+    measured, info = _rows(paths), _machine(paths)
+    rnn = rnn_run_rows(info)
+    measured.update(rnn)
     coverage = (f"{len(measured)} problems: the convolutions of {len(TABLE_MODELS)} torchvision "
                 f"models at batch {', '.join(map(str, sorted(BATCHES)))} in "
-                f"{', '.join(DTYPES)} (forward and backward), and cuDNN RNN problems")
-    table = build_table(measured, info, coverage)
+                f"{', '.join(DTYPES)} (forward and backward), a grid of cuDNN RNN problems and "
+                f"{len(rnn)} RNN forwards of {RNN_RUN.name}")
+    table = build_table(measured, info, coverage, owners(measured))
     TABLE.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(table.to_dict(), separators=(",", ":")).encode()
     TABLE.write_bytes(gzip.compress(data, mtime=0))
-    print(f"{TABLE}: {len(measured)} entries, {len(table.bounds)} envelopes, "
+    print(f"{TABLE}: {len(measured)} entries, envelopes of {', '.join(table.envelopes)}, "
           f"{TABLE.stat().st_size // 1024} KiB", file=sys.stderr)
 
 
+def rnn_run_rows(info: dict[str, Any]) -> dict[str, int]:
+    """The forward workspaces of `cudnn_rnn_memory.py`'s run (same H100, torch and cuDNN):
+    peak during the call minus what it keeps, as `calibrate.measure_problem` measures."""
+    from torchinspect.memory.workspace import rnn_problem
+
+    out: dict[str, int] = {}
+    if not RNN_RUN.exists():
+        return out
+    for line in RNN_RUN.read_text().splitlines():
+        r = json.loads(line)
+        if r.get("proj") or not line:
+            continue
+        problem = rnn_problem({"rnn": "rnn_tanh"}.get(r["kind"], r["kind"]), backward=False,
+                              input_size=r["input"], hidden=r["hidden"], layers=r["layers"],
+                              dirs=2 if r["bidir"] else 1, seq=r["seq"], batch=r["batch"],
+                              dtype=r["dtype"], train=r["train"], bias=True, batch_first=True)
+        out[problem.key] = max(0, r["fwd_peak"] - r["fwd_kept"])
+    return out
+
+
+def owners(measured: dict[str, int]) -> dict[str, set[str]]:
+    """Who each problem was measured for: convolutions, their torchvision models (the
+    `problems` step's file); RNN problems, their configuration without sequence, batch and
+    training flag (every length and batch of one RNN held out together)."""
+    from torchinspect.memory.workspace import problem_from_key
+
+    found: dict[str, set[str]] = {}
+    models = json.loads(gzip.decompress(OWNERS.read_bytes())) if OWNERS.exists() else {}
+    for name, keys in models.items():
+        for key in keys:
+            found.setdefault(key, set()).add(name)
+    for key in measured:
+        if key.startswith("rnn"):
+            p = problem_from_key(key).params
+            found[key] = {"rnn " + " ".join(f"{k}={p[k]}" for k in (
+                "kind", "input", "hidden", "layers", "dirs", "dtype", "bias", "bf"))}
+    return found
+
+
 def check(paths: list[str]) -> None:
-    """How well the range's high end bounds problems the table does not hold: each measured
-    convolution is estimated from the others with its whole configuration (every batch and
-    dtype of that layer) left out, and from its own other batch sizes only."""
+    """The leave-one-model-out cross-validation behind the envelopes: how close the
+    nearest-neighbour point lands, how wide the range is, and how often the range holds the
+    measurement when the envelope itself is built without the model's own errors (each
+    torchvision model's, each RNN configuration's: cross-validation of the envelope)."""
     import statistics
 
-    from torchinspect.memory.workspace import WINDOW, problem_from_key
+    from torchinspect.memory.workspace import envelope, held_out_errors, problem_from_key
 
-    rows = _rows(paths)
-    families: dict[str, list[tuple[int, int, str]]] = {}
-    configs: dict[str, dict[int, tuple[int, int]]] = {}
-    for key, nbytes in rows.items():
-        p = problem_from_key(key)
-        if not p.op.startswith("conv"):
-            continue
-        spec = dict(p.spec)
-        layer = json.dumps([p.op, spec["w"], spec["s"], spec["p"], spec["d"], spec["g"],
-                            spec["t"], spec["x"][2:]])
-        families.setdefault(p.family, []).append((p.size, nbytes, layer))
-        spec["x"] = spec["x"][1:]
-        configs.setdefault(json.dumps([p.op, spec], sort_keys=True), {})[
-            problem_from_key(key).params["x"][0]] = (p.size, nbytes)
-    fwd = [w for k, w in rows.items() if k.startswith("conv_fwd")]
-    bwd = [(problem_from_key(k).size, w) for k, w in rows.items() if k.startswith("conv_bwd")]
+    measured = _rows(paths)
+    fwd = [w for k, w in measured.items() if k.startswith("conv_fwd")]
+    bwd = [(problem_from_key(k).size, w) for k, w in measured.items() if k.startswith("conv_bwd")]
     ratios = sorted(w / s for s, w in bwd if w)
     print(f"forward convolutions with no workspace: {sum(w == 0 for w in fwd)}/{len(fwd)}; "
           f"backward with one: {len(ratios)}/{len(bwd)}, workspace/problem bytes median "
           f"{statistics.median(ratios):.2f}, 90th percentile "
           f"{ratios[int(0.9 * len(ratios))]:.2f}; largest workspace "
           f"{max(w for _, w in bwd) / 2**20:.0f} MiB")
-    covered = total = 0
-    excess = []
-    for points in families.values():
-        points.sort()
-        for size, nbytes, layer in points:
-            near = [w * max(1.0, size / max(s, 1)) for s, w, other in points
-                    if other != layer and size / WINDOW <= s <= size * WINDOW]
-            if not near:
-                continue
-            total += 1
-            covered += nbytes <= max(near)
-            excess.append((max(near) - nbytes) / 2**20)
-    print(f"local envelope (family, sizes within x{WINDOW:g}, same layer left out): "
-          f"{covered}/{total} = {100 * covered / total:.1f}% covered; high end above the "
-          f"measurement by median {statistics.median(excess):.1f} MiB, 90th percentile "
-          f"{sorted(excess)[int(0.9 * len(excess))]:.1f} MiB")
-    for held in (8, 32):
-        ok = n = 0
-        for by_batch in configs.values():
-            if held in by_batch and len(by_batch) >= 3:
-                size, nbytes = by_batch[held]
-                others = [w * max(1.0, size / s) for b, (s, w) in by_batch.items() if b != held]
-                n += 1
-                ok += nbytes <= max(others)
-        print(f"same layer at batch {held} from its other batches: {ok}/{n} = "
-              f"{100 * ok / n:.1f}% under the largest of them (scaled with the batch)")
+    measured.update(rnn_run_rows(_machine(paths)))
+    who = owners(measured)
+    errors = held_out_errors(measured, who)
+    mib = 2**20
+    for op, rows in sorted(errors.items()):
+        env = envelope([(s, w - p) for _, s, w, p in rows])
+        groups = sorted({g for key, *_ in rows for g in who.get(key, {key})})
+        inside = 0
+        for g in groups:  # the envelope without this group's errors, on this group's
+            mine = [r for r in rows if g in who.get(r[0], {r[0]})]
+            # a problem shared by several models counts once: with its first model
+            mine = [r for r in mine if min(who.get(r[0], {r[0]})) == g]
+            other = envelope([(s, w - p) for key, s, w, p in rows
+                              if g not in who.get(key, {key})])
+            inside += sum(p - other.at(s)[1] <= w <= p + other.at(s)[0] for _, s, w, p in mine)
+        miss = sorted(abs(w - p) for _, s, w, p in rows)
+        rel = sorted(abs(w - p) / w for _, s, w, p in rows if w >= mib)
+        width = sorted((env.at(s)[0] + min(p, env.at(s)[1])) for _, s, w, p in rows)
+        print(f"{op}: {len(rows)} held out; point off by median {miss[len(miss) // 2] / mib:.2f} "
+              f"MiB, mean {statistics.mean(miss) / mib:.2f} MiB; within 10% (workspaces of 1 "
+              f"MiB or more): {sum(r <= 0.1 for r in rel)}/{len(rel)}; range width median "
+              f"{width[len(width) // 2] / mib:.1f} MiB, 90th percentile "
+              f"{width[int(0.9 * len(width))] / mib:.1f} MiB; inside a range whose envelope "
+              f"left the model out too: {inside}/{len(rows)} ({100 * inside / len(rows):.1f}%)")
+
+
+def _machine(paths: list[str]) -> dict[str, Any]:
+    for path in paths:
+        raw = Path(path).read_bytes()
+        text = gzip.decompress(raw).decode() if path.endswith(".gz") else raw.decode()
+        for line in text.splitlines():
+            row = json.loads(line)
+            return {k: row[k] for k in ("gpu", "cudnn", "torch")}
+    return {}
 
 
 def _rows(paths: list[str]) -> dict[str, int]:

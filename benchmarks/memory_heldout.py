@@ -9,11 +9,19 @@ output, two steps.
     # on the GPU: each model in a fresh process: the real peaks (verify.measure), then the
     # calibrated prediction (cuDNN workspaces measured op by op on that GPU)
     PYTHONPATH=src python benchmarks/memory_heldout.py measure --set all --out DIR --jobs 4
-    # on a CPU-only machine: the prediction without a GPU (shipped table, range)
-    PYTHONPATH=src python benchmarks/memory_heldout.py predict --set all --out DIR2
+    # the margins of a prediction without a GPU: the development set's calibrated errors
+    PYTHONPATH=src python benchmarks/memory_heldout.py margins benchmarks/results/memory-heldout-h100
+    # on a CPU-only machine: the prediction without a GPU (shipped table, range); the logs
+    # kept to replay them: cross-validated development set (own table problems and own
+    # calibrated errors left out), or against a new table without a fake run
+    HELDOUT_LOGS=LOGS PYTHONPATH=src python benchmarks/memory_heldout.py predict --set all \
+        --out benchmarks/results/memory-heldout-predicted
+    PYTHONPATH=src python benchmarks/memory_heldout.py replay LOGS \
+        --cv benchmarks/results/memory-heldout-h100 --out benchmarks/results/memory-heldout-predicted-cv
     # the tables (RESULTS-memory.md, docs/concepts/memory.md) from the committed raw data
     PYTHONPATH=src python benchmarks/memory_heldout.py report \
         benchmarks/results/memory-heldout-h100 benchmarks/results/memory-heldout-predicted \
+        --cv benchmarks/results/memory-heldout-predicted-cv \
         --write benchmarks/RESULTS-memory.md docs/concepts/memory.md
 """
 
@@ -323,27 +331,98 @@ def predict_one(name: str, out: Path) -> None:
     (out / f"{name}.json").write_text(json.dumps(row, indent=1))
 
 
-def replay_logs(logs: Path, out: Path, cache: Path | None) -> None:
+KIND = {"inference": "inference", "adamw-fp32": "training", "adamw-bf16amp": "training-amp"}
+MARGINS = Path(__file__).resolve().parents[1] / "src/torchinspect/memory/data/peak_margins.json"
+
+
+def calibrated_errors(measured_dir: Path, leave_out: str | None = None) -> dict[str, list[float]]:
+    """Per kind of run: the calibrated error (predicted / measured - 1) of each development
+    model's peak (``leave_out``: without that model, for its cross-validated range)."""
+    errors: dict[str, list[float]] = {k: [] for k in KIND.values()}
+    for name in DEV:
+        path = measured_dir / f"{name}.json"
+        if name == leave_out or not path.exists():
+            continue
+        row = json.loads(path.read_text())
+        for mode, kind in KIND.items():
+            real = row.get(mode, {}).get("measured", {}).get("peak")
+            cal = row.get(mode, {}).get("calibrated", {}).get("peak")
+            if real and cal:
+                errors[kind].append(cal / real - 1)
+    return errors
+
+
+def write_margins(measured_dir: Path) -> None:
+    """data/peak_margins.json from the development set's calibrated errors."""
+    from torchinspect.memory.margins import margins_from
+
+    errors = calibrated_errors(measured_dir)
+    found = margins_from(errors)
+    machine = next(json.loads(p.read_text())["gpu"] for p in sorted(measured_dir.glob("*.json")))
+    MARGINS.write_text(json.dumps({
+        "version": 1, "measured_on": machine, "source": str(measured_dir),
+        "set": f"development ({len(DEV)} models), calibrated peak / measured peak - 1",
+        "kinds": {k: {"low": round(m.low, 6), "high": round(m.high, 6), "n": m.n}
+                  for k, m in found.items()}}, indent=1) + "\n")
+    print(f"{MARGINS}: " + "; ".join(f"{k} {100 * m.low:+.2f}%..{100 * m.high:+.2f}% (n={m.n})"
+                                     for k, m in found.items()), file=sys.stderr)
+
+
+def held_out_table(name: str, problems: list[Any]) -> Any:
+    """The shipped table without what a sweep that never saw this model would lack: the
+    problems of its torchvision model, and the RNN configurations it runs (any length,
+    batch, training flag or layout), keeping the shipped envelopes."""
+    import gzip
+
+    from torchinspect.memory.workspace import WorkspaceTable, problem_from_key, shipped_table
+
+    table = shipped_table()
+    models = json.loads(gzip.decompress((Path(__file__).parent / "results" /
+                                         "cudnn-workspace-models.json.gz").read_bytes()))
+    base = name.split("-b")[0]
+    drop = set(models.get(base, ()))
+    shape = ("kind", "input", "hidden", "layers", "dirs", "dtype", "bias")
+    mine = {tuple(p.params[k] for k in shape) for p in problems if p.op.startswith("rnn")}
+    for key in table.entries:
+        if key.startswith("rnn") and tuple(problem_from_key(key).params[k]
+                                           for k in shape) in mine:
+            drop.add(key)
+    return WorkspaceTable(table.machine, {k: v for k, v in table.entries.items()
+                                          if k not in drop}, table.envelopes, table.coverage)
+
+
+def replay_logs(logs: Path, out: Path, cache: Path | None, cv: Path | None = None) -> None:
     """Predictions again from pickled logs (``HELDOUT_LOGS``) with the current workspace
-    table (or a calibration cache file: the calibrated prediction), no fake run."""
+    table and margins (or a calibration cache file: the calibrated prediction), no fake
+    run. ``cv``: the measured folder; each development model then gets the table without
+    its own problems and the margins without its own errors (cross-validated)."""
     import pickle
 
+    from torchinspect.memory import margins
     from torchinspect.memory.predict import replay_ranged
     from torchinspect.memory.workspace import Workspaces, shipped_table
 
     out.mkdir(parents=True, exist_ok=True)
     entries = json.loads(cache.read_text())["entries"] if cache else None
-    for name in [n for models in SETS.values() for n in models]:
+    names = list(DEV) if cv else [n for models in SETS.values() for n in models]
+    for name in names:
         row: dict[str, Any] = {"model": name, "set": "dev" if name in DEV else "val",
                                "machine": "replayed logs of a CPU-only machine" + (
-                                   f", workspaces of {cache.name}" if cache else "")}
-        for i, mode in enumerate(_modes(name), 1):
-            path = logs / f"{name}.{i}.pkl"
-            if not path.exists():
-                continue
-            log, end, run_mode, target, root = pickle.loads(path.read_bytes())
-            ws = Workspaces(shipped_table(), True, calibrated=entries)
+                                   f", workspaces of {cache.name}" if cache else "") + (
+                                   ", leave-one-model-out" if cv else "")}
+        logged = [(mode, logs / f"{name}.{i}.pkl") for i, mode in enumerate(_modes(name), 1)]
+        loaded = {mode: pickle.loads(path.read_bytes()) for mode, path in logged if path.exists()}
+        table, found = shipped_table(), None
+        if cv:
+            problems = [a.problem for log, *_ in loaded.values() for a in log.allocs.values()
+                        if a.kind == "cudnn"]
+            table = held_out_table(name, problems)
+            found = margins.margins_from(calibrated_errors(cv, leave_out=name))
+        for mode, (log, end, run_mode, target, root) in loaded.items():
+            ws = Workspaces(table, True, calibrated=entries)
             run = replay_ranged(log, end, run_mode, target, root, 10, ws)
+            if cache is None:
+                margins.widen(run, KIND[mode.removesuffix("-ckpt")], found)
             row[mode] = {"peak": run.peak, "peak_low": run.peak_low, "peak_high": run.peak_high,
                          "high_at": run.high_at, "where": run.where,
                          "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases}}
@@ -377,8 +456,7 @@ def _err(pred: int, real: int) -> float:
     return (pred - real) / real
 
 
-def report(measured_dir: Path, predicted_dir: Path, summary_only: bool = False) -> str:
-    lines: list[str] = []
+def _rows(measured_dir: Path, predicted_dir: Path) -> list[dict[str, Any]]:
     rows = []
     for set_name, models in SETS.items():
         for name in models:
@@ -397,15 +475,32 @@ def report(measured_dir: Path, predicted_dir: Path, summary_only: bool = False) 
                              "cal": cal.get("peak"), "point": pr["peak"], "low": pr["peak_low"],
                              "high": pr["peak_high"], "where": pr.get("high_at") or pr["where"],
                              "gpu": mrow["gpu"]})
+    return rows
+
+
+def _no_gpu(sel: list[dict[str, Any]]) -> str:
+    inside = sum(r["low"] <= r["real"] <= r["high"] for r in sel)
+    point5 = sum(abs(_err(r["point"], r["real"])) <= 0.05 for r in sel)
+    widths = [(r["high"] - r["low"]) / r["real"] for r in sel]
+    return (f"measurement inside [peak_low, peak_high]: {inside}/{len(sel)}; "
+            f"point within 5%: {point5}/{len(sel)}; median |error| of the point "
+            f"{100 * statistics.median(abs(_err(r['point'], r['real'])) for r in sel):.2f}%; "
+            f"median range width {100 * statistics.median(widths):.1f}% of the peak "
+            f"(widest {100 * max(widths):.0f}%)")
+
+
+def report(measured_dir: Path, predicted_dir: Path, summary_only: bool = False,
+           cv_dir: Path | None = None) -> str:
+    lines: list[str] = []
+    rows = _rows(measured_dir, predicted_dir)
+    cv_rows = _rows(measured_dir, cv_dir) if cv_dir else []
     mib = 2**20
     for set_name in SETS:
         sel = [r for r in rows if r["set"] == set_name]
         if not sel:
             continue
         cal = [abs(_err(r["cal"], r["real"])) for r in sel if r["cal"]]
-        inside = sum(r["low"] <= r["real"] <= r["high"] for r in sel)
-        point5 = sum(abs(_err(r["point"], r["real"])) <= 0.05 for r in sel)
-        widths = [(r["high"] - r["low"]) / r["real"] for r in sel]
+        cv = [r for r in cv_rows if r["set"] == set_name]
         lines += [f"### {'Development' if set_name == 'dev' else 'Validation (held out)'} set: "
                   f"{len({r['model'] for r in sel})} models, {len(sel)} peaks",
                   "",
@@ -413,12 +508,12 @@ def report(measured_dir: Path, predicted_dir: Path, summary_only: bool = False) 
                   f"{sum(e <= 0.03 for e in cal)}/{len(cal)}, median |error| "
                   f"{100 * statistics.median(cal):.2f}%, worst {100 * max(cal):.1f}%" if cal else
                   "- calibrated: no data",
-                  f"- without a GPU: measurement inside [peak_low, peak_high]: {inside}/{len(sel)}; "
-                  f"point within 5%: {point5}/{len(sel)}; median |error| of the point "
-                  f"{100 * statistics.median(abs(_err(r['point'], r['real'])) for r in sel):.2f}%; "
-                  f"median range width {100 * statistics.median(widths):.1f}% of the peak "
-                  f"(ranges wider than 0: {sum(w > 0 for w in widths)}/{len(sel)})",
-                  ""]
+                  f"- without a GPU: {_no_gpu(sel)}"]
+        if cv:
+            lines.append(f"- without a GPU, cross-validated (each model with its own problems "
+                         f"left out of the workspace table and its own calibrated errors left "
+                         f"out of the margins): {_no_gpu(cv)}")
+        lines.append("")
         if summary_only:
             continue
         lines += ["| model | mode | measured MiB | calibrated | no GPU: point | range MiB | inside |"
@@ -436,12 +531,13 @@ def report(measured_dir: Path, predicted_dir: Path, summary_only: bool = False) 
     return "\n".join([f"Measured on {', '.join(gpus)} (torch 2.11, cuDNN 9.19); calibrated "
                       "predictions on that machine, predictions without a GPU on a CPU-only "
                       "machine (torch 2.14). Generated by `benchmarks/memory_heldout.py report` "
-                      f"from `{measured_dir}` and `{predicted_dir}`.", "", *lines])
+                      f"from `{measured_dir}` and `{predicted_dir}`"
+                      + (f" (cross-validated: `{cv_dir}`)" if cv_dir else "") + ".", "", *lines])
 
 
-def write_block(path: Path, text: str) -> None:
-    """Replace the text between ``<!-- heldout:begin -->`` and ``<!-- heldout:end -->``."""
-    begin, end = "<!-- heldout:begin -->", "<!-- heldout:end -->"
+def write_block(path: Path, text: str, tag: str = "heldout") -> None:
+    """Replace the text between ``<!-- TAG:begin -->`` and ``<!-- TAG:end -->``."""
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
     page = path.read_text()
     if begin not in page or end not in page:
         raise SystemExit(f"{path}: no {begin} ... {end} block to replace")
@@ -452,8 +548,11 @@ def write_block(path: Path, text: str) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=("measure", "predict", "report", "replay"))
+    ap.add_argument("step", choices=("measure", "predict", "report", "replay", "margins"))
     ap.add_argument("--cache", help="replay: a calibration cache file (calibrated prediction)")
+    ap.add_argument("--cv", help="replay: the measured folder; development models "
+                    "cross-validated (own table problems and own errors left out); report: "
+                    "the folder of such a replay, summarised beside the development set")
     ap.add_argument("dirs", nargs="*")
     ap.add_argument("--set", default="all", choices=("all", "dev", "val"))
     ap.add_argument("--one")
@@ -466,15 +565,20 @@ def main() -> None:
     a = ap.parse_args()
     if a.step == "report":
         measured, predicted = Path(a.dirs[0]), Path(a.dirs[1])
+        cv = Path(a.cv) if a.cv else None
         if a.write:
-            write_block(Path(a.write[0]), report(measured, predicted))
+            write_block(Path(a.write[0]), report(measured, predicted, cv_dir=cv))
             for page in a.write[1:]:
-                write_block(Path(page), report(measured, predicted, summary_only=True))
+                write_block(Path(page), report(measured, predicted, summary_only=True, cv_dir=cv))
         else:
-            print(report(measured, predicted))
+            print(report(measured, predicted, cv_dir=cv))
         return
     if a.step == "replay":
-        replay_logs(Path(a.dirs[0]), Path(a.out), Path(a.cache) if a.cache else None)
+        replay_logs(Path(a.dirs[0]), Path(a.out), Path(a.cache) if a.cache else None,
+                    Path(a.cv) if a.cv else None)
+        return
+    if a.step == "margins":
+        write_margins(Path(a.dirs[0]))
         return
     out = Path(a.out)
     if a.one:

@@ -48,6 +48,7 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
                            "benchmarks/results/memory-heldout-predicted"], 0),
     ("memory_heldout.py", ["measure", "--set", "all", "--out",
                            "benchmarks/results/memory-heldout-rerun"], 1),
+    ("memory_optrace.py", ["gpu", "--out", "benchmarks/results/memory-optrace-rerun"], 1),
     ("latency_speed.py", [], 0),
     ("latency_measure.py", ["benchmarks/results/latency-rerun"], 1),
     ("latency_profile.py", ["benchmarks/results/latency-rerun/profiles.jsonl",

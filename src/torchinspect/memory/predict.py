@@ -18,6 +18,7 @@ from typing import Any
 from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, rebatch
+from torchinspect.memory import margins
 from torchinspect.memory import step as steps
 from torchinspect.memory.faking import (  # noqa: F401 - re-exported: fit, the CLI, benchmarks
     Target,
@@ -102,6 +103,11 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
                 notes.insert(0, f"training step not predicted: {exc.message}; {exc.hint}")
     sizes = runs[next(iter(runs))][1]
     notes += workspaces.notes(target.gpu)
+    if target.device == "cuda" and not target.calibrate and not cfg.fsdp:
+        kinds = [margins.run_kind(mode, cfg.amp) for mode in runs]
+        for kind, (run, _) in zip(kinds, runs.values(), strict=True):
+            margins.widen(run, kind)
+        notes += [n for n in [margins.note(kinds)] if n]
     result = MemoryResult(
         case.name, _describe(example), batch, target.device, target.gpu, _config(cfg, target),
         sizes["params"], sizes["weights"], sizes["buffers"], sizes["input"],
@@ -162,7 +168,8 @@ def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: 
 
         fake = FakeTensorMode(allow_non_fake_inputs=True)
     tracker = StorageTracker(workspace=target.workspace, device_type=target.fake_device,
-                             cudnn=target.device == "cuda")
+                             cudnn=target.device == "cuda",
+                             gpu=target.gpu if target.device == "cuda" else None)
     with model_kept(model, buffers=False), forward_mode(model, training), \
             steps.checkpointed(model, cfg.checkpointing if training else None), \
             warnings.catch_warnings():

@@ -11,12 +11,16 @@ problem gets its bytes from, in order:
    cached on disk by GPU, cuDNN and torch versions);
 2. the shipped table (``data/cudnn_workspace.json.gz``: measured on an H100 for the problems
    of torchvision models at common batch sizes, ``benchmarks/cudnn_workspace_sweep.py``);
-3. an estimate with a range (`WorkspaceTable.estimate`): the low end 0 bytes, the high end
-   from the same problem at the table's other batch sizes and from the measured problems of
-   its family within a factor 2 of its size (docs/concepts/memory.md: "cuDNN workspaces").
+3. an estimate with a range (`WorkspaceTable.estimate`): the point from the nearest measured
+   problem in shape space (`features`), scaled by the ratio of problem sizes; the range the
+   point minus and plus the op's **envelope** at that problem size: the 99th percentile of
+   how far measurements lay below and above such points when each torchvision model's
+   problems (each RNN configuration's) were left out of the table (`held_out_errors`,
+   docs/concepts/memory.md: "cuDNN workspaces").
 
 The prediction is replayed with each problem's point, low and high bytes: ``peak`` and the
-``peak_low``-``peak_high`` range around it.
+``peak_low``-``peak_high`` range around it (without a GPU, `margins.py` widens it further by
+the measured error of the rest of the prediction).
 """
 
 from __future__ import annotations
@@ -26,6 +30,7 @@ import functools
 import gzip
 import json
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -217,42 +222,27 @@ def _parse(name: str, text: str) -> Any:
 # -- estimates for problems nobody measured
 
 
-@dataclass(frozen=True)
-class Bound:
-    """A family's fit: ``log w = a + b log s`` over its measured non-zero workspaces ``w`` of
-    problem size ``s`` (least squares); ``up`` is the largest residual, so every measured
-    point lies on or under ``high(s)``; ``zeros`` the share of problems that took none."""
-
-    a: float
-    b: float
-    up: float
-    zeros: float
-    n: int
-
-    def _fit(self, size: int) -> float:
-        return self.a + self.b * math.log(max(size, 1))
-
-    def high(self, size: int) -> int:
-        return int(math.exp(self._fit(size) + self.up))
-
-    def point(self, size: int) -> int:
-        """The fitted workspace (0 where most of the family took none)."""
-        return 0 if self.zeros > 0.5 else min(self.high(size), int(math.exp(self._fit(size))))
+def features(problem: Problem) -> tuple[float, ...]:
+    """Where a problem lies in shape space: logs of its sizes, and its flags as 0/1 (the
+    nearest measured problem by Euclidean distance gives an unmeasured one its point)."""
+    p = problem.params
+    if problem.op.startswith("rnn"):
+        return (math.log(p["seq"] * p["batch"]), math.log(p["hidden"]), math.log(p["input"]),
+                math.log(p["layers"]), float(p["dirs"] - 1), float(p["train"]), float(p["bf"]),
+                float(p["bias"]), float(p["dtype"] == "fp16"))
+    mask = p.get("mask") or [False, False, False]
+    return (math.log(p["x"][0]), math.log(p["x"][1]), math.log(conv_output(p)[1]),
+            math.log(max(_numel(p["w"][2:]), 1)), math.log(_numel(p["s"])),
+            math.log(max(_numel(p["x"][2:]), 1)), math.log(p["g"]), math.log(_numel(p["d"])),
+            float(len(p["x"]) - 2), float(p["t"]), *(float(m) for m in mask),
+            float(p["layout"] == "cl"), float(p["b"]), float(p["dtype"] == "fp16"))
 
 
-def fit_bound(points: list[tuple[int, int]]) -> Bound:
-    """The power-law fit and envelope of (size, workspace) measurements of one family."""
-    logs = [(math.log(max(s, 1)), math.log(w)) for s, w in points if w > 0]
-    zeros = 1 - len(logs) / len(points) if points else 1.0
-    if not logs:
-        return Bound(0.0, 0.0, 0.0, zeros, len(points))
-    mx = sum(x for x, _ in logs) / len(logs)
-    my = sum(y for _, y in logs) / len(logs)
-    var = sum((x - mx) ** 2 for x, _ in logs)
-    b = sum((x - mx) * (y - my) for x, y in logs) / var if var > 0 else 0.0
-    a = my - b * mx
-    up = max(y - (a + b * x) for x, y in logs)
-    return Bound(a, b, up, zeros, len(points))
+def bucket(problem: Problem) -> str:
+    """The group searched for neighbours: op, kind and precision class (the family without
+    the convolution's dimensions: a 1-D or 3-D problem looks among the 2-D ones)."""
+    family = problem.family.split("/")
+    return "/".join([family[0], *family[2:]] if problem.op.startswith("conv") else family)
 
 
 @dataclass(frozen=True)
@@ -269,147 +259,180 @@ class Estimate:
         return self.low == self.high
 
 
+@dataclass(frozen=True)
+class Envelope:
+    """How far cross-validation found measurements from the nearest-neighbour point, per
+    op and problem size: in size class ``bin`` (problem bytes in [2**bin, 2**(bin+1))),
+    ``above``/``below`` are the quantile `QUANTILE` of bytes the measurement lay above/below
+    the point, made non-decreasing with the size."""
+
+    bins: tuple[tuple[int, int, int], ...]  # (bin, above, below), bins ascending
+
+    def at(self, size: int) -> tuple[int, int]:
+        if not self.bins:
+            return 0, 0
+        b = int(math.log2(max(size, 1)))
+        i = bisect.bisect_right([row[0] for row in self.bins], b) - 1
+        if i < 0:
+            return self.bins[0][1], self.bins[0][2]
+        _, above, below = self.bins[i]
+        if b > self.bins[-1][0]:  # larger than anything held out: grow with the size
+            scale = size / 2 ** (self.bins[-1][0] + 1)
+            return int(above * scale), int(below * scale)
+        return above, below
+
+
+NEIGHBOURS = {"conv": 3, "rnn": 1}  # how many nearest problems the point is the median of
+QUANTILE = 1.0  # the share of held-out problems each envelope covers
+
+
+def envelope(errors: list[tuple[int, int]], quantile: float = QUANTILE) -> Envelope:
+    """From (problem size, measured - point) pairs of problems held out of the table."""
+    by_bin: dict[int, list[int]] = {}
+    for size, err in errors:
+        by_bin.setdefault(int(math.log2(max(size, 1))), []).append(err)
+    rows = []
+    above = below = 0
+    for b in sorted(by_bin):
+        errs = sorted(by_bin[b])
+        above = max(above, _quantile([e for e in errs if e > 0], len(errs), quantile))
+        below = max(below, _quantile([-e for e in errs if e < 0], len(errs), quantile))
+        rows.append((b, above, below))
+    return Envelope(tuple(rows))
+
+
+def _quantile(positive: list[int], n: int, quantile: float) -> int:
+    """The ``quantile`` of n values of which these are the positive ones (the rest 0)."""
+    k = math.ceil(quantile * n) - (n - len(positive))  # rank among the positive values
+    return sorted(positive)[k - 1] if k >= 1 else 0
+
+
 @dataclass
 class WorkspaceTable:
-    """Measured workspaces of one machine, and per-family envelopes for the rest."""
+    """Measured workspaces of one machine; the nearest of them, and the cross-validated
+    envelopes, for the rest."""
 
     machine: dict[str, Any]
     entries: dict[str, int]
-    bounds: dict[str, Bound]
+    envelopes: dict[str, Envelope] = field(default_factory=dict)
     coverage: str = ""
-    _families: dict[str, list[tuple[int, int]]] | None = field(default=None, repr=False)
+    _pools: dict[str, tuple[list[str], Any, Any, Any]] | None = field(default=None,
+                                                                      repr=False)
 
     def lookup(self, problem: Problem) -> int | None:
         return self.entries.get(problem.key)
 
     def estimate(self, problem: Problem) -> Estimate:
-        """The table's answer: exact when measured; else a range whose high end is the
-        larger of (a) the same problem at the table's other batch sizes (the largest of them,
-        scaled up linearly beyond the largest batch) and (b) the local envelope of its family
-        (`local`); the point is (a) interpolated in the batch, else (b)'s median."""
+        """Exact when measured; else the point from the nearest measured problem (scaled by
+        the size ratio) and the range ``point - below`` to ``point + above`` of its op's
+        envelope at this size."""
         known = self.lookup(problem)
         if known is not None:
             return Estimate(known, known, known, "table")
-        sibling = self._sibling(problem)
-        local = self.local(problem)
-        if sibling is None and local is None:
+        point = self.nearest(problem)
+        if point is None:
             return Estimate(0, 0, 0, "none")
-        point = sibling.point if sibling is not None else local.point if local else 0
-        high = max(e.high for e in (sibling, local) if e is not None)
-        return Estimate(point, 0, max(point, high), "estimate")
+        above, below = self.spread(problem)
+        return Estimate(point, max(0, point - below), point + above, "estimate")
 
-    def local(self, problem: Problem) -> Estimate | None:
-        """From the family's measured problems of similar size (within a factor `WINDOW`),
-        each scaled linearly to this size where it is smaller: high = the largest, point = the
-        median. Where none is that close: the family's (else the op's) power-law envelope."""
-        size = problem.size
-        points = self.families().get(problem.family, [])
-        sizes = [s for s, _ in points]
-        lo, hi = bisect.bisect_left(sizes, size / WINDOW), bisect.bisect_right(sizes, size * WINDOW)
-        scaled = sorted(int(w * max(1.0, size / max(s, 1))) for s, w in points[lo:hi])
-        if scaled:
-            return Estimate(scaled[len(scaled) // 2], 0, scaled[-1], "estimate")
-        bound = self.bound(problem)
-        if bound is None:
-            return None
-        return Estimate(bound.point(size), 0, bound.high(size), "estimate")
+    def spread(self, problem: Problem) -> tuple[int, int]:
+        found = self.envelopes.get(problem.op)
+        return found.at(problem.size) if found is not None else (0, 0)
 
-    def families(self) -> dict[str, list[tuple[int, int]]]:
-        """Measured (size, workspace) by family, sorted by size (built on first use)."""
-        if self._families is None:
-            groups: dict[str, list[tuple[int, int]]] = {}
-            for key, nbytes in self.entries.items():
+    def nearest(self, problem: Problem,
+                held_out: Callable[[str], bool] | None = None) -> int | None:
+        """The workspace of the nearest measured problem of its bucket (else of its op) in
+        `features` space, scaled by the ratio of problem sizes. ``held_out(key)``: rows to
+        ignore (cross-validation)."""
+        import numpy as np
+
+        pools = self.pools()
+        here = np.asarray(features(problem))
+        for name in (bucket(problem), problem.op):
+            if name not in pools:
+                continue
+            keys, feats, sizes, nbytes = pools[name]
+            d = ((feats - here) ** 2).sum(axis=1)
+            if held_out is not None:
+                d[[i for i, key in enumerate(keys) if held_out(key)]] = np.inf
+            k = NEIGHBOURS["rnn" if problem.op.startswith("rnn") else "conv"]
+            near = [i for i in np.argsort(d, kind="stable")[:k] if np.isfinite(d[i])]
+            if near:
+                scaled = sorted(nbytes[i] * problem.size / max(sizes[i], 1.0) for i in near)
+                return int(scaled[(len(scaled) - 1) // 2])  # the median (the lower of two)
+        return None
+
+    def pools(self) -> dict[str, tuple[list[str], Any, Any, Any]]:
+        """Per bucket (and per op): keys, and features, sizes and workspaces as arrays, of
+        the measured problems (built on first use)."""
+        if self._pools is None:
+            import numpy as np
+
+            groups: dict[str, list[tuple[str, tuple[float, ...], int]]] = {}
+            for key in sorted(self.entries):
                 problem = problem_from_key(key)
-                groups.setdefault(problem.family, []).append((problem.size, nbytes))
-            self._families = {k: sorted(v) for k, v in groups.items()}
-        return self._families
-
-    def bound(self, problem: Problem) -> Bound | None:
-        """The family's fit, or the op's where the family has too few measurements."""
-        bound = self.bounds.get(problem.family)
-        if bound is None or bound.n < MIN_FIT:
-            bound = self.bounds.get(problem.op)
-        return bound
-
-    def _sibling(self, problem: Problem) -> Estimate | None:
-        """The same problem measured at other batch sizes: the point interpolated linearly in
-        the batch, the high end the largest of them (scaled up beyond the largest batch)."""
-        p = problem.params
-        field = "batch" if problem.op.startswith("rnn") else "x"
-        batch = _batch(p, field)
-        known: dict[int, int] = {}
-        for b in _BATCHES:
-            q = dict(p)
-            if field == "batch":
-                q["batch"] = b
-            else:
-                q["x"] = [b, *p["x"][1:]]
-            found = self.entries.get(Problem(problem.op, tuple(sorted(q.items()))).key)
-            if found is not None:
-                known[b] = found
-        known.pop(batch, None)
-        if not known:
-            return None
-        below = max((b for b in known if b < batch), default=None)
-        above = min((b for b in known if b > batch), default=None)
-        if below is not None and above is not None:
-            t = (batch - below) / (above - below)
-            point = int(known[below] + t * (known[above] - known[below]))
-        else:
-            nearest = below if above is None else above
-            assert nearest is not None
-            point = int(known[nearest] * (batch / nearest if above is None else 1))
-        scale = max(1.0, batch / max(known))
-        high = int(max(known.values()) * scale)
-        return Estimate(point, 0, max(point, high), "estimate")
+                row = (key, features(problem), problem.size)
+                groups.setdefault(bucket(problem), []).append(row)
+                groups.setdefault(problem.op, []).append(row)
+            self._pools = {
+                name: ([k for k, _, _ in rows], np.array([f for _, f, _ in rows], dtype=float),
+                       np.array([n for _, _, n in rows], dtype=float),
+                       np.array([self.entries[k] for k, _, _ in rows], dtype=float))
+                for name, rows in groups.items()}
+        return self._pools
 
     def to_dict(self) -> dict[str, Any]:
-        return {"version": 1, "machine": self.machine, "coverage": self.coverage,
-                "bounds": {k: {"a": b.a, "b": b.b, "up": b.up, "zeros": b.zeros, "n": b.n}
-                           for k, b in sorted(self.bounds.items())},
-                "families": {k: [list(p) for p in v] for k, v in sorted(self.families().items())},
+        return {"version": 2, "machine": self.machine, "coverage": self.coverage,
+                "quantile": QUANTILE,
+                "envelopes": {op: [list(row) for row in e.bins]
+                              for op, e in sorted(self.envelopes.items())},
                 "entries": dict(sorted(self.entries.items()))}
-
-
-_BATCHES = (1, 8, 32, 128)
-MIN_FIT = 20  # fewer measurements in a family: the op's fit is used
-WINDOW = 2.0  # the local envelope looks at family problems within this factor of the size
-
-
-def _batch(p: dict[str, Any], field: str) -> int:
-    return int(p["batch"]) if field == "batch" else int(p["x"][0])
 
 
 def table_from_dict(data: dict[str, Any]) -> WorkspaceTable:
     """Validate and build (a malformed file raises ValueError)."""
-    if not isinstance(data, dict) or data.get("version") != 1:
-        raise ValueError("not a version-1 workspace table")
+    if not isinstance(data, dict) or data.get("version") != 2:
+        raise ValueError("not a version-2 workspace table")
     entries = data.get("entries", {})
     if not isinstance(entries, dict) or not all(
             isinstance(k, str) and isinstance(v, int) and v >= 0 for k, v in entries.items()):
         raise ValueError("entries must map problem keys to byte counts")
-    bounds = {}
-    for name, b in dict(data.get("bounds", {})).items():
-        bounds[str(name)] = Bound(float(b["a"]), float(b["b"]), float(b["up"]),
-                                  float(b["zeros"]), int(b["n"]))
-    families: dict[str, list[tuple[int, int]]] | None = None
-    if "families" in data:  # (size, workspace) by family, precomputed: parsing 9k keys is slow
-        families = {str(k): sorted((int(s), int(w)) for s, w in v)
-                    for k, v in dict(data["families"]).items()}
-    return WorkspaceTable(dict(data.get("machine", {})), dict(entries), bounds,
-                          str(data.get("coverage", "")), families)
+    envelopes = {str(op): Envelope(tuple((int(b), int(a), int(w)) for b, a, w in rows))
+                 for op, rows in dict(data.get("envelopes", {})).items()}
+    return WorkspaceTable(dict(data.get("machine", {})), dict(entries), envelopes,
+                          str(data.get("coverage", "")))
 
 
-def build_table(measured: dict[str, int], machine: dict[str, Any], coverage: str) -> WorkspaceTable:
-    """The shipped table from measurements: the entries, and each family's envelope (and each
-    op's, for families never measured)."""
-    groups: dict[str, list[tuple[int, int]]] = {}
-    for key, nbytes in measured.items():
+def held_out_errors(measured: dict[str, int], owners: dict[str, set[str]]) -> dict[
+        str, list[tuple[str, int, int, int]]]:
+    """Cross-validation: each measured problem estimated from the table without every
+    problem whose owners (the models, or RNN configurations, it was measured for) all lie
+    among its own, as if none of its models had been swept. Per op: (key, size, measured,
+    point)."""
+    table = WorkspaceTable({}, dict(measured))
+    out: dict[str, list[tuple[str, int, int, int]]] = {}
+    for key in sorted(measured):
         problem = problem_from_key(key)
-        for name in (problem.family, problem.op):
-            groups.setdefault(name, []).append((problem.size, nbytes))
-    bounds = {name: fit_bound(points) for name, points in groups.items()}
-    return WorkspaceTable(machine, dict(measured), bounds, coverage)
+        mine = owners.get(key, {key})
+        point = table.nearest(problem, functools.partial(_owned_by, owners, mine))
+        if point is not None:
+            out.setdefault(problem.op, []).append((key, problem.size, measured[key], point))
+    return out
+
+
+def _owned_by(owners: dict[str, set[str]], mine: set[str], key: str) -> bool:
+    """Whether every owner of ``key`` is among ``mine`` (it goes when they are left out)."""
+    return owners.get(key, {key}) <= mine
+
+
+def build_table(measured: dict[str, int], machine: dict[str, Any], coverage: str,
+                owners: dict[str, set[str]] | None = None) -> WorkspaceTable:
+    """The shipped table from measurements: the entries, and each op's envelope from
+    `held_out_errors` (no owners: each problem held out alone)."""
+    errors = held_out_errors(measured, owners or {})
+    envelopes = {op: envelope([(s, w - p) for _, s, w, p in rows])
+                 for op, rows in errors.items()}
+    return WorkspaceTable(machine, dict(measured), envelopes, coverage)
 
 
 def load_table() -> WorkspaceTable:
@@ -417,7 +440,7 @@ def load_table() -> WorkspaceTable:
     try:
         raw = resources.files("torchinspect.memory").joinpath("data", TABLE_FILE).read_bytes()
     except (FileNotFoundError, OSError):
-        return WorkspaceTable({}, {}, {})
+        return WorkspaceTable({}, {})
     return table_from_dict(json.loads(gzip.decompress(raw)))
 
 
@@ -447,9 +470,9 @@ class Workspaces:
             self.out_of_memory[problem.key] = problem
         found = self.table.estimate(problem)
         if found.source == "table" and not self.exact_table:
-            bound = self.table.bound(problem)
-            high = max(found.point, bound.high(problem.size) if bound else found.point)
-            found = Estimate(found.point, 0, high, "estimate")
+            # measured on another GPU: 0 up to the point plus the envelope of this size
+            found = Estimate(found.point, 0, found.point + self.table.spread(problem)[0],
+                             "estimate")
         if not found.exact:
             self.estimated[problem.key] = problem
         return found
@@ -463,6 +486,6 @@ class Workspaces:
             where = (f"measured on {self.table.machine.get('gpu', '?')}" if self.table.entries
                      else "no table installed")
             out.append(f"{len(self.estimated)} cuDNN workspace(s) not measured for {gpu} "
-                       f"(table {where}): peaks are given as a range whose upper end uses "
-                       "the largest workspace measured for problems of that kind and size")
+                       f"(table {where}): each is the nearest measured problem's, scaled, "
+                       "within the spread cross-validation found for problems of its size")
         return out

@@ -70,7 +70,7 @@ def _range_items(run: RunMemory) -> list[tuple[str, Any]]:
         return []
     return [("Range", Shown([run.peak_low, run.peak_high],
                             bytes_range(run.peak_low or 0, run.peak_high or 0)
-                            + " (cuDNN workspaces not measured on this GPU)")),
+                            + " (unmeasured cuDNN workspaces, measured error)")),
             ("Upper end set by", run.high_at or "-")]
 
 
