@@ -4,15 +4,18 @@
 
 Writes two Llama-shaped float32 checkpoints of ~2 GB each (B: DataParallel container with a
 "module." prefix and one changed head) in a temporary folder, runs each command in a fresh
-process (`python -m torchinspect ...`) and reports wall time and that process's peak RSS
-(os.wait4 rusage). The files are deleted afterwards. Targets (issue 4): diff < 2 s and
-< 300 MB peak RSS; convert peak RSS <= 1.25x the checkpoint size.
+process (the `inspect` entry point) and reports its wall time, CPU time and its own peak RSS
+(``VmHWM``, read inside the child: ``machine.run_cli``; the ``ru_maxrss`` of ``os.wait4``
+would report at least this parent's peak, which holds torch). The baseline is the peak RSS
+of an interpreter that only imports torch and torchinspect's checkpoint code, so the page can
+say what each command adds to it. The files are deleted afterwards. Targets (issue 4):
+diff < 2 s and < 300 MB peak RSS; convert peak RSS <= 1.25x the checkpoint size.
 """
 
 from __future__ import annotations
 
 import argparse
-import os
+import json
 import shutil
 import subprocess
 import sys
@@ -20,7 +23,14 @@ import tempfile
 import time
 from pathlib import Path
 
-# no torch import here: a forked child starts with the parent's RSS, so the parent stays small
+from machine import PEAK_RSS, describe, run_cli, save
+
+BASELINE = PEAK_RSS + """
+import json, torch, torchinspect.checkpoints
+now = {line.split(":")[0]: int(line.split()[1]) * 1024 for line in open("/proc/self/status")
+       if line.startswith(("RssAnon:", "RssFile:"))}
+print(json.dumps({"peak_rss": peak_rss(), "anon": now["RssAnon"], "file": now["RssFile"]}))
+"""
 
 
 def make_checkpoints(folder: Path, gb: float) -> tuple[Path, Path, Path]:
@@ -67,8 +77,6 @@ def make_checkpoints(folder: Path, gb: float) -> tuple[Path, Path, Path]:
         name = f"model-{i + 1:05d}-of-{len(groups):05d}.safetensors"
         save_file({k: sd[k] for k in keys}, hf / name, metadata={"format": "pt"})
         weight_map.update(dict.fromkeys(keys, name))
-    import json
-
     (hf / "model.safetensors.index.json").write_text(json.dumps(
         {"metadata": {"total_size": sum(v.numel() * v.element_size() for v in sd.values())},
          "weight_map": weight_map}))
@@ -96,18 +104,22 @@ def make_legacy(folder: Path, gb: float) -> Path:
     return leg
 
 
-def run(args: list[str]) -> tuple[float, float, int]:
-    """(wall seconds, peak RSS MB, exit code) of `python -m torchinspect ARGS` in a new process."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "torchinspect", *args],
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    _, status, usage = os.wait4(proc.pid, 0)
-    wall = time.perf_counter() - t0
-    proc.returncode = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read().decode() if proc.stderr else ""
-    if proc.returncode not in (0, 1):
-        raise SystemExit(f"{args} failed ({proc.returncode}): {err}")
-    return wall, usage.ru_maxrss / 1024, proc.returncode
+def run(args: list[str]) -> dict[str, float | int]:
+    """``inspect ARGS`` in a new process: wall and CPU seconds, its own peak RSS, exit code."""
+    r = run_cli(args)
+    if r["exit"] not in (0, 1) or r["peak_rss"] is None:
+        raise SystemExit(f"{args} failed ({r['exit']}): {r['stderr']}")
+    return {"wall_s": r["seconds"], "cpu_s": round(r["cpu_seconds"], 3),
+            "peak_rss_mb": r["peak_rss"] / 2 ** 20, "peak_anon_mb": r["peak_anon"] / 2 ** 20,
+            "peak_file_mb": r["peak_file"] / 2 ** 20, "exit": r["exit"]}
+
+
+def baseline() -> dict[str, float]:
+    """Peak RSS (and its anonymous and file-backed parts at the end) of an interpreter that
+    imports torch and torchinspect.checkpoints only, in MB."""
+    out = subprocess.run([sys.executable, "-c", BASELINE], capture_output=True, text=True,
+                         check=True).stdout
+    return {k: v / 2 ** 20 for k, v in json.loads(out.splitlines()[-1]).items()}
 
 
 def main() -> None:
@@ -145,10 +157,11 @@ def main() -> None:
               f"safetensors: {st.stat().st_size / 1e9:.2f} GB")
         from importlib.metadata import version
 
-        print(f"python {sys.version.split()[0]}, torch {version('torch')}, {os.cpu_count()} CPUs")
-        from machine import describe
-
+        print(f"python {sys.version.split()[0]}, torch {version('torch')}")
         machine = describe()
+        base = baseline()
+        print(f"baseline (interpreter + torch + torchinspect.checkpoints): "
+              f"{base['peak_rss']:.0f} MB (anon {base['anon']:.0f}, file-backed {base['file']:.0f})")
         rows = []
         cases = [
             ("diff a.pt b.pt", ["diff", a, b]),
@@ -178,15 +191,15 @@ def main() -> None:
         for label, args in cases:
             for out in folder.glob("o*"):
                 shutil.rmtree(out) if out.is_dir() else out.unlink()
-            wall, rss, rc = run([str(x) for x in args])
-            rows.append({"case": label, "wall_s": wall, "peak_rss_mb": rss, "exit": rc})
-            print(f"{label:45s} {wall:7.2f} s  {rss:8.0f} MB peak RSS  "
-                  f"({rss * 2**20 / size:.2f}x of A's size)  exit {rc}", flush=True)
+            row = {"case": label, **run([str(x) for x in args])}
+            rows.append(row)
+            rss = row["peak_rss_mb"]
+            print(f"{label:45s} {row['wall_s']:7.2f} s  {rss:6.0f} MB peak RSS "
+                  f"({rss * 2**20 / size:.2f}x A's size; anon {row['peak_anon_mb']:.0f} MB, "
+                  f"file-backed {row['peak_file_mb']:.0f} MB)  exit {row['exit']}", flush=True)
         if not ns.only:
-            from machine import save
-
-            save("checkpoints-perf", {"checkpoint_bytes": size, "gb": ns.gb, "rows": rows},
-                 machine=machine)
+            save("checkpoints-perf", {"checkpoint_bytes": size, "gb": ns.gb, "baseline_mb": base,
+                                      "rows": rows}, machine=machine)
     finally:
         if ns.keep is None:
             shutil.rmtree(folder, ignore_errors=True)

@@ -5,13 +5,16 @@ Phases (each appends JSON lines to its file as it goes, so a cut-off run keeps i
 * ``probes``  the per-kernel time of tiny kernels under CUDA-graph replay and eager, and
   this host's dispatch cost (torchinspect.bench.predict.host.probe_host);
 * ``tables``  every op of benchmarks/latency_ops.py in bf16/fp16/fp32, timed as CUDA-graph
-  replays of ``reps`` back-to-back calls (CUDA events; per-call time = replay / reps);
+  replays of ``reps`` back-to-back calls (CUDA events; per-call time = replay / reps); with
+  ``--sweep N`` only that sweep's ops, each also profiled for the kernels one call launches;
+* ``kernels`` the kernels one call of each sweep-1 op at batch 1 launches (torch.profiler);
 * ``models``  the development and validation sets through torchinspect's own bench
   (``run_bench``, eager and ``cuda_graphs=True``, batch 1 and 32, bf16 and fp32, PyTorch's
   default TF32 settings, cuDNN autotuning on), plus one profiled eager forward per model
   and batch (kernels launched, their summed GPU time).
 
-Usage on a GPU host: ``python benchmarks/latency_measure.py OUTDIR [--budget S]``;
+Usage on a GPU host: ``python benchmarks/latency_measure.py OUTDIR [--budget S] [--phases
+probes,tables,kernels,models] [--sweep N] [--models A,B]``;
 ``--dry-run`` runs a few items of each phase on the CPU (no timing worth keeping).
 """
 
@@ -63,6 +66,10 @@ MODELS: list[tuple[str, str, str | None, list[str]]] = [
     ("val", "mnasnet1_0", None, []),
     ("dev", "resnext50_32x4d", None, []),
     ("val", "squeezenet1_1", None, []),
+    # added in session 7 (sweep 2): kinds the development set lacked; development only
+    ("dev", "r2plus1d_18", "3,16,112,112", []),
+    ("dev", f"{ZOO}:FastEncoder", None, []),
+    ("dev", "mc3_18", "3,16,112,112", []),
 ]
 BATCHES = (1, 32)
 MODEL_DTYPES = ("bf16", "fp32")
@@ -140,8 +147,32 @@ def probes(device: str, out: Path) -> None:
     _write(out, row)
 
 
-def tables(device: str, out: Path, deadline: float, limit: int | None) -> None:
+def kernels_of(fn: Any, device: str) -> dict[str, Any]:
+    """Kernels one call launches (torch.profiler): count, and the names of the first few."""
+    from torch.profiler import ProfilerActivity, profile
+
+    fn()
+    _sync(device)
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if device.startswith("cuda") else [])
+    with profile(activities=acts) as prof:
+        fn()
+        _sync(device)
+    names = [e.name for e in prof.events() if getattr(e, "device_type", None) is not None
+             and str(e.device_type).endswith("CUDA")]
+    return {"kernels": len(names), "kernel_names": [n[:80] for n in names[:8]]}
+
+
+def _small(spec: dict[str, Any]) -> bool:
+    """Sweep-1 specs at batch 1 (or 1-8 rows): whose kernel counts set the batch-1 floors."""
+    return spec.get("n") == 1 or spec.get("m") in (1, 8) or spec.get("b") == 1 \
+        or spec.get("rows") in (1, 32, 197) or spec.get("numel") == 1 << 10
+
+
+def tables(device: str, out: Path, deadline: float, limit: int | None,
+           sweep: int | None = None) -> None:
     specs = latency_ops.SPECS if limit is None else latency_ops.SPECS[::max(len(latency_ops.SPECS) // limit, 1)]
+    if sweep is not None:
+        specs = [s for s in specs if s.get("sweep", 1) == sweep]
     torch.backends.cudnn.benchmark = True
     with torch.inference_mode():
         for spec in specs:
@@ -152,11 +183,31 @@ def tables(device: str, out: Path, deadline: float, limit: int | None) -> None:
                 try:
                     fn = latency_ops.build(spec, device, dtype)
                     r = time_replay(fn, device)
+                    if sweep is not None:
+                        r.update(kernels_of(fn, device))
                     _write(out, {"spec": spec, "dtype": dtype, **r})
                 except Exception as exc:  # noqa: BLE001 - one op must not end the sweep
                     _write(out, {"spec": spec, "dtype": dtype, "error": repr(exc)[:300]})
                     if device.startswith("cuda"):
                         torch.cuda.empty_cache()
+
+
+def kernel_counts(device: str, out: Path, deadline: float) -> None:
+    """Kernels per call of the sweep-1 ops at batch 1 (their times are in tables.jsonl)."""
+    torch.backends.cudnn.benchmark = True
+    with torch.inference_mode():
+        for spec in latency_ops.SPECS:
+            if spec.get("sweep", 1) != 1 or not _small(spec):
+                continue
+            for dtype in ("bf16", "fp32"):
+                if time.monotonic() > deadline:
+                    _write(out, {"stopped": "deadline"})
+                    return
+                try:
+                    fn = latency_ops.build(spec, device, dtype)
+                    _write(out, {"spec": spec, "dtype": dtype, **kernels_of(fn, device)})
+                except Exception as exc:  # noqa: BLE001 - one op must not end the sweep
+                    _write(out, {"spec": spec, "dtype": dtype, "error": repr(exc)[:300]})
 
 
 def _profile(case: Any, device: str, dtype: str, batch: int) -> dict[str, Any]:
@@ -184,6 +235,9 @@ def _profile(case: Any, device: str, dtype: str, batch: int) -> dict[str, Any]:
             _sync(device)
     kernels = [e for e in prof.events() if getattr(e, "device_type", None) is not None
                and str(e.device_type).endswith("CUDA")]
+    names: dict[str, int] = {}
+    for e in kernels:
+        names[e.name[:60]] = names.get(e.name[:60], 0) + 1
     by_op: dict[str, int] = {}
     for e in prof.key_averages():
         if e.key.startswith("aten::"):
@@ -191,10 +245,12 @@ def _profile(case: Any, device: str, dtype: str, batch: int) -> dict[str, Any]:
     del model
     return {"kernels": len(kernels),
             "kernel_us": sum(float(getattr(e, "device_time", 0.0) or 0.0) for e in kernels),
-            "aten_calls": by_op}
+            "aten_calls": by_op,
+            "kernel_names": dict(sorted(names.items(), key=lambda kv: -kv[1])[:25])}
 
 
-def models(device: str, out: Path, deadline: float, limit: int | None) -> None:
+def models(device: str, out: Path, deadline: float, limit: int | None,
+           only: list[str] | None = None) -> None:
     from torchinspect.bench.run import BenchOptions, run_bench
     from torchinspect.bench.timing import TimingConfig
     from torchinspect.sources.case import ModelOptions, make_case
@@ -203,6 +259,8 @@ def models(device: str, out: Path, deadline: float, limit: int | None) -> None:
     timing = TimingConfig(warmup_s=0.15, warmup_iters=5, min_time=0.2, max_time=0.5,
                           min_iters=10, target_cov=0.01)
     chosen = MODELS if limit is None else MODELS[:limit]
+    if only:
+        chosen = [m for m in chosen if m[1] in only]
     for set_name, spec, inputs, args in chosen:
         if time.monotonic() > deadline:
             _write(out, {"stopped": "deadline"})
@@ -244,7 +302,10 @@ def main() -> None:
     p.add_argument("--budget", type=float, default=520.0, help="seconds for the whole run")
     p.add_argument("--tables-budget", type=float, default=150.0)
     p.add_argument("--dry-run", action="store_true")
-    p.add_argument("--phases", default="probes,tables,models")
+    p.add_argument("--phases", default="probes,tables,kernels,models")
+    p.add_argument("--sweep", type=int, default=None, help="only the op specs of this sweep")
+    p.add_argument("--models", default="", help="comma-separated specs: only these models")
+    p.add_argument("--kernels-budget", type=float, default=40.0)
     a = p.parse_args()
     start = time.monotonic()
     out = Path(a.out)
@@ -260,10 +321,16 @@ def main() -> None:
         probes(device, out / "probes.jsonl")
         print(f"probes done {time.monotonic() - start:.0f}s", flush=True)
     if "tables" in phases:
-        tables(device, out / "tables.jsonl", min(start + a.tables_budget, start + a.budget), limit)
+        tables(device, out / "tables.jsonl", min(start + a.tables_budget, start + a.budget), limit,
+               a.sweep)
         print(f"tables done {time.monotonic() - start:.0f}s", flush=True)
+    if "kernels" in phases:
+        kernel_counts(device, out / "kernels.jsonl",
+                      min(time.monotonic() + a.kernels_budget, start + a.budget))
+        print(f"kernels done {time.monotonic() - start:.0f}s", flush=True)
     if "models" in phases:
-        models(device, out / "models.jsonl", start + a.budget, limit)
+        models(device, out / "models.jsonl", start + a.budget, limit,
+               [m for m in a.models.split(",") if m] or None)
         print(f"models done {time.monotonic() - start:.0f}s", flush=True)
 
 

@@ -91,6 +91,56 @@ def _specs() -> list[dict[str, Any]]:
         out.append({"kind": "maxpool", "n": n, "c": c, "hw": hw})
     for tokens, vocab, dim in [(128, 50257, 768), (4096, 50257, 768), (32, 30522, 768)]:
         out.append({"kind": "embedding", "tokens": tokens, "vocab": vocab, "dim": dim})
+    return out + _specs_2()
+
+
+def _specs_2() -> list[dict[str, Any]]:
+    """Sweep 2 (session 7): op kinds the first sweep missed, in generic shapes (no model's
+    exact layers): 3D convolutions by kernel shape and stride, without a bias (the
+    convolution-then-norm of video CNNs); attention by kernel (flash, memory-efficient, math;
+    with and without a mask); ``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention``
+    in eval, fast path on and off; small 2D convolutions without a bias (batch-1 floors)."""
+    out: list[dict[str, Any]] = []
+    conv3d = [  # (cin, t, hw, cout, k, stride)
+        (3, 8, 128, 48, (3, 7, 7), (1, 2, 2)), (3, 8, 128, 32, (1, 7, 7), (1, 2, 2)),
+        (48, 8, 64, 48, (1, 3, 3), (1, 1, 1)), (96, 8, 32, 96, (1, 3, 3), (1, 1, 1)),
+        (192, 4, 16, 192, (1, 3, 3), (1, 2, 2)), (48, 8, 64, 48, (3, 1, 1), (1, 1, 1)),
+        (144, 8, 32, 96, (3, 1, 1), (1, 1, 1)), (288, 4, 16, 192, (3, 1, 1), (2, 1, 1)),
+        (96, 8, 32, 96, (3, 3, 3), (1, 1, 1)), (192, 4, 16, 192, (3, 3, 3), (1, 1, 1)),
+        (96, 8, 32, 192, (3, 3, 3), (2, 2, 2)), (384, 2, 8, 384, (3, 3, 3), (1, 1, 1)),
+        (96, 8, 32, 192, (1, 1, 1), (2, 2, 2)), (192, 4, 16, 48, (1, 1, 1), (1, 1, 1)),
+    ]
+    for n in (1, 8):
+        for cin, t, hw, cout, k, st in conv3d:
+            out.append({"kind": "conv3d", "n": n, "cin": cin, "t": t, "hw": hw, "cout": cout,
+                        "k": list(k), "stride": list(st), "bias": False, "sweep": 2})
+    for n in (1, 16):
+        for cin, hw, cout, k, st, g in [(48, 64, 48, 3, 1, 1), (96, 32, 96, 3, 1, 1),
+                                        (192, 16, 192, 3, 1, 1), (384, 8, 384, 3, 1, 1),
+                                        (96, 32, 384, 1, 1, 1), (384, 8, 96, 1, 1, 1),
+                                        (192, 16, 192, 3, 1, 192)]:
+            out.append({"kind": "conv2d", "n": n, "cin": cin, "hw": hw, "cout": cout, "k": k,
+                        "stride": st, "groups": g, "bias": False, "sweep": 2})
+    attn = [(1, 8, 64, 64), (16, 8, 64, 64), (1, 16, 256, 64), (16, 16, 256, 64),
+            (4, 6, 384, 64), (1, 4, 1024, 64), (64, 4, 64, 32), (8, 12, 96, 64)]
+    for b, h, s, d in attn:
+        for backend in ("flash", "efficient", "math"):
+            for mask in (False, True):
+                if backend == "flash" and mask:
+                    continue  # flash takes no mask
+                out.append({"kind": "sdpa", "b": b, "h": h, "s": s, "d": d, "causal": False,
+                            "backend": backend, "mask": mask, "sweep": 2})
+        out.append({"kind": "sdpa", "b": b, "h": h, "s": s, "d": d, "causal": False,
+                    "mask": True, "sweep": 2})  # the default choice, with a padding mask
+    layers = [(256, 4, 1024, 64), (384, 6, 1536, 197), (768, 12, 3072, 64),
+              (1024, 16, 4096, 32), (256, 8, 512, 256)]
+    for b in (1, 16):
+        for d, h, ff, s in layers:
+            for fast in (True, False):
+                out.append({"kind": "encoder_layer", "b": b, "d": d, "h": h, "ff": ff, "s": s,
+                            "act": "gelu" if d % 3 == 0 else "relu", "fast": fast, "sweep": 2})
+                out.append({"kind": "mha", "b": b, "d": d, "h": h, "s": s, "fast": fast,
+                            "sweep": 2})
     return out
 
 
@@ -118,16 +168,36 @@ def build(spec: dict[str, Any], device: str, dtype: str) -> Any:  # noqa: C901 -
             x = rnd(spec["n"], spec["cin"], spec["hw"], spec["hw"])
             w = rnd(spec["cout"], spec["cin"] // spec["groups"], k, k)
             pad = k // 2 if k % 2 else 0
+            if not spec.get("bias", True):
+                return lambda: F.conv2d(x, w, None, spec["stride"], pad, 1, spec["groups"])
             return lambda: F.conv2d(x, w, rnd(spec["cout"]), spec["stride"], pad, 1,
                                     spec["groups"])
         x = rnd(spec["n"], spec["cin"], spec["t"], spec["hw"], spec["hw"])
         w = rnd(spec["cout"], spec["cin"], *k)
         pad = [d // 2 for d in k]
-        bias = rnd(spec["cout"])
+        bias = rnd(spec["cout"]) if spec.get("bias", True) else None
         return lambda: F.conv3d(x, w, bias, spec["stride"], pad)
     if kind == "sdpa":
         q, kk, v = (rnd(spec["b"], spec["h"], spec["s"], spec["d"]) for _ in range(3))
-        return lambda: F.scaled_dot_product_attention(q, kk, v, is_causal=spec["causal"])
+        mask = None
+        if spec.get("mask"):  # a padding mask as HF encoders pass it: (b, 1, 1, s), additive
+            mask = torch.zeros(spec["b"], 1, 1, spec["s"], **kw)
+        backend = spec.get("backend")
+        if backend is None or device == "meta":
+            return lambda: F.scaled_dot_product_attention(q, kk, v, attn_mask=mask,
+                                                          is_causal=spec["causal"])
+        from torch.nn.attention import SDPBackend, sdpa_kernel
+
+        chosen = {"flash": SDPBackend.FLASH_ATTENTION, "math": SDPBackend.MATH,
+                  "efficient": SDPBackend.EFFICIENT_ATTENTION}[backend]
+
+        def run() -> torch.Tensor:
+            with sdpa_kernel(chosen):
+                return F.scaled_dot_product_attention(q, kk, v, attn_mask=mask,
+                                                      is_causal=spec["causal"])
+        return run
+    if kind in ("encoder_layer", "mha"):
+        return _transformer(spec, device, dt, rnd)
     if kind in ("layer_norm", "rms_norm"):
         x, w, b = rnd(spec["rows"], spec["c"]), rnd(spec["c"]), rnd(spec["c"])
         if kind == "layer_norm":
@@ -178,8 +248,41 @@ def build(spec: dict[str, Any], device: str, dtype: str) -> Any:  # noqa: C901 -
     raise ValueError(f"unknown op kind {kind!r}")
 
 
+def _transformer(spec: dict[str, Any], device: str, dt: torch.dtype, rnd: Any) -> Any:
+    """An eval ``TransformerEncoderLayer`` or self-attention ``MultiheadAttention`` call,
+    with PyTorch's fast path (``_transformer_encoder_layer_fwd``,
+    ``_native_multi_head_attention``) on or off for the call."""
+    from torch import nn
+
+    if spec["kind"] == "encoder_layer":
+        module: Any = nn.TransformerEncoderLayer(spec["d"], spec["h"], spec["ff"], dropout=0.0,
+                                                 activation=spec["act"], batch_first=True)
+    else:
+        module = nn.MultiheadAttention(spec["d"], spec["h"], dropout=0.0, batch_first=True)
+    module = module.to(device=device, dtype=dt).eval()
+    x = rnd(spec["b"], spec["s"], spec["d"])
+    if spec["kind"] == "encoder_layer":
+        def call() -> Any:
+            return module(x)
+    else:
+        def call() -> Any:
+            return module(x, x, x, need_weights=False)[0]
+    if spec["fast"]:
+        return call
+
+    def slow() -> Any:
+        torch.backends.mha.set_fastpath_enabled(False)
+        try:
+            return call()
+        finally:
+            torch.backends.mha.set_fastpath_enabled(True)
+    return slow
+
+
 def dtypes_for(spec: dict[str, Any]) -> tuple[str, ...]:
     """fp16 only where it runs other kernels than bf16 (matmuls, convolutions, attention)."""
+    if spec.get("sweep") == 2:
+        return ("bf16", "fp32")
     if spec["kind"] in ("linear", "bmm", "conv2d", "conv3d", "sdpa"):
         return ("bf16", "fp16", "fp32")
     return ("bf16", "fp32")

@@ -50,14 +50,17 @@ def _measured_points(rows: list[dict[str, Any]], gpu: Any) -> list[tuple[str, st
 
     out = []
     for row in rows:
-        if "spec" not in row or "us" not in row:
+        if "spec" not in row or "us" not in row or row["spec"]["kind"] in COMPOSITE:
             continue
         dtype = row["dtype"]
         trace = record_call(latency_ops.build(row["spec"], "meta", dtype), dtype=dtype)
         priced = [(op, price(op, gpu, dtype, None, None)) for op in trace.ops if op.kernels]
         if priced:
-            out.append((dtype, priced, row["us"]))
+            out.append((dtype, priced, row["us"], row["spec"].get("backend")))
     return out
+
+
+COMPOSITE = ("encoder_layer", "mha")  # whole layers: the fast-path factors, not op curves
 
 
 def _bin(points: dict[str, list[tuple[float, float]]]) -> dict[str, list[list[float]]]:
@@ -75,10 +78,13 @@ def _bin(points: dict[str, list[tuple[float, float]]]) -> dict[str, list[list[fl
     return curves
 
 
-def build_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list[float]]]:
+def build_curves(rows: list[dict[str, Any]],
+                 gpu: Any) -> tuple[dict[str, list[list[float]]], dict[str, float]]:
     """Two passes: single-kernel measurements first; where a measurement ran more than one
     kernel (a convolution and its bias add, the random bias made in the call), the others'
-    predicted times (from the first pass) are taken off before the main op's efficiency."""
+    predicted times (from the first pass) are taken off before the main op's efficiency.
+    Attention run with a forced kernel (sweep 2) makes its own curve (``attention.math``
+    ...), not the default's. Floors: per curve, the fastest time measured for one op."""
     from torchinspect.bench.predict.gpus import GpuTable
     from torchinspect.bench.predict.roofline import price
 
@@ -88,7 +94,7 @@ def build_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list[fl
         points: dict[str, list[tuple[float, float]]] = defaultdict(list)
         table = GpuTable("", "", "", "", 0.0, 1.0, {k: [tuple(p) for p in v] for k, v in first.items()}) \
             if first is not None else None
-        for dtype, priced, us in measured:
+        for dtype, priced, us, backend in measured:
             heavy = [p for p in priced if p[0].kind not in ("eltwise", "copy")] or priced
             main_op, main = max(heavy, key=lambda p: p[1].roofline_us)
             others = [op for op, _ in priced if op is not main_op]
@@ -99,12 +105,59 @@ def build_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list[fl
             if own <= 0.2 * us:
                 own = 0.2 * us
             eff = main.roofline_us / own
-            for key in {f"{main_op.sub}/{dtype}", f"{main_op.kind}/{dtype}"}:
+            keys = {f"{main_op.sub}/{dtype}", f"{main_op.kind}/{dtype}"}
+            if backend:
+                keys = {f"{main_op.kind}.{backend}/{dtype}"}
+            for key in keys:
                 points[key].append((math.log10(max(main.roofline_us, 1e-4)), eff))
         return points
 
     first = _bin(collect(None))
     return _bin(collect(first))
+
+
+def kernel_counts(rows: list[dict[str, Any]], gpu: Any) -> dict[str, float]:
+    """Kernels one op of each class launches (torch.profiler, sweep 2 and kernels.jsonl):
+    the median over measured calls whose meta replay is that one op alone."""
+    import latency_ops
+
+    from torchinspect.bench.predict.ops import record_call
+
+    counts: dict[str, list[int]] = defaultdict(list)
+    for row in rows:
+        spec = row.get("spec", {})
+        if "kernels" not in row or spec.get("kind") in COMPOSITE or spec.get("backend"):
+            continue
+        dtype = row["dtype"]
+        ops = [op for op in record_call(latency_ops.build(spec, "meta", dtype), dtype=dtype).ops
+               if op.kernels]
+        if len(ops) != 1:  # a bias add or a random bias made in the call: not one op's count
+            continue
+        for key in {f"{ops[0].sub}/{dtype}", f"{ops[0].kind}/{dtype}"}:
+            counts[key].append(int(row["kernels"]))
+    return {k: float(statistics.median(v)) for k, v in sorted(counts.items())}
+
+
+def fastpath_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list[float]]]:
+    """PyTorch's fast path against the ops the trace sees (the slow path's): per layer kind
+    and dtype, measured fast-path µs / the table's price of those ops (no in-model scales),
+    against log10 of that price, binned like the op curves."""
+    import latency_ops
+
+    from torchinspect.bench.predict.ops import record_call
+    from torchinspect.bench.predict.roofline import price
+
+    points: dict[str, list[tuple[float, float]]] = defaultdict(list)
+    for row in rows:
+        spec = row.get("spec", {})
+        if spec.get("kind") not in COMPOSITE or not spec.get("fast") or "us" not in row:
+            continue
+        dtype = row["dtype"]
+        trace = record_call(latency_ops.build(spec, "meta", dtype), dtype=dtype)
+        total = sum(price(op, gpu, dtype, None, gpu.table, scaled=False).us for op in trace.ops)
+        name = "encoder" if spec["kind"] == "encoder_layer" else "mha"
+        points[f"fastpath.{name}/{dtype}"].append((math.log10(total), row["us"] / total))
+    return _bin(points)
 
 
 def model_case(row: dict[str, Any]) -> Any:
@@ -160,7 +213,7 @@ def fit_scales(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any) -> di
     import numpy as np
     from scipy.optimize import lsq_linear
 
-    from torchinspect.bench.predict.roofline import GROUPS, group, price
+    from torchinspect.bench.predict.roofline import GROUPS, group, price_ops
 
     rows, target = [], []
     for row in models:
@@ -174,17 +227,23 @@ def fit_scales(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any) -> di
                     continue
                 x = dict.fromkeys(GROUPS, 0.0)
                 fixed = 0.0
-                for op in t.ops:
-                    us = price(op, gpu, dtype, None, gpu.table).us
-                    if op.sub == "matmul.rnn" or op.kernels == 0 or op.kind == "other":
-                        fixed += us
+                for op, tm in zip(t.ops, price_ops(t.ops, gpu, dtype, None, gpu.table),
+                                  strict=True):
+                    if op.sub == "matmul.rnn" or op.kernels == 0 or op.kind == "other" \
+                            or op.fastpath:
+                        fixed += tm.us
                     else:
-                        x[group(op.kind)] += us
+                        x[group(op.kind, op.sub)] += tm.us
                 ms = graph["median_ms"] * 1e3
                 rows.append([x[g] / ms for g in GROUPS])
                 target.append(1.0 - fixed / ms)
-    fit = lsq_linear(np.array(rows), np.array(target), bounds=(0.25, 2.0))
-    return {g: round(float(v), 4) for g, v in zip(GROUPS, fit.x, strict=True)}
+    a = np.array(rows)
+    used = [i for i, g in enumerate(GROUPS) if a[:, i].any()]  # a group no dev model runs: 1
+    fit = lsq_linear(a[:, used], np.array(target), bounds=(0.25, 2.0))
+    scales = dict.fromkeys(GROUPS, 1.0)
+    for i, v in zip(used, fit.x, strict=True):
+        scales[GROUPS[i]] = round(float(v), 4)
+    return scales
 
 
 def validate(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any,
@@ -243,13 +302,20 @@ def main() -> None:
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h100")
+    ap.add_argument("--dev-only", action="store_true",
+                    help="trace and validate the development set alone; write nothing (for "
+                         "work on the model without seeing the validation set)")
     a = ap.parse_args()
     probes = read_jsonl(RAW / "probes.jsonl")
     env, probe = probes[0], probes[1]
     spec = DATASHEET[a.gpu]
     bare = Gpu(spec, None)
-    curves = build_curves(read_jsonl(RAW / "tables.jsonl"), bare)
+    op_rows = read_jsonl(RAW / "tables.jsonl")
+    curves = build_curves(op_rows, bare)
+    counts = kernel_counts(op_rows + read_jsonl(RAW / "kernels.jsonl"), bare)
     models = read_jsonl(RAW / "models.jsonl")
+    if a.dev_only:
+        models = [m for m in models if m.get("set") == "dev"]
     cache = os.environ.get("LATENCY_TRACE_CACHE")  # development aid: reuse the meta traces
     if cache and os.path.exists(cache):
         import pickle
@@ -267,12 +333,20 @@ def main() -> None:
     table = {"format": TABLE_FORMAT, "gpu": a.gpu, "device_name": env["gpu"],
              "source": "benchmarks/results/latency (latency_measure.py)", "torch": env["torch"],
              "measured": env["started"], "kernel_us": round(probe["graph_tiny_kernel_us_x200"], 4),
-             "host_factor": factor, "host_probe": probe["host"], "curves": curves}
+             "host_factor": factor, "host_probe": probe["host"], "curves": curves,
+             "kernels": counts if not os.environ.get("S34_NOKERNELS") else {}}
+    gpu = Gpu(spec, parse_table(table, "new table"))
+    curves.update(fastpath_curves(op_rows, gpu))
     gpu = Gpu(spec, parse_table(table, "new table"))
     table["scales"] = fit_scales(models, tr, gpu)
     gpu = Gpu(spec, parse_table(table, "new table"))
     host = HostCost(probe["host"]["op_us"], probe["host"]["module_us"], probe["host"]["cpu"])
     rows = validate(models, tr, gpu, host)
+    if a.dev_only:
+        for r in rows:
+            print(f"{r['model'][-24:]:24s} {r['dtype']} {r['batch']:2d} {100 * r['error']:+5.0f}%")
+        print(json.dumps({"dev": summary(rows), "scales": table["scales"]}, indent=1))
+        return
     sets = {s: summary([r for r in rows if r["set"] == s]) for s in ("dev", "val")}
     table["validation"] = {"set": "validation", **sets["val"],
                            "page": "benchmarks/RESULTS-latency.md"}
@@ -316,16 +390,28 @@ def render(env: dict[str, Any], probe: dict[str, Any], table: dict[str, Any],
         "within 15% | within 30% | eager binding side right | median abs error (eager time) |",
         "|---|---|---|---|---|---|---|---|---|",
     ]
+    before = RAW / "predictions-before.json"
+    earlier = json.loads(before.read_text(encoding="utf-8"))["summary"] if before.exists() else {}
     for name, label in (("val", "validation (never tuned on)"), ("dev", "development")):
-        s = sets[name]
-        lines.append(f"| {label} | {s['models']} | {s['cases']} | {_pct(s['median_abs_error'])} "
-                     f"| {_pct(s['p90_abs_error'])} | {_pct(s['within_15'])} | "
-                     f"{_pct(s['within_30'])} | {_pct(s['binding_right'])} "
-                     f"({s['binding_cases']} cases) | {_pct(s['eager_median_abs_error'])} |")
+        for when, summ in (("now", sets), ("before sweep 2", earlier)):
+            if name not in summ:
+                continue
+            s = summ[name]
+            lines.append(f"| {label}, {when} | {s['models']} | {s['cases']} | "
+                         f"{_pct(s['median_abs_error'])} | {_pct(s['p90_abs_error'])} | "
+                         f"{_pct(s['within_15'])} | {_pct(s['within_30'])} | "
+                         f"{_pct(s['binding_right'])} ({s['binding_cases']} cases) | "
+                         f"{_pct(s['eager_median_abs_error'])} |")
     lines += ["", "Targets (issue 34, validation set): median within 15%, 90% within 30%, "
               "binding side right for 90%. The eager time itself is rougher: the host side is "
               "modelled from a probe of the CPU, and the GPU host's eager timings move by up to "
               "2x between runs of the same model (densenet121 bf16 batch 1: 22 ms, fp32: 13 ms).",
+              "",
+              "\"Before sweep 2\": `predictions-before.json`, written by this script at the "
+              "commit before sweep 2 (its development set had 9 models; sweep 2 added "
+              "r2plus1d_18, mc3_18 and FastEncoder to it). The validation set and its "
+              "measurements are the same in both rows; it was predicted once with the new "
+              "table.", *sweep2_lines(table),
               "", "## Every case", "",
               "| set | model | dtype | batch | graph replay ms | predicted ms | error | "
               "eager ms | host enqueue ms | predicted host ms | binds (measured / predicted) |",
@@ -340,18 +426,65 @@ def render(env: dict[str, Any], probe: dict[str, Any], table: dict[str, Any],
               "forward is at least the graph-replay (GPU) time.", ""]
     speed = RAW / "speed.json"
     if speed.exists():
-        sp = json.loads(speed.read_text(encoding="utf-8"))
-        lines += ["## Speed of the prediction", "",
-                  f"`benchmarks/latency_speed.py` on {sp['machine']} (shared with other jobs), "
-                  f"Python {sp['python']}, torch {sp['torch']}, median of {sp['runs']} "
-                  "alternating whole-process runs:", "",
-                  "| command | wall s | CPU s |", "|---|---|---|"]
-        for key, cmd in sp["commands"].items():
-            lines.append(f"| `{cmd}` | {sp['wall_s'][key]:.2f} | {sp['cpu_s'][key]:.2f} |")
-        lines += ["", "The prediction costs what a summary of the same model costs (start-up, "
-                  "model build, meta traces); wall time above CPU time is the machine's other "
-                  "load.", ""]
+        lines += speed_lines(json.loads(speed.read_text(encoding="utf-8")))
     return "\n".join(lines)
+
+
+def speed_lines(sp: dict[str, Any]) -> list[str]:
+    m = sp["machine"]
+    where = (f"{m['cpu']}, {m['cores']} cores, load average {m['load_average']} at the start"
+             + (" (a loaded machine: wall times are upper bounds)" if m.get("loaded") else "")
+             if isinstance(m, dict) else str(m))
+    lines = ["## Speed of the prediction", "",
+             f"`benchmarks/latency_speed.py` on {where}, Python {sp['python']}, torch "
+             f"{sp['torch']}, median of {sp['runs']} interleaved whole-process runs:", "",
+             "| command | wall s | CPU s |", "|---|---|---|"]
+    for key, cmd in sp["commands"].items():
+        lines.append(f"| `{cmd}` | {sp['wall_s'][key]:.2f} | {sp['cpu_s'][key]:.2f} |")
+    if "imported" in sp:
+        heavy = ", ".join(sp["imported"]) or "none of them"
+        lines += ["", "Heavy modules the prediction imported (of TorchDynamo, sympy, triton, "
+                  f"transformers, scipy): {heavy}. TorchDynamo stays out: the meta build and "
+                  "the trace run with a `torch._dynamo` stand-in "
+                  "(`src/torchinspect/nodynamo.py`), and torchvision's roi_align import of "
+                  "it is deferred."]
+    lines += ["", "Wall time above CPU time is the machine's other load.", ""]
+    return lines
+
+
+def sweep2_lines(table: dict[str, Any]) -> list[str]:
+    """What sweep 2 measured, from the table built here (kernels per op, fast-path factors)
+    and the raw op rows (the attention kernel PyTorch chose)."""
+    lines = ["", "## Sweep 2: kernels per op, attention kernels, the fast path", "",
+             "Kernels one op launches on the GPU (torch.profiler, batch 1; median per op "
+             "class; the predicted kernel count uses these):", "",
+             "| op class | kernels |", "|---|---|"]
+    lines += [f"| {k} | {v:g} |" for k, v in table.get("kernels", {}).items()]
+    chosen: dict[tuple[str, str], set[str]] = defaultdict(set)
+    for row in read_jsonl(RAW / "tables.jsonl") + read_jsonl(RAW / "kernels.jsonl"):
+        spec = row.get("spec", {})
+        if spec.get("kind") == "sdpa" and not spec.get("backend") and row.get("kernel_names"):
+            name = next((n for n in row["kernel_names"] if "Memset" not in n), "")
+            kind = ("cuDNN" if "cudnn" in name else "memory-efficient" if "fmha" in name
+                    or "Efficient" in name else "flash" if "flash" in name else name[:30])
+            mask = {None: "none", False: "none", True: "padding (b, 1, 1, s)"}.get(
+                spec.get("mask"), str(spec.get("mask")))
+            chosen[(mask, row["dtype"])].add(kind)
+    if chosen:
+        lines += ["", "The attention kernel PyTorch picks by default (causal or not; the mask "
+                  "additive):", "", "| mask | dtype | kernel |",
+                  "|---|---|---|"]
+        lines += [f"| {m} | {d} | {', '.join(sorted(k))} |" for (m, d), k in sorted(chosen.items())]
+    fast = {k: v for k, v in table["curves"].items() if k.startswith("fastpath.")}
+    if fast:
+        lines += ["", "PyTorch's fast path (`_transformer_encoder_layer_fwd`, "
+                  "`_native_multi_head_attention`) against the ops the meta trace records "
+                  "(the slow path): measured fast-path time / the table's price of those ops, "
+                  "by log10 of that price in µs:", "", "| curve | (log10 µs, factor) |",
+                  "|---|---|"]
+        lines += [f"| {k} | " + ", ".join(f"({x:.2f}, {e:.2f})" for x, e in v) + " |"
+                  for k, v in fast.items()]
+    return lines
 
 
 if __name__ == "__main__":

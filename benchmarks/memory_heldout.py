@@ -535,9 +535,9 @@ def report(measured_dir: Path, predicted_dir: Path, summary_only: bool = False,
                       + (f" (cross-validated: `{cv_dir}`)" if cv_dir else "") + ".", "", *lines])
 
 
-def write_block(path: Path, text: str) -> None:
-    """Replace the text between ``<!-- heldout:begin -->`` and ``<!-- heldout:end -->``."""
-    begin, end = "<!-- heldout:begin -->", "<!-- heldout:end -->"
+def write_block(path: Path, text: str, tag: str = "heldout") -> None:
+    """Replace the text between ``<!-- TAG:begin -->`` and ``<!-- TAG:end -->``."""
+    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
     page = path.read_text()
     if begin not in page or end not in page:
         raise SystemExit(f"{path}: no {begin} ... {end} block to replace")

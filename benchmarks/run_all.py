@@ -49,8 +49,11 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
                            "benchmarks/results/memory-heldout-predicted"], 0),
     ("memory_heldout.py", ["measure", "--set", "all", "--out",
                            "benchmarks/results/memory-heldout-rerun"], 1),
+    ("memory_optrace.py", ["gpu", "--out", "benchmarks/results/memory-optrace-rerun"], 1),
     ("latency_speed.py", [], 0),
     ("latency_measure.py", ["benchmarks/results/latency-rerun"], 1),
+    ("latency_profile.py", ["benchmarks/results/latency-rerun/profiles.jsonl",
+                            "hf:bert:bf16:32", "resnet50:bf16:1"], 1),
     ("latency_tables.py", [], 0),
 ]
 

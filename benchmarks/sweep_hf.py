@@ -1,7 +1,7 @@
 """Hugging Face architectures through ``hf:ARCH``: speed at full size on meta, and MACs
 cross-checked against torch.utils.flop_counter.FlopCounterMode on CPU at a shrunk size.
 
-    .venv/bin/python benchmarks/sweep_hf.py [ARCH ...]
+    .venv/bin/python benchmarks/sweep_hf.py [--limit N] [--out FILE] [ARCH ...]
 
 For each architecture (text, vision, speech, encoder-decoder, MoE, state-space):
 
@@ -13,14 +13,21 @@ For each architecture (text, vision, speech, encoder-decoder, MoE, state-space):
    formula for the CPU attention kernels or ``_grouped_mm`` (MoE experts): those are
    compared to their closed forms in tests/, so here the rest ("dense") must match exactly.
 
-Prints a markdown table (for benchmarks/RESULTS-models.md).
+One JSON record per architecture is appended to ``--out`` (default
+``benchmarks/results/models-hf.jsonl``) with the run's machine and versions
+(``machine.run_header``); architectures already in the file are skipped, so ``--limit N``
+runs are resumed by running the script again (delete the file to measure afresh).
+``benchmarks/pages_models.py`` renders RESULTS-models.md from it.
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import sys
 import time
 import warnings
+from pathlib import Path
 from typing import Any
 
 SMALL_TEXT = {"num_hidden_layers": 2, "hidden_size": 64, "intermediate_size": 128,
@@ -80,40 +87,73 @@ def cross_check(arch: str, small: dict[str, Any]) -> tuple[int, int, int]:
     return ours.totals.macs, ours_dense, theirs
 
 
-def main(archs: list[str]) -> int:
-    import torch
-
+def full_size(arch: str) -> dict[str, Any]:
+    """``summarize("hf:ARCH")`` at transformers' default config: wall and CPU seconds after
+    importing transformers and the model's modeling module."""
     import torchinspect as ti
     from torchinspect.sources.hf import import_transformers
 
+    tr = import_transformers()
+    tr.MODEL_MAPPING[type(tr.AutoConfig.for_model(arch))]  # import its modeling module
+    t0, c0 = time.perf_counter(), time.process_time()
+    s = ti.summarize(f"hf:{arch}", depth=1)
+    return {"params": s.totals.params, "macs": s.totals.macs, "device": s.device,
+            "seconds": round(time.perf_counter() - t0, 3),
+            "cpu_seconds": round(time.process_time() - c0, 3)}
+
+
+def shrunk(arch: str, small: dict[str, Any]) -> dict[str, Any] | None:
+    if not small:
+        return None  # nested configs (CLIP): full size only
+    total, ours, theirs = cross_check(arch, small)
+    return {"config": small, "macs": total, "dense_ours": ours, "dense_flop_counter": theirs}
+
+
+def first_line(exc: Exception) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"[:200]
+
+
+def one(arch: str) -> dict[str, Any]:
+    kind, small = ARCHS.get(arch, ("?", {}))
+    row: dict[str, Any] = {"name": arch, "kind": kind}
+    for part, measure in (("full", lambda: full_size(arch)), ("shrunk", lambda: shrunk(arch, small))):
+        try:
+            row[part] = measure()
+        except Exception as exc:  # a crash is a finding, not a reason to stop
+            row[part] = {"error": first_line(exc)}
+    return row
+
+
+def main(argv: list[str]) -> int:
+    import torch
+    from machine import RESULTS, run_header
+
+    from torchinspect.sources.hf import import_transformers
+
+    ap = argparse.ArgumentParser()
+    ap.add_argument("archs", nargs="*", default=list(ARCHS))
+    ap.add_argument("--limit", type=int, default=0, help="stop after N new models (0: all)")
+    ap.add_argument("--out", default=str(RESULTS / "models-hf.jsonl"))
+    opts = ap.parse_args(argv)
     torch.set_num_threads(1)
     warnings.simplefilter("ignore")
     import_transformers()
-    print("| arch | kind | full-size params | full-size MACs | ran on | seconds | shrunk MACs "
-          "| dense: ours | dense: FlopCounterMode | match |")
-    print("|---|---|---:|---:|---|---:|---:|---:|---:|---|")
+    out = Path(opts.out)
+    done = set()
+    if out.exists():
+        done = {json.loads(line)["name"] for line in out.read_text().splitlines() if line.strip()}
+    header = {**run_header("transformers"), "listed": len(ARCHS)}
+    todo = [a for a in opts.archs if a not in done][:opts.limit or None]
     failed = 0
-    for arch in archs or list(ARCHS):
-        kind, small = ARCHS.get(arch, ("?", {}))
-        try:
-            tr = import_transformers()
-            tr.MODEL_MAPPING[type(tr.AutoConfig.for_model(arch))]  # import its modeling module
-            t0 = time.perf_counter()
-            s = ti.summarize(f"hf:{arch}", depth=1)
-            secs = time.perf_counter() - t0
-            full = (f"{s.totals.params:,}", f"{s.totals.macs:,}", s.device, f"{secs:.2f}")
-        except Exception as exc:
-            failed += 1
-            full = (f"error: {str(exc).splitlines()[0][:80]}", "", "", "")
-        try:
-            total, ours, theirs = cross_check(arch, small) if small else (0, 0, 0)
-            check = ("yes" if ours == theirs else "NO") if small else "(not shrunk)"
-            failed += check == "NO"
-            small_cols = (f"{total:,}", f"{ours:,}", f"{theirs:,}", check)
-        except Exception as exc:
-            failed += 1
-            small_cols = (f"error: {str(exc).splitlines()[0][:80]}", "", "", "")
-        print(f"| {arch} | {kind} | " + " | ".join((*full, *small_cols)) + " |", flush=True)
+    with out.open("a") as fh:
+        for arch in todo:
+            row = one(arch)
+            sh = row["shrunk"]
+            failed += "error" in row["full"] or (sh is not None and (
+                "error" in sh or sh["dense_ours"] != sh["dense_flop_counter"]))
+            fh.write(json.dumps({**row, "run": header}) + "\n")
+            fh.flush()
+            print(json.dumps(row), flush=True)
     return 1 if failed else 0
 
 

@@ -11,7 +11,14 @@ import torch.nn.functional as F
 from torchinspect.bench.predict import predict_latency, resolve_gpu
 from torchinspect.bench.predict.gpus import DATASHEET, Gpu, load_table, parse_table
 from torchinspect.bench.predict.ops import OpRecord, record_call
-from torchinspect.bench.predict.roofline import DEFAULT_KERNEL_US, interpolate, math_for, price
+from torchinspect.bench.predict.roofline import (
+    DEFAULT_KERNEL_US,
+    group,
+    interpolate,
+    math_for,
+    price,
+    price_ops,
+)
 from torchinspect.errors import InspectError
 
 H100 = Gpu(DATASHEET["h100"], None)  # datasheet only: no efficiency curves
@@ -74,6 +81,67 @@ def test_attention_is_one_fused_kernel():
     ops = record_call(lambda: F.scaled_dot_product_attention(q, q, q, is_causal=True)).ops
     assert [o.kind for o in ops] == ["attention"]
     assert ops[0].flops == 2.0 * 2 * 4 * 16 * 16 * 16 / 2  # causal: half
+
+
+def _encoder_ops(training: bool = False, batch_first: bool = True) -> list[OpRecord]:
+    layer = torch.nn.TransformerEncoderLayer(64, 4, 128, dropout=0.0, batch_first=batch_first,
+                                             device="meta").train(training)
+    x = torch.empty(2, 16, 64, device="meta")
+    return record_call(lambda: layer(x), dtype="bf16").ops
+
+
+def test_an_eval_encoder_layer_is_one_fast_path_call():
+    ops = _encoder_ops()
+    assert {o.fastpath for o in ops} == {"encoder#1"}  # every op, the attention included
+    assert any(o.kind == "attention" for o in ops)
+    assert {o.fastpath for o in _encoder_ops(training=True)} == {""}
+    assert {o.fastpath for o in _encoder_ops(batch_first=False)} == {""}
+
+
+def test_self_attention_without_weights_is_the_mha_fast_path():
+    mha = torch.nn.MultiheadAttention(64, 4, batch_first=True, device="meta").eval()
+    x, y = torch.empty(2, 16, 64, device="meta"), torch.empty(2, 16, 64, device="meta")
+    fast = record_call(lambda: mha(x, x, x, need_weights=False), dtype="bf16").ops
+    assert {o.fastpath for o in fast} == {"mha#1"}
+    weights = record_call(lambda: mha(x, x, x), dtype="bf16").ops  # need_weights=True
+    cross = record_call(lambda: mha(x, y, y, need_weights=False), dtype="bf16").ops
+    assert {o.fastpath for o in weights} == {o.fastpath for o in cross} == {""}
+
+
+def _table(**extra: object) -> Gpu:
+    data = {"format": 1, "gpu": "h100", "device_name": "x", "source": "test", "torch": "2",
+            "kernel_us": 1.0, "host_factor": 1.0,
+            "curves": {"matmul/bf16": [[-3, 0.5], [3, 0.5]],
+                       "eltwise/bf16": [[-3, 0.25], [3, 0.25]]}, **extra}
+    return Gpu(DATASHEET["h100"], parse_table(data, "test"))
+
+
+def test_fast_path_ops_are_priced_together_by_the_measured_factor():
+    plain = _table(scales={"matmul": 2.0})
+    fast = _table(scales={"matmul": 2.0},
+                  curves={"matmul/bf16": [[-3, 0.5], [3, 0.5]],
+                          "fastpath.encoder/bf16": [[-3, 0.6], [3, 0.6]]})
+    ops = [OpRecord("addmm", "matmul", "matmul", 2e9, 1e6, 1, "Linear", "a", fastpath="encoder#1"),
+           OpRecord("addmm", "matmul", "matmul", 2e9, 1e6, 1, "Linear", "b")]
+    unscaled = price(ops[0], plain, "bf16", table=plain.table, scaled=False).us
+    times = price_ops(ops, fast, "bf16", table=fast.table)
+    assert times[0].us == pytest.approx(0.6 * unscaled)  # the factor, not the in-model scale
+    assert times[1].us == pytest.approx(2.0 * unscaled)  # outside a fast path: the scale
+    assert [t.us for t in price_ops(ops, plain, "bf16", table=plain.table)] == \
+        pytest.approx([2.0 * unscaled] * 2)  # a table without the curve: as before
+
+
+def test_measured_kernel_counts_replace_the_traced_ones():
+    gpu = _table(kernels={"matmul/bf16": 3})
+    op = OpRecord("addmm", "matmul", "matmul", 2e9, 1e6, 1, "Linear", "a")
+    assert price(op, gpu, "bf16", table=gpu.table).kernels == 3
+    assert price(op, _table(), "bf16", table=_table().table).kernels == 1
+
+
+def test_3d_convolutions_have_their_own_in_model_correction():
+    assert group("conv", "conv.3d") == "conv3d"
+    assert group("conv", "conv.kxk") == "conv"
+    assert group("copy") == "memory"
 
 
 def test_packaged_h100_table_loads_and_is_labelled():

@@ -8,7 +8,14 @@ from typing import Annotated, Any
 
 import typer
 
-from torchinspect.cli.common import MODEL_FORMS, OutputOptions, emit, input_files, model_command
+from torchinspect.cli.common import (
+    MODEL_FORMS,
+    OutputOptions,
+    emit,
+    gpu_opt,
+    input_files,
+    model_command,
+)
 from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.report.render import printable
@@ -54,10 +61,10 @@ IncreaseOpt = Annotated[str | None, typer.Option(
 SaveOpt = Annotated[str | None, typer.Option(
     "--save-baseline", metavar="FILE", help="write every metric of every model as a baseline "
     "(versioned JSON, atomic) for a later --baseline.")]
-GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", metavar="NAME", help="with --max-latency-ms on a machine without CUDA: judge the "
-    "latency predicted for this GPU (h100, a100, l4, ...; metric predicted-ms) instead of "
-    "measuring; with CUDA present the latency is measured as usual.")]
+GpuOpt = Annotated[str | None, gpu_opt(
+    "with --max-latency-ms on a machine without CUDA: judge the latency predicted for this GPU "
+    "(h100, a100, l4, ...; metric predicted-ms) instead of measuring; with CUDA present the "
+    "latency is measured as usual.")]
 LatencyFlag = Annotated[bool, typer.Option(
     "--latency", help="also time every model (median, IQR, CoV), e.g. for --save-baseline.")]
 

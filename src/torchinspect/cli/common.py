@@ -36,10 +36,14 @@ from torchinspect.cli.options import (
     TrainOpt,
     TrustOpt,
     all_opt,
+    allow_partial_opt,
     atol_opt,
+    auto_prefix_opt,
     batches_opt,
     dtype_opt,
+    gpu_opt,
     rtol_opt,
+    shard_size_opt,
     tolerance,
     train_opt,
 )
@@ -55,8 +59,8 @@ from torchinspect.cli.output import (
 __all__ = [
     "DEBUG", "DEVICE_HELP", "MODEL_FORMS", "AmpOpt", "ArchOpt", "ArgOpt", "DepthOpt", "ForceOpt",
     "KeyOpt", "ModelArg", "ModelRuns", "ModelsArg", "OutputOptions", "OutputPath", "TrainOpt", "TrustOpt",
-    "all_opt", "as_written", "atol_opt", "batches_opt", "command_errors", "dtype_opt",
-    "each_model", "emit",
+    "all_opt", "allow_partial_opt", "as_written", "atol_opt", "auto_prefix_opt", "batches_opt",
+    "command_errors", "dtype_opt", "each_model", "emit", "gpu_opt",
     "emit_results", "error_exit", "exit_status", "input_files", "model_command",
-    "model_file_stem", "output_command", "report_stdout", "rtol_opt", "tolerance", "train_opt",
+    "model_file_stem", "output_command", "report_stdout", "rtol_opt", "shard_size_opt", "tolerance", "train_opt",
 ]

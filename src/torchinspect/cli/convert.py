@@ -15,9 +15,12 @@ from torchinspect.cli.common import (
     OutputOptions,
     TrustOpt,
     all_opt,
+    allow_partial_opt,
+    auto_prefix_opt,
     dtype_opt,
     emit,
     output_command,
+    shard_size_opt,
 )
 
 InArg = Annotated[str, typer.Argument(metavar="IN", help="checkpoint to convert (never modified).",
@@ -36,8 +39,8 @@ StripOpt = Annotated[list[str] | None, typer.Option(
     "--strip-prefix", metavar="PREFIX", help="remove PREFIX from keys that start with it (repeatable).")]
 RenameOpt = Annotated[list[str] | None, typer.Option(
     "--rename", metavar="REGEX=REPL", help="re.sub on every key, e.g. '^backbone\\.=encoder.' (repeatable).")]
-AutoPrefixOpt = Annotated[bool, typer.Option(
-    "--auto-prefix", help="apply the best prefix remap of the keys, as diff --auto-prefix does: "
+AutoPrefixOpt = Annotated[bool, auto_prefix_opt(
+    "apply the best prefix remap of the keys, as diff --auto-prefix does: "
     "with --arch the remap that matches the most model keys; without, the module./_orig_mod. "
     "prefix every key has (noted when left).")]
 KeepExtraOpt = Annotated[bool, typer.Option(
@@ -45,11 +48,11 @@ KeepExtraOpt = Annotated[bool, typer.Option(
 DtypeOpt = Annotated[str | None, dtype_opt("cast floating tensors (integer tensors untouched).")]
 AllowOverflowOpt = Annotated[bool, typer.Option(
     "--allow-overflow", help="write even when --dtype turns values into inf or 0 (counted and reported).")]
-AllowPartialOpt = Annotated[bool, typer.Option(
-    "--allow-partial", help="with --arch: write even when some of the model's tensors get no value.")]
-ShardSizeOpt = Annotated[str | None, typer.Option(
-    "--shard-size", metavar="SIZE", help="write Hugging Face style safetensors shards of at most SIZE "
-    "(e.g. 5GB, 500MB) plus OUT.index.json.")]
+AllowPartialOpt = Annotated[bool, allow_partial_opt(
+    "with --arch: write even when some of the model's tensors get no value.")]
+ShardSizeOpt = Annotated[str | None, shard_size_opt(
+    "write Hugging Face style safetensors shards of at most SIZE (e.g. 5GB, 500MB) plus "
+    "OUT.index.json.")]
 
 
 @output_command(report_file=False)

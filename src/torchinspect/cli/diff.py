@@ -13,7 +13,9 @@ from torchinspect.cli.common import (
     KeyOpt,
     OutputOptions,
     TrustOpt,
+    allow_partial_opt,
     atol_opt,
+    auto_prefix_opt,
     emit,
     output_command,
     rtol_opt,
@@ -26,8 +28,8 @@ SideArg = Annotated[str, typer.Argument(
 OtherArg = Annotated[str | None, typer.Argument(
     metavar="B", help="weights to load into A: a checkpoint file (or a model). Omit it and pass "
     "--arch to compare one checkpoint (A) against an architecture.", show_default=False)]
-AutoPrefixOpt = Annotated[bool, typer.Option(
-    "--auto-prefix", help="apply the best prefix remap of B's keys (module., _orig_mod., model., ...).")]
+AutoPrefixOpt = Annotated[bool, auto_prefix_opt(
+    "apply the best prefix remap of B's keys (module., _orig_mod., model., ...).")]
 StrictExitOpt = Annotated[bool, typer.Option(
     "--strict", help="exit 1 unless B loads into A with strict=True.")]
 ValuesOpt = Annotated[bool, typer.Option(
@@ -37,8 +39,8 @@ AtolOpt = Annotated[float, atol_opt("absolute tolerance for --values.")]
 LimitOpt = Annotated[int, typer.Option("--limit", min=1, help="rows shown per list in table output "
                                        "(JSON always has every key).")]
 
-AllowPartialOpt = Annotated[bool, typer.Option(
-    "--allow-partial", help="exit 0 even when some of A's tensors get no value from B.")]
+AllowPartialOpt = Annotated[bool, allow_partial_opt(
+    "exit 0 even when some of A's tensors get no value from B.")]
 
 
 @output_command

@@ -21,6 +21,7 @@ from torchinspect.cli.common import (
     dtype_opt,
     emit,
     model_command,
+    shard_size_opt,
 )
 from torchinspect.errors import InspectError
 from torchinspect.report import OutputFormat
@@ -100,8 +101,7 @@ SaveDtypeOpt = Annotated[Dtype | None, typer.Option(
     "--save-dtype", case_sensitive=False, help="storage dtype (default: --dtype); bf16 is kept exact.")]
 PoolOpt = Annotated[Pool, typer.Option("--pool", case_sensitive=False,
                                        help="gap: global-average-pool spatial maps to (N, C).")]
-ShardOpt = Annotated[str, typer.Option("--shard-size", metavar="SIZE",
-                                       help="largest shard file, e.g. 1GB, 500MB.")]
+ShardOpt = Annotated[str, shard_size_opt("largest shard file, e.g. 1GB, 500MB.")]
 PrepOpt = Annotated[PreprocessMode, typer.Option(
     "--preprocess", case_sensitive=False,
     help="image: the published weights' transforms (or --resize/--crop/--mean/--std); "

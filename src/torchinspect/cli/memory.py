@@ -14,6 +14,7 @@ from torchinspect.cli.common import (
     batches_opt,
     dtype_opt,
     emit,
+    gpu_opt,
     input_files,
     model_command,
     train_opt,
@@ -38,9 +39,9 @@ LossOpt = Annotated[str, typer.Option(
 FitOpt = Annotated[str | None, typer.Option(
     "--fit", metavar="SIZE|cuda", help="find the largest batch whose predicted peak fits SIZE "
     "(80GB, 40GiB) or the free memory of the GPU that is there (cuda).", show_default=False)]
-GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", metavar="h100|a100|...", help="the GPU whose cuBLAS workspace size to count "
-    "(default: the GPU that is there, else h100).", show_default=False)]
+GpuOpt = Annotated[str | None, gpu_opt(
+    "the GPU whose cuBLAS workspace size to count (default: the GPU that is there, else h100).",
+    metavar="h100|a100|...")]
 CalibrateOpt = Annotated[bool | None, typer.Option(
     "--calibrate/--no-calibrate", help="measure each cuDNN convolution/RNN workspace on the GPU "
     "that is here, op by op (cached per GPU; default: when predicting for that GPU).",

@@ -2,7 +2,8 @@
 
 A command module imports its options from here; an option only one command has stays in
 that command's module. Where commands word one meaning for themselves (``--device``,
-``--dtype``, ``--train``, ``--all``, ``--atol``/``--rtol``, a sweep's ``--batch``), a
+``--dtype``, ``--train``, ``--all``, ``--atol``/``--rtol``, a sweep's ``--batch``, ``--gpu``,
+``--auto-prefix``, ``--allow-partial``, ``--shard-size``), a
 function here returns the ``typer.Option`` with the one spelling and metavar, and the
 command passes its help text: ``Annotated[bool, all_opt("list every node type ...")]``. The model options
 (``--input --arg --arch --weights --key --strict --trust-pickle --python-path --device
@@ -156,6 +157,27 @@ def atol_opt(help_text: str) -> Any:
 def rtol_opt(help_text: str) -> Any:
     """``--rtol``: relative tolerance of a value comparison (checked by :func:`tolerance`)."""
     return typer.Option("--rtol", help=help_text)
+
+
+def gpu_opt(help_text: str, *, metavar: str = "NAME") -> Any:
+    """``--gpu NAME``: a GPU by name (h100, a100, l4, ...) that a prediction is made for; no
+    GPU is needed. The help says what is predicted for it."""
+    return typer.Option("--gpu", metavar=metavar, help=help_text, show_default=False)
+
+
+def auto_prefix_opt(help_text: str) -> Any:
+    """``--auto-prefix``: apply the best prefix remap of checkpoint keys (diff, convert)."""
+    return typer.Option("--auto-prefix", help=help_text)
+
+
+def allow_partial_opt(help_text: str) -> Any:
+    """``--allow-partial``: go on (exit 0, write) when some tensors get no value."""
+    return typer.Option("--allow-partial", help=help_text)
+
+
+def shard_size_opt(help_text: str) -> Any:
+    """``--shard-size SIZE``: the largest shard file to write (5GB, 500MB)."""
+    return typer.Option("--shard-size", metavar="SIZE", help=help_text)
 
 
 def tolerance(value: float, option: str) -> float:

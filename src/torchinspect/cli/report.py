@@ -14,6 +14,7 @@ from torchinspect.cli.common import (
     ModelsArg,
     OutputOptions,
     emit,
+    gpu_opt,
     input_files,
     model_command,
     model_file_stem,
@@ -32,9 +33,9 @@ BenchSecondsOpt = Annotated[float, typer.Option(
     "--bench-seconds", min=0.05, help="seconds of timing per --bench configuration (at least).")]
 GraphDepthOpt = Annotated[int, typer.Option("--graph-depth", min=0,
                                             help="deepest module level drawn in the graph.")]
-GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", metavar="NAME", help="add the latency predicted for this GPU (h100, a100, l4, "
-    "...) and its roofline chart: one point per module, both roofs drawn.")]
+GpuOpt = Annotated[str | None, gpu_opt(
+    "add the latency predicted for this GPU (h100, a100, l4, ...) and its roofline chart: one "
+    "point per module, both roofs drawn.")]
 NoGraphOpt = Annotated[bool, typer.Option("--no-graph", help="leave the module graph out.")]
 NoDoctorOpt = Annotated[bool, typer.Option("--no-doctor", help="leave the doctor's checks out.")]
 DoctorRunOpt = Annotated[bool, typer.Option(

@@ -13,6 +13,7 @@ from torchinspect.cli.common import (
     TrainOpt,
     each_model,
     emit_results,
+    gpu_opt,
     model_command,
 )
 from torchinspect.errors import InspectError
@@ -31,9 +32,9 @@ MemoryOpt = Annotated[str, typer.Option(
     help="memory lines: the predicted peak of inference on CUDA (default; `inspect memory`'s "
     "engine), also of a training step (train: AdamW, forward + backward + step), or none (the "
     "sum of leaf outputs, as torchinfo).")]
-GpuOpt = Annotated[str | None, typer.Option(
-    "--gpu", metavar="NAME", help="GPU the `time` column is predicted for (h100, a100, l4, "
-    "...; `inspect bench --predict`'s model, no GPU needed).")]
+GpuOpt = Annotated[str | None, gpu_opt(
+    "GPU the `time` column is predicted for (h100, a100, l4, ...; `inspect bench --predict`'s "
+    "model, no GPU needed).")]
 TotalsOpt = Annotated[bool, typer.Option("--totals", help="totals only (one row per model).")]
 
 

@@ -31,6 +31,9 @@ import torch
 
 GATES = {"lstm": 5, "gru": 6, "rnn_tanh": 1, "rnn_relu": 1}
 RESERVE_EXTRA = 256
+# cudnnDropoutGetStatesSize: 48 KiB per streaming multiprocessor (6,488,064 bytes on an H100's
+# 132, measured: benchmarks/memory_optrace.py)
+DROPOUT_STATE_PER_SM = 48 * 1024
 
 
 def reserve_bytes(kind: str, layers: int, seq: int, batch: int, hidden: int, directions: int,
@@ -49,8 +52,11 @@ class _CudnnRNN(torch.autograd.Function):
                 batch_first: bool, train: bool, *weights: Any) -> Any:
         seq, batch = (x.shape[1], x.shape[0]) if batch_first else (x.shape[0], x.shape[1])
         hidden = hx.shape[-1]
-        shape = (batch, seq, dirs * hidden) if batch_first else (seq, batch, dirs * hidden)
-        out = x.new_empty(shape)
+        # cuDNN writes time-major; batch_first gets a transposed view of it (a later
+        # reshape copies it, as on the GPU)
+        out = x.new_empty((seq, batch, dirs * hidden))
+        if batch_first:
+            out = out.transpose(0, 1)
         hy = torch.empty_like(hx)
         cy = torch.empty_like(cx) if cx is not None else None
         reserve = None
@@ -67,12 +73,20 @@ class _CudnnRNN(torch.autograd.Function):
     @staticmethod
     def backward(ctx: Any, *grads: Any) -> Any:
         x, hx, cx, _, _, *weights = ctx.saved_tensors
+        grad = grads[0]
+        if ctx.problem["batch_first"] and grad is not None:
+            grad = grad.transpose(0, 1)
+        # a gradient that is not time-major contiguous is copied for the call (the calibration
+        # measures the workspace with a contiguous one)
+        copy = torch.empty(grad.shape, dtype=grad.dtype, device=grad.device) \
+            if grad is not None and not grad.is_contiguous() else None
         dx = torch.empty_like(x)  # cuDNN's backward-data runs (and allocates) either way
         dhx = torch.empty_like(hx) if ctx.needs_input_grad[2] else None
         dcx = torch.empty_like(cx) if cx is not None and ctx.needs_input_grad[3] else None
         dw = [torch.empty_like(w) if ctx.needs_input_grad[8 + i] else None
               for i, w in enumerate(weights)]
         _workspace(ctx.problem, backward=True)
+        del copy
         return (None, dx if ctx.needs_input_grad[1] else None, dhx, dcx, None, None, None, None, *dw)
 
 
@@ -84,6 +98,16 @@ def _workspace(problem: dict[str, Any], backward: bool) -> None:
     tracker = active_tracker()
     if tracker is not None and tracker.cudnn:
         tracker.cudnn_workspace(rnn_problem(backward=backward, **problem))
+
+
+def _dropout_state() -> None:
+    """cuDNN's dropout states: created by the first training call with dropout and kept by
+    PyTorch for the life of the process (``get_dropout_state`` in aten/src/ATen/native/cudnn/RNN.cpp)."""
+    from torchinspect.memory.tracker import active_tracker
+
+    tracker = active_tracker()
+    if tracker is not None and tracker.cores is not None:
+        tracker.keep_once("cuDNN dropout state", DROPOUT_STATE_PER_SM * tracker.cores[0])
 
 
 def _supported(x: Any, weights: Any, has_biases: bool, layers: int, dirs: int) -> bool:
@@ -118,6 +142,8 @@ def _run(kind: str, x: Any, hx: Any, cx: Any, params: Any, has_biases: bool, lay
     dirs = 2 if bidirectional else 1
     if not _supported(x, params, has_biases, layers, dirs):
         return fallback()
+    if train and dropout > 0:
+        _dropout_state()
     device, low = _autocast_dtype()
     if low is None:
         return _CudnnRNN.apply(kind, x, hx, cx, layers, dirs, batch_first, train, *params)

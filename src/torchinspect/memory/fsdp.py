@@ -266,7 +266,8 @@ def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, m
     if cfg.fsdp is None:
         raise InspectError("a sharded prediction needs --fsdp N", hint="e.g. --fsdp 2")
     fake = FakeTensorMode(allow_non_fake_inputs=True)
-    tracker = ShardedTracker(workspace=target.workspace, device_type=target.fake_device)
+    tracker = ShardedTracker(workspace=target.workspace, device_type=target.fake_device,
+                             gpu=target.gpu)
     training = mode == "training"
     with fake_mesh(cfg.fsdp) as mesh, warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -22,6 +22,16 @@ GPUS = {
     "l40s": 8, "rtx4090": 8, "rtx3090": 8, "v100": 7, "t4": 7,
 }
 DEFAULT_GPU = "h100"
+# GPU name -> (streaming multiprocessors, threads per SM): sizes a reduction's staging buffer
+# (memory/reduction.py); the SXM parts where a card has several
+MULTIPROCESSORS = {
+    "h100": (132, 2048), "h200": (132, 2048), "h800": (132, 2048), "gh200": (132, 2048),
+    "b200": (148, 2048), "gb200": (152, 2048), "b100": (132, 2048), "a100": (108, 2048),
+    "a10": (72, 1536), "a10g": (80, 1536), "a30": (56, 2048), "a40": (84, 1536),
+    "a6000": (84, 1536), "l4": (58, 1536), "l40": (142, 1536), "l40s": (142, 1536),
+    "rtx4090": (128, 1536), "rtx3090": (82, 1536), "v100": (80, 2048), "t4": (40, 1024),
+}
+LT_WORKSPACE = 1 << 20  # cuBLASLt's workspace per handle (CUBLASLT_WORKSPACE_SIZE, KiB)
 _OTHER = 4096 * 1024 * 2 + 16 * 1024 * 8
 
 
@@ -55,3 +65,20 @@ def cublas_workspace(gpu: str) -> int:
     if pairs:
         return sum(int(size) * 1024 * int(count) for size, count in pairs)
     return 32 * 1024 * 1024 if GPUS[gpu] >= 9 else _OTHER
+
+
+def multiprocessors(gpu: str) -> tuple[int, int]:
+    """(SM count, threads per SM) of ``gpu``: the card's own when it is the one here."""
+    import torch
+
+    if torch.cuda.is_available() and detect_gpu() == gpu:
+        props = torch.cuda.get_device_properties(torch.cuda.current_device())
+        return int(props.multi_processor_count), int(props.max_threads_per_multi_processor)
+    return MULTIPROCESSORS[gpu]
+
+
+def cublaslt_workspace() -> int:
+    """Bytes of cuBLASLt's workspace (kept per handle, like cuBLAS's; the first matmul with a
+    fused bias allocates it)."""
+    size = os.environ.get("CUBLASLT_WORKSPACE_SIZE", "")
+    return int(size) * 1024 if size.isdigit() else LT_WORKSPACE

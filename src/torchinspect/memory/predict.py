@@ -175,7 +175,8 @@ def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: 
 
         fake = FakeTensorMode(allow_non_fake_inputs=True)
     tracker = StorageTracker(workspace=target.workspace, device_type=target.fake_device,
-                             cudnn=target.device == "cuda")
+                             cudnn=target.device == "cuda",
+                             gpu=target.gpu if target.device == "cuda" else None)
     with model_kept(model, buffers=False), forward_mode(model, training), \
             steps.checkpointed(model, cfg.checkpointing if training else None), \
             warnings.catch_warnings():

@@ -75,15 +75,21 @@ class StorageTracker(TorchDispatchMode):
         return False
 
     def __init__(self, *, workspace: int = 0, device_type: str | None = None,
-                 cudnn: bool = False) -> None:
+                 cudnn: bool = False, gpu: str | None = None) -> None:
         super().__init__()
         self.cudnn = cudnn  # log a workspace around each convolution (cuDNN's, on CUDA)
+        # a CUDA GPU's kernels: reductions' staging buffers, cuBLASLt's workspace
+        self.cores: tuple[int, int] | None = None
+        if gpu is not None:
+            from torchinspect.memory.gpu import multiprocessors
+
+            self.cores = multiprocessors(gpu)
         self.device_type = device_type  # tensors elsewhere (a CPU step counter) are not counted
         self.log = Log()
         self.phase = "forward"
         self.step = 0
         self.workspace = workspace
-        self._handles: set[str] = set()
+        self._handles: set[tuple[str, str]] = set()
         self._live: dict[int, int] = {}  # StorageImpl address -> serial
         self._next = 0
         self.modules: Any = None  # a ModTracker while the run is tracked
@@ -123,23 +129,38 @@ class StorageTracker(TorchDispatchMode):
             # attention) reaches the mode whole: decompose it here so that its temporaries
             # pass through the tracker as they pass through the caching allocator
             # (the C++ kernel, as on the GPU: not a Python decomposition registered for tracing)
+            copies = self._transient(_fold_copy(func, args, kwargs), self.current_module(),
+                                     f"{func.overloadpacket.__name__} (folded copy)")
             with self:
-                return func._op_dk(_CIA, *args, **kwargs)
+                out = func._op_dk(_CIA, *args, **kwargs)
+            self._release_transient(copies, func.overloadpacket.__name__)
+            return out
         out = func(*args, **kwargs)
         self.log.ops += 1
         name = func.overloadpacket.__name__
         if self.workspace and name in _CUBLAS_OPS:
             self._cublas_workspace()
+            if self.cores is not None and _uses_cublaslt(name, args, kwargs):
+                self._cublas_workspace("cuBLASLt")
         module = self.current_module()
         for t in tree_flatten(out)[0]:
             if isinstance(t, torch.Tensor):
                 self._see(t, self.phase, module, name)
         if self.workspace and name in _MATRIX_ARGS:
             self._cublas_copies(name, args, module)
+        if self.cores is not None:
+            self._reduction_staging(func, args, kwargs, module)
+            if name in _CONTIGUOUS_ARGS:
+                copies = [t.numel() * t.element_size() for i in _CONTIGUOUS_ARGS[name]
+                          if i < len(args) and isinstance(t := args[i], torch.Tensor)
+                          and not t.is_contiguous()]
+                self._release_transient(self._transient(copies, module, f"{name} (copy)"), name)
         if self.cudnn and name in _CONV_OPS:
             from torchinspect.memory.workspace import conv_problem
 
+            copies = self._transient(_conv_copies(name, args), module, f"{name} (contiguous copy)")
             self.cudnn_workspace(conv_problem(name, args), module)
+            self._release_transient(copies, name)
         return out
 
     def cudnn_workspace(self, problem: Any, module: str | None = None) -> None:
@@ -164,13 +185,50 @@ class StorageTracker(TorchDispatchMode):
                 self.log.events.append(Event(serial, True, f"{name} (copy for cuBLAS)"))
                 self.log.events.append(Event(serial, False, name))
 
-    def _cublas_workspace(self) -> None:
-        """cuBLAS keeps one workspace per (handle, stream); autograd runs on its own thread."""
+    def _cublas_workspace(self, library: str = "cuBLAS") -> None:
+        """cuBLAS keeps one workspace per (handle, stream); autograd runs on its own thread.
+        cuBLASLt (a matmul with a fused bias) keeps its own, also per handle."""
         thread = "backward" if self.phase == "backward" else "main"
-        if thread not in self._handles:
-            self._handles.add(thread)
-            serial = self._new(self.workspace, "workspace", f"cuBLAS ({thread} thread)")
-            self.log.events.append(Event(serial, True, "cublas"))
+        if (library, thread) not in self._handles:
+            self._handles.add((library, thread))
+            from torchinspect.memory.gpu import cublaslt_workspace
+
+            size = self.workspace if library == "cuBLAS" else cublaslt_workspace()
+            serial = self._new(size, "workspace", f"{library} ({thread} thread)")
+            self.log.events.append(Event(serial, True, library.lower()))
+
+    def keep_once(self, what: str, nbytes: int) -> None:
+        """A buffer a library allocates on first use and keeps for the process (logged once)."""
+        if (what, "") not in self._handles:
+            self._handles.add((what, ""))
+            serial = self._new(nbytes, "workspace", what)
+            self.log.events.append(Event(serial, True, what))
+
+    def _reduction_staging(self, func: Any, args: Any, kwargs: Any, module: str) -> None:
+        """A CUDA reduction split across thread blocks stages partial results in buffers of
+        the caching allocator for the call (``memory/reduction.py``)."""
+        from torchinspect.memory.reduction import reduction, staging_bytes
+
+        name = func.overloadpacket.__name__
+        r = reduction(name, func._overloadname, args, kwargs)
+        if r is None or self.cores is None:
+            return
+        staging, semaphores = staging_bytes(r, *self.cores)
+        if staging:
+            serials = self._transient([staging, semaphores], module, f"{name} (staging)")
+            self._release_transient(serials, name)
+
+    def _transient(self, sizes: list[int], module: str, op: str) -> list[int]:
+        """Allocations a kernel makes for the time of its call (freed by `_release_transient`)."""
+        serials = []
+        for nbytes in sizes:
+            serials.append(self._new(nbytes, self.phase, module))
+            self.log.events.append(Event(serials[-1], True, op))
+        return serials
+
+    def _release_transient(self, serials: list[int], op: str) -> None:
+        for serial in reversed(serials):
+            self.log.events.append(Event(serial, False, op))
 
     def _see(self, t: Any, phase: str, module: str, op: str) -> int | None:
         if self.device_type is not None and t.device.type != self.device_type:
@@ -211,6 +269,77 @@ _MATRIX_ARGS = {"mm": (0, 1), "bmm": (0, 1), "addmm": (1, 2), "baddbmm": (1, 2),
 
 
 _CONV_OPS = frozenset({"convolution", "convolution_backward"})
+# CUDA kernels that take these operands contiguous (``expect_contiguous``: a copy for the call
+# when they are not, e.g. the expanded gradient of a sum)
+_CONTIGUOUS_ARGS = {"native_layer_norm": (0,), "native_layer_norm_backward": (0, 1),
+                    "native_group_norm": (0,), "native_group_norm_backward": (0, 1)}
+
+
+def _uses_cublaslt(name: str, args: Any, kwargs: Any) -> bool:
+    """``addmm`` with a 1-D bias and beta 1 runs through cuBLASLt with the bias fused
+    (``useLtInterface`` in aten/src/ATen/native/cuda/Blas.cpp), as ``_addmm_activation``."""
+    if name == "_addmm_activation":
+        return True
+    if name != "addmm" or not args or not isinstance(args[0], torch.Tensor):
+        return False
+    beta = kwargs.get("beta", args[3] if len(args) > 3 else 1)
+    return args[0].dim() == 1 and beta == 1 and args[0].dtype in (
+        torch.float32, torch.float16, torch.bfloat16, torch.float64)
+
+
+def _fold_copy(func: Any, args: Any, kwargs: Any) -> list[int]:
+    """``matmul`` of an n-D input by a weight that requires grad folds the input to 2-D
+    (``should_fold`` in aten/src/ATen/native/LinearAlgebra.cpp), copying it when its leading
+    dimensions do not flatten to a view. Under ``inference_mode`` the weight's transpose is a
+    view that still requires grad on a real run, but not when the op is decomposed here: the
+    decomposition takes the batched route without the copy, so it is logged here."""
+    name = func.overloadpacket.__name__
+    if name not in ("linear", "matmul") or not torch.is_inference_mode_enabled():
+        return []
+    inp, other = (args + (None, None))[:2]
+    if not isinstance(inp, torch.Tensor) or not isinstance(other, torch.Tensor):
+        return []
+    if name == "linear" and (args[2] if len(args) > 2 else kwargs.get("bias")) is not None \
+            and inp.is_contiguous():
+        return []  # _flatten_nd_linear: a view
+    if inp.dim() < 3 or other.dim() > 2 or not other.requires_grad:
+        return []
+    shape, strides = inp.shape, inp.stride()
+    if all(strides[i] == strides[i + 1] * shape[i + 1] for i in range(inp.dim() - 2)):
+        return []
+    return [inp.numel() * inp.element_size()]
+
+
+def _conv_copies(name: str, args: Any) -> list[int]:
+    """Bytes of the contiguous copies a CUDA convolution makes of operands that are not
+    dense in its memory format (a sliced or expanded gradient, a strided input), alive for
+    the call: the input of the forward; the output gradient, and the input when the weight's
+    gradient is asked for, of the backward."""
+    if name == "convolution":
+        inp, weight = args[0], args[1]
+        operands = [inp]
+    else:
+        grad, inp, weight = args[0], args[1], args[2]
+        mask = args[-1] if isinstance(args[-1], (list, tuple)) else (True, True, True)
+        operands = [grad] + ([inp] if mask[1] else [])
+    if not isinstance(inp, torch.Tensor) or not isinstance(weight, torch.Tensor):
+        return []
+    fmt = _conv_format(inp, weight)
+    return [t.numel() * t.element_size() for t in operands
+            if isinstance(t, torch.Tensor) and not t.is_contiguous(memory_format=fmt)]
+
+
+def _conv_format(inp: Any, weight: Any) -> Any:
+    """``cudnn_conv_suggest_memory_format``: channels-last when the input or the weight is."""
+    if weight.dim() == 4:
+        last = torch.channels_last
+    elif weight.dim() == 5:
+        last = torch.channels_last_3d
+    else:
+        return torch.contiguous_format
+    if any(t.is_contiguous(memory_format=last) and not t.is_contiguous() for t in (inp, weight)):
+        return last
+    return torch.contiguous_format
 
 
 def active_tracker() -> StorageTracker | None:

@@ -7,6 +7,8 @@ clips of 16 frames, two frames for optical flow, and a list of images for detect
 
 from __future__ import annotations
 
+import sys
+import types
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -33,14 +35,62 @@ class TorchvisionModel:
     weights_enum: Any  # the WeightsEnum class, or None
 
 
-def list_names() -> list[str]:
-    import torchvision.models as tvm
+_DYNAMO_UTILS = "torch._dynamo.utils"
 
-    return list(tvm.list_models())
+
+def _deferred_dynamo_utils() -> types.ModuleType:
+    """A stand-in for ``torch._dynamo.utils`` whose attributes import the real module.
+
+    ``torchvision.ops.roi_align`` imports ``is_compile_supported`` from it at import time,
+    which imports all of TorchDynamo (about a second of a 3 s command) for a function that
+    only RoIAlign calls, at call time. The stand-in's function does that import when called.
+    """
+    import importlib
+
+    stub = types.ModuleType(_DYNAMO_UTILS)
+
+    def real() -> types.ModuleType:
+        if sys.modules.get(_DYNAMO_UTILS) is stub:
+            del sys.modules[_DYNAMO_UTILS]
+        return importlib.import_module(_DYNAMO_UTILS)
+
+    def is_compile_supported(device_type: Any) -> Any:
+        return real().is_compile_supported(device_type)
+
+    def forward(attr: str) -> Any:
+        if attr.startswith("__"):
+            raise AttributeError(attr)
+        return getattr(real(), attr)
+
+    stub.is_compile_supported = is_compile_supported  # type: ignore[attr-defined]
+    stub.__getattr__ = forward  # type: ignore[method-assign]
+    return stub
+
+
+def torchvision_models() -> Any:
+    """``torchvision.models``, imported without importing TorchDynamo along with it."""
+    if "torchvision.models" in sys.modules or _DYNAMO_UTILS in sys.modules:
+        import torchvision.models as tvm
+
+        return tvm
+    import torch  # noqa: F401 - first, and whole: the stand-in is for torchvision alone
+
+    stub = _deferred_dynamo_utils()
+    sys.modules[_DYNAMO_UTILS] = stub
+    try:
+        import torchvision.models as tvm
+    finally:
+        if sys.modules.get(_DYNAMO_UTILS) is stub:
+            del sys.modules[_DYNAMO_UTILS]
+    return tvm
+
+
+def list_names() -> list[str]:
+    return list(torchvision_models().list_models())
 
 
 def lookup(name: str) -> TorchvisionModel | None:
-    import torchvision.models as tvm
+    tvm = torchvision_models()
 
     if name not in tvm.list_models():
         return None

@@ -68,6 +68,7 @@ class GpuTable:
     host_factor: float  # eager host time / (dispatched ops x op_us + module calls x module_us)
     curves: dict[str, list[tuple[float, float]]]  # "matmul/bf16" -> [(log10 roofline us, eff)]
     scales: dict[str, float] = field(default_factory=dict)  # op group -> in-model correction
+    kernels: dict[str, float] = field(default_factory=dict)  # curve key -> kernels per op
     validation: dict[str, Any] = field(default_factory=dict)
 
 
@@ -159,6 +160,8 @@ def parse_table(data: Any, where: str) -> GpuTable:
                         kernel_us=float(data["kernel_us"]), host_factor=float(data["host_factor"]),
                         curves=curves,
                         scales={str(k): float(v) for k, v in (data.get("scales") or {}).items()},
+                        kernels={str(k): float(v)
+                                 for k, v in (data.get("kernels") or {}).items()},
                         validation=dict(data.get("validation") or {}))
     except (KeyError, TypeError, ValueError) as exc:
         raise InspectError(f"{where}: malformed latency table ({exc})",

@@ -10,6 +10,11 @@ fused kernel on a GPU: it is recorded once at the function level, its meta decom
 is not. Inside ``nn.LSTM``/``GRU``/``RNN`` the pointwise gate math is fused (cuDNN): one
 kernel per recurrent matmul.
 
+Eval ``nn.TransformerEncoderLayer`` and self-attention ``nn.MultiheadAttention`` calls
+(``need_weights=False``) take PyTorch's fast path on a GPU (``_transformer_encoder_layer_fwd``,
+``_native_multi_head_attention``), never on meta: their ops carry ``fastpath``, the call they
+belong to, which ``roofline.price_ops`` prices with the fast path's measured factor.
+
 ``dtype`` prices the run as if the model's float tensors had that dtype (``--dtype bf16``
 casts weights and float inputs), without converting anything.
 """
@@ -85,6 +90,7 @@ class OpRecord:
     layer: str  # type of the innermost module running ("" outside any)
     module: str  # qualified name of that module
     fused: bool = False  # pointwise math fused into a neighbouring kernel (RNN gates)
+    fastpath: str = ""  # "encoder#N" / "mha#N": the fast-path call it runs in on a GPU
 
 
 @dataclass
@@ -197,8 +203,11 @@ class _Stack:
         self.names = names
         self.on_attention: Any = None  # called with (module, args) when an MHA module ends
         self.stack: list[tuple[str, str]] = []
+        self.modules: list[Any] = []  # the module objects of ``stack``
         self.calls = 0
         self.handles: list[Any] = []
+        self.fast: list[tuple[Any, str]] = []  # (module, "encoder#N") of open fast-path calls
+        self.fast_calls = 0
 
     def __enter__(self) -> _Stack:
         from torch.nn.modules import module as mod
@@ -214,12 +223,26 @@ class _Stack:
     def _pre(self, module: Any, args: Any) -> None:
         self.calls += 1
         self.stack.append((type(module).__name__, self.names.get(id(module), "")))
+        self.modules.append(module)
+        if not self.fast and encoder_fast_path(module, args):
+            self.open_fast(module, "encoder")
 
     def _post(self, module: Any, args: Any, out: Any) -> None:
         if isinstance(module, torch.nn.MultiheadAttention) and self.on_attention is not None:
             self.on_attention(module, args)
+        if self.fast and self.fast[-1][0] is module:
+            self.fast.pop()
         if self.stack:
             self.stack.pop()
+            self.modules.pop()
+
+    def open_fast(self, module: Any, kind: str) -> None:
+        self.fast_calls += 1
+        self.fast.append((module, f"{kind}#{self.fast_calls}"))
+
+    @property
+    def fastpath(self) -> str:
+        return self.fast[0][1] if self.fast else ""
 
     @property
     def top(self) -> tuple[str, str]:
@@ -229,6 +252,36 @@ class _Stack:
         return any(t in RNN_MODULES for t, _ in self.stack)
 
 
+def encoder_fast_path(module: Any, args: Any) -> bool:
+    """Would this ``nn.TransformerEncoderLayer`` call take the fast path on a GPU?
+
+    PyTorch's conditions that the module itself decides (``TransformerEncoderLayer.forward``):
+    eval, batch-first self-attention with one packed in-projection, ReLU or GELU, equal norm
+    epsilons, a 3-D input. Masks are not visible to a global hook: an inference call without
+    one is assumed, and so is PyTorch's default of the fast path switched on (the trace
+    switches it off for itself, to count MHA through its matmuls).
+    """
+    if not isinstance(module, torch.nn.TransformerEncoderLayer) or module.training:
+        return False
+    attn = module.self_attn
+    src = args[0] if isinstance(args, tuple) and args else None
+    return (bool(getattr(attn, "batch_first", False)) and bool(attn._qkv_same_embed_dim)
+            and bool(getattr(module, "activation_relu_or_gelu", False))
+            and module.norm1.eps == module.norm2.eps
+            and isinstance(src, torch.Tensor) and src.dim() == 3)
+
+
+def mha_fast_path(args: tuple[Any, ...], kwargs: dict[str, Any]) -> bool:
+    """Would this ``F.multi_head_attention_forward`` call (from a batch-first
+    ``nn.MultiheadAttention``) be the fast path on a GPU: eval self-attention, no weights
+    returned, no attention mask?"""
+    names = ("query", "key", "value")
+    q, k, v = (list(args) + [kwargs.get(n) for n in names][len(args):])[:3]
+    return (q is k and k is v and kwargs.get("need_weights") is False
+            and not kwargs.get("training", True) and kwargs.get("attn_mask") is None
+            and kwargs.get("use_separate_proj_weight") is not True)
+
+
 class _Recorder:
     def __init__(self, pricer: Pricer, stack: _Stack) -> None:
         self.pricer = pricer
@@ -236,12 +289,13 @@ class _Recorder:
         self.trace = OpTrace()
         self.suppress = 0
         self.rnn_matmuls = 0
+        self.mha_fast = ""  # the fast-path MHA call whose attention is recorded at its end
 
     def add(self, name: str, kind: str, sub: str, flops: float, nbytes: float,
             kernels: int = 1, fused: bool = False) -> None:
         layer, module = self.stack.top
         self.trace.ops.append(OpRecord(name, kind, sub, flops, nbytes, kernels, layer, module,
-                                       fused))
+                                       fused, self.stack.fastpath))
 
     def record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         self.trace.dispatched += 1
@@ -299,7 +353,9 @@ class _Recorder:
         nbytes = float(batch * (2 * lq + 2 * lk) * e * item)
         self.trace.ops.append(OpRecord("scaled_dot_product_attention", "attention", "attention",
                                        flops, nbytes, 1, "MultiheadAttention",
-                                       self.stack.names.get(id(module), "")))
+                                       self.stack.names.get(id(module), ""),
+                                       fastpath=self.stack.fastpath or self.mha_fast))
+        self.mha_fast = ""
 
     def _bytes(self, kind: str, name: str, ins: list[torch.Tensor],
                outs: list[torch.Tensor]) -> float:
@@ -370,6 +426,16 @@ class _Functions(TorchFunctionMode):
     def __torch_function__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
+        stack = self.rec.stack
+        if func is torch.nn.functional.multi_head_attention_forward and not stack.fast \
+                and stack.modules and isinstance(stack.modules[-1], torch.nn.MultiheadAttention) \
+                and stack.modules[-1].batch_first and mha_fast_path(args, kwargs):
+            stack.open_fast(None, "mha")
+            self.rec.mha_fast = stack.fastpath
+            try:
+                return func(*args, **kwargs)
+            finally:
+                stack.fast.pop()
         if func is torch.nn.functional.scaled_dot_product_attention and not self.rec.suppress:
             names = ("query", "key", "value")
             q, k, v = (list(args) + [kwargs.get(n) for n in names][len(args):])[:3]
@@ -386,10 +452,11 @@ class _Functions(TorchFunctionMode):
 
 def record_ops(model: Any, example: Any, *, dtype: str | None = None) -> OpTrace:
     """One meta forward of ``model`` on ``example`` (the trace's), every op recorded."""
+    from torchinspect.nodynamo import deferred_dynamo
     from torchinspect.trace.policy import trace_model
 
     names = {id(m): n for n, m in model.named_modules()} if hasattr(model, "named_modules") else {}
-    with _Stack(names) as stack:
+    with deferred_dynamo(), _Stack(names) as stack:
         rec = _Recorder(Pricer(dtype), stack)
         stack.on_attention = rec.attention_module
         with _Functions(rec), _Dispatch(rec):
@@ -402,6 +469,7 @@ def record_call(fn: Any, *, dtype: str | None = None) -> OpTrace:
     """The ops of one call of ``fn()`` (tensors already on meta): the tables' replay."""
     with _Stack({}) as stack:
         rec = _Recorder(Pricer(dtype), stack)
+        stack.on_attention = rec.attention_module
         with _Functions(rec), _Dispatch(rec):
             fn()
     rec.trace.module_calls = stack.calls

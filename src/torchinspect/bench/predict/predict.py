@@ -17,7 +17,7 @@ from typing import Any
 from torchinspect.bench.predict.gpus import Gpu, resolve_gpu
 from torchinspect.bench.predict.host import HostCost, host_cost
 from torchinspect.bench.predict.ops import OpTrace, record_ops
-from torchinspect.bench.predict.roofline import efficiency_table, price
+from torchinspect.bench.predict.roofline import efficiency_table, price_ops
 
 DEFAULT_HOST_FACTOR = 3.0  # eager host / probe cost when no table fitted one (H100 host: ~3)
 FUNCTIONAL = "(functional)"
@@ -140,15 +140,15 @@ def price_trace(trace: OpTrace, gpu: Gpu, dtype: str, batch: int, host: HostCost
     layers: dict[str, LayerRow] = {}
     points: dict[str, RooflinePoint] = {}
     uncal: dict[str, int] = {}
-    uncal_us = total_us = flops = nbytes = 0.0
-    for op in trace.ops:
-        t = price(op, gpu, dtype, tf32, table)
+    uncal_us = total_us = flops = nbytes = kernel_sum = 0.0
+    for op, t in zip(trace.ops, price_ops(trace.ops, gpu, dtype, tf32, table), strict=True):
         total_us += t.us
+        kernel_sum += t.kernels
         flops += op.flops
         nbytes += op.bytes
         row = layers.setdefault(op.layer or FUNCTIONAL, LayerRow(op.layer or FUNCTIONAL))
         row.ops += 1
-        row.kernels += op.kernels
+        row.kernels += round(t.kernels)
         row.flops += op.flops
         row.bytes += op.bytes
         row.us += t.us
@@ -163,7 +163,7 @@ def price_trace(trace: OpTrace, gpu: Gpu, dtype: str, batch: int, host: HostCost
             uncal[op.name] = uncal.get(op.name, 0) + 1
             uncal_us += t.us
     kernel_gap = table.kernel_us if table is not None else 0.0
-    kernels = trace.kernels
+    kernels = round(kernel_sum)  # measured kernels per op class where the table has them
     factor = gpu.table.host_factor if gpu.table is not None else DEFAULT_HOST_FACTOR
     host_us = factor * (trace.dispatched * host.op_us + trace.module_calls * host.module_us)
     gpu_ms = total_us / 1e3
@@ -233,8 +233,8 @@ def module_times(case: Any, gpu: str, *, dtype: str | None = None,
     trace = record_ops(case.model, case.require_example(), dtype=dtype)
     table = efficiency_table(target)
     own: dict[str, float] = {}
-    for op in trace.ops:
-        own[op.module] = own.get(op.module, 0.0) + price(op, target, dtype, tf32, table).us
+    for op, t in zip(trace.ops, price_ops(trace.ops, target, dtype, tf32, table), strict=True):
+        own[op.module] = own.get(op.module, 0.0) + t.us
     out: dict[str, float] = {"": sum(own.values()) / 1e3}
     for name, us in own.items():
         parts = name.split(".") if name else []

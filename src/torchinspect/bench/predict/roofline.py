@@ -8,12 +8,21 @@ quantisation cost matmuls and convolutions). That fraction is read from the GPU'
 efficiency curve for the op's class and dtype (``eff`` against log10 of the roofline time,
 linear between measured points, flat beyond them). An op with no curve is priced at the
 roofline plus one kernel's fixed cost and flagged as not calibrated.
+
+Two measurements sit on top (table format 1 files without them price as before): an op
+launches the kernels measured for its class at batch 1 (``kernels``: a bf16 convolution on
+NCHW tensors is 3 to 5, layout transposes included; counted, not priced: a floor of that many
+tiny kernels was tried on the development set and made it worse, see
+``benchmarks/RESULTS-latency.md``); and the ops of one fast-path call (``OpRecord.fastpath``) cost their table prices summed times the factor measured
+between PyTorch's fast path and those ops (``fastpath.encoder`` / ``fastpath.mha`` curves,
+factor against log10 of the summed µs), in place of the in-model scales.
 """
 
 from __future__ import annotations
 
 import bisect
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from torchinspect.bench.predict.gpus import Gpu, GpuTable, load_table
@@ -48,6 +57,7 @@ class OpTime:
     memory_us: float
     us: float
     calibrated: bool
+    kernels: float = 1.0
 
     @property
     def roofline_us(self) -> float:
@@ -70,17 +80,22 @@ def interpolate(curve: list[tuple[float, float]], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
 
 
-def curve_for(table: GpuTable | None, sub: str, kind: str,
-              dtype: str) -> list[tuple[float, float]] | None:
+def curve_key(table: GpuTable | None, sub: str, kind: str, dtype: str) -> str | None:
+    """The table's curve for an op: its class's, else its kind's (fp16 falls back to bf16)."""
     if table is None:
         return None
     dtypes = (dtype, "bf16") if dtype == "fp16" else (dtype,)
     for d in dtypes:
         for key in (f"{sub}/{d}", f"{kind}/{d}"):
-            curve = table.curves.get(key)
-            if curve:
-                return curve
+            if table.curves.get(key):
+                return key
     return None
+
+
+def curve_for(table: GpuTable | None, sub: str, kind: str,
+              dtype: str) -> list[tuple[float, float]] | None:
+    key = curve_key(table, sub, kind, dtype)
+    return table.curves[key] if table is not None and key is not None else None
 
 
 def efficiency_table(gpu: Gpu) -> GpuTable | None:
@@ -89,29 +104,54 @@ def efficiency_table(gpu: Gpu) -> GpuTable | None:
 
 
 def price(op: OpRecord, gpu: Gpu, dtype: str, tf32: bool | None = None,
-          table: GpuTable | None = None) -> OpTime:
-    """Predicted time of one op (µs) on ``gpu`` in ``dtype``."""
+          table: GpuTable | None = None, *, scaled: bool = True) -> OpTime:
+    """Predicted time of one op (µs) on ``gpu`` in ``dtype`` (``scaled``: with the table's
+    in-model correction of its op group; the time is never under the class's floor)."""
     peak = gpu.spec.peak(math_for(op.kind, dtype, gpu, tf32))
     compute = op.flops / peak * 1e6
     memory = op.bytes / gpu.spec.bandwidth * 1e6
     roof = max(compute, memory)
     if op.kernels == 0:  # fused into a neighbour: its bytes only, no kernel of its own
-        return OpTime(compute, memory, roof, True)
+        return OpTime(compute, memory, roof, True, 0.0)
     if op.sub == "matmul.rnn":  # cuDNN's persistent recurrent kernels: roofline + launch gap
         fixed = table.kernel_us if table is not None else DEFAULT_KERNEL_US
-        return OpTime(compute, memory, 2 * roof + fixed, table is not None)
-    curve = curve_for(table, op.sub, op.kind, dtype) if op.kind != "other" else None
-    if curve is None:
+        return OpTime(compute, memory, 2 * roof + fixed, table is not None, op.kernels)
+    key = curve_key(table, op.sub, op.kind, dtype) if op.kind != "other" else None
+    if key is None or table is None:
         fixed = table.kernel_us if table is not None else DEFAULT_KERNEL_US
-        return OpTime(compute, memory, roof + fixed * op.kernels, False)
-    eff = interpolate(curve, math.log10(max(roof, 1e-4)))
-    scale = table.scales.get(group(op.kind), 1.0) if table is not None else 1.0
-    return OpTime(compute, memory, scale * roof / max(eff, 1e-6), True)
+        return OpTime(compute, memory, roof + fixed * op.kernels, False, op.kernels)
+    eff = interpolate(table.curves[key], math.log10(max(roof, 1e-4)))
+    scale = table.scales.get(group(op.kind, op.sub), 1.0) if scaled else 1.0
+    kernels = table.kernels.get(key, float(op.kernels))
+    return OpTime(compute, memory, scale * roof / max(eff, 1e-6), True, kernels)
 
 
-GROUPS = ("conv", "matmul", "attention", "norm", "memory")
+def price_ops(ops: Sequence[OpRecord], gpu: Gpu, dtype: str, tf32: bool | None = None,
+              table: GpuTable | None = None) -> list[OpTime]:
+    """Every op priced; the ops of each fast-path call together, by the fast path's factor."""
+    times = [price(op, gpu, dtype, tf32, table) for op in ops]
+    calls: dict[str, list[int]] = {}
+    for i, op in enumerate(ops):
+        if op.fastpath:
+            calls.setdefault(op.fastpath, []).append(i)
+    for call, idx in calls.items():
+        curve = table.curves.get(f"fastpath.{call.split('#')[0]}/{dtype}") if table else None
+        if not curve:
+            continue
+        raw = [price(ops[i], gpu, dtype, tf32, table, scaled=False) for i in idx]
+        total = sum(t.us for t in raw)
+        factor = interpolate(curve, math.log10(max(total, 1e-4)))
+        for i, t in zip(idx, raw, strict=True):
+            times[i] = OpTime(t.compute_us, t.memory_us, t.us * factor, t.calibrated, t.kernels)
+    return times
 
 
-def group(kind: str) -> str:
-    """The op group an in-model correction applies to (memory: eltwise, copies, ...)."""
+GROUPS = ("conv", "conv3d", "matmul", "attention", "norm", "memory")
+
+
+def group(kind: str, sub: str = "") -> str:
+    """The op group an in-model correction applies to (memory: eltwise, copies, ...; 3D
+    convolutions apart from 2D ones: other kernels, other layouts)."""
+    if sub == "conv.3d":
+        return "conv3d"
     return kind if kind in GROUPS else "memory"
