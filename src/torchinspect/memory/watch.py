@@ -19,8 +19,8 @@ counter (the tracker runs them below every other mode). Attention is taken as an
 
 Where the memory run takes a different route from the counted one, the forward is not shared
 (`applies`) and the summary predicts in a second pass, as before: modules the prediction runs
-as one fused CUDA kernel (``nn.LSTM``/``GRU``/``RNN`` through cuDNN, and the eval fast path of
-``nn.TransformerEncoderLayer``, which the trace's module hooks would switch off). A functional
+as one fused CUDA kernel (``nn.LSTM``/``GRU``/``RNN`` through cuDNN, and the eval fast paths of
+``nn.TransformerEncoderLayer`` and ``nn.MultiheadAttention``, ``fused.py``). A functional
 RNN call found in the log (``_VF.lstm`` outside an ``nn.RNNBase``) marks the shared forward
 `diverged`: the summary traces again without the watch.
 """
@@ -48,7 +48,7 @@ from torchinspect.memory.tracker import StorageTracker
 from torchinspect.sources.case import ModelCase
 
 # modules whose prediction is a fused kernel that the counted forward must not take
-SEPARATE = (nn.RNNBase, nn.TransformerEncoderLayer)
+SEPARATE = (nn.RNNBase, nn.TransformerEncoderLayer, nn.MultiheadAttention)
 SHARED_KERNELS = frozenset({"scaled_dot_product_attention", "rms_norm"})
 
 
@@ -149,7 +149,8 @@ class InferenceWatch:
         self.case, self.target = case, target
         self.cfg = StepConfig(train=False)
         self.tracker = _Tracker(workspace=target.workspace, device_type=target.fake_device,
-                                      cudnn=target.device == "cuda")
+                                cudnn=target.device == "cuda",
+                                gpu=target.gpu if target.device == "cuda" else None)
         self.kept: tuple[Any, ...] = ()  # the stand-ins stay alive until the replay
         self.sizes: dict[str, int] = {}
         self.ran = False
