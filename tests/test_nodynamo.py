@@ -57,3 +57,26 @@ def test_torchvision_models_import_without_dynamo_and_roi_align_still_runs():
         "ra = sys.modules['torchvision.ops.roi_align']\n"  # its deferred function
         "print(ra.is_compile_supported('cpu'), 'torch._dynamo' in sys.modules)\n")
     assert out.splitlines() == ["False True", "(1, 1, 2, 2)", "True True"]
+
+
+def test_model_code_importing_a_dynamo_submodule_inside_the_block_gets_the_real_one():
+    # model code (Hugging Face's among it) imports torch._dynamo's submodules: the stand-in
+    # is not a package, so the import must hand over to the real TorchDynamo, not fail
+    out = _fresh(
+        "import sys, torch\n"
+        "from torchinspect.nodynamo import deferred_dynamo\n"
+        "with deferred_dynamo():\n"
+        "    import torch._dynamo.utils as u\n"
+        "    from torch._dynamo.external_utils import is_compiling\n"
+        "    print(u.__name__, type(sys.modules['torch._dynamo']).__name__, is_compiling())\n"
+        "print(type(sys.modules['torch._dynamo']).__name__)\n")
+    assert out.splitlines() == ["torch._dynamo.utils module False", "module"]
+
+
+def test_a_summary_trace_imports_no_dynamo():
+    out = _fresh(
+        "import sys\n"
+        "from torchinspect.analysis.summary import summarize\n"
+        "s = summarize('resnet18', '3,64,64')\n"
+        "print('torch._dynamo' in sys.modules, s.totals.params > 0)\n")
+    assert out.splitlines() == ["False True"]

@@ -29,7 +29,9 @@ class _StandIn(types.ModuleType):
     """``torch._dynamo`` until something needs more than ``disable``."""
 
     def __getattr__(self, attr: str) -> Any:
-        if attr.startswith("__"):
+        # ``__path__``: ``import torch._dynamo.utils`` asks the parent for it; answering from
+        # the real package makes the stand-in step aside and the import go on as usual
+        if attr.startswith("__") and attr != "__path__":
             raise AttributeError(attr)
         return getattr(_real(), attr)
 

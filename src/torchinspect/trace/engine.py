@@ -19,6 +19,7 @@ import torch
 from torch import nn
 
 from torchinspect.guard import model_code, training_mode
+from torchinspect.nodynamo import deferred_dynamo
 from torchinspect.shapes import map_tensors, shape_tree, tensor_bytes
 from torchinspect.trace.counting import MacCounter, counting
 from torchinspect.trace.records import CallRecord, ModuleInfo
@@ -337,7 +338,9 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     kept = model_kept(model, buffers=not state) if scriptable else contextlib.nullcontext()
     # the snapshot and the train/eval flags come first: the hooks (and the TorchScript
     # stand-ins swapped into the tree) are installed inside them and removed before they end
-    with kept, forward_mode(model, train), torch.no_grad(), \
+    # deferred_dynamo: meta ops run PyTorch's Python references, whose wrappers would import
+    # TorchDynamo (about a second) only to mark them "not compiled"
+    with deferred_dynamo(), kept, forward_mode(model, train), torch.no_grad(), \
             fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter), \
             watch.watching() if watch is not None else contextlib.nullcontext():
         try:
