@@ -39,6 +39,7 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
     ("memory_fsdp.py", [], 2),
     ("cudnn_rnn_memory.py", [], 1),
     ("fit_check.py", ["resnet50", "3,224,224", "80GB"], 1),
+    ("fit_report.py", ["predict", "benchmarks/results/fit-resnet50-h100.json", "3,224,224"], 0),
     ("graph_gap.py", [], 1),
     ("sweep_timm.py", [], 0),
     ("sweep_hf.py", [], 0),
