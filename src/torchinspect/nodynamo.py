@@ -19,21 +19,25 @@ import importlib
 import sys
 import types
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager
 from typing import Any
 
 DYNAMO = "torch._dynamo"
 
 
 class _StandIn(types.ModuleType):
-    """``torch._dynamo`` until something needs more than ``disable``."""
+    """A module in ``sys.modules`` until something needs more than what it was given: any
+    other name imports the real module (the stand-in steps aside first)."""
 
     def __getattr__(self, attr: str) -> Any:
-        # ``__path__``: ``import torch._dynamo.utils`` asks the parent for it; answering from
-        # the real package makes the stand-in step aside and the import go on as usual
-        if attr.startswith("__") and attr != "__path__":
+        if attr == "__path__" and sys._getframe(1).f_code.co_name == "_find_and_load_unlocked":
+            # the import system asks for a submodule (``import torch._dynamo.utils``): the
+            # real package steps in; ``from M import x`` also asks for ``__path__`` (through
+            # _handle_fromlist), and is answered "not a package", as for any other dunder
+            return _real(self.__name__).__path__
+        if attr.startswith("__"):
             raise AttributeError(attr)
-        return getattr(_real(), attr)
+        return getattr(_real(self.__name__), attr)
 
 
 class _Deferred:
@@ -62,30 +66,49 @@ def _disable(fn: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) ->
     return _Deferred(fn, args, kwargs)
 
 
-def _real() -> types.ModuleType:
-    """The real ``torch._dynamo``, the stand-in taken out of the way first."""
-    torch = sys.modules.get("torch")
-    if isinstance(sys.modules.get(DYNAMO), _StandIn):
-        del sys.modules[DYNAMO]
-    if torch is not None and isinstance(vars(torch).get("_dynamo"), _StandIn):
-        delattr(torch, "_dynamo")
-    return importlib.import_module(DYNAMO)
+def _step_aside(name: str, stand_in: types.ModuleType | None = None) -> None:
+    """Take ``stand_in`` (or any stand-in) for ``name`` out of ``sys.modules`` and its parent."""
+    def ours(value: Any) -> bool:
+        return value is stand_in if stand_in is not None else isinstance(value, _StandIn)
+
+    if ours(sys.modules.get(name)):
+        del sys.modules[name]
+    parent, _, child = name.rpartition(".")
+    owner = sys.modules.get(parent)
+    if owner is not None and ours(vars(owner).get(child)):
+        delattr(owner, child)
+
+
+def _real(name: str) -> types.ModuleType:
+    """The real module ``name``, its stand-in taken out of the way first."""
+    _step_aside(name)
+    return importlib.import_module(name)
+
+
+def call_later(name: str, function: str) -> Callable[..., Any]:
+    """``function`` of module ``name``, which is imported when it is first called."""
+    def call(*args: Any, **kwargs: Any) -> Any:
+        return getattr(_real(name), function)(*args, **kwargs)
+
+    return call
 
 
 @contextmanager
-def deferred_dynamo() -> Iterator[None]:
-    """Within it, ``torch._disable_dynamo`` wrappers do not import TorchDynamo."""
-    if DYNAMO in sys.modules:
+def standing_in(name: str, **attrs: Any) -> Iterator[None]:
+    """Within it, module ``name`` (unless already loaded) is a stand-in holding ``attrs``."""
+    if name in sys.modules:
         yield
         return
-    stand_in = _StandIn(DYNAMO)
-    stand_in.disable = _disable  # type: ignore[attr-defined]
-    sys.modules[DYNAMO] = stand_in
+    stand_in = _StandIn(name)
+    for attr, value in attrs.items():
+        setattr(stand_in, attr, value)
+    sys.modules[name] = stand_in
     try:
         yield
     finally:
-        if sys.modules.get(DYNAMO) is stand_in:
-            del sys.modules[DYNAMO]
-        torch = sys.modules.get("torch")
-        if torch is not None and vars(torch).get("_dynamo") is stand_in:
-            delattr(torch, "_dynamo")
+        _step_aside(name, stand_in)
+
+
+def deferred_dynamo() -> AbstractContextManager[None]:
+    """Within it, ``torch._disable_dynamo`` wrappers do not import TorchDynamo."""
+    return standing_in(DYNAMO, disable=_disable)

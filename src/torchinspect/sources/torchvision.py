@@ -8,7 +8,6 @@ clips of 16 frames, two frames for optical flow, and a list of images for detect
 from __future__ import annotations
 
 import sys
-import types
 import warnings
 from dataclasses import dataclass
 from typing import Any
@@ -38,50 +37,24 @@ class TorchvisionModel:
 _DYNAMO_UTILS = "torch._dynamo.utils"
 
 
-def _deferred_dynamo_utils() -> types.ModuleType:
-    """A stand-in for ``torch._dynamo.utils`` whose attributes import the real module.
-
-    ``torchvision.ops.roi_align`` imports ``is_compile_supported`` from it at import time,
-    which imports all of TorchDynamo (about a second of a 3 s command) for a function that
-    only RoIAlign calls, at call time. The stand-in's function does that import when called.
-    """
-    import importlib
-
-    stub = types.ModuleType(_DYNAMO_UTILS)
-
-    def real() -> types.ModuleType:
-        if sys.modules.get(_DYNAMO_UTILS) is stub:
-            del sys.modules[_DYNAMO_UTILS]
-        return importlib.import_module(_DYNAMO_UTILS)
-
-    def is_compile_supported(device_type: Any) -> Any:
-        return real().is_compile_supported(device_type)
-
-    def forward(attr: str) -> Any:
-        if attr.startswith("__"):
-            raise AttributeError(attr)
-        return getattr(real(), attr)
-
-    stub.is_compile_supported = is_compile_supported  # type: ignore[attr-defined]
-    stub.__getattr__ = forward  # type: ignore[method-assign]
-    return stub
-
-
 def torchvision_models() -> Any:
-    """``torchvision.models``, imported without importing TorchDynamo along with it."""
-    if "torchvision.models" in sys.modules or _DYNAMO_UTILS in sys.modules:
+    """``torchvision.models``, imported without importing TorchDynamo along with it.
+
+    ``torchvision.ops.roi_align`` imports ``is_compile_supported`` from
+    ``torch._dynamo.utils`` at import time, which imports all of TorchDynamo (about a second
+    of a 3 s command) for a function only RoIAlign calls: a stand-in's function does that
+    import when it is called."""
+    from torchinspect.nodynamo import call_later, standing_in
+
+    if "torchvision.models" in sys.modules:
         import torchvision.models as tvm
 
         return tvm
     import torch  # noqa: F401 - first, and whole: the stand-in is for torchvision alone
 
-    stub = _deferred_dynamo_utils()
-    sys.modules[_DYNAMO_UTILS] = stub
-    try:
+    with standing_in(_DYNAMO_UTILS,
+                     is_compile_supported=call_later(_DYNAMO_UTILS, "is_compile_supported")):
         import torchvision.models as tvm
-    finally:
-        if sys.modules.get(_DYNAMO_UTILS) is stub:
-            del sys.modules[_DYNAMO_UTILS]
     return tvm
 
 

@@ -452,11 +452,10 @@ class _Functions(TorchFunctionMode):
 
 def record_ops(model: Any, example: Any, *, dtype: str | None = None) -> OpTrace:
     """One meta forward of ``model`` on ``example`` (the trace's), every op recorded."""
-    from torchinspect.nodynamo import deferred_dynamo
     from torchinspect.trace.policy import trace_model
 
     names = {id(m): n for n, m in model.named_modules()} if hasattr(model, "named_modules") else {}
-    with deferred_dynamo(), _Stack(names) as stack:
+    with _Stack(names) as stack:  # the trace's forward keeps TorchDynamo unimported
         rec = _Recorder(Pricer(dtype), stack)
         stack.on_attention = rec.attention_module
         with _Functions(rec), _Dispatch(rec):
