@@ -514,8 +514,9 @@ def train(device: str, out: Path, deadline: float, chosen: list[Any]) -> None:
                 try:
                     row["results"].append({"batch": batch,
                                            **train_step_times(case, device, batch)})
-                except torch.cuda.OutOfMemoryError as exc:
-                    row["results"].append({"batch": batch, "error": f"oom: {exc}"[:200]})
+                except Exception as exc:  # noqa: BLE001 - OOM, or the model refuses the batch
+                    row["results"].append({"batch": batch,
+                                           "error": f"{type(exc).__name__}: {exc}"[:300]})
                 if cuda:
                     torch.cuda.empty_cache()
         except Exception as exc:  # noqa: BLE001 - one model must not end the sweep
@@ -529,6 +530,24 @@ def train(device: str, out: Path, deadline: float, chosen: list[Any]) -> None:
               flush=True)
         if cuda:
             torch.cuda.empty_cache()
+
+
+def isolate(a: argparse.Namespace, end: float) -> None:
+    """``--isolate``: this script again for each model and phase (models, train), one child
+    each, in order, until ``end``; the children skip what the folder holds."""
+    import subprocess
+
+    sets = a.sets.split(",")
+    chosen = _chosen(sets, [m for m in a.models.split(",") if m] or None,
+                     3 if a.dry_run and not a.models else None)
+    for ph in [ph for ph in a.phases.split(",") if ph in ("models", "train")]:
+        for entry in chosen:
+            left = end - time.monotonic()
+            if left <= 0:
+                return
+            cmd = [sys.executable, __file__, a.out, "--phases", ph, "--sets", ",".join(sets),
+                   "--models", entry[1], "--budget", str(round(left)), "--dtypes", a.dtypes]
+            subprocess.run(cmd + ["--dry-run"] * a.dry_run, check=False)
 
 
 def main() -> None:
@@ -546,6 +565,9 @@ def main() -> None:
     p.add_argument("--models", default="", help="comma-separated specs: only these models")
     p.add_argument("--dtypes", default=",".join(MODEL_DTYPES), help="models phase dtypes")
     p.add_argument("--kernels-budget", type=float, default=40.0)
+    p.add_argument("--isolate", action="store_true",
+                   help="models and train: each model in a child process of its own (a failed "
+                   "CUDA-graph capture can leave the process's CUDA generator unusable)")
     a = p.parse_args()
     start = time.monotonic()
     end = start + a.budget
@@ -577,6 +599,9 @@ def main() -> None:
         kernel_counts(device, out / "kernels.jsonl",
                       min(time.monotonic() + a.kernels_budget, end))
         print(f"kernels done {time.monotonic() - start:.0f}s", flush=True)
+    if a.isolate:
+        isolate(a, end)
+        return
     order = [ph for ph in phases if ph in ("models", "train")]
     for ph in order:
         if ph == "models":

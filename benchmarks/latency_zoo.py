@@ -4,9 +4,10 @@ model from the same spec).
 
 ``GRUNet``: a 2-layer GRU over 64 steps of 256 features (the development set's RNN).
 ``TextEncoder``: ``nn.TransformerEncoder``, 6 layers of width 512 over 128 tokens (an
-encoder-only transformer of the validation set, unlike the HF and vision ones).
+encoder-only transformer; validation until issue 40, development since).
 ``FastEncoder``: ``nn.TransformerEncoder``, 4 layers of width 384 (6 heads, GELU) over 197
 tokens (the development set's fast-path transformer; added with sweep 2).
+The classes after them came with sweep 3 (issue 40); each docstring says its set.
 """
 
 from __future__ import annotations
