@@ -423,21 +423,10 @@ def models(device: str, out: Path, deadline: float, chosen: list[Any],
             torch.cuda.empty_cache()
 
 
-def _first_float(out: Any) -> Any:
-    """The first floating tensor of a model's output (tensor, tuple, dict, ModelOutput)."""
-    if isinstance(out, torch.Tensor):
-        return out if out.is_floating_point() else None
-    values = out.values() if isinstance(out, dict) else out if isinstance(out, (list, tuple)) else ()
-    for v in values:
-        found = _first_float(v)
-        if found is not None:
-            return found
-    return None
-
-
 def train_step_times(case: Any, device: str, batch: int) -> dict[str, Any]:
     """One training step's phases (see the module docstring), eager."""
     from torchinspect.inputs import rebatch
+    from torchinspect.memory.step import first_floating
     from torchinspect.sources.case import materialize
 
     cuda = device.startswith("cuda")
@@ -461,7 +450,7 @@ def train_step_times(case: Any, device: str, batch: int) -> dict[str, Any]:
         opt.zero_grad(set_to_none=True)
         e0 = event()
         with autocast:
-            loss = _first_float(model(*args, **kwargs)).float().sum()
+            loss = first_floating(model(*args, **kwargs), case.name).float().sum()
         e1 = event()
         loss.backward()
         e2 = event()

@@ -235,10 +235,10 @@ def dry_one(name: str, mode: str) -> dict[str, Any]:
         with torch.inference_mode():
             model.eval()(*args, **kwargs)
     else:
-        from latency_measure import _first_float
+        from torchinspect.memory.step import first_floating
 
         with torch.autocast("cpu", dtype=torch.bfloat16, enabled=mode.endswith("amp")):
-            loss = _first_float(model.train()(*args, **kwargs)).float().sum()
+            loss = first_floating(model.train()(*args, **kwargs), name).float().sum()
         loss.backward()
         torch.optim.AdamW(model.parameters()).step()
     return {"dry_run": True, "params": sum(p.numel() for p in model.parameters())}
