@@ -5,7 +5,17 @@ Each case in a clean allocator state: the reserve is read from the autograd node
 tensors (``CudnnRnnBackward0``: its size is exact), the workspace is the forward's (and
 backward's) peak above what the call keeps. Results: one JSON line per case.
 
+``--proj OUT.jsonl`` (issue 40 item 5) measures LSTMs with ``proj_size`` instead, beside the
+same LSTMs without it: the same reserve and workspace figures, and the weight layout
+(``weights``: every flat weight's name and shape, the bytes of the parameters, the bytes of
+the storages they live in after ``flatten_parameters`` (cuDNN's one flat buffer, when it is
+one) and whether they share one). nn.GRU and nn.RNN have no ``proj_size`` (PyTorch refuses
+it); one line records that refusal. Each line carries the run header (machine.run_header);
+a rerun appends only the cases the file lacks. ``--dry-run`` builds every case's module on
+the CPU (no memory figures).
+
     PYTHONPATH=src:. python benchmarks/cudnn_rnn_memory.py > rnn.jsonl
+    PYTHONPATH=src:. python benchmarks/cudnn_rnn_memory.py --proj OUT.jsonl [--dry-run]
 """
 
 from __future__ import annotations
@@ -75,6 +85,8 @@ def one(kind: str, layers: int, inp: int, hidden: int, seq: int, batch: int, dty
     y = out[0]
     hs = out[1] if isinstance(out[1], tuple) else (out[1],)
     rec["outputs"] = sum(t.numel() * t.element_size() for t in (y, *hs))
+    rec["output_shapes"] = [list(t.shape) for t in (y, *hs)]
+    rec["weights"] = weight_layout(m)
     if train:
         node = rnn_node(y.grad_fn)
         rec["grad_fn"] = type(node).__name__ if node is not None else None
@@ -92,7 +104,83 @@ def one(kind: str, layers: int, inp: int, hidden: int, seq: int, batch: int, dty
     return rec
 
 
+def weight_layout(m: nn.Module) -> dict:
+    """The module's flat weights after ``flatten_parameters``: names, shapes, bytes, storages."""
+    flat = [w for w in m._flat_weights if isinstance(w, torch.Tensor)]
+    storages = {}
+    for w in flat:
+        st = w.untyped_storage()
+        storages[st.data_ptr()] = st.nbytes()
+    return {"names": list(m._flat_weights_names),
+            "shapes": [list(w.shape) for w in flat],
+            "param_bytes": sum(w.numel() * w.element_size() for w in flat),
+            "storage_bytes": sum(storages.values()), "storages": len(storages),
+            "one_buffer": len(storages) == 1}
+
+
+PROJ_GRID = [  # (layers, input, hidden, proj, seq, batch, dtype, bidir); proj 0: the baseline
+    *[(layers, 256, hidden, proj, 100, batch, "fp32", bidir)
+      for layers in (1, 3) for hidden in (512, 1024) for proj in (0, 128, 256)
+      for batch in (8, 32) for bidir in (False, True)],
+    *[(2, 512, 1024, proj, 100, 32, "bf16", bidir) for proj in (0, 256) for bidir in (False, True)],
+    (2, 80, 1536, 384, 400, 4, "fp32", False), (2, 80, 1536, 0, 400, 4, "fp32", False),
+    (1, 40, 2048, 512, 50, 64, "fp32", False), (1, 40, 2048, 0, 50, 64, "fp32", False),
+    (4, 64, 640, 160, 300, 16, "fp32", True), (4, 64, 640, 0, 300, 16, "fp32", True),
+    (1, 300, 700, 100, 75, 7, "fp32", False), (2, 128, 1000, 250, 128, 12, "bf16", False),
+]
+
+
+def proj_main(out_path: str, dry_run: bool) -> None:
+    """LSTMs with and without ``proj_size`` (see the module docstring), appended to a file."""
+    from pathlib import Path
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from machine import run_header
+
+    out = Path(out_path)
+    done = set()
+    if out.exists():
+        for line in out.read_text().splitlines():
+            r = json.loads(line) if line.strip() else {}
+            if "case" in r and "error" not in r:
+                done.add(json.dumps(r["case"]))
+    header = run_header()
+    header["device"] = "cpu (dry run)" if dry_run else torch.cuda.get_device_name()
+    header["cudnn"] = torch.backends.cudnn.version()
+
+    def write(row: dict) -> None:
+        with out.open("a", encoding="utf-8") as fh:
+            fh.write(json.dumps({"run": header, **row}) + "\n")
+
+    try:
+        nn.GRU(8, 16, proj_size=4)
+        write({"kind": "gru", "proj_size": "accepted"})
+    except ValueError as exc:
+        write({"kind": "gru", "proj_size": f"refused: {exc}"})
+    for layers, inp, hidden, proj, seq, batch, dtype, bidir in PROJ_GRID:
+        for train in (True, False):
+            case = {"kind": "lstm", "layers": layers, "input": inp, "hidden": hidden,
+                    "proj": proj, "seq": seq, "batch": batch, "dtype": dtype, "bidir": bidir,
+                    "train": train}
+            if json.dumps(case) in done:
+                continue
+            try:
+                if dry_run:
+                    kw = {"proj_size": proj} if proj else {}
+                    m = nn.LSTM(inp, hidden, layers, batch_first=True, bidirectional=bidir, **kw)
+                    row = {"case": case, "weights": weight_layout(m)}
+                else:
+                    row = {"case": case, **one("lstm", layers, inp, hidden, seq, batch, dtype,
+                                               bidir, train, proj)}
+                write(row)
+            except Exception as exc:  # noqa: BLE001 - keep measuring the rest
+                write({"case": case, "error": repr(exc)[:300]})
+
+
 def main() -> None:
+    if "--proj" in sys.argv:
+        proj_main(sys.argv[sys.argv.index("--proj") + 1], "--dry-run" in sys.argv)
+        return
     grid = []
     for kind, layers, hidden, seq, batch in itertools.product(
             ("lstm", "gru", "rnn"), (1, 2), (256, 1024), (64, 256), (8, 32)):

@@ -91,7 +91,7 @@ def _specs() -> list[dict[str, Any]]:
         out.append({"kind": "maxpool", "n": n, "c": c, "hw": hw})
     for tokens, vocab, dim in [(128, 50257, 768), (4096, 50257, 768), (32, 30522, 768)]:
         out.append({"kind": "embedding", "tokens": tokens, "vocab": vocab, "dim": dim})
-    return out + _specs_2()
+    return out + _specs_2() + _specs_3() + _specs_floors()
 
 
 def _specs_2() -> list[dict[str, Any]]:
@@ -141,6 +141,116 @@ def _specs_2() -> list[dict[str, Any]]:
                             "act": "gelu" if d % 3 == 0 else "relu", "fast": fast, "sweep": 2})
                 out.append({"kind": "mha", "b": b, "d": d, "h": h, "s": s, "fast": fast,
                             "sweep": 2})
+    return out
+
+
+def _specs_3() -> list[dict[str, Any]]:
+    """Sweep 3 (issue 40): op kinds no earlier sweep had, in generic shapes (the layers of
+    their families, no model's exact list): transposed convolutions (2-D: DCGAN-style k4 s2
+    and U-Net-style k2 s2; 1-D: vocoder upsampling), 1-D convolutions (wide kernels,
+    dilation, depthwise, strided feature encoders, pointwise), grouped 2-D convolutions
+    across batch sizes, ``nn.TransformerDecoderLayer`` (causal self-attention plus
+    cross-attention with a memory padding mask), ``nn.MultiheadAttention`` with a causal
+    or padding mask, and cuDNN LSTM (with and without ``proj_size``) and GRU in eval."""
+    out: list[dict[str, Any]] = []
+    tconv2d = [  # (cin, hw, cout, k, stride, padding, output_padding)
+        (128, 1, 512, 4, 1, 0, 0), (512, 4, 256, 4, 2, 1, 0), (256, 8, 128, 4, 2, 1, 0),
+        (128, 16, 64, 4, 2, 1, 0), (64, 32, 3, 4, 2, 1, 0), (32, 64, 16, 4, 2, 1, 0),
+        (512, 14, 256, 2, 2, 0, 0), (256, 16, 128, 2, 2, 0, 0), (128, 32, 64, 2, 2, 0, 0),
+        (64, 64, 32, 2, 2, 0, 0), (64, 56, 64, 3, 2, 1, 1)]
+    for n in (1, 16):
+        for cin, hw, cout, k, st, pad, opad in tconv2d:
+            out.append({"kind": "conv_transpose2d", "n": n, "cin": cin, "hw": hw, "cout": cout,
+                        "k": k, "stride": st, "padding": pad, "output_padding": opad,
+                        "sweep": 3})
+    tconv1d = [(512, 32, 256, 16, 8, 4), (256, 256, 128, 16, 8, 4), (128, 2048, 64, 4, 2, 1),
+               (64, 4096, 32, 4, 2, 1), (256, 100, 256, 4, 2, 1), (80, 200, 80, 2, 2, 0)]
+    for n in (1, 16):
+        for cin, length, cout, k, st, pad in tconv1d:
+            out.append({"kind": "conv_transpose1d", "n": n, "cin": cin, "len": length,
+                        "cout": cout, "k": k, "stride": st, "padding": pad, "sweep": 3})
+    conv1d = [  # (cin, len, cout, k, stride, dilation, groups)
+        (80, 1000, 256, 11, 1, 1, 1), (256, 500, 256, 15, 1, 1, 1), (1, 16000, 64, 15, 1, 1, 1),
+        (512, 400, 512, 5, 1, 1, 1), (256, 500, 256, 33, 1, 1, 256),
+        (512, 500, 512, 63, 1, 1, 512), (512, 500, 512, 87, 1, 2, 512),
+        (64, 8000, 128, 2, 1, 16, 1), (128, 4096, 128, 3, 1, 1, 1), (128, 4096, 128, 3, 1, 8, 1),
+        (128, 4096, 128, 3, 1, 64, 1), (256, 1024, 256, 3, 1, 4, 1), (64, 16000, 64, 7, 1, 3, 1),
+        (256, 2048, 512, 1, 1, 1, 1), (64, 8000, 128, 1, 1, 1, 1), (1, 16000, 512, 10, 5, 1, 1),
+        (512, 3199, 512, 3, 2, 1, 1)]
+    for n in (1, 16):
+        for cin, length, cout, k, st, dil, g in conv1d:
+            out.append({"kind": "conv1d", "n": n, "cin": cin, "len": length, "cout": cout,
+                        "k": k, "stride": st, "dilation": dil, "groups": g, "sweep": 3})
+    for n in (1, 4, 24, 64):
+        for c, hw, g in [(128, 56, 32), (256, 28, 32), (512, 14, 32), (1024, 7, 32),
+                         (256, 28, 8), (192, 28, 4)]:
+            out.append({"kind": "conv2d", "n": n, "cin": c, "hw": hw, "cout": c, "k": 3,
+                        "stride": 1, "groups": g, "bias": False, "sweep": 3})
+    for b in (1, 32):
+        for d, h, ff, s, sm, causal, pre in [(512, 8, 2048, 96, 64, True, True),
+                                             (256, 4, 1024, 64, 128, True, False),
+                                             (768, 12, 3072, 128, 128, True, False),
+                                             (512, 8, 2048, 32, 256, False, False)]:
+            out.append({"kind": "decoder_layer", "b": b, "d": d, "h": h, "ff": ff, "s": s,
+                        "s_mem": sm, "causal": causal, "norm_first": pre, "sweep": 3})
+        for d, h, sq, sk, mask in [(512, 8, 96, 96, "causal"), (512, 8, 96, 64, "padding"),
+                                   (768, 12, 128, 128, "causal"), (256, 4, 64, 256, "padding")]:
+            out.append({"kind": "mha_masked", "b": b, "d": d, "h": h, "s": sq, "s_kv": sk,
+                        "mask": mask, "sweep": 3})
+    rnns = [("lstm", 80, 1024, 3, 256, False, 200), ("lstm", 64, 512, 2, 128, True, 120),
+            ("lstm", 256, 512, 1, 0, False, 100), ("lstm", 512, 1024, 2, 0, False, 50),
+            ("lstm", 128, 768, 1, 256, False, 400), ("lstm", 40, 320, 4, 0, True, 300),
+            ("gru", 256, 512, 2, 0, False, 64), ("gru", 80, 256, 1, 0, True, 500),
+            ("gru", 512, 1024, 1, 0, False, 100)]
+    for b in (1, 32):
+        for cell, inp, hid, layers, proj, bidir, seq in rnns:
+            out.append({"kind": "rnn", "cell": cell, "b": b, "input": inp, "hidden": hid,
+                        "layers": layers, "proj": proj, "bidir": bidir, "seq": seq, "sweep": 3})
+    return out
+
+
+def _geometric(lo: int, hi: int, factor: float) -> list[int]:
+    out, v = [], float(lo)
+    while v <= hi:
+        if not out or int(round(v)) != out[-1]:
+            out.append(int(round(v)))
+        v *= factor
+    return out
+
+
+def _specs_floors() -> list[dict[str, Any]]:
+    """Sweep 4, the small-kernel floors (issue 40 item 1): per op kind, sizes from one
+    thread block to a few waves of the GPU's SMs, bf16 (``dtypes_for``), each profiled for
+    its kernels' durations, launch shapes and the gaps between them in graph replay."""
+    out: list[dict[str, Any]] = []
+    for numel in _geometric(1 << 6, 1 << 26, 2 ** 0.5):
+        for op in ("relu", "add"):
+            out.append({"kind": "eltwise", "op": op, "numel": numel, "sweep": 4})
+    for numel in _geometric(1 << 8, 1 << 24, 4):
+        out.append({"kind": "copy", "op": "cat", "numel": numel, "sweep": 4})
+        out.append({"kind": "copy", "op": "contiguous", "numel": max(numel, 4096), "sweep": 4})
+    for rows in _geometric(1, 1 << 16, 4):
+        out.append({"kind": "layer_norm", "rows": rows, "c": 768, "sweep": 4})
+        out.append({"kind": "softmax", "rows": rows, "cols": 256, "sweep": 4})
+        out.append({"kind": "sum", "rows": rows, "cols": 1024, "sweep": 4})
+    for m in _geometric(1, 8192, 2):
+        out.append({"kind": "linear", "m": m, "k": 1024, "n": 1024, "sweep": 4})
+    for n in _geometric(128, 16384, 2):
+        out.append({"kind": "linear", "m": 256, "k": 1024, "n": n, "sweep": 4})
+    for n in (1, 4, 16, 64):
+        for hw in (7, 14, 28, 56):
+            out.append({"kind": "conv2d", "n": n, "cin": 64, "hw": hw, "cout": 64, "k": 3,
+                        "stride": 1, "groups": 1, "bias": False, "sweep": 4})
+            out.append({"kind": "conv2d", "n": n, "cin": 256, "hw": hw, "cout": 256, "k": 1,
+                        "stride": 1, "groups": 1, "bias": False, "sweep": 4})
+            out.append({"kind": "batch_norm", "n": n, "c": 64, "hw": hw, "sweep": 4})
+            out.append({"kind": "maxpool", "n": n, "c": 64, "hw": 2 * hw, "sweep": 4})
+    for bh in _geometric(1, 1024, 4):
+        out.append({"kind": "sdpa", "b": 1, "h": bh, "s": 128, "d": 64, "causal": False,
+                    "sweep": 4})
+    for tokens in _geometric(1, 16384, 8):
+        out.append({"kind": "embedding", "tokens": tokens, "vocab": 32000, "dim": 768,
+                    "sweep": 4})
     return out
 
 
@@ -198,6 +308,10 @@ def build(spec: dict[str, Any], device: str, dtype: str) -> Any:  # noqa: C901 -
         return run
     if kind in ("encoder_layer", "mha"):
         return _transformer(spec, device, dt, rnd)
+    if kind in ("conv_transpose2d", "conv_transpose1d", "conv1d"):
+        return _conv_new(spec, rnd)
+    if kind in ("decoder_layer", "mha_masked", "rnn"):
+        return _module_op(spec, device, dt, rnd)
     if kind in ("layer_norm", "rms_norm"):
         x, w, b = rnd(spec["rows"], spec["c"]), rnd(spec["c"]), rnd(spec["c"])
         if kind == "layer_norm":
@@ -279,8 +393,67 @@ def _transformer(spec: dict[str, Any], device: str, dt: torch.dtype, rnd: Any) -
     return slow
 
 
+def _conv_new(spec: dict[str, Any], rnd: Any) -> Any:
+    """Sweep 3's transposed and 1-D convolutions (with a bias, as nn.Conv*d has)."""
+    kind, k = spec["kind"], spec["k"]
+    bias = rnd(spec["cout"])
+    if kind == "conv_transpose2d":
+        x = rnd(spec["n"], spec["cin"], spec["hw"], spec["hw"])
+        w = rnd(spec["cin"], spec["cout"], k, k)
+        return lambda: F.conv_transpose2d(x, w, bias, spec["stride"], spec["padding"],
+                                          spec["output_padding"])
+    x = rnd(spec["n"], spec["cin"], spec["len"])
+    if kind == "conv_transpose1d":
+        w = rnd(spec["cin"], spec["cout"], k)
+        return lambda: F.conv_transpose1d(x, w, bias, spec["stride"], spec["padding"])
+    g, dil = spec["groups"], spec["dilation"]
+    w = rnd(spec["cout"], spec["cin"] // g, k)
+    pad = dil * (k - 1) // 2
+    return lambda: F.conv1d(x, w, bias, spec["stride"], pad, dil, g)
+
+
+def _module_op(spec: dict[str, Any], device: str, dt: torch.dtype, rnd: Any) -> Any:
+    """Sweep 3's modules in eval: a decoder layer, masked attention, a cuDNN RNN."""
+    from torch import nn
+
+    kind = spec["kind"]
+    if kind == "rnn":
+        cls = nn.LSTM if spec["cell"] == "lstm" else nn.GRU
+        kw = {"proj_size": spec["proj"]} if spec["proj"] else {}
+        rnn = cls(spec["input"], spec["hidden"], spec["layers"], batch_first=True,
+                  bidirectional=spec["bidir"], **kw).to(device=device, dtype=dt).eval()
+        xs = rnd(spec["b"], spec["seq"], spec["input"])
+        return lambda: rnn(xs)[0]
+    b, d, s = spec["b"], spec["d"], spec["s"]
+    causal = nn.Transformer.generate_square_subsequent_mask(s, device=device, dtype=dt)
+    if kind == "decoder_layer":
+        layer = nn.TransformerDecoderLayer(d, spec["h"], spec["ff"], dropout=0.0,
+                                           batch_first=True, norm_first=spec["norm_first"])
+        layer = layer.to(device=device, dtype=dt).eval()
+        tgt, mem = rnd(b, s, d), rnd(b, spec["s_mem"], d)
+        pad = torch.zeros(b, spec["s_mem"], dtype=torch.bool, device=device)
+        if spec["causal"]:
+            return lambda: layer(tgt, mem, tgt_mask=causal, memory_key_padding_mask=pad,
+                                 tgt_is_causal=True)
+        return lambda: layer(tgt, mem, memory_key_padding_mask=pad)
+    mha = nn.MultiheadAttention(d, spec["h"], dropout=0.0, batch_first=True)
+    mha = mha.to(device=device, dtype=dt).eval()
+    q, kv = rnd(b, s, d), rnd(b, spec["s_kv"], d)
+    if spec["mask"] == "causal":
+        return lambda: mha(q, q, q, attn_mask=causal, is_causal=True, need_weights=False)[0]
+    pad = torch.zeros(b, spec["s_kv"], dtype=torch.bool, device=device)
+    return lambda: mha(q, kv, kv, key_padding_mask=pad, need_weights=False)[0]
+
+
 def dtypes_for(spec: dict[str, Any]) -> tuple[str, ...]:
-    """fp16 only where it runs other kernels than bf16 (matmuls, convolutions, attention)."""
+    """fp16 only where it runs other kernels than bf16 (matmuls, convolutions, attention);
+    sweep 3 in bf16, fp32 and (convolutions) fp16; the floors (sweep 4) in bf16."""
+    if spec.get("sweep") == 4:
+        return ("bf16",)
+    if spec.get("sweep") == 3:
+        if spec["kind"] in ("conv_transpose2d", "conv_transpose1d", "conv1d", "conv2d"):
+            return ("bf16", "fp32", "fp16")
+        return ("bf16", "fp32")
     if spec.get("sweep") == 2:
         return ("bf16", "fp32")
     if spec["kind"] in ("linear", "bmm", "conv2d", "conv3d", "sdpa"):

@@ -53,6 +53,13 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
     ("memory_optrace.py", ["gpu", "--out", "benchmarks/results/memory-optrace-rerun"], 1),
     ("latency_speed.py", [], 0),
     ("latency_measure.py", ["benchmarks/results/latency-rerun"], 1),
+    # issue 40's campaign (benchmarks/results/latency-h100-v2/README.md says what each holds)
+    ("latency_measure.py", ["benchmarks/results/latency-v2-rerun", "--phases",
+                            "probes,floors,tables,models,train", "--sweep", "3", "--sets",
+                            "val,dev-new,dev", "--isolate", "--budget", "3600"], 1),
+    ("cudnn_rnn_memory.py", ["--proj", "benchmarks/results/cudnn-rnn-proj-rerun.jsonl"], 1),
+    ("memory_validation.py", ["measure", "benchmarks/results/memory-validation-rerun.jsonl"], 1),
+    ("generate_measure.py", ["benchmarks/results/generate-rerun.jsonl"], 1),
     ("latency_profile.py", ["benchmarks/results/latency-rerun/profiles.jsonl",
                             "hf:bert:bf16:32", "resnet50:bf16:1"], 1),
     ("latency_tables.py", [], 0),
