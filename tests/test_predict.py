@@ -8,10 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchinspect.bench.predict import predict_latency, resolve_gpu
-from torchinspect.bench.predict.gpus import DATASHEET, Gpu, load_table, parse_table
-from torchinspect.bench.predict.ops import OpRecord, record_call
-from torchinspect.bench.predict.roofline import (
+from torchinspect.errors import InspectError
+from torchinspect.gpus import CATALOGUE
+from torchinspect.latency import latency_gpu, predict_latency
+from torchinspect.latency.calibrated import LatencyGpu, load_table, parse_table
+from torchinspect.latency.ops import OpRecord, record_call
+from torchinspect.latency.roofline import (
     DEFAULT_KERNEL_US,
     group,
     interpolate,
@@ -19,9 +21,8 @@ from torchinspect.bench.predict.roofline import (
     price,
     price_ops,
 )
-from torchinspect.errors import InspectError
 
-H100 = Gpu(DATASHEET["h100"], None)  # datasheet only: no efficiency curves
+H100 = LatencyGpu(CATALOGUE["h100"], None)  # datasheet only: no efficiency curves
 
 
 def _op(kind: str, flops: float, nbytes: float, sub: str | None = None) -> OpRecord:
@@ -50,7 +51,7 @@ def test_which_peak_follows_pytorchs_tf32_defaults():
     assert math_for("matmul", "fp32", H100, True) == "tf32"
     assert math_for("conv", "fp32", H100, False) == "fp32"
     assert math_for("matmul", "bf16", H100, None) == "tensor16"
-    assert math_for("matmul", "bf16", Gpu(DATASHEET["t4"], None), None) == "fp32"  # no bf16
+    assert math_for("matmul", "bf16", LatencyGpu(CATALOGUE["t4"], None), None) == "fp32"  # no bf16
     assert math_for("eltwise", "bf16", H100, None) == "fp32"
 
 
@@ -108,12 +109,12 @@ def test_self_attention_without_weights_is_the_mha_fast_path():
     assert {o.fastpath for o in weights} == {o.fastpath for o in cross} == {""}
 
 
-def _table(**extra: object) -> Gpu:
+def _table(**extra: object) -> LatencyGpu:
     data = {"format": 1, "gpu": "h100", "device_name": "x", "source": "test", "torch": "2",
             "kernel_us": 1.0, "host_factor": 1.0,
             "curves": {"matmul/bf16": [[-3, 0.5], [3, 0.5]],
                        "eltwise/bf16": [[-3, 0.25], [3, 0.25]]}, **extra}
-    return Gpu(DATASHEET["h100"], parse_table(data, "test"))
+    return LatencyGpu(CATALOGUE["h100"], parse_table(data, "test"))
 
 
 def test_fast_path_ops_are_priced_together_by_the_measured_factor():
@@ -150,8 +151,8 @@ def test_packaged_h100_table_loads_and_is_labelled():
     assert {"matmul/bf16", "conv.1x1/bf16", "eltwise/fp32"} <= set(table.curves)
     assert table.validation["median_abs_error"] is not None
     assert load_table("l4") is None
-    assert "uncalibrated" in resolve_gpu("l4").source
-    assert "calibrated table h100.json" in resolve_gpu("H100").source
+    assert "uncalibrated" in latency_gpu("l4").source
+    assert "calibrated table h100.json" in latency_gpu("H100").source
 
 
 def test_a_malformed_table_is_refused_with_a_hint():
@@ -163,7 +164,7 @@ def test_a_malformed_table_is_refused_with_a_hint():
 
 def test_unknown_gpu_names_the_known_ones():
     with pytest.raises(InspectError) as err:
-        resolve_gpu("h10")
+        latency_gpu("h10")
     assert "did you mean h100" in (err.value.hint or "")
     assert "a100" in (err.value.hint or "")
 
@@ -214,12 +215,13 @@ MODELS = [("resnet18", "bf16", 32), ("vit_b_32", "bf16", 32), ("hf:gpt2", "bf16"
 @pytest.mark.parametrize(("model", "dtype", "batch"), MODELS)
 def test_prediction_against_a_measured_graph_replay(model, dtype, batch):
     """On an H100 or H200: the prediction for that GPU within 35% of a measured replay."""
-    from torchinspect.bench.predict.gpus import match_device_name
     from torchinspect.bench.run import BenchOptions, run_bench
     from torchinspect.bench.timing import TimingConfig
+    from torchinspect.gpus import match_device_name
     from torchinspect.sources.case import make_case
 
-    name = match_device_name(torch.cuda.get_device_name())
+    found = match_device_name(torch.cuda.get_device_name())
+    name = found.name if found is not None else None
     if name not in ("h100", "h200"):
         pytest.skip(f"no table to compare with on {torch.cuda.get_device_name()}")
     case = make_case(model, device="meta")

@@ -88,9 +88,9 @@ CompareOpt = Annotated[str | None, typer.Option(
     "(NEW.json), compares the two files and runs nothing.")]
 PredictOpt = Annotated[str | None, typer.Option(
     "--predict", metavar="GPU",
-    help="predict the latency on this GPU (h100, h200, a100, l40s, l4, rtx4090, t4) from "
-    "the CPU, no GPU needed: per layer type, graph replay and eager. With --device cuda the "
-    "real run is measured too and shown beside the prediction.")]
+    help="predict the latency on this GPU (h100, a100, l4, rtx4090, ...: the GPU catalogue's "
+    "names) from the CPU, no GPU needed: per layer type, graph replay and eager. With --device "
+    "cuda the real run is measured too and shown beside the prediction.")]
 
 
 class _Progress:
@@ -180,6 +180,10 @@ def bench(
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
+    if predict is not None:
+        from torchinspect.gpus import find_gpu
+
+        find_gpu(predict, option="--predict")  # an unknown name: refused before any run
     if predict is not None and not opts.device.startswith("cuda"):
         _refuse_real_run_options(compile=compile or compile_mode != CompileMode.default, amp=amp,
                                  max_batch=max_batch, profile=profile, compare=bool(compare),
@@ -234,7 +238,7 @@ def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32
     """With --predict: the prediction for the configurations just measured, side by side."""
     if gpu is None:
         return report
-    from torchinspect.bench.predict import predict_latency
+    from torchinspect.latency import predict_latency
     from torchinspect.report.base import Text
     from torchinspect.report.predict import against_measured, header
 
@@ -247,12 +251,11 @@ def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32
 def _predict_only(model: str, gpu: str, batch: str | None, dtype: str, tf32: bool | None,
                   opts: ModelOptions, out: OutputOptions) -> None:
     """`inspect bench MODEL --predict GPU`: the prediction alone, no device touched."""
-    from torchinspect.bench.predict import predict_latency, resolve_gpu
     from torchinspect.bench.run import parse_dtype
+    from torchinspect.latency import predict_latency
     from torchinspect.report.predict import prediction_report
     from torchinspect.sources.case import make_case
 
-    resolve_gpu(gpu)  # an unknown name is refused before the model is built
     dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in dtype.split(",") if d.strip()))
     case = make_case(model, options=opts, device="meta")
     pred = predict_latency(case, gpu, dtypes=dtypes or ("fp32",), batches=parse_batches(batch),

@@ -174,7 +174,7 @@ def memory_items(t: Totals) -> list[tuple[str, Any]]:
                  Shown(t.leaf_output_bytes, fmt_bytes(t.leaf_output_bytes))),
                 ("Estimated total size (weights + input + leaf outputs)",
                  Shown(t.estimated_total_bytes, fmt_bytes(t.estimated_total_bytes)))]
-    on = (t.memory_device or "cuda").upper()
+    on = (t.memory_gpu or t.memory_device or "cuda").upper()  # the GPU it is predicted for
     items: list[tuple[str, Any]] = [(
         f"Peak memory, inference (predicted, {on})",
         Shown(t.peak_inference_bytes, f"{fmt_bytes(t.peak_inference_bytes)}"

@@ -25,14 +25,14 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from torchinspect.bench.predict.gpus import Gpu, GpuTable, load_table
-from torchinspect.bench.predict.ops import OpRecord
+from torchinspect.latency.calibrated import REFERENCE, GpuTable, LatencyGpu, load_table
+from torchinspect.latency.ops import OpRecord
 
 DEFAULT_KERNEL_US = 2.5  # fixed cost of one kernel when no table measured it
 TENSOR_KINDS = ("matmul", "conv", "attention")
 
 
-def math_for(kind: str, dtype: str, gpu: Gpu, tf32: bool | None) -> str:
+def math_for(kind: str, dtype: str, gpu: LatencyGpu, tf32: bool | None) -> str:
     """Which peak an op of ``kind`` runs at: tensor cores, TF32, or CUDA-core fp32.
 
     PyTorch's defaults: fp32 convolutions use TF32 (``cudnn.allow_tf32``), fp32 matmuls
@@ -98,12 +98,12 @@ def curve_for(table: GpuTable | None, sub: str, kind: str,
     return table.curves[key] if table is not None and key is not None else None
 
 
-def efficiency_table(gpu: Gpu) -> GpuTable | None:
-    """The curves used for ``gpu``: its own, else the H100's (shape, not rates)."""
-    return gpu.table if gpu.table is not None else load_table("h100")
+def efficiency_table(gpu: LatencyGpu) -> GpuTable | None:
+    """The curves used for ``gpu``: its own, else the reference GPU's (shape, not rates)."""
+    return gpu.table if gpu.table is not None else load_table(REFERENCE)
 
 
-def price(op: OpRecord, gpu: Gpu, dtype: str, tf32: bool | None = None,
+def price(op: OpRecord, gpu: LatencyGpu, dtype: str, tf32: bool | None = None,
           table: GpuTable | None = None, *, scaled: bool = True) -> OpTime:
     """Predicted time of one op (µs) on ``gpu`` in ``dtype`` (``scaled``: with the table's
     in-model correction of its op group; the time is never under the class's floor)."""
@@ -126,7 +126,7 @@ def price(op: OpRecord, gpu: Gpu, dtype: str, tf32: bool | None = None,
     return OpTime(compute, memory, scale * roof / max(eff, 1e-6), True, kernels)
 
 
-def price_ops(ops: Sequence[OpRecord], gpu: Gpu, dtype: str, tf32: bool | None = None,
+def price_ops(ops: Sequence[OpRecord], gpu: LatencyGpu, dtype: str, tf32: bool | None = None,
               table: GpuTable | None = None) -> list[OpTime]:
     """Every op priced; the ops of each fast-path call together, by the fast path's factor."""
     times = [price(op, gpu, dtype, tf32, table) for op in ops]
