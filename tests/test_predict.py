@@ -12,7 +12,7 @@ from torchinspect.errors import InspectError
 from torchinspect.gpus import CATALOGUE
 from torchinspect.latency import latency_gpu, predict_latency
 from torchinspect.latency.calibrated import LatencyGpu, load_table, parse_table
-from torchinspect.latency.ops import OpRecord, record_call
+from torchinspect.latency.ops import OpRecord, record_call, record_ops
 from torchinspect.latency.roofline import (
     DEFAULT_KERNEL_US,
     group,
@@ -246,7 +246,7 @@ def test_check_max_latency_without_a_gpu_uses_the_prediction(invoke):
 
 
 def test_check_unknown_gpu_exits_2(invoke):
-    result = invoke("check", "zoo:convnet", "--max-latency-ms", "1", "--gpu", "a10")
+    result = invoke("check", "zoo:convnet", "--max-latency-ms", "1", "--gpu", "a100x")
     assert result.exit_code == 2
     assert "did you mean a100" in result.output
 
@@ -286,3 +286,95 @@ def test_cli_predict_refuses_options_of_a_real_run(invoke):
     result = invoke("bench", "zoo:convnet", "--predict", "h100", "--channels-last")
     assert result.exit_code == 2
     assert "--channels-last has no effect" in result.output
+
+
+# ---- one host for every GPU, and the GPUs in order -------------------------------------
+
+
+def _dominates(a, b) -> bool:
+    """``a`` is at least as fast as ``b`` on every datasheet rate (and natively bf16 if b is)."""
+    return all(getattr(a, r) >= getattr(b, r) for r in ("tensor_16", "tf32", "fp32",
+                                                        "bandwidth", "bf16"))
+
+
+ORDER = [("resnet18", "bf16", 1), ("resnet18", "fp32", 32), ("zoo:gpt-tiny", "fp32", 1),
+         ("zoo:convnet", "bf16", 1), ("vit_b_16", "bf16", 1)]
+
+
+@pytest.mark.parametrize(("model", "dtype", "batch"), ORDER)
+def test_predictions_from_one_cpu_are_ordered_by_gpu_and_share_the_host_time(model, dtype, batch):
+    """Over the whole catalogue: the host time is the host's (one figure for every GPU), and
+    a GPU at least as fast on every rate is never predicted slower, in graph replay or eager
+    (the H100 table's curves read at the rooflines of each GPU)."""
+    from itertools import permutations
+
+    from torchinspect.inputs import rebatch
+    from torchinspect.latency.eager import HostModel, host_factor
+    from torchinspect.latency.host import HostCost
+    from torchinspect.latency.predict import price_trace
+    from torchinspect.sources.case import make_case
+
+    case = make_case(model, device="meta")
+    trace = record_ops(case.model, rebatch(case.require_example(), batch), dtype=dtype)
+    host = HostModel(HostCost(2.0, 1.5, "test"), host_factor())
+    preds = {name: price_trace(trace, latency_gpu(name), dtype, batch, host) for name in CATALOGUE}
+    assert len({p.host_ms for p in preds.values()}) == 1
+    pairs = [(a, b) for a, b in permutations(CATALOGUE, 2)
+             if _dominates(CATALOGUE[a], CATALOGUE[b])]
+    assert len(pairs) > 50  # the catalogue orders many pairs: not a vacuous check
+    slower = [(a, b, preds[a].gpu_ms, preds[b].gpu_ms) for a, b in pairs
+              if preds[a].gpu_ms > preds[b].gpu_ms or preds[a].eager_ms > preds[b].eager_ms]
+    assert slower == []
+
+
+def test_eager_predictions_share_the_hosts_factor_whatever_the_gpu():
+    """resnet-like net at batch 1: host-bound on every GPU, so one eager time (it was 4.01 ms
+    on the H100, 3.65 on the T4 and 2.26 on the A100 when the factor was the GPU's)."""
+    preds = [predict_latency("zoo:convnet", gpu, dtypes=("bf16",), batches=(1,))
+             for gpu in ("h100", "t4", "a100")]
+    assert len({p.host_factor for p in preds}) == 1
+    assert len({p.results[0].host_ms for p in preds}) == 1
+    assert all(p.results[0].binds == "host" for p in preds)
+    assert len({p.results[0].eager_ms for p in preds}) == 1
+    t4, h100 = preds[1].results[0], preds[0].results[0]
+    assert t4.gpu_ms > h100.gpu_ms  # the GPU side still tells them apart
+
+
+def test_the_table_gpu_is_predicted_exactly_as_its_curves_say():
+    """The monotone reading of the curves is anchored at the table's own GPU: its predictions
+    are the curves' ``roof / eff`` (so the validation on its results page still holds)."""
+    from torchinspect.latency.roofline import curve_time
+
+    curve = [(-1.0, 0.05), (0.0, 0.4), (1.0, 0.5)]  # steep: roof/eff falls from 2 µs to 2.5
+    assert curve_time(curve, 0.5, 0.5) == pytest.approx(0.5 / interpolate(curve, -0.30103))
+    # a GPU twice as fast is never slower than the anchor, a GPU twice as slow never faster
+    assert curve_time(curve, 0.25, 0.5) <= curve_time(curve, 0.5, 0.5)
+    assert curve_time(curve, 1.0, 0.5) >= curve_time(curve, 0.5, 0.5)
+    xs = [10 ** (x / 20) for x in range(-40, 30)]
+    times = [curve_time(curve, r, 0.5) for r in xs]
+    assert times == sorted(times)
+
+
+def test_a_replaced_mac_formula_changes_the_latency_prediction():
+    """The pricer takes the trace's own MACs (the registry, its precedence included), not
+    torch's flop_registry first: a formula registered with replace=True is what it prices."""
+    from torch import nn
+
+    from torchinspect import register_mac_formula, unregister_mac_formula
+    from torchinspect.sources.case import make_case
+
+    case = make_case(nn.Linear(4096, 4096, bias=False), "512,4096")  # compute-bound on an H100
+
+    def predict():
+        return predict_latency(case, "h100", dtypes=("fp32",)).results[0]
+
+    before = predict()
+    register_mac_formula("mm", lambda args, kwargs, out: 2 * out.numel() * args[0].shape[-1],
+                         family="matmul/linear", replace=True)
+    try:
+        after = predict()
+    finally:
+        unregister_mac_formula("mm")
+    assert after.flops - before.flops == 2 * 512 * 4096 * 4096  # the mm's FLOPs, doubled
+    assert after.gpu_ms > 1.5 * before.gpu_ms
+    assert predict().flops == before.flops  # unregistered: torch's formula again

@@ -156,7 +156,7 @@ CATALOGUE: dict[str, Gpu] = {g.name: g for g in (
         tensor_16=149.7 * T, tf32=74.8 * T, fp32=37.4 * T, bandwidth=696e9,
         source="NVIDIA A40 datasheet, dense: https://images.nvidia.com/content/Solutions/"
         "data-center/a40/nvidia-a40-datasheet.pdf"),
-    Gpu("a6000", "NVIDIA RTX A6000", ("rtx a6000", "rtx-a6000", "nvidia rtx a6000"), (8, 6),
+    Gpu("a6000", "NVIDIA RTX A6000", ("rtx a6000", "nvidia rtx a6000"), (8, 6),
         84, 1536, memory_gib=48, tensor_16=154.8 * T, tf32=77.4 * T, fp32=38.7 * T,
         bandwidth=768e9, source="NVIDIA RTX A6000 datasheet (tensor 309.7 TFLOPS with "
         "sparsity, halved), dense: https://www.nvidia.com/content/dam/en-zz/Solutions/"
@@ -173,15 +173,13 @@ CATALOGUE: dict[str, Gpu] = {g.name: g for g in (
         tensor_16=362.05 * T, tf32=183 * T, fp32=91.6 * T, bandwidth=864e9,
         source="NVIDIA L40S GPU datasheet, dense: https://www.nvidia.com/en-us/data-center/l40s/",
         reported_mib=46068, reported_source=_MODAL),
-    Gpu("rtx4090", "NVIDIA GeForce RTX 4090", ("4090", "rtx 4090", "geforce rtx 4090",
-        "nvidia geforce rtx 4090"), (8, 9), 128, 1536, memory_gib=24, tensor_16=165.2 * T,
+    Gpu("rtx4090", "NVIDIA GeForce RTX 4090", ("4090", "geforce rtx 4090", "nvidia geforce rtx 4090"), (8, 9), 128, 1536, memory_gib=24, tensor_16=165.2 * T,
         tf32=82.6 * T, fp32=82.6 * T, bandwidth=1.008 * T, source="NVIDIA Ada Lovelace GPU "
         "architecture whitepaper, RTX 4090 column (FP16/BF16 tensor with FP32 accumulate), "
         "dense: https://images.nvidia.com/aem-dam/Solutions/geforce/ada/nvidia-ada-gpu-"
         "architecture.pdf", reported_mib=24564, reported_source="https://github.com/RLinf/"
         "RLinf/issues/255 (nvidia-smi of an NVIDIA GeForce RTX 4090)"),
-    Gpu("rtx3090", "NVIDIA GeForce RTX 3090", ("3090", "rtx 3090", "geforce rtx 3090",
-        "nvidia geforce rtx 3090"), (8, 6), 82, 1536, memory_gib=24, tensor_16=71 * T,
+    Gpu("rtx3090", "NVIDIA GeForce RTX 3090", ("3090", "geforce rtx 3090", "nvidia geforce rtx 3090"), (8, 6), 82, 1536, memory_gib=24, tensor_16=71 * T,
         tf32=35.6 * T, fp32=35.6 * T, bandwidth=936e9, source="NVIDIA Ampere GA102 GPU "
         "architecture whitepaper, RTX 3090 column (FP16 tensor with FP32 accumulate), dense: "
         "https://www.nvidia.com/content/PDF/nvidia-ampere-ga-102-gpu-architecture-whitepaper-"

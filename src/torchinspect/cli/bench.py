@@ -180,14 +180,10 @@ def bench(
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
-    if predict is not None:
-        from torchinspect.gpus import find_gpu
-
-        find_gpu(predict, option="--predict")  # an unknown name: refused before any run
-    if predict is not None and not opts.device.startswith("cuda"):
-        _refuse_real_run_options(compile=compile or compile_mode != CompileMode.default, amp=amp,
-                                 max_batch=max_batch, profile=profile, compare=bool(compare),
-                                 channels_last=channels_last)
+    if predict is not None and _predicts_only(
+            predict, opts.device, compile=compile or compile_mode != CompileMode.default,
+            amp=amp, max_batch=max_batch, profile=profile, compare=bool(compare),
+            channels_last=channels_last):
         return _predict_only(model, predict, batch, dtype, tf32, opts, out)
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
@@ -224,13 +220,20 @@ def bench(
     sys.stderr.flush()
 
 
-def _refuse_real_run_options(**given: bool) -> None:
-    """--predict without --device cuda runs nothing: options of a real run are refused."""
-    real = [f"--{name.replace('_', '-')}" for name, on in given.items() if on]
+def _predicts_only(gpu: str, device: str, **real_run: bool) -> bool:
+    """--predict GPU: a GPU of the catalogue (an unknown name is refused before anything
+    runs). Without --device cuda nothing runs: True, and options of a real run are refused."""
+    from torchinspect.gpus import find_gpu  # kept out of `inspect --help`
+
+    find_gpu(gpu, option="--predict")
+    if device.startswith("cuda"):
+        return False
+    real = [f"--{name.replace('_', '-')}" for name, on in real_run.items() if on]
     if real:
         raise InspectError(f"--predict runs nothing on a device: {real[0]} has no effect there",
                            hint="leave it out, or add --device cuda to measure beside the "
                            "prediction")
+    return True
 
 
 def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32: bool | None,

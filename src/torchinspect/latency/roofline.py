@@ -25,6 +25,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from torchinspect.gpus import CATALOGUE
 from torchinspect.latency.calibrated import REFERENCE, GpuTable, LatencyGpu, load_table
 from torchinspect.latency.ops import OpRecord
 
@@ -80,6 +81,50 @@ def interpolate(curve: list[tuple[float, float]], x: float) -> float:
     return y0 + (y1 - y0) * (x - x0) / (x1 - x0) if x1 > x0 else y1
 
 
+LN10 = math.log(10)
+
+
+def _at(curve: list[tuple[float, float]], roof: float, power: int) -> float:
+    """µs of roofline time ``roof`` on a curve: ``roof * value**power``, ``power=-1`` for an
+    efficiency curve (roof / eff), ``1`` for a factor curve (roof x factor)."""
+    return roof * max(interpolate(curve, math.log10(max(roof, 1e-4))), 1e-6) ** power
+
+
+def _turns(curve: list[tuple[float, float]], lo: float, hi: float, power: int) -> list[float]:
+    """Where the curve's time turns inside (lo, hi): its knots, and the point of a segment where
+    d/dx log(10**x * value**power) = ln 10 + power * slope / value is zero."""
+    out = [x for x, _ in curve if lo < x < hi]
+    for (x0, y0), (x1, y1) in zip(curve, curve[1:], strict=False):
+        if x1 <= x0:
+            continue
+        slope = (y1 - y0) / (x1 - x0)
+        value = -power * slope / LN10  # the value where the derivative is zero
+        if slope and value > 0:
+            x = x0 + (value - y0) / slope
+            if max(x0, lo) < x < min(x1, hi):
+                out.append(x)
+    return out
+
+
+def curve_time(curve: list[tuple[float, float]], roof: float, anchor: float,
+               power: int = -1) -> float:
+    """µs of an op of roofline time ``roof`` (µs) on the GPU predicted, read from a curve
+    measured on the table's GPU, where the same op's roofline time is ``anchor``.
+
+    At the anchor it is the curve's own time (``roof / eff``: the table's GPU is predicted
+    as measured). Elsewhere the curve is read monotonically: a GPU with a smaller roofline
+    time gets the least time the curve gives between the two rooflines, a slower one the
+    largest, so a faster GPU is never predicted slower (the straight lines between measured
+    points need not be monotone: where efficiency rises steeply, ``roof / eff`` falls as the
+    op grows)."""
+    if roof == anchor:
+        return _at(curve, roof, power)
+    x, xa = math.log10(max(roof, 1e-4)), math.log10(max(anchor, 1e-4))
+    turns = _turns(curve, min(x, xa), max(x, xa), power)
+    times = [_at(curve, r, power) for r in (roof, anchor, *(10 ** t for t in turns))]
+    return max(times) if roof > anchor else min(times)
+
+
 def curve_key(table: GpuTable | None, sub: str, kind: str, dtype: str) -> str | None:
     """The table's curve for an op: its class's, else its kind's (fp16 falls back to bf16)."""
     if table is None:
@@ -120,10 +165,21 @@ def price(op: OpRecord, gpu: LatencyGpu, dtype: str, tf32: bool | None = None,
     if key is None or table is None:
         fixed = table.kernel_us if table is not None else DEFAULT_KERNEL_US
         return OpTime(compute, memory, roof + fixed * op.kernels, False, op.kernels)
-    eff = interpolate(table.curves[key], math.log10(max(roof, 1e-4)))
     scale = table.scales.get(group(op.kind, op.sub), 1.0) if scaled else 1.0
     kernels = table.kernels.get(key, float(op.kernels))
-    return OpTime(compute, memory, scale * roof / max(eff, 1e-6), True, kernels)
+    time = curve_time(table.curves[key], roof, roofline_on(op, measured_on(table), dtype, tf32))
+    return OpTime(compute, memory, scale * time, True, kernels)
+
+
+def roofline_on(op: OpRecord, gpu: LatencyGpu, dtype: str, tf32: bool | None) -> float:
+    """The roofline time (µs) of ``op`` on ``gpu``: the larger of compute and memory."""
+    peak = gpu.spec.peak(math_for(op.kind, dtype, gpu, tf32))
+    return max(op.flops / peak * 1e6, op.bytes / gpu.spec.bandwidth * 1e6)
+
+
+def measured_on(table: GpuTable) -> LatencyGpu:
+    """The GPU a table was measured on (its curves' rooflines are that GPU's)."""
+    return LatencyGpu(CATALOGUE[table.gpu], table)
 
 
 def price_ops(ops: Sequence[OpRecord], gpu: LatencyGpu, dtype: str, tf32: bool | None = None,
@@ -140,7 +196,9 @@ def price_ops(ops: Sequence[OpRecord], gpu: LatencyGpu, dtype: str, tf32: bool |
             continue
         raw = [price(ops[i], gpu, dtype, tf32, table, scaled=False) for i in idx]
         total = sum(t.us for t in raw)
-        factor = interpolate(curve, math.log10(max(total, 1e-4)))
+        on_table = measured_on(table) if table is not None else gpu
+        anchor = sum(price(ops[i], on_table, dtype, tf32, table, scaled=False).us for i in idx)
+        factor = curve_time(curve, total, anchor, power=1) / max(total, 1e-9)
         for i, t in zip(idx, raw, strict=True):
             times[i] = OpTime(t.compute_us, t.memory_us, t.us * factor, t.calibrated, t.kernels)
     return times

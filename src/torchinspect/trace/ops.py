@@ -71,9 +71,8 @@ HAND_KINDS: dict[OpKind, frozenset[str]] = {kind: frozenset(names.split()) for k
         q_zero_point q_per_channel_scales q_per_channel_zero_points""",
     OpKind.matmul: """mm addmm bmm baddbmm addbmm addmv mv dot vdot matmul _addmm_activation
         _scaled_mm _int_mm _weight_int8pack_mm _grouped_mm _scaled_grouped_mm""",
-    OpKind.conv: """convolution _convolution cudnn_convolution conv_depthwise2d
-        _conv_depthwise2d mkldnn_convolution convolution_overrideable _slow_conv2d_forward
-        slow_conv3d_forward""",
+    OpKind.conv: """convolution _convolution cudnn_convolution _conv_depthwise2d
+        mkldnn_convolution convolution_overrideable _slow_conv2d_forward slow_conv3d_forward""",
     OpKind.attention: """scaled_dot_product_attention _scaled_dot_product_flash_attention
         _scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention
         _scaled_dot_product_flash_attention_for_cpu _native_multi_head_attention""",
