@@ -139,3 +139,52 @@ def test_the_docs_page_is_generated_from_the_catalogue(request: pytest.FixtureRe
         path.write_text(page, encoding="utf-8")
     for name, text in blocks.items():
         assert _block(name, text) in page, "run pytest tests/test_gpus.py --update-golden"
+
+
+# ---- every command: the same names accepted, the same did-you-mean for the rest ----------
+
+MODEL = "zoo:convnet"
+COMMANDS = {  # the command line with a GPU name, and where its JSON names the GPU used
+    "memory": (["memory", MODEL, "--no-train", "--gpu"], lambda d: d["gpu"]),
+    "summary": (["summary", MODEL, "--gpu"], lambda d: d["totals"]["memory_gpu"]),
+    "bench": (["bench", MODEL, "--predict"], lambda d: d["predicted"]["gpu"]),
+    "check": (["check", MODEL, "--max-infer-mb", "1000", "--gpu"], None),
+    "report": (["report", MODEL, "--no-graph", "--no-doctor", "--gpu"],
+               lambda d: d["models"][0]["latency"]["gpu"]),
+}
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_refuses_an_unknown_gpu_the_same_way(invoke, command: str) -> None:
+    args, _ = COMMANDS[command]
+    result = invoke(*args, "rtx4900")
+    assert result.exit_code == 2, result.output
+    option = args[-1]
+    assert f"error: {option} 'rtx4900': not a GPU this tool knows" in result.output
+    assert "hint: did you mean rtx4090? known: h100, h200, h800" in result.output
+
+
+@pytest.mark.parametrize("command", list(COMMANDS))
+def test_every_command_takes_the_catalogues_names(invoke, command: str) -> None:
+    """``4090`` (refused by `inspect memory` before the catalogue) names one GPU everywhere,
+    and the command says it used it."""
+    args, named = COMMANDS[command]
+    result = invoke(*args, "4090", "--format", "json")
+    assert result.exit_code == 0, result.output
+    doc = json.loads(result.output)
+    if named is not None:
+        assert named(doc) == "rtx4090"
+    else:  # check: the peak is the memory command's for that GPU (8.125 MiB of cuBLAS)
+        memory = json.loads(invoke("memory", MODEL, "--no-train", "--gpu", "rtx4090",
+                                   "--format", "json").output)
+        assert doc["models"][0]["readings"]["infer-mb"] == memory["inference"]["peak"] / 1e6
+
+
+@pytest.mark.parametrize("args", [
+    ["memory", MODEL, "--device", "cpu", "--gpu", "a10"],  # bytes of tensors: no GPU
+    ["check", MODEL, "--max-params", "1G", "--gpu", "a10"],  # nothing predicted for a GPU
+])
+def test_a_gpu_the_command_cannot_use_is_a_usage_error(invoke, args: list[str]) -> None:
+    result = invoke(*args)
+    assert result.exit_code == 2, result.output
+    assert "--gpu a10" in result.output

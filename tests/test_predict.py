@@ -263,6 +263,32 @@ def test_summary_time_column_is_predicted_for_a_named_gpu(invoke):
     assert any("PREDICTED ms per call on h100" in n for n in doc["notes"])
 
 
+def test_summary_gpu_names_the_memory_line_and_adds_the_time_column(invoke):
+    """`summary --gpu a100` predicted the times for an A100 beside a memory line computed for
+    an H100 it did not name; `--gpu a10` without a time column was ignored without a word."""
+    text = invoke("summary", "zoo:convnet", "--gpu", "a100")
+    assert text.exit_code == 0, text.output
+    assert "Time (pred.)" in text.output  # added to the default columns
+    assert "Peak memory, inference (predicted, A100)" in text.output
+    narrow = invoke("summary", "zoo:convnet", "--columns", "type,params", "--gpu", "a10",
+                    "--format", "json")
+    doc = json.loads(narrow.output)
+    assert doc["totals"]["memory_gpu"] == "a10" and doc["layers"][0]["time_ms"] > 0
+    h100 = json.loads(invoke("summary", "zoo:convnet", "--gpu", "h100", "--format",
+                             "json").output)["totals"]["peak_inference_bytes"]
+    # the cuBLAS workspace of an Ampere card (8.125 MiB) against a Hopper's (32 MiB)
+    assert h100 - doc["totals"]["peak_inference_bytes"] == (32 << 20) - (8 << 20) - (128 << 10)
+
+
+def test_summarize_fills_time_ms_in_the_core():
+    from torchinspect import summarize
+
+    s = summarize("zoo:convnet", gpu="H100", memory="none")
+    assert all(r.time_ms is not None and r.time_ms > 0 for r in s.rows if r.ran)
+    assert any("PREDICTED ms per call on h100" in n for n in s.notes)
+    assert summarize("zoo:convnet", memory="none").rows[0].time_ms is None
+
+
 def test_summary_time_column_needs_a_gpu(invoke):
     result = invoke("summary", "zoo:convnet", "--columns", "time")
     assert result.exit_code == 2
@@ -378,3 +404,8 @@ def test_a_replaced_mac_formula_changes_the_latency_prediction():
     assert after.flops - before.flops == 2 * 512 * 4096 * 4096  # the mm's FLOPs, doubled
     assert after.gpu_ms > 1.5 * before.gpu_ms
     assert predict().flops == before.flops  # unregistered: torch's formula again
+
+
+def test_a_dtype_the_tables_do_not_price_is_refused():
+    with pytest.raises(InspectError, match="fp64"):
+        predict_latency("zoo:convnet", "h100", dtypes=("fp64",))
