@@ -6,9 +6,9 @@ dispatch mode outside the trace's own: each op that reaches the dispatcher becom
 pool, gather, copy, from the op's kind in the op table ``trace/ops.py``; ``view`` for ops
 that launch no kernel; ``other`` for ops with no efficiency data), its FLOPs (2 per MAC of
 the trace's own formula registry, ``trace/formulas.py``, where an op has one), the bytes it
-must move (inputs read once, outputs written once), and the innermost module that ran it. ``F.scaled_dot_product_attention`` is one
-fused kernel on a GPU: it is recorded once at the function level, its meta decomposition
-is not. Inside ``nn.LSTM``/``GRU``/``RNN`` the pointwise gate math is fused (cuDNN): one
+must move (inputs read once, outputs written once), and the innermost module that ran it.
+``F.scaled_dot_product_attention`` is one fused kernel on a GPU: it is recorded once at the
+function level, its meta decomposition is not. Inside ``nn.LSTM``/``GRU``/``RNN`` the pointwise gate math is fused (cuDNN): one
 kernel per recurrent matmul.
 
 Eval ``nn.TransformerEncoderLayer`` and self-attention ``nn.MultiheadAttention`` calls
@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import torch
@@ -35,23 +36,42 @@ from torchinspect.dtypes import SHORT, SIZES
 from torchinspect.trace.formulas import MacTable
 from torchinspect.trace.ops import OpKind, op_info, op_name
 
-# The efficiency class an op's kind (the op table, trace/ops.py) is priced with: the curve
-# names of the measured tables. Free ops (views, metadata, bare allocations) launch nothing.
-CLASS_OF: dict[OpKind, str] = {
-    OpKind.matmul: "matmul", OpKind.conv: "conv", OpKind.attention: "attention",
-    OpKind.norm: "norm", OpKind.reduction: "reduction", OpKind.pool: "pool",
-    OpKind.gather: "gather", OpKind.copy: "copy", OpKind.elementwise: "eltwise",
-    OpKind.compare: "eltwise", OpKind.select: "eltwise", OpKind.creation: "eltwise"}
+
+class OpClass(StrEnum):
+    """The efficiency class an op is priced with: the curve names of the measured tables
+    (``matmul/bf16``, ``eltwise/fp32``); ``view`` launches no kernel."""
+
+    matmul = "matmul"
+    conv = "conv"
+    attention = "attention"
+    norm = "norm"
+    eltwise = "eltwise"
+    reduction = "reduction"
+    pool = "pool"
+    gather = "gather"
+    copy = "copy"
+    other = "other"  # no efficiency data: the roofline plus one kernel's fixed cost
+    view = "view"
+
+
+# each op kind of the op table (trace/ops.py) -> its class; free ops (views, metadata, bare
+# allocations) are OpClass.view, kinds not listed OpClass.other
+CLASS_OF: dict[OpKind, OpClass] = {
+    OpKind.matmul: OpClass.matmul, OpKind.conv: OpClass.conv,
+    OpKind.attention: OpClass.attention, OpKind.norm: OpClass.norm,
+    OpKind.reduction: OpClass.reduction, OpKind.pool: OpClass.pool,
+    OpKind.gather: OpClass.gather, OpKind.copy: OpClass.copy,
+    OpKind.elementwise: OpClass.eltwise, OpKind.compare: OpClass.eltwise,
+    OpKind.select: OpClass.eltwise, OpKind.creation: OpClass.eltwise}
 RNN_MODULES = ("LSTM", "GRU", "RNN")
-# ops of attention written out (F.multi_head_attention_forward on meta): fused on a GPU
 _NORM_SUB = {"native_batch_norm": "norm.batch", "_native_batch_norm_legit_no_training": "norm.batch",
              "_native_batch_norm_legit": "norm.batch", "cudnn_batch_norm": "norm.batch",
              "native_layer_norm": "norm.layer", "native_group_norm": "norm.group",
              "_fused_rms_norm": "norm.rms", "rms_norm": "norm.rms"}
+# ops of attention written out (F.multi_head_attention_forward on meta): fused on a GPU
 _MHA_MATH = frozenset("bmm baddbmm _safe_softmax _softmax mul div masked_fill".split())
 
-KINDS = ("matmul", "conv", "attention", "norm", "eltwise", "reduction", "pool", "gather",
-         "copy", "other")
+KINDS = tuple(c for c in OpClass if c is not OpClass.view)  # the classes a kernel is priced in
 
 
 @dataclass
@@ -59,7 +79,7 @@ class OpRecord:
     """One op as a GPU would run it: kind, work, and where in the model it ran."""
 
     name: str
-    kind: str  # one of KINDS, or "view" (no kernel)
+    kind: OpClass
     sub: str  # finer class for the efficiency table (conv.1x1, matmul.skinny, ...)
     flops: float
     bytes: float
@@ -68,6 +88,9 @@ class OpRecord:
     module: str  # qualified name of that module
     fused: bool = False  # pointwise math fused into a neighbouring kernel (RNN gates)
     fastpath: str = ""  # "encoder#N" / "mha#N": the fast-path call it runs in on a GPU
+
+    def __post_init__(self) -> None:
+        self.kind = OpClass(self.kind)  # a class name given as text ("matmul") is the class
 
 
 @dataclass
@@ -137,10 +160,10 @@ def _matmul_sub(out: Any) -> str:
     return "matmul"
 
 
-def classify(op: Any) -> str:
-    """An op's efficiency class (`KINDS`), or "view" for one that launches no kernel."""
+def classify(op: Any) -> OpClass:
+    """An op's efficiency class: `OpClass.view` for one that launches no kernel."""
     info = op_info(op)
-    return "view" if info.free else CLASS_OF.get(info.kind, "other")
+    return OpClass.view if info.free else CLASS_OF.get(info.kind, OpClass.other)
 
 
 def sdpa_work(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -250,7 +273,7 @@ class _Recorder:
         self.mha_fast = ""  # the fast-path MHA call whose attention is recorded at its end
         self.macs = MacTable()  # the trace's own formulas (registry, users', then torch's)
 
-    def add(self, name: str, kind: str, sub: str, flops: float, nbytes: float,
+    def add(self, name: str, kind: OpClass, sub: str, flops: float, nbytes: float,
             kernels: int = 1, fused: bool = False) -> None:
         layer, module = self.stack.top
         self.trace.ops.append(OpRecord(name, kind, sub, flops, nbytes, kernels, layer, module,
@@ -262,7 +285,7 @@ class _Recorder:
             return
         name = op_name(func)
         kind = classify(name)
-        if kind == "view":
+        if kind is OpClass.view:
             return
         if self.stack.top[0] == "MultiheadAttention" and name in _MHA_MATH:
             return  # the attention written out on meta: one fused kernel on a GPU (below)
@@ -270,30 +293,30 @@ class _Recorder:
         outs = _tensors(out)
         nbytes = self._bytes(kind, name, ins, outs)
         flops = self._flops(func, kind, args, kwargs, out, ins, outs)
-        sub = kind
-        if kind == "conv":
+        sub: str = kind
+        if kind is OpClass.conv:
             sub = _conv_sub(args)
-        elif kind == "matmul":
+        elif kind is OpClass.matmul:
             sub = _matmul_sub(out)
-        if self.stack.in_rnn() and kind in ("eltwise", "other", "copy"):
-            self.add(name, "eltwise", "eltwise", flops, nbytes, kernels=0, fused=True)
+        if self.stack.in_rnn() and kind in (OpClass.eltwise, OpClass.other, OpClass.copy):
+            self.add(name, OpClass.eltwise, "eltwise", flops, nbytes, kernels=0, fused=True)
             return
-        if kind == "norm":
+        if kind is OpClass.norm:
             sub = _NORM_SUB.get(name, "norm")
-        bias = args[2] if kind == "conv" and len(args) > 2 else None
+        bias = args[2] if kind is OpClass.conv and len(args) > 2 else None
         if isinstance(bias, torch.Tensor) and outs:  # cuDNN convolves, then adds the bias
             out_bytes = self.pricer.nbytes(outs[0])
             self.add(name, kind, sub, flops, nbytes - out_bytes - self.pricer.nbytes(bias))
-            self.add("conv_bias_add", "eltwise", "eltwise", float(outs[0].numel()),
+            self.add("conv_bias_add", OpClass.eltwise, "eltwise", float(outs[0].numel()),
                      2 * out_bytes + self.pricer.nbytes(bias))
             return
-        if self.stack.in_rnn() and kind == "matmul":
+        if self.stack.in_rnn() and kind is OpClass.matmul:
             sub = "matmul.rnn"  # cuDNN's recurrent kernels, not cuBLAS calls
         self.add(name, kind, sub, flops, nbytes)
-        if self.stack.in_rnn() and kind == "matmul":
+        if self.stack.in_rnn() and kind is OpClass.matmul:
             self.rnn_matmuls += 1
             if self.rnn_matmuls % 2 == 0:  # one fused gate kernel per step (two matmuls)
-                self.add("rnn_pointwise", "eltwise", "eltwise", 0.0, 0.0)
+                self.add("rnn_pointwise", OpClass.eltwise, "eltwise", 0.0, 0.0)
 
     def attention_module(self, module: Any, args: Any) -> None:
         """``nn.MultiheadAttention``: its QKᵀ·softmax·AV as one fused attention kernel."""
@@ -310,17 +333,18 @@ class _Recorder:
         flops = 4.0 * batch * lq * lk * e
         item = self.pricer.itemsize or q.element_size()
         nbytes = float(batch * (2 * lq + 2 * lk) * e * item)
-        self.trace.ops.append(OpRecord("scaled_dot_product_attention", "attention", "attention",
+        self.trace.ops.append(OpRecord("scaled_dot_product_attention", OpClass.attention,
+                                       "attention",
                                        flops, nbytes, 1, "MultiheadAttention",
                                        self.stack.names.get(id(module), ""),
                                        fastpath=self.stack.fastpath or self.mha_fast))
         self.mha_fast = ""
 
-    def _bytes(self, kind: str, name: str, ins: list[torch.Tensor],
+    def _bytes(self, kind: OpClass, name: str, ins: list[torch.Tensor],
                outs: list[torch.Tensor]) -> float:
         nb = self.pricer.nbytes
         out_bytes = sum(nb(t) for t in outs)
-        if kind == "gather":  # reads the gathered rows and the indices, not the whole table
+        if kind is OpClass.gather:  # reads the gathered rows and the indices, not the whole table
             idx = sum(nb(t) for t in ins if not _is_float(t))
             return 2 * out_bytes + idx
         seen: set[int] = set()
@@ -333,16 +357,16 @@ class _Recorder:
         aliased = sum(nb(t) for t in outs if id(t) in seen)
         return in_bytes + out_only + aliased
 
-    def _flops(self, func: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+    def _flops(self, func: Any, kind: OpClass, args: tuple[Any, ...], kwargs: dict[str, Any],
                out: Any, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> float:
         macs = self.macs.macs(func, args, kwargs, out)
         if macs is not None:  # a MAC formula (ours, a user's, torch's): 2 FLOPs per MAC
             return 2.0 * macs
         n_out = sum(float(t.numel()) for t in outs)
         n_in = max((float(t.numel()) for t in ins), default=0.0)
-        if kind == "norm":
+        if kind is OpClass.norm:
             return 5.0 * n_in
-        if kind in ("reduction", "pool"):
+        if kind in (OpClass.reduction, OpClass.pool):
             return n_in
         return n_out
 
@@ -388,7 +412,8 @@ class _Functions(TorchFunctionMode):
             q, k, v = (list(args) + [kwargs.get(n) for n in names][len(args):])[:3]
             causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
             flops, nbytes = sdpa_work(q, k, v, causal, self.rec.pricer)
-            self.rec.add("scaled_dot_product_attention", "attention", "attention", flops, nbytes)
+            self.rec.add("scaled_dot_product_attention", OpClass.attention, "attention", flops,
+                         nbytes)
             self.rec.suppress += 1
             try:
                 return func(*args, **kwargs)

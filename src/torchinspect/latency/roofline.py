@@ -27,10 +27,10 @@ from dataclasses import dataclass
 
 from torchinspect.gpus import CATALOGUE
 from torchinspect.latency.calibrated import REFERENCE, GpuTable, LatencyGpu, load_table
-from torchinspect.latency.ops import OpRecord
+from torchinspect.latency.ops import OpClass, OpRecord
 
 DEFAULT_KERNEL_US = 2.5  # fixed cost of one kernel when no table measured it
-TENSOR_KINDS = ("matmul", "conv", "attention")
+TENSOR_KINDS = (OpClass.matmul, OpClass.conv, OpClass.attention)
 
 
 def math_for(kind: str, dtype: str, gpu: LatencyGpu, tf32: bool | None) -> str:
@@ -161,7 +161,7 @@ def price(op: OpRecord, gpu: LatencyGpu, dtype: str, tf32: bool | None = None,
     if op.sub == "matmul.rnn":  # cuDNN's persistent recurrent kernels: roofline + launch gap
         fixed = table.kernel_us if table is not None else DEFAULT_KERNEL_US
         return OpTime(compute, memory, 2 * roof + fixed, table is not None, op.kernels)
-    key = curve_key(table, op.sub, op.kind, dtype) if op.kind != "other" else None
+    key = curve_key(table, op.sub, op.kind, dtype) if op.kind is not OpClass.other else None
     if key is None or table is None:
         fixed = table.kernel_us if table is not None else DEFAULT_KERNEL_US
         return OpTime(compute, memory, roof + fixed * op.kernels, False, op.kernels)
