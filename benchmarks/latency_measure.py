@@ -5,7 +5,7 @@ every line of the phases marked * carries the run header of benchmarks/machine.p
 rerun into the same folder skips what that folder holds already):
 
 * ``probes``  the per-kernel time of tiny kernels under CUDA-graph replay and eager, and
-  this host's dispatch cost (torchinspect.bench.predict.host.probe_host);
+  this host's dispatch cost (torchinspect.latency.host.probe_host);
 * ``tables``  every op of benchmarks/latency_ops.py in bf16/fp16/fp32, timed as CUDA-graph
   replays of ``reps`` back-to-back calls (CUDA events; per-call time = replay / reps); with
   ``--sweep N`` only that sweep's ops, each also profiled for the kernels one call launches
@@ -190,7 +190,7 @@ def time_replay(fn: Any, device: str, target_s: float = 2e-4) -> dict[str, float
 
 
 def probes(device: str, out: Path) -> None:
-    from torchinspect.bench.predict.host import probe_host
+    from torchinspect.latency.host import probe_host
 
     x = torch.zeros(1, device=device)
     row: dict[str, Any] = {"run": HEADER, "host": probe_host().to_dict()}

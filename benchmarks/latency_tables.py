@@ -14,7 +14,7 @@ Inputs (written by ``benchmarks/latency_measure.py`` on the GPU):
    errors against ``inspect bench --cuda-graphs`` (graph replay) and the eager binding side
    (measured: host enqueue time >= graph replay time means the host binds).
 
-Writes ``src/torchinspect/bench/predict/tables/h100.json`` (with the validation summary),
+Writes ``src/torchinspect/latency/tables/h100.json`` (with the validation summary),
 ``benchmarks/results/latency/predictions.json`` and ``benchmarks/RESULTS-latency.md`` (the
 docs include it). Usage: ``python benchmarks/latency_tables.py [--gpu h100]``.
 """
@@ -45,8 +45,8 @@ def _measured_points(rows: list[dict[str, Any]], gpu: Any) -> list[tuple[str, st
     """(main op's class, dtype, [(op, roofline price)], measured µs) for every measured op."""
     import latency_ops
 
-    from torchinspect.bench.predict.ops import record_call
-    from torchinspect.bench.predict.roofline import price
+    from torchinspect.latency.ops import record_call
+    from torchinspect.latency.roofline import price
 
     out = []
     for row in rows:
@@ -85,8 +85,8 @@ def build_curves(rows: list[dict[str, Any]],
     predicted times (from the first pass) are taken off before the main op's efficiency.
     Attention run with a forced kernel (sweep 2) makes its own curve (``attention.math``
     ...), not the default's. Floors: per curve, the fastest time measured for one op."""
-    from torchinspect.bench.predict.gpus import GpuTable
-    from torchinspect.bench.predict.roofline import price
+    from torchinspect.latency.calibrated import GpuTable
+    from torchinspect.latency.roofline import price
 
     measured = _measured_points(rows, gpu)
 
@@ -121,7 +121,7 @@ def kernel_counts(rows: list[dict[str, Any]], gpu: Any) -> dict[str, float]:
     the median over measured calls whose meta replay is that one op alone."""
     import latency_ops
 
-    from torchinspect.bench.predict.ops import record_call
+    from torchinspect.latency.ops import record_call
 
     counts: dict[str, list[int]] = defaultdict(list)
     for row in rows:
@@ -144,8 +144,8 @@ def fastpath_curves(rows: list[dict[str, Any]], gpu: Any) -> dict[str, list[list
     against log10 of that price, binned like the op curves."""
     import latency_ops
 
-    from torchinspect.bench.predict.ops import record_call
-    from torchinspect.bench.predict.roofline import price
+    from torchinspect.latency.ops import record_call
+    from torchinspect.latency.roofline import price
 
     points: dict[str, list[tuple[float, float]]] = defaultdict(list)
     for row in rows:
@@ -169,8 +169,8 @@ def model_case(row: dict[str, Any]) -> Any:
 
 
 def traces(models: list[dict[str, Any]]) -> dict[tuple[str, str, int], Any]:
-    from torchinspect.bench.predict.ops import record_ops
     from torchinspect.inputs import rebatch
+    from torchinspect.latency.ops import record_ops
 
     out = {}
     for row in models:
@@ -213,7 +213,7 @@ def fit_scales(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any) -> di
     import numpy as np
     from scipy.optimize import lsq_linear
 
-    from torchinspect.bench.predict.roofline import GROUPS, group, price_ops
+    from torchinspect.latency.roofline import GROUPS, group, price_ops
 
     rows, target = [], []
     for row in models:
@@ -248,7 +248,7 @@ def fit_scales(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any) -> di
 
 def validate(models: list[dict[str, Any]], tr: dict[Any, Any], gpu: Any,
              host: Any) -> list[dict[str, Any]]:
-    from torchinspect.bench.predict.predict import price_trace
+    from torchinspect.latency.predict import price_trace
 
     out = []
     for row in models:
@@ -297,8 +297,10 @@ def summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def main() -> None:
-    from torchinspect.bench.predict.gpus import DATASHEET, TABLE_FORMAT, Gpu, parse_table
-    from torchinspect.bench.predict.host import HostCost
+    from torchinspect.gpus import find_gpu
+    from torchinspect.latency.calibrated import TABLE_FORMAT, LatencyGpu, parse_table
+    from torchinspect.latency.eager import HostModel
+    from torchinspect.latency.host import HostCost
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--gpu", default="h100")
@@ -308,8 +310,8 @@ def main() -> None:
     a = ap.parse_args()
     probes = read_jsonl(RAW / "probes.jsonl")
     env, probe = probes[0], probes[1]
-    spec = DATASHEET[a.gpu]
-    bare = Gpu(spec, None)
+    spec = find_gpu(a.gpu)
+    bare = LatencyGpu(spec, None)
     op_rows = read_jsonl(RAW / "tables.jsonl")
     curves = build_curves(op_rows, bare)
     counts = kernel_counts(op_rows + read_jsonl(RAW / "kernels.jsonl"), bare)
@@ -335,12 +337,13 @@ def main() -> None:
              "measured": env["started"], "kernel_us": round(probe["graph_tiny_kernel_us_x200"], 4),
              "host_factor": factor, "host_probe": probe["host"], "curves": curves,
              "kernels": counts if not os.environ.get("S34_NOKERNELS") else {}}
-    gpu = Gpu(spec, parse_table(table, "new table"))
+    gpu = LatencyGpu(spec, parse_table(table, "new table"))
     curves.update(fastpath_curves(op_rows, gpu))
-    gpu = Gpu(spec, parse_table(table, "new table"))
+    gpu = LatencyGpu(spec, parse_table(table, "new table"))
     table["scales"] = fit_scales(models, tr, gpu)
-    gpu = Gpu(spec, parse_table(table, "new table"))
-    host = HostCost(probe["host"]["op_us"], probe["host"]["module_us"], probe["host"]["cpu"])
+    gpu = LatencyGpu(spec, parse_table(table, "new table"))
+    host = HostModel(HostCost(probe["host"]["op_us"], probe["host"]["module_us"],
+                              probe["host"]["cpu"]), factor)  # the new table's own factor
     rows = validate(models, tr, gpu, host)
     if a.dev_only:
         for r in rows:
@@ -350,7 +353,7 @@ def main() -> None:
     sets = {s: summary([r for r in rows if r["set"] == s]) for s in ("dev", "val")}
     table["validation"] = {"set": "validation", **sets["val"],
                            "page": "benchmarks/RESULTS-latency.md"}
-    path = ROOT / "src/torchinspect/bench/predict/tables" / f"{a.gpu}.json"
+    path = ROOT / "src/torchinspect/latency/tables" / f"{a.gpu}.json"
     path.write_text(json.dumps(table, indent=1) + "\n", encoding="utf-8")
     (RAW / "predictions.json").write_text(json.dumps({"summary": sets, "rows": rows}, indent=1)
                                           + "\n", encoding="utf-8")

@@ -90,12 +90,13 @@ def worker(name: str, measure: bool) -> list[dict[str, Any]]:
     """Predict (both fake devices) and measure every mode of one model; one row per mode."""
     import torch
 
-    from torchinspect.memory.gpu import cublas_workspace, parse_gpu
+    from torchinspect.gpus import target_gpu
+    from torchinspect.memory.gpu import cublas_workspace
     from torchinspect.memory.predict import Target, predict_case
     from torchinspect.memory.step import StepConfig
 
     case = build_case(name)
-    gpu = parse_gpu(None)
+    gpu = target_gpu().name
     targets = {"cpu-fake": Target("cuda", gpu, cublas_workspace(gpu), "cpu")}
     if torch.cuda.is_available():
         targets["cuda-fake"] = Target("cuda", gpu, cublas_workspace(gpu), "cuda")
@@ -133,14 +134,15 @@ def opdiff(name: str, mode: str) -> None:
     """Bytes allocated per (phase, op) on fake CPU vs fake CUDA tensors, where they differ."""
     from collections import Counter
 
+    from torchinspect.gpus import target_gpu
     from torchinspect.memory import predict as p
-    from torchinspect.memory.gpu import cublas_workspace, parse_gpu
+    from torchinspect.memory.gpu import cublas_workspace
     from torchinspect.memory.step import StepConfig
 
     case = build_case(name)
     kw = MODES[mode]
     cfg = StepConfig(train=kw["train"], optimizer=kw.get("optimizer", "adamw"), amp=kw.get("amp"))
-    gpu = parse_gpu(None)
+    gpu = target_gpu().name
     tallies = []
     for fake in ("cpu", "cuda"):
         target = p.Target("cuda", gpu, cublas_workspace(gpu), fake)

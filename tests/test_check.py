@@ -399,8 +399,9 @@ def _fake_latency(median: float, iqr: float, cov: float, median_cov: float):
     from torchinspect.check import Noise, Reading
     from torchinspect.check.measure import Sample
 
-    return lambda case: Sample({Metric.latency_ms: Reading(median, Noise(iqr, cov, median_cov, 50))},
-                               {"device": "cpu", "torch_threads": 1})
+    return lambda case, gpu: Sample(
+        {Metric.latency_ms: Reading(median, Noise(iqr, cov, median_cov, 50))},
+        {"device": "cpu", "torch_threads": 1})
 
 
 def test_latency_is_measured_like_bench_with_its_noise(invoke, tmp_path: Path,
@@ -411,7 +412,7 @@ def test_latency_is_measured_like_bench_with_its_noise(invoke, tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     fast = timing.TimingConfig(warmup_s=0.02, warmup_iters=2, min_time=0.05, max_time=3.0,
                                min_iters=5)
-    monkeypatch.setitem(COLLECTORS, Need.timing, lambda case: time_forward(case, fast))
+    monkeypatch.setitem(COLLECTORS, Need.timing, lambda case, gpu: time_forward(case, fast))
     r = invoke("check", "zoo:convnet", "--max-latency-ms", "60000", "--format", "json")
     assert r.exit_code == 0, r.output
     res = json.loads(r.stdout)["models"][0]["results"][0]

@@ -34,3 +34,16 @@ def test_bench_dtype_words(word: str, short: str) -> None:
 def test_bench_refuses_a_non_float_dtype() -> None:
     with pytest.raises(InspectError, match="int8"):
         parse_dtype("int8")
+
+
+def test_short_names_cover_fp64_and_name_torch_dtypes() -> None:
+    """One short-name table (the memory/ copies are gone): fp64 has its name, a run is still
+    cast only to fp32, fp16 or bf16."""
+    from torchinspect.dtypes import RUN, short_of
+
+    assert short_name("double") == "fp64" and SHORT["fp64"] == "float64"
+    assert [short_of(getattr(torch, SHORT[s])) for s in SHORT] == list(SHORT)
+    assert short_of(torch.int64) == "int64" and short_of("torch.bfloat16") == "bf16"
+    assert set(RUN) == set(SHORT) - {"fp64"}
+    with pytest.raises(InspectError, match="fp64"):
+        parse_dtype("fp64")

@@ -58,10 +58,12 @@ def test_staging_is_small_or_none_where_blocks_reduce_alone():
     assert staging_bytes(big, 40, 1024)[0] < staging_bytes(big, *H100)[0]
 
 
-def test_every_gpu_has_its_multiprocessors():
-    from torchinspect.memory.gpu import GPUS, MULTIPROCESSORS
+def test_the_staging_buffer_follows_the_catalogues_sms():
+    from torchinspect.memory.gpu import multiprocessors
 
-    assert set(MULTIPROCESSORS) == set(GPUS)
+    big = Reduction((4096, 1024), (1024, 1), frozenset({0}), 4, 4)
+    assert multiprocessors("h100") == (132, 2048) == H100
+    assert staging_bytes(big, *multiprocessors("t4")) < staging_bytes(big, *multiprocessors("h100"))
 
 
 def test_the_tracker_logs_staging_and_cublaslt_once_per_thread():

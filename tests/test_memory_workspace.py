@@ -268,14 +268,14 @@ def test_out_of_memory_rows_fall_back_to_the_table_with_a_note():
 
 
 def test_calibrate_needs_the_gpu_it_measures(monkeypatch):
+    from torchinspect import gpus
     from torchinspect.errors import InspectError
-    from torchinspect.memory import faking
 
-    monkeypatch.setattr(faking, "detect_gpu", lambda: None)
+    monkeypatch.setattr(gpus, "detect_gpu", lambda: None)
     with pytest.raises(InspectError, match="no CUDA device"):
         make_target("cuda", calibrate=True)
     assert not make_target("cuda").calibrate
-    monkeypatch.setattr(faking, "detect_gpu", lambda: "h100")
+    monkeypatch.setattr(gpus, "detect_gpu", lambda: gpus.CATALOGUE["h100"])
     assert make_target("cuda").calibrate and not make_target("cuda", "a100").calibrate
     with pytest.raises(InspectError, match="not --gpu a100"):
         make_target("cuda", "a100", calibrate=True)

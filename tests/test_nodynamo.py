@@ -21,7 +21,7 @@ def _fresh(code: str) -> str:
 def test_a_prediction_imports_no_dynamo_and_compiling_after_it_still_works():
     out = _fresh(
         "import sys, torch\n"
-        "from torchinspect.bench.predict import predict_latency\n"
+        "from torchinspect.latency import predict_latency\n"
         "p = predict_latency('resnet18', 'h100', dtypes=('bf16',), batches=(1,))\n"
         "print('torch._dynamo' in sys.modules, p.results[0].gpu_ms > 0)\n"
         "import torch._dynamo\n"  # the real one, after: the wrappers defer to it now

@@ -8,10 +8,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from torchinspect.bench.predict import predict_latency, resolve_gpu
-from torchinspect.bench.predict.gpus import DATASHEET, Gpu, load_table, parse_table
-from torchinspect.bench.predict.ops import OpRecord, record_call
-from torchinspect.bench.predict.roofline import (
+from torchinspect.errors import InspectError
+from torchinspect.gpus import CATALOGUE
+from torchinspect.latency import latency_gpu, predict_latency
+from torchinspect.latency.calibrated import LatencyGpu, load_table, parse_table
+from torchinspect.latency.ops import OpRecord, record_call, record_ops
+from torchinspect.latency.roofline import (
     DEFAULT_KERNEL_US,
     group,
     interpolate,
@@ -19,9 +21,8 @@ from torchinspect.bench.predict.roofline import (
     price,
     price_ops,
 )
-from torchinspect.errors import InspectError
 
-H100 = Gpu(DATASHEET["h100"], None)  # datasheet only: no efficiency curves
+H100 = LatencyGpu(CATALOGUE["h100"], None)  # datasheet only: no efficiency curves
 
 
 def _op(kind: str, flops: float, nbytes: float, sub: str | None = None) -> OpRecord:
@@ -50,7 +51,7 @@ def test_which_peak_follows_pytorchs_tf32_defaults():
     assert math_for("matmul", "fp32", H100, True) == "tf32"
     assert math_for("conv", "fp32", H100, False) == "fp32"
     assert math_for("matmul", "bf16", H100, None) == "tensor16"
-    assert math_for("matmul", "bf16", Gpu(DATASHEET["t4"], None), None) == "fp32"  # no bf16
+    assert math_for("matmul", "bf16", LatencyGpu(CATALOGUE["t4"], None), None) == "fp32"  # no bf16
     assert math_for("eltwise", "bf16", H100, None) == "fp32"
 
 
@@ -108,12 +109,12 @@ def test_self_attention_without_weights_is_the_mha_fast_path():
     assert {o.fastpath for o in weights} == {o.fastpath for o in cross} == {""}
 
 
-def _table(**extra: object) -> Gpu:
+def _table(**extra: object) -> LatencyGpu:
     data = {"format": 1, "gpu": "h100", "device_name": "x", "source": "test", "torch": "2",
             "kernel_us": 1.0, "host_factor": 1.0,
             "curves": {"matmul/bf16": [[-3, 0.5], [3, 0.5]],
                        "eltwise/bf16": [[-3, 0.25], [3, 0.25]]}, **extra}
-    return Gpu(DATASHEET["h100"], parse_table(data, "test"))
+    return LatencyGpu(CATALOGUE["h100"], parse_table(data, "test"))
 
 
 def test_fast_path_ops_are_priced_together_by_the_measured_factor():
@@ -150,8 +151,8 @@ def test_packaged_h100_table_loads_and_is_labelled():
     assert {"matmul/bf16", "conv.1x1/bf16", "eltwise/fp32"} <= set(table.curves)
     assert table.validation["median_abs_error"] is not None
     assert load_table("l4") is None
-    assert "uncalibrated" in resolve_gpu("l4").source
-    assert "calibrated table h100.json" in resolve_gpu("H100").source
+    assert "uncalibrated" in latency_gpu("l4").source
+    assert "calibrated table h100.json" in latency_gpu("H100").source
 
 
 def test_a_malformed_table_is_refused_with_a_hint():
@@ -163,7 +164,7 @@ def test_a_malformed_table_is_refused_with_a_hint():
 
 def test_unknown_gpu_names_the_known_ones():
     with pytest.raises(InspectError) as err:
-        resolve_gpu("h10")
+        latency_gpu("h10")
     assert "did you mean h100" in (err.value.hint or "")
     assert "a100" in (err.value.hint or "")
 
@@ -214,12 +215,13 @@ MODELS = [("resnet18", "bf16", 32), ("vit_b_32", "bf16", 32), ("hf:gpt2", "bf16"
 @pytest.mark.parametrize(("model", "dtype", "batch"), MODELS)
 def test_prediction_against_a_measured_graph_replay(model, dtype, batch):
     """On an H100 or H200: the prediction for that GPU within 35% of a measured replay."""
-    from torchinspect.bench.predict.gpus import match_device_name
     from torchinspect.bench.run import BenchOptions, run_bench
     from torchinspect.bench.timing import TimingConfig
+    from torchinspect.gpus import match_device_name
     from torchinspect.sources.case import make_case
 
-    name = match_device_name(torch.cuda.get_device_name())
+    found = match_device_name(torch.cuda.get_device_name())
+    name = found.name if found is not None else None
     if name not in ("h100", "h200"):
         pytest.skip(f"no table to compare with on {torch.cuda.get_device_name()}")
     case = make_case(model, device="meta")
@@ -244,7 +246,7 @@ def test_check_max_latency_without_a_gpu_uses_the_prediction(invoke):
 
 
 def test_check_unknown_gpu_exits_2(invoke):
-    result = invoke("check", "zoo:convnet", "--max-latency-ms", "1", "--gpu", "a10")
+    result = invoke("check", "zoo:convnet", "--max-latency-ms", "1", "--gpu", "a100x")
     assert result.exit_code == 2
     assert "did you mean a100" in result.output
 
@@ -259,6 +261,32 @@ def test_summary_time_column_is_predicted_for_a_named_gpu(invoke):
     leaves = [r for r in rows if r["depth"] == 1 and r["time_ms"] is not None]
     assert sum(r["time_ms"] for r in leaves) == pytest.approx(rows[0]["time_ms"], rel=1e-6)
     assert any("PREDICTED ms per call on h100" in n for n in doc["notes"])
+
+
+def test_summary_gpu_names_the_memory_line_and_adds_the_time_column(invoke):
+    """`summary --gpu a100` predicted the times for an A100 beside a memory line computed for
+    an H100 it did not name; `--gpu a10` without a time column was ignored without a word."""
+    text = invoke("summary", "zoo:convnet", "--gpu", "a100")
+    assert text.exit_code == 0, text.output
+    assert "Time (pred.)" in text.output  # added to the default columns
+    assert "Peak memory, inference (predicted, A100)" in text.output
+    narrow = invoke("summary", "zoo:convnet", "--columns", "type,params", "--gpu", "a10",
+                    "--format", "json")
+    doc = json.loads(narrow.output)
+    assert doc["totals"]["memory_gpu"] == "a10" and doc["layers"][0]["time_ms"] > 0
+    h100 = json.loads(invoke("summary", "zoo:convnet", "--gpu", "h100", "--format",
+                             "json").output)["totals"]["peak_inference_bytes"]
+    # the cuBLAS workspace of an Ampere card (8.125 MiB) against a Hopper's (32 MiB)
+    assert h100 - doc["totals"]["peak_inference_bytes"] == (32 << 20) - (8 << 20) - (128 << 10)
+
+
+def test_summarize_fills_time_ms_in_the_core():
+    from torchinspect import summarize
+
+    s = summarize("zoo:convnet", gpu="H100", memory="none")
+    assert all(r.time_ms is not None and r.time_ms > 0 for r in s.rows if r.ran)
+    assert any("PREDICTED ms per call on h100" in n for n in s.notes)
+    assert summarize("zoo:convnet", memory="none").rows[0].time_ms is None
 
 
 def test_summary_time_column_needs_a_gpu(invoke):
@@ -284,3 +312,100 @@ def test_cli_predict_refuses_options_of_a_real_run(invoke):
     result = invoke("bench", "zoo:convnet", "--predict", "h100", "--channels-last")
     assert result.exit_code == 2
     assert "--channels-last has no effect" in result.output
+
+
+# ---- one host for every GPU, and the GPUs in order -------------------------------------
+
+
+def _dominates(a, b) -> bool:
+    """``a`` is at least as fast as ``b`` on every datasheet rate (and natively bf16 if b is)."""
+    return all(getattr(a, r) >= getattr(b, r) for r in ("tensor_16", "tf32", "fp32",
+                                                        "bandwidth", "bf16"))
+
+
+ORDER = [("resnet18", "bf16", 1), ("resnet18", "fp32", 32), ("zoo:gpt-tiny", "fp32", 1),
+         ("zoo:convnet", "bf16", 1), ("vit_b_16", "bf16", 1)]
+
+
+@pytest.mark.parametrize(("model", "dtype", "batch"), ORDER)
+def test_predictions_from_one_cpu_are_ordered_by_gpu_and_share_the_host_time(model, dtype, batch):
+    """Over the whole catalogue: the host time is the host's (one figure for every GPU), and
+    a GPU at least as fast on every rate is never predicted slower, in graph replay or eager
+    (the H100 table's curves read at the rooflines of each GPU)."""
+    from itertools import permutations
+
+    from torchinspect.inputs import rebatch
+    from torchinspect.latency.eager import HostModel, host_factor
+    from torchinspect.latency.host import HostCost
+    from torchinspect.latency.predict import price_trace
+    from torchinspect.sources.case import make_case
+
+    case = make_case(model, device="meta")
+    trace = record_ops(case.model, rebatch(case.require_example(), batch), dtype=dtype)
+    host = HostModel(HostCost(2.0, 1.5, "test"), host_factor())
+    preds = {name: price_trace(trace, latency_gpu(name), dtype, batch, host) for name in CATALOGUE}
+    assert len({p.host_ms for p in preds.values()}) == 1
+    pairs = [(a, b) for a, b in permutations(CATALOGUE, 2)
+             if _dominates(CATALOGUE[a], CATALOGUE[b])]
+    assert len(pairs) > 50  # the catalogue orders many pairs: not a vacuous check
+    slower = [(a, b, preds[a].gpu_ms, preds[b].gpu_ms) for a, b in pairs
+              if preds[a].gpu_ms > preds[b].gpu_ms or preds[a].eager_ms > preds[b].eager_ms]
+    assert slower == []
+
+
+def test_eager_predictions_share_the_hosts_factor_whatever_the_gpu():
+    """resnet-like net at batch 1: host-bound on every GPU, so one eager time (it was 4.01 ms
+    on the H100, 3.65 on the T4 and 2.26 on the A100 when the factor was the GPU's)."""
+    preds = [predict_latency("zoo:convnet", gpu, dtypes=("bf16",), batches=(1,))
+             for gpu in ("h100", "t4", "a100")]
+    assert len({p.host_factor for p in preds}) == 1
+    assert len({p.results[0].host_ms for p in preds}) == 1
+    assert all(p.results[0].binds == "host" for p in preds)
+    assert len({p.results[0].eager_ms for p in preds}) == 1
+    t4, h100 = preds[1].results[0], preds[0].results[0]
+    assert t4.gpu_ms > h100.gpu_ms  # the GPU side still tells them apart
+
+
+def test_the_table_gpu_is_predicted_exactly_as_its_curves_say():
+    """The monotone reading of the curves is anchored at the table's own GPU: its predictions
+    are the curves' ``roof / eff`` (so the validation on its results page still holds)."""
+    from torchinspect.latency.roofline import curve_time
+
+    curve = [(-1.0, 0.05), (0.0, 0.4), (1.0, 0.5)]  # steep: roof/eff falls from 2 µs to 2.5
+    assert curve_time(curve, 0.5, 0.5) == pytest.approx(0.5 / interpolate(curve, -0.30103))
+    # a GPU twice as fast is never slower than the anchor, a GPU twice as slow never faster
+    assert curve_time(curve, 0.25, 0.5) <= curve_time(curve, 0.5, 0.5)
+    assert curve_time(curve, 1.0, 0.5) >= curve_time(curve, 0.5, 0.5)
+    xs = [10 ** (x / 20) for x in range(-40, 30)]
+    times = [curve_time(curve, r, 0.5) for r in xs]
+    assert times == sorted(times)
+
+
+def test_a_replaced_mac_formula_changes_the_latency_prediction():
+    """The pricer takes the trace's own MACs (the registry, its precedence included), not
+    torch's flop_registry first: a formula registered with replace=True is what it prices."""
+    from torch import nn
+
+    from torchinspect import register_mac_formula, unregister_mac_formula
+    from torchinspect.sources.case import make_case
+
+    case = make_case(nn.Linear(4096, 4096, bias=False), "512,4096")  # compute-bound on an H100
+
+    def predict():
+        return predict_latency(case, "h100", dtypes=("fp32",)).results[0]
+
+    before = predict()
+    register_mac_formula("mm", lambda args, kwargs, out: 2 * out.numel() * args[0].shape[-1],
+                         family="matmul/linear", replace=True)
+    try:
+        after = predict()
+    finally:
+        unregister_mac_formula("mm")
+    assert after.flops - before.flops == 2 * 512 * 4096 * 4096  # the mm's FLOPs, doubled
+    assert after.gpu_ms > 1.5 * before.gpu_ms
+    assert predict().flops == before.flops  # unregistered: torch's formula again
+
+
+def test_a_dtype_the_tables_do_not_price_is_refused():
+    with pytest.raises(InspectError, match="fp64"):
+        predict_latency("zoo:convnet", "h100", dtypes=("fp64",))

@@ -430,12 +430,15 @@ def test_memory_lines_are_the_memory_commands_numbers(invoke) -> None:
 
 
 def test_memory_lines_are_labelled(invoke) -> None:
+    from torchinspect.gpus import target_gpu
+
+    gpu = target_gpu().name.upper()  # the GPU here, else the default (H100): the line names it
     text = invoke("summary", "resnet18", "--depth", "0").output
     line = next(ln for ln in text.splitlines() if ln.startswith("Peak memory, inference"))
-    assert "(predicted, CUDA)" in line and "at fc" in line
+    assert f"(predicted, {gpu})" in line and "at fc" in line
     assert "training step" not in text and "Activation memory" not in text
     train = invoke("summary", "resnet18", "--depth", "0", "--memory", "train").output
-    assert "Peak memory, training step (predicted, CUDA, AdamW)" in train
+    assert f"Peak memory, training step (predicted, {gpu}, AdamW)" in train
     old = invoke("summary", "resnet18", "--depth", "0", "--memory", "none", "-f", "json")
     totals = json.loads(old.output)["totals"]
     assert totals["memory_method"] == "leaf outputs" and totals["peak_inference_bytes"] is None

@@ -154,11 +154,11 @@ MEANINGS: dict[str, dict[str, tuple[str, str, Any]]] = {
     },
     "--gpu": {  # a GPU by name (h100, a100, ...) that a prediction is made for
         "memory": ("the GPU whose cuBLAS workspace size to count", "cuBLAS workspace", None),
-        "summary": ("the GPU the time column is predicted for", "`time` column is predicted",
-                    None),
-        "check": ("the GPU the latency budget is predicted for when no CUDA is here",
-                  "judge the latency predicted", None),
-        "report": ("the GPU whose predicted latency and roofline the page shows",
+        "summary": ("the GPU the time column and the memory lines are predicted for",
+                    "the `time` column", None),
+        "check": ("the GPU the memory budgets are predicted for, and the latency budget when "
+                  "no CUDA is here", "judge the latency predicted", None),
+        "report": ("the GPU whose predicted latency, roofline and memory the page shows",
                    "roofline chart", None),
     },
     "--verify": {

@@ -59,8 +59,8 @@ _LAZY = {
     "ExportResult": "torchinspect.export.onnx",
     "benchmark": "torchinspect.bench",
     "BenchResult": "torchinspect.bench",
-    "predict_latency": "torchinspect.bench.predict",
-    "Prediction": "torchinspect.bench.predict",
+    "predict_latency": "torchinspect.latency",
+    "Prediction": "torchinspect.latency",
     "extract_features": "torchinspect.features",
     "FeatureResult": "torchinspect.features",
     "FeatureFolder": "torchinspect.features",
@@ -81,8 +81,6 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.analysis.doctor import diagnose as diagnose
     from torchinspect.bench import BenchResult as BenchResult
     from torchinspect.bench import benchmark as benchmark
-    from torchinspect.bench.predict import Prediction as Prediction
-    from torchinspect.bench.predict import predict_latency as predict_latency
     from torchinspect.check import CheckResult as CheckResult
     from torchinspect.check import check_budgets as check_budgets
     from torchinspect.checkpoints import ConvertResult as ConvertResult
@@ -105,6 +103,8 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.inputs import parse_inputs as parse_inputs
     from torchinspect.io.checkpoint import Checkpoint as Checkpoint
     from torchinspect.io.checkpoint import read_checkpoint as read_checkpoint
+    from torchinspect.latency import Prediction as Prediction
+    from torchinspect.latency import predict_latency as predict_latency
     from torchinspect.memory import MemoryResult as MemoryResult
     from torchinspect.memory import predict_memory as predict_memory
     from torchinspect.overview import Overview as Overview

@@ -1,5 +1,5 @@
 """The one table of dtype names: torch's names and their sizes, the words users type for them,
-and the short names of the float types (``fp32``/``fp16``/``bf16``) the commands print.
+and the short names of the float types (``fp32``/``fp16``/``bf16``/``fp64``) the commands print.
 
 Leaf module: no torch at import (the CLI and the checkpoint readers use it before torch).
 """
@@ -30,11 +30,21 @@ ALIASES: dict[str, str] = {
 FLOATING: frozenset[str] = frozenset(
     {"float16", "bfloat16", "float32", "float64", "complex64", "complex128"})
 
-# the float types a run can use (bench --dtype, features --dtype): short name -> torch name
-SHORT: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+# the float types' short names: short name -> torch name
+SHORT: dict[str, str] = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16",
+                         "fp64": "float64"}
+# the float types a run can be cast to (bench, features, memory --dtype; bench --predict)
+RUN: tuple[str, ...] = ("fp32", "fp16", "bf16")
 
 
 def short_name(text: str) -> str | None:
     """``"half"``, ``"float16"``, ``"fp16"`` -> ``"fp16"``; None for other words."""
     full = ALIASES.get(text.strip().lower())
     return next((short for short, name in SHORT.items() if name == full), None)
+
+
+def short_of(dtype: object) -> str:
+    """A torch dtype (or its name) as the commands print it: ``torch.float16`` -> ``fp16``;
+    one without a short name keeps torch's (``torch.int64`` -> ``int64``)."""
+    name = str(dtype).removeprefix("torch.")
+    return next((short for short, full in SHORT.items() if full == name), name)

@@ -15,6 +15,7 @@ from torchinspect.analysis.params import left_out_notes
 from torchinspect.analysis.saved_params import is_bare_checkpoint
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
+from torchinspect.gpus import find_gpu
 from torchinspect.io.formats import CheckpointFormat, detect_format
 from torchinspect.io.torchscript import torchscript_refusal
 from torchinspect.memory.predict import make_target, predict_case
@@ -134,6 +135,7 @@ class Totals:
     predicted_activation_bytes: int | None = None
     memory_method: str = "leaf outputs"  # predicted | leaf outputs: which figures the table shows
     memory_device: str | None = None  # the allocator the prediction follows (cuda)
+    memory_gpu: str | None = None  # the GPU it is for (cuBLAS workspace, SM count): h100
     peak_inference_bytes: int | None = None
     peak_inference_at: str | None = None  # "inference at layer1.0.conv1"
     peak_training_bytes: int | None = None  # --memory train
@@ -204,6 +206,7 @@ def totals_of(trace: Trace, memory: MemoryResult | None = None) -> Totals:
     if memory is not None and memory.inference is not None:
         run = memory.inference
         totals.memory_method, totals.memory_device = "predicted", memory.device
+        totals.memory_gpu = memory.gpu
         totals.predicted_activation_bytes = run.breakdown.get("activations", 0)
         totals.peak_inference_bytes = run.peak
         totals.peak_inference_at = run.where
@@ -217,10 +220,12 @@ def totals_of(trace: Trace, memory: MemoryResult | None = None) -> Totals:
 MEMORY_CHOICES = ("inference", "train", "none")
 
 
-def predict_summary_memory(case: ModelCase, memory: str) -> tuple[MemoryResult | None, str | None]:
-    """The memory lines' prediction (``inspect memory``'s engine, CUDA caching allocator):
-    inference, and a training step (AdamW) with ``memory="train"``; ``(None, why)`` when the
-    model cannot be predicted (the summary then shows the sum of leaf outputs)."""
+def predict_summary_memory(case: ModelCase, memory: str, gpu: str | None = None) -> tuple[
+        MemoryResult | None, str | None]:
+    """The memory lines' prediction (``inspect memory``'s engine, CUDA caching allocator) for
+    ``gpu`` (None: the GPU here, else the default): inference, and a training step (AdamW) with
+    ``memory="train"``; ``(None, why)`` when the model cannot be predicted (the summary then
+    shows the sum of leaf outputs)."""
     if memory not in MEMORY_CHOICES:
         raise InspectError(f"--memory {memory!r}: expected one of {', '.join(MEMORY_CHOICES)}",
                            hint="--memory inference (the default), train or none")
@@ -228,27 +233,62 @@ def predict_summary_memory(case: ModelCase, memory: str) -> tuple[MemoryResult |
         return None, None
     try:
         return predict_case(case, StepConfig(train=memory == "train"),
-                            make_target("cuda", fast=True),
+                            make_target("cuda", gpu, fast=True),
                             top=0), None
     except InspectError as exc:
         return None, f"memory not predicted ({exc.message}): the memory lines are sums of leaf outputs"
 
 
-def trace_with_memory(case: ModelCase, train: bool, memory: str) -> tuple[
+def trace_with_memory(case: ModelCase, train: bool, memory: str, gpu: str | None = None) -> tuple[
         Trace, MemoryResult | None, str | None]:
     """The trace and the memory lines' prediction, from one forward where it can be shared
     (``memory/watch.py``: the inference prediction logged during the trace's meta forward),
     else as two (the trace, then ``predict_summary_memory``): the same figures either way."""
     watch = None
     if memory == "inference":
-        watch = InferenceWatch(case, make_target("cuda", fast=True))
+        watch = InferenceWatch(case, make_target("cuda", gpu, fast=True))
     trace = trace_case(case, train=train, watch=watch)
     if watch is not None and watch.diverged:  # a fused kernel ran where the trace counts ops
         trace = trace_case(case, train=train)
     if watch is not None and watch.usable:
         return trace, watch.result(), None
-    predicted, why = predict_summary_memory(case, memory)
+    predicted, why = predict_summary_memory(case, memory, gpu)
     return trace, predicted, why
+
+
+def add_times(summary: Summary, case: ModelCase, gpu: str) -> None:
+    """Fill each row's ``time_ms``: the latency predicted per call of its module on ``gpu``
+    (``inspect bench --predict``'s model at the case's input and the model's own dtype), and
+    the note that says so."""
+    from torchinspect.latency import module_times, validation_text
+
+    times, pred = module_times(case, gpu)
+    for row in summary.rows:
+        t = times.get(row.name)
+        row.time_ms = None if t is None or not row.ran else t / max(row.calls, 1)
+    r = pred.results[0]
+    summary.notes.append(
+        f"Time (pred.): PREDICTED ms per call on {pred.gpu} ({r.dtype}, CUDA-graph replay; "
+        f"whole model {r.gpu_ms:.3f} ms, eager {r.eager_ms:.3f} ms, {r.binds} binds), not "
+        f"measured; {pred.source}; {validation_text(pred.validation)}")
+
+
+def summary_columns(columns: str | list[str] | tuple[Column, ...] | None,
+                    gpu: str | None) -> tuple[Column, ...]:
+    """The columns to show: as given, else the default ones (and ``time`` with a GPU); a
+    ``time`` column needs a GPU to predict it for, and ``gpu`` must be the catalogue's."""
+    if gpu is not None:
+        find_gpu(gpu)  # an unknown name: did-you-mean, exit 2
+    if isinstance(columns, tuple):
+        cols = columns
+    elif columns is None and gpu is not None:
+        cols = (*DEFAULT_COLUMNS, Column.time)
+    else:
+        cols = parse_columns(columns)
+    if Column.time in cols and gpu is None:
+        raise InspectError("--columns time: predicted for which GPU?",
+                           hint="add --gpu NAME (e.g. --gpu h100)")
+    return cols
 
 
 def kernel_text(info: ModuleInfo | None) -> str | None:
@@ -386,17 +426,25 @@ def refuse_bare_checkpoint(model_or_spec: Any, options: ModelOptions | None) -> 
 def summarize(model: ModelLike, inputs: Any = None, *, depth: int = 3,
               columns: str | list[str] | tuple[Column, ...] | None = None, fold: bool = False,
               device: str | None = None, train: bool = False,
-              options: ModelOptions | None = None, memory: str = "inference") -> Summary:
+              options: ModelOptions | None = None, memory: str = "inference",
+              gpu: str | None = None) -> Summary:
     """Summarize a model: ``summarize("resnet18", "3,224,224")`` or ``summarize(model, x)``.
 
     ``memory``: the predicted peak of ``inference`` (default), also of a training step
-    (``train``), or ``none`` (the sum of leaf outputs, as torchinfo)."""
+    (``train``), or ``none`` (the sum of leaf outputs, as torchinfo). ``gpu`` (a name of the
+    GPU catalogue, e.g. ``"h100"``): predict for that GPU: each row's ``time_ms`` (the ``time``
+    column, shown by default with a GPU) and the memory lines (default: the GPU here, else
+    h100)."""
     check_depth(depth)
-    cols = columns if isinstance(columns, tuple) else parse_columns(columns)
+    cols = summary_columns(columns, gpu)  # usage errors before the model is built
+    gpu = find_gpu(gpu).name if gpu is not None else None
     refuse_bare_checkpoint(model, options)
     case = make_case(model, inputs, options=options, device=device)
-    trace, predicted, why = trace_with_memory(case, train, memory)
+    trace, predicted, why = trace_with_memory(case, train, memory, gpu)
     notes = [*case.notes, *left_out_notes(case.model), *([why] if why else [])]
-    return summary_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
-                              depth=depth, columns=cols, fold=fold, notes=notes,
-                              memory=predicted)
+    summary = summary_from_trace(trace, model=case.name, inputs=case.describe_inputs(),
+                                 depth=depth, columns=cols, fold=fold, notes=notes,
+                                 memory=predicted)
+    if gpu is not None:
+        add_times(summary, case, gpu)
+    return summary

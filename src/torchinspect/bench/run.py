@@ -29,12 +29,12 @@ from torchinspect.bench.precision import tf32_switch
 from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
 from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
-from torchinspect.dtypes import SHORT, short_name
+from torchinspect.dtypes import RUN, SHORT, short_name
 from torchinspect.errors import InspectError, first_line, is_out_of_memory
 from torchinspect.guard import model_code, training_mode
 from torchinspect.inputs import ExampleInputs, TensorSpec, rebatch
 
-DTYPES = SHORT  # the float types a run can use, short name -> torch name (dtypes.py)
+DTYPES = {short: SHORT[short] for short in RUN}  # short name -> torch name (dtypes.py)
 NOISY_COV = 0.025  # CoV above which a row is flagged noisy
 LAUNCH_BOUND_RATIO = 0.8  # host enqueue time / device time above which a run is launch-bound
 MAX_BATCH_CAP = 1 << 16
@@ -44,7 +44,7 @@ OOM_CHOICES = ("skip", "try")
 
 def parse_dtype(text: str) -> str:
     short = short_name(text)
-    if short is None:
+    if short is None or short not in DTYPES:
         raise InspectError(f"--dtype {text!r} is not a dtype", hint="use fp32, fp16 or bf16 "
                            "(a comma list benchmarks each, e.g. fp32,fp16)")
     return short

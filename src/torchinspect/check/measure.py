@@ -49,14 +49,15 @@ def _traced(case: Any) -> Sample:
                    Metric.activation_mb: Reading(trace.activation_bytes / 1e6)})
 
 
-def _memory(case: Any) -> Sample:
-    """`inspect memory`'s predicted peaks on CUDA (the numbers `inspect summary` shows):
-    inference, and an AdamW training step when the model can train (a model whose training
-    step cannot be predicted, e.g. no floating output, gets no train-mb reading)."""
+def predict_memory_peaks(case: Any, gpu: str | None = None) -> Sample:
+    """`inspect memory`'s predicted peaks on CUDA (the numbers `inspect summary` shows) for
+    ``gpu`` (None: the GPU here, else the default): inference, and an AdamW training step when
+    the model can train (a model whose training step cannot be predicted, e.g. no floating
+    output, gets no train-mb reading)."""
     from torchinspect.memory.predict import make_target, predict_case
     from torchinspect.memory.step import StepConfig
 
-    target = make_target("cuda", fast=True)
+    target = make_target("cuda", gpu, fast=True)
     inference = predict_case(case, StepConfig(train=False), target, top=0).inference
     readings = {Metric.infer_mb: Reading(inference.peak / 1e6, note=_workspace_note(
         Metric.infer_mb, inference))} if inference else {}
@@ -85,8 +86,7 @@ def _workspace_note(metric: Metric, run: Any) -> str:
 
 def predict_forward(case: Any, gpu: str) -> Sample:
     """`inspect bench --predict GPU`'s eager latency at the example's batch (no GPU)."""
-    from torchinspect.bench.predict import predict_latency
-    from torchinspect.bench.predict.gpus import validation_text
+    from torchinspect.latency import predict_latency, validation_text
 
     pred = predict_latency(case, gpu)
     r = pred.results[0]
@@ -113,10 +113,13 @@ def time_forward(case: Any, timing: Any = None) -> Sample:
     return Sample({Metric.latency_ms: Reading(s.median * 1e3, noise)}, result.environment)
 
 
-# one collector per kind of measurement; a trace also yields what the static pass does
-COLLECTORS: dict[Need, Callable[[Any], Sample]] = {
-    Need.static: _static, Need.trace: _traced, Need.memory: _memory,
-    Need.timing: time_forward,
+# one collector per kind of measurement, given the case and --gpu (the GPU predictions are
+# for; None: the GPU here, else the default); a trace also yields what the static pass does
+COLLECTORS: dict[Need, Callable[[Any, str | None], Sample]] = {
+    Need.static: lambda case, gpu: _static(case),
+    Need.trace: lambda case, gpu: _traced(case),
+    Need.memory: predict_memory_peaks,
+    Need.timing: lambda case, gpu: time_forward(case),
 }
 
 
@@ -133,7 +136,7 @@ def _collect(case: Any, metrics: set[Metric], gpu: str | None = None) -> Sample:
             out.readings.update(got.readings)
             out.environment = out.environment or got.environment
         elif need in needs and need in COLLECTORS:
-            got = COLLECTORS[need](case)
+            got = COLLECTORS[need](case, gpu)
             out.readings.update(got.readings)
             out.environment = got.environment or out.environment
     return out

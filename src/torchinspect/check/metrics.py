@@ -2,7 +2,8 @@
 the measurement it needs; budgets (``25M``) and allowed increases (``2%``) in human units.
 
 Adding a metric is one entry in :class:`Metric` (key, unit, the :class:`Need` that yields
-it, a label); a new kind of measurement is also one collector in ``measure.COLLECTORS``.
+it, a label); a new kind of measurement is also one collector in ``measure.COLLECTORS``
+(``collector(case, gpu)``: ``gpu`` is ``--gpu``, the GPU predictions are for, or None).
 Budgets (``max-KEY`` in the config), baselines and the tables pick it up from there.
 """
 

@@ -58,7 +58,27 @@ def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | 
             raise InspectError(f"{mb.model}: no budget to check",
                                hint="pass e.g. --max-params 25M --max-macs 5G, set them in "
                                "[tool.torchinspect.check], or compare with --baseline FILE")
+    if gpu is not None:
+        _check_gpu(plan, gpu)
     return plan
+
+
+# what --gpu applies to: the memory peaks and the latency predicted for it (latency-ms: with no
+# CUDA here the CLI judges it as predicted-ms; with CUDA it is measured, --gpu kept for CI
+# commands run on both kinds of runner)
+GPU_METRICS = frozenset({Metric.infer_mb, Metric.train_mb, Metric.predicted_ms,
+                         Metric.latency_ms})
+
+
+def _check_gpu(plan: CheckPlan, gpu: str) -> None:
+    """``--gpu``: a GPU of the catalogue, and one that some checked number is predicted for."""
+    from torchinspect.gpus import find_gpu
+
+    find_gpu(gpu)  # an unknown name: did-you-mean, exit 2
+    if not any(GPU_METRICS & plan.metrics_for(mb) for mb in plan.models):
+        raise InspectError(f"--gpu {gpu}: no number checked here is predicted for a GPU",
+                           hint="--gpu applies to --max-infer-mb, --max-train-mb and "
+                           "--max-latency-ms (predicted without CUDA); leave it out")
 
 
 def _choose(models: list[Any], limits: dict[Metric, float],

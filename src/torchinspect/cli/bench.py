@@ -88,9 +88,9 @@ CompareOpt = Annotated[str | None, typer.Option(
     "(NEW.json), compares the two files and runs nothing.")]
 PredictOpt = Annotated[str | None, typer.Option(
     "--predict", metavar="GPU",
-    help="predict the latency on this GPU (h100, h200, a100, l40s, l4, rtx4090, t4) from "
-    "the CPU, no GPU needed: per layer type, graph replay and eager. With --device cuda the "
-    "real run is measured too and shown beside the prediction.")]
+    help="predict the latency on this GPU (h100, a100, l4, rtx4090, ...: the GPU catalogue's "
+    "names) from the CPU, no GPU needed: per layer type, graph replay and eager. With --device "
+    "cuda the real run is measured too and shown beside the prediction.")]
 
 
 class _Progress:
@@ -180,10 +180,10 @@ def bench(
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
-    if predict is not None and not opts.device.startswith("cuda"):
-        _refuse_real_run_options(compile=compile or compile_mode != CompileMode.default, amp=amp,
-                                 max_batch=max_batch, profile=profile, compare=bool(compare),
-                                 channels_last=channels_last)
+    if predict is not None and _predicts_only(
+            predict, opts.device, compile=compile or compile_mode != CompileMode.default,
+            amp=amp, max_batch=max_batch, profile=profile, compare=bool(compare),
+            channels_last=channels_last):
         return _predict_only(model, predict, batch, dtype, tf32, opts, out)
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
@@ -220,13 +220,20 @@ def bench(
     sys.stderr.flush()
 
 
-def _refuse_real_run_options(**given: bool) -> None:
-    """--predict without --device cuda runs nothing: options of a real run are refused."""
-    real = [f"--{name.replace('_', '-')}" for name, on in given.items() if on]
+def _predicts_only(gpu: str, device: str, **real_run: bool) -> bool:
+    """--predict GPU: a GPU of the catalogue (an unknown name is refused before anything
+    runs). Without --device cuda nothing runs: True, and options of a real run are refused."""
+    from torchinspect.gpus import find_gpu  # kept out of `inspect --help`
+
+    find_gpu(gpu, option="--predict")
+    if device.startswith("cuda"):
+        return False
+    real = [f"--{name.replace('_', '-')}" for name, on in real_run.items() if on]
     if real:
         raise InspectError(f"--predict runs nothing on a device: {real[0]} has no effect there",
                            hint="leave it out, or add --device cuda to measure beside the "
                            "prediction")
+    return True
 
 
 def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32: bool | None,
@@ -234,7 +241,7 @@ def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32
     """With --predict: the prediction for the configurations just measured, side by side."""
     if gpu is None:
         return report
-    from torchinspect.bench.predict import predict_latency
+    from torchinspect.latency import predict_latency
     from torchinspect.report.base import Text
     from torchinspect.report.predict import against_measured, header
 
@@ -247,12 +254,11 @@ def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32
 def _predict_only(model: str, gpu: str, batch: str | None, dtype: str, tf32: bool | None,
                   opts: ModelOptions, out: OutputOptions) -> None:
     """`inspect bench MODEL --predict GPU`: the prediction alone, no device touched."""
-    from torchinspect.bench.predict import predict_latency, resolve_gpu
     from torchinspect.bench.run import parse_dtype
+    from torchinspect.latency import predict_latency
     from torchinspect.report.predict import prediction_report
     from torchinspect.sources.case import make_case
 
-    resolve_gpu(gpu)  # an unknown name is refused before the model is built
     dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in dtype.split(",") if d.strip()))
     case = make_case(model, options=opts, device="meta")
     pred = predict_latency(case, gpu, dtypes=dtypes or ("fp32",), batches=parse_batches(batch),

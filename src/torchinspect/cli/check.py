@@ -62,9 +62,10 @@ SaveOpt = Annotated[str | None, typer.Option(
     "--save-baseline", metavar="FILE", help="write every metric of every model as a baseline "
     "(versioned JSON, atomic) for a later --baseline.")]
 GpuOpt = Annotated[str | None, gpu_opt(
-    "with --max-latency-ms on a machine without CUDA: judge the latency predicted for this GPU "
-    "(h100, a100, l4, ...; metric predicted-ms) instead of measuring; with CUDA present the "
-    "latency is measured as usual.")]
+    "the GPU (h100, a100, l4, ...) --max-infer-mb and --max-train-mb are predicted for "
+    "(default: the GPU here, else h100); with --max-latency-ms on a machine without CUDA: judge "
+    "the latency predicted for it (metric predicted-ms) instead of measuring; with CUDA present "
+    "the latency is measured as usual.")]
 LatencyFlag = Annotated[bool, typer.Option(
     "--latency", help="also time every model (median, IQR, CoV), e.g. for --save-baseline.")]
 
@@ -87,10 +88,10 @@ def _targets(out: OutputOptions, junit: str | None, save: str | None,
 
 def _predict_latency(given: dict[Any, Any], gpu: str, opts: ModelOptions) -> None:
     """--gpu NAME without CUDA here: the latency budget is judged on the prediction."""
-    from torchinspect.bench.predict import resolve_gpu
     from torchinspect.check import Metric
+    from torchinspect.gpus import find_gpu
 
-    resolve_gpu(gpu, option="--gpu")  # an unknown name: did-you-mean, exit 2
+    find_gpu(gpu)  # an unknown name: did-you-mean, exit 2
     if given.get(Metric.latency_ms) is None or opts.device.startswith("cuda"):
         return
     import torch

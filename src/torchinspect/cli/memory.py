@@ -40,7 +40,8 @@ FitOpt = Annotated[str | None, typer.Option(
     "--fit", metavar="SIZE|cuda", help="find the largest batch whose predicted peak fits SIZE "
     "(80GB, 40GiB) or the free memory of the GPU that is there (cuda).", show_default=False)]
 GpuOpt = Annotated[str | None, gpu_opt(
-    "the GPU whose cuBLAS workspace size to count (default: the GPU that is there, else h100).",
+    "the GPU to predict for (h100, a100, l4, ...): its cuBLAS workspace and the SM count CUDA "
+    "reductions stage for (default: the GPU that is there, else h100).",
     metavar="h100|a100|...")]
 CalibrateOpt = Annotated[bool | None, typer.Option(
     "--calibrate/--no-calibrate", help="measure each cuDNN convolution/RNN workspace on the GPU "

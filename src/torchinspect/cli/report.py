@@ -34,8 +34,9 @@ BenchSecondsOpt = Annotated[float, typer.Option(
 GraphDepthOpt = Annotated[int, typer.Option("--graph-depth", min=0,
                                             help="deepest module level drawn in the graph.")]
 GpuOpt = Annotated[str | None, gpu_opt(
-    "add the latency predicted for this GPU (h100, a100, l4, ...) and its roofline chart: one "
-    "point per module, both roofs drawn.")]
+    "predict for this GPU (h100, a100, l4, ...): add its predicted latency and roofline chart "
+    "(one point per module, both roofs drawn), and predict the memory for it (default: the GPU "
+    "here, else h100).")]
 NoGraphOpt = Annotated[bool, typer.Option("--no-graph", help="leave the module graph out.")]
 NoDoctorOpt = Annotated[bool, typer.Option("--no-doctor", help="leave the doctor's checks out.")]
 DoctorRunOpt = Annotated[bool, typer.Option(

@@ -18,7 +18,7 @@ from typing import Any
 import torch
 
 from torchinspect import device as devices
-from torchinspect.dtypes import SHORT, short_name
+from torchinspect.dtypes import RUN, SHORT, short_name
 from torchinspect.errors import InspectError
 from torchinspect.features.inputs import (
     InputItem,
@@ -163,7 +163,7 @@ def check_device(device: str) -> str:
 
 def _dtype(text: str, option: str) -> torch.dtype:
     short = short_name(str(text))
-    if short is None:
+    if short is None or short not in RUN:
         raise InspectError(f"{option} {text!r}: unknown dtype", hint="use fp32, fp16 or bf16")
     return getattr(torch, SHORT[short])
 

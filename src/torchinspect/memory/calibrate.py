@@ -22,9 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchinspect.dtypes import SHORT
 from torchinspect.memory.workspace import Problem, conv_output
-
-DTYPES = {"fp32": "float32", "bf16": "bfloat16", "fp16": "float16", "fp64": "float64"}
 
 
 def machine() -> dict[str, Any]:
@@ -158,7 +157,7 @@ def _conv(problem: Problem) -> Callable[[], Any]:
     import torch
 
     p = problem.params
-    dt = getattr(torch, DTYPES[p["dtype"]])
+    dt = getattr(torch, SHORT[p["dtype"]])
     x = _tensor(p["x"], dt, p["layout"])
     w = _tensor(p["w"], dt, p["layout"])
     args = (p["s"], p["p"], p["d"], p["t"], p["op"], p["g"])
@@ -181,7 +180,7 @@ def _rnn(problem: Problem) -> Callable[[], Any]:
     import torch
 
     p = problem.params
-    dt = getattr(torch, DTYPES[p["dtype"]])
+    dt = getattr(torch, SHORT[p["dtype"]])
     cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN,
            "rnn_relu": torch.nn.RNN}[p["kind"]]
     kw = {"nonlinearity": "relu"} if p["kind"] == "rnn_relu" else {}

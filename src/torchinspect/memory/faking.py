@@ -10,10 +10,11 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from torchinspect import gpus
 from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.memory import step as steps
 from torchinspect.memory.autocast import cuda_autocast_on_cpu
-from torchinspect.memory.gpu import cublas_workspace, detect_gpu, parse_gpu
+from torchinspect.memory.gpu import cublas_workspace
 from torchinspect.memory.tracker import StorageTracker
 from torchinspect.shapes import map_tensors, tensor_leaves
 from torchinspect.sources.case import (
@@ -53,9 +54,13 @@ def make_target(device: str = "cuda", gpu: str | None = None, *, fast: bool = Fa
         raise InspectError(f"--device {device!r}: memory predicts for cuda or cpu",
                            hint="--device cuda (the default) or --device cpu")
     if device == "cpu":
+        if gpu is not None:
+            raise InspectError(f"--gpu {gpu}: --device cpu counts the bytes of tensors, for no GPU",
+                               hint="leave out --gpu, or predict for the GPU with --device cuda")
         return Target("cpu", None, 0, "cpu")
-    name = parse_gpu(gpu)
-    here = detect_gpu()
+    found = gpus.detect_gpu()
+    here = found.name if found is not None else None
+    name = gpus.target_gpu(gpu).name
     if calibrate and here is None:
         raise InspectError("--calibrate measures cuDNN workspaces on a GPU, and no CUDA device "
                            "is available", hint="leave out --calibrate: the shipped table and "

@@ -35,7 +35,7 @@ from torchinspect.errors import InspectError
 from torchinspect.memory import step as steps
 from torchinspect.memory.result import RunMemory
 from torchinspect.memory.step import StepConfig
-from torchinspect.memory.tracker import Event, StorageTracker
+from torchinspect.memory.tracker import Event, Phase, StorageTracker
 from torchinspect.shapes import tensor_leaves
 from torchinspect.sources.case import ModelCase
 
@@ -153,7 +153,7 @@ class ShardedTracker(StorageTracker):
     """A `StorageTracker` that counts a ``DTensor``'s local tensor (the wrapper holds
     no memory) and logs storage resizes (`storage_resizes`)."""
 
-    def _see(self, t: Any, phase: str, module: str, op: str) -> int | None:
+    def _see(self, t: Any, phase: Phase, module: str, op: str) -> int | None:
         return super()._see(_local(t), phase, module, op)
 
     def storage_serial(self, tensor: Any) -> int | None:
@@ -167,7 +167,7 @@ class ShardedTracker(StorageTracker):
         if old is not None:
             self.log.events.append(Event(old, False, "resize_"))
         if nbytes:
-            serial = self._new(nbytes, "weights", self.current_module())
+            serial = self._new(nbytes, Phase.weights, self.current_module())
             self._live[key] = serial
             self.log.events.append(Event(serial, True, "resize_"))
             weakref.finalize(storage, self._release, key, serial)

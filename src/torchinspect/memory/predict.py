@@ -17,6 +17,7 @@ from typing import Any
 
 from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
+from torchinspect.gpus import match_device_name
 from torchinspect.inputs import ExampleInputs, rebatch
 from torchinspect.memory import margins
 from torchinspect.memory import step as steps
@@ -147,8 +148,8 @@ def example_at(case: ModelCase, batch: int | None) -> Any:
 def make_workspaces(target: Target) -> Workspaces:
     """The shipped table, and this GPU's calibration cache when calibrating."""
     table = shipped_table()
-    machine = str(table.machine.get("gpu", "")).lower().replace(" ", "")
-    exact = target.gpu is not None and target.gpu in machine
+    measured_on = match_device_name(str(table.machine.get("gpu", "")))
+    exact = target.gpu is not None and measured_on is not None and measured_on.name == target.gpu
     found = Workspaces(table, exact)
     if target.calibrate:
         from torchinspect.memory.calibrate import load_cache

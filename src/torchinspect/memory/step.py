@@ -16,12 +16,12 @@ from typing import Any
 
 import torch
 
-from torchinspect.dtypes import SHORT
+from torchinspect.dtypes import RUN, SHORT
 from torchinspect.errors import InspectError
 from torchinspect.shapes import tensor_leaves
 
 OPTIMIZERS = ("adamw", "adam", "sgd", "sgd-momentum", "none")
-DTYPES = {short: getattr(torch, name) for short, name in SHORT.items()}  # dtypes.py's names
+DTYPES = {short: getattr(torch, SHORT[short]) for short in RUN}  # dtypes.py's names
 LOSSES = ("sum", "mean")
 
 

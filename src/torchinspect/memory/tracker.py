@@ -16,17 +16,28 @@ from __future__ import annotations
 
 import weakref
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_flatten
 
-# ops that take a cuBLAS handle (its workspace comes from the caching allocator on first use)
-_CUBLAS_OPS = frozenset({
-    "mm", "addmm", "bmm", "baddbmm", "addbmm", "_addmm_activation", "addmv", "mv",
-    "_scaled_mm", "_int_mm",
-})
+from torchinspect.trace.ops import op_info
+
+
+class Phase(StrEnum):
+    """When an allocation was made: what existed before the run, or the phase of a step."""
+
+    weights = "weights"
+    buffers = "buffers"
+    input = "input"
+    workspace = "workspace"  # kept for the process (cuBLAS, cuBLASLt)
+    forward = "forward"
+    backward = "backward"
+    optimizer = "optimizer"
+    inference = "inference"
+    end = "end"  # the mark after the last step
 
 
 @dataclass
@@ -35,7 +46,7 @@ class Alloc:
 
     serial: int
     nbytes: int
-    phase: str  # weights, buffers, input, forward, backward, optimizer, workspace
+    phase: Phase
     module: str
     step: int = 0  # training iteration (1, 2) or 0 for inference / before the run
     kind: str = ""  # set after the run: grad, state, host (not on the device); cudnn
@@ -86,7 +97,7 @@ class StorageTracker(TorchDispatchMode):
             self.cores = multiprocessors(gpu)
         self.device_type = device_type  # tensors elsewhere (a CPU step counter) are not counted
         self.log = Log()
-        self.phase = "forward"
+        self.phase = Phase.forward
         self.step = 0
         self.workspace = workspace
         self._handles: set[tuple[str, str]] = set()
@@ -94,17 +105,17 @@ class StorageTracker(TorchDispatchMode):
         self._next = 0
         self.modules: Any = None  # a ModTracker while the run is tracked
 
-    def mark(self, phase: str, step: int | None = None) -> None:
+    def mark(self, phase: Phase | str, step: int | None = None) -> None:
         """Start a phase (forward, backward, optimizer, inference) of training step ``step``."""
-        self.phase = phase
+        self.phase = Phase(phase)
         if step is not None:
             self.step = step
         self.log.events.append(Event(0, True, f"{phase}:{self.step}"))
 
     # -- registering what exists before the run
-    def register(self, tensor: Any, phase: str, module: str = "") -> int | None:
+    def register(self, tensor: Any, phase: Phase | str, module: str = "") -> int | None:
         """Log ``tensor``'s storage as allocated now (weights, buffers, inputs)."""
-        return self._see(tensor, phase, module, "")
+        return self._see(tensor, Phase(phase), module, "")
 
     def storage_serial(self, tensor: Any) -> int | None:
         """The serial of ``tensor``'s storage, if it is live and known."""
@@ -138,7 +149,7 @@ class StorageTracker(TorchDispatchMode):
         out = func(*args, **kwargs)
         self.log.ops += 1
         name = func.overloadpacket.__name__
-        if self.workspace and name in _CUBLAS_OPS:
+        if self.workspace and op_info(func).cublas:  # its handle's workspace, on first use
             self._cublas_workspace()
             if self.cores is not None and _uses_cublaslt(name, args, kwargs):
                 self._cublas_workspace("cuBLASLt")
@@ -188,20 +199,20 @@ class StorageTracker(TorchDispatchMode):
     def _cublas_workspace(self, library: str = "cuBLAS") -> None:
         """cuBLAS keeps one workspace per (handle, stream); autograd runs on its own thread.
         cuBLASLt (a matmul with a fused bias) keeps its own, also per handle."""
-        thread = "backward" if self.phase == "backward" else "main"
+        thread = "backward" if self.phase is Phase.backward else "main"
         if (library, thread) not in self._handles:
             self._handles.add((library, thread))
             from torchinspect.memory.gpu import cublaslt_workspace
 
             size = self.workspace if library == "cuBLAS" else cublaslt_workspace()
-            serial = self._new(size, "workspace", f"{library} ({thread} thread)")
+            serial = self._new(size, Phase.workspace, f"{library} ({thread} thread)")
             self.log.events.append(Event(serial, True, library.lower()))
 
     def keep_once(self, what: str, nbytes: int) -> None:
         """A buffer a library allocates on first use and keeps for the process (logged once)."""
         if (what, "") not in self._handles:
             self._handles.add((what, ""))
-            serial = self._new(nbytes, "workspace", what)
+            serial = self._new(nbytes, Phase.workspace, what)
             self.log.events.append(Event(serial, True, what))
 
     def _reduction_staging(self, func: Any, args: Any, kwargs: Any, module: str) -> None:
@@ -230,7 +241,7 @@ class StorageTracker(TorchDispatchMode):
         for serial in reversed(serials):
             self.log.events.append(Event(serial, False, op))
 
-    def _see(self, t: Any, phase: str, module: str, op: str) -> int | None:
+    def _see(self, t: Any, phase: Phase, module: str, op: str) -> int | None:
         if self.device_type is not None and t.device.type != self.device_type:
             return None
         try:
@@ -252,7 +263,7 @@ class StorageTracker(TorchDispatchMode):
         weakref.finalize(st, self._release, key, serial)
         return serial
 
-    def _new(self, nbytes: int, phase: str, module: str) -> int:
+    def _new(self, nbytes: int, phase: Phase, module: str) -> int:
         self._next += 1
         self.log.allocs[self._next] = Alloc(self._next, nbytes, phase, module, self.step)
         return self._next

@@ -35,8 +35,8 @@ from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
 
-DTYPE_NAMES = {"torch.float32": "fp32", "torch.bfloat16": "bf16", "torch.float16": "fp16",
-               "torch.float64": "fp64"}
+from torchinspect.dtypes import short_of
+
 OPS = ("conv_fwd", "conv_bwd", "rnn_fwd", "rnn_bwd")
 TABLE_FILE = "cudnn_workspace.json.gz"
 
@@ -132,10 +132,6 @@ def conv_output(p: dict[str, Any]) -> list[int]:
     return [x[0], w[0], *out]
 
 
-def dtype_name(dtype: Any) -> str:
-    return DTYPE_NAMES.get(str(dtype), str(dtype).replace("torch.", ""))
-
-
 def _layout(t: Any) -> str:
     """cl: channels-last (not also contiguous); cf: contiguous or anything else."""
     import torch
@@ -174,7 +170,7 @@ def conv_problem(name: str, args: Any) -> Problem | None:
         "x": [int(s) for s in x.shape], "w": [int(s) for s in w.shape], "b": has_bias,
         "s": _ints(stride, dims), "p": _ints(padding, dims), "d": _ints(dilation, dims),
         "t": bool(transposed), "op": _ints(out_pad, dims), "g": int(groups),
-        "dtype": dtype_name(x.dtype), "layout": _layout(x),
+        "dtype": short_of(x.dtype), "layout": _layout(x),
     }
     if mask is not None:
         spec["mask"] = [bool(mask[0]), bool(mask[1]), bool(mask[2])]
@@ -185,7 +181,7 @@ def rnn_problem(kind: str, *, backward: bool, input_size: int, hidden: int, laye
                 dirs: int, seq: int, batch: int, dtype: Any, train: bool, bias: bool,
                 batch_first: bool) -> Problem:
     spec = {"kind": kind, "input": int(input_size), "hidden": int(hidden), "layers": int(layers),
-            "dirs": int(dirs), "seq": int(seq), "batch": int(batch), "dtype": dtype_name(dtype),
+            "dirs": int(dirs), "seq": int(seq), "batch": int(batch), "dtype": short_of(dtype),
             "train": bool(train), "bias": bool(bias), "bf": bool(batch_first)}
     return Problem("rnn_bwd" if backward else "rnn_fwd", tuple(sorted(spec.items())))
 

@@ -48,7 +48,7 @@ class ModelOverview:
     doctor: parts.DoctorPart | None = None
     bench: Any | None = None  # torchinspect.bench.BenchResult
     memory: Any | None = None  # torchinspect.overview.memory.MemoryPart
-    latency: Any | None = None  # torchinspect.bench.predict.Prediction (report --gpu)
+    latency: Any | None = None  # torchinspect.latency.Prediction (report --gpu)
     missing: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict() of the model
@@ -145,13 +145,14 @@ def collect_overview(models: ModelLike | Sequence[ModelLike], inputs: Any = None
 
     ``device`` (default: ``options.device``, else auto) is where the trace runs (auto: meta,
     no memory) and where the real runs go (``bench``, ``doctor_run``; auto means the CPU).
-    ``gpu`` (e.g. "h100") adds the predicted latency and its roofline chart for that GPU.
+    ``gpu`` (e.g. "h100") adds the predicted latency and its roofline chart for that GPU, and
+    the memory part is predicted for it (default: the GPU here, else h100).
     """
     check_depth(depth)
     if gpu is not None:
-        from torchinspect.bench.predict import resolve_gpu
+        from torchinspect.gpus import find_gpu
 
-        resolve_gpu(gpu, option="--gpu")  # an unknown name is refused before any model runs
+        gpu = find_gpu(gpu).name  # an unknown name is refused before any model runs
     if graph_depth < 0:
         raise InspectError(f"graph depth {graph_depth}: must be 0 or more", hint="e.g. 2")
     if bench_seconds <= 0:
@@ -188,7 +189,8 @@ def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: in
     described = case.describe_inputs()
     notes = [*case.notes, *left_out_notes(case.model)]
     t0 = time.perf_counter()
-    predicted, memory_why = parts.attempt(lambda: memory_part(case)) if memory else (None, None)
+    predicted, memory_why = (parts.attempt(lambda: memory_part(case, gpu)) if memory
+                             else (None, None))
     seconds["memory"] = time.perf_counter() - t0
     summary = summary_from_trace(trace, model=case.name, inputs=described, depth=depth,
                                  notes=notes, memory=predicted.result if predicted else None)

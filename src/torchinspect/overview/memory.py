@@ -23,13 +23,14 @@ class MemoryPart:
         return self.result.to_dict()
 
 
-def memory_part(case: Any) -> MemoryPart:
-    """Inference and a training step (AdamW, PyTorch's defaults); a model whose training step
-    cannot be predicted keeps its inference prediction with a note."""
+def memory_part(case: Any, gpu: str | None = None) -> MemoryPart:
+    """Inference and a training step (AdamW, PyTorch's defaults) on ``gpu`` (None: the GPU
+    here, else the default); a model whose training step cannot be predicted keeps its
+    inference prediction with a note."""
     from torchinspect.memory.predict import make_target, predict_case
     from torchinspect.memory.step import StepConfig
 
-    target = make_target("cuda", fast=True)
+    target = make_target("cuda", gpu, fast=True)
     try:
         result = predict_case(case, StepConfig(), target, top=TOP_SAVED)
     except InspectError as exc:

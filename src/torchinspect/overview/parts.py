@@ -160,7 +160,6 @@ def bench_part(case: Any, *, device: str, batches: Sequence[int] | None,
 def latency_part(case: Any, gpu: str) -> Any:
     """The latency predicted for ``gpu`` at the case's input and the model's own dtype
     (``inspect bench --predict``'s model): its per-module points draw the roofline chart."""
-    from torchinspect.bench.predict import predict_latency
-    from torchinspect.bench.predict.predict import _model_dtype
+    from torchinspect.latency import model_dtype, predict_latency
 
-    return predict_latency(case, gpu, dtypes=(_model_dtype(case.model),))
+    return predict_latency(case, gpu, dtypes=(model_dtype(case.model),))

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.bench.predict.gpus import validation_text
+from torchinspect.latency.calibrated import validation_text
 from torchinspect.report.base import Report, Table, Text, fmt_si, si
 
 if TYPE_CHECKING:
-    from torchinspect.bench.predict import Prediction
+    from torchinspect.latency import Prediction
 
 SCHEMA_VERSION = 1
 

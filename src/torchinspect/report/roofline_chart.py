@@ -14,11 +14,12 @@ import html
 import math
 from typing import TYPE_CHECKING, Any
 
-from torchinspect.bench.predict.gpus import DATASHEET, validation_text
+from torchinspect.gpus import CATALOGUE
+from torchinspect.latency.calibrated import validation_text
 from torchinspect.report.base import Figure, Table, Text, fmt_si
 
 if TYPE_CHECKING:
-    from torchinspect.bench.predict import Prediction
+    from torchinspect.latency import Prediction
 
 W, H, LEFT, RIGHT, TOP, BOTTOM = 720.0, 380.0, 70.0, 150.0, 20.0, 44.0
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1",
@@ -50,7 +51,7 @@ def _log_range(values: list[float], lo_pad: float = 0.3, hi_pad: float = 0.3) ->
 
 def roofline_svg(pred: Prediction) -> str:
     r = pred.results[0]
-    spec = DATASHEET[pred.gpu]
+    spec = CATALOGUE[pred.gpu]
     peak = spec.tensor_16 if r.dtype in ("bf16", "fp16") else spec.tf32
     points = [p for p in r.points if p.intensity > 0 and p.rate > 0]
     ridge = peak / spec.bandwidth

@@ -116,18 +116,20 @@ def _owned(first: SummaryRow | None, col: Column) -> int | None:
 
 
 def _fit_to_terminal(cols: list[Column]) -> dict[str, Any]:
-    """The table's fitting rules: shapes never fold; with the default columns, the least
-    useful ones are left out first in a narrow terminal (a footer says how to get them);
-    columns the user picked with --columns all stay."""
-    from torchinspect.analysis.summary import DEFAULT_COLUMNS
+    """The table's fitting rules: shapes never fold; with the default columns (and the time
+    column --gpu adds to them), the least useful ones are left out first in a narrow terminal
+    (a footer says how to get them); columns the user picked with --columns all stay."""
+    from torchinspect.analysis.summary import DEFAULT_COLUMNS, Column
 
     nofold = [HEADERS[c.value] for c in cols if c.value in _SHAPES]
-    if tuple(cols) != DEFAULT_COLUMNS:
+    timed = tuple(cols) == (*DEFAULT_COLUMNS, Column.time)
+    if tuple(cols) != DEFAULT_COLUMNS and not timed:
         return {"nofold": nofold}
     keys = {HEADERS[k]: k for k in FIT_ORDER}
 
     def hint(left: list[str]) -> str:
-        example = ",".join(["output", "params", "macs", *(keys[h] for h in left[:1])])
+        example = ",".join(["output", "params", "macs", *(keys[h] for h in left[:1]),
+                            *(["time"] if timed else [])])
         return f"Get them with --columns, e.g. --columns {example}."
 
     return {"nofold": nofold, "optional": [HEADERS[k] for k in FIT_ORDER], "fit_hint": hint}
@@ -174,7 +176,7 @@ def memory_items(t: Totals) -> list[tuple[str, Any]]:
                  Shown(t.leaf_output_bytes, fmt_bytes(t.leaf_output_bytes))),
                 ("Estimated total size (weights + input + leaf outputs)",
                  Shown(t.estimated_total_bytes, fmt_bytes(t.estimated_total_bytes)))]
-    on = (t.memory_device or "cuda").upper()
+    on = (t.memory_gpu or t.memory_device or "cuda").upper()  # the GPU it is predicted for
     items: list[tuple[str, Any]] = [(
         f"Peak memory, inference (predicted, {on})",
         Shown(t.peak_inference_bytes, f"{fmt_bytes(t.peak_inference_bytes)}"

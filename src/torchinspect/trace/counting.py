@@ -9,7 +9,8 @@ CUDA), so the count never depends on the device and causal calls can be stated.
 Convention (torchvision's "GFLOPS"): one multiply-add = 1 MAC; only matrix products
 and convolutions are counted (bias additions, elementwise ops, normalization, pooling
 and softmax are not). Ops that do such work are listed in ``uncounted`` with their
-call counts; pure views, copies, creation and shape ops are ignored.
+call counts; ops that only move, view, create, select or test data (their kind in the op
+table, ``trace/ops.py``) are not.
 """
 
 from __future__ import annotations
@@ -21,30 +22,8 @@ import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 
-from torchinspect.trace.formulas import SDPA_OP, MacFormulaEntry, mac_formulas, op_name
-
-# Ops that move, view, create or query data: not "work without a formula".
-IGNORED_OPS: frozenset[str] = frozenset(
-    """
-    view _unsafe_view reshape _reshape_alias expand expand_as permute transpose t
-    squeeze unsqueeze slice select split split_with_sizes chunk unbind as_strided alias
-    detach detach_ flatten unflatten narrow view_as movedim diagonal unfold lift_fresh
-    lift_fresh_copy _to_copy to copy_ clone contiguous cat stack constant_pad_nd repeat
-    index_select index gather embedding roll flip pixel_shuffle pixel_unshuffle
-    channel_shuffle native_channel_shuffle _unsafe_index zeros zeros_like ones ones_like
-    empty empty_like empty_strided full full_like fill_ zero_ arange scalar_tensor
-    new_empty new_zeros new_ones new_full new_empty_strided randn rand randint randperm
-    normal_ uniform_ _local_scalar_dense item sym_size sym_stride sym_numel is_same_size
-    _assert_async _assert_tensor_metadata _assert_scalar set_ resize_ tril triu meshgrid
-    split_copy unbind_copy slice_copy select_copy view_copy expand_copy permute_copy
-    transpose_copy t_copy unsqueeze_copy squeeze_copy _unsafe_split masked_fill
-    masked_fill_ where _to_dense dequantize quantize_per_tensor quantize_per_channel
-    q_scale q_zero_point q_per_channel_scales q_per_channel_zero_points int_repr
-    _make_per_tensor_quantized_tensor _empty_affine_quantized
-    _empty_per_channel_affine_quantized linspace eye rsub_ bitwise_not logical_not
-    eq ne lt le gt ge isnan isinf any all prim.device
-    """.split()
-)
+from torchinspect.trace.formulas import SDPA_OP, MacTable
+from torchinspect.trace.ops import op_info, op_name
 
 
 def grouped_mm_meta(args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -87,8 +66,8 @@ class MacCounter:
         self.notes: dict[str, int] = {}  # note text -> occurrences
         self.data_dependent: dict[str, int] = {}  # value-dependent ops seen -> calls
         self.suppress = 0
-        self.formulas = mac_formulas()  # one snapshot per trace: registry, then torch's
-        self._by_packet: dict[Any, MacFormulaEntry | None] = {}
+        self.table = MacTable()  # one snapshot per trace: registry, then torch's
+        self.formulas = self.table.entries
 
     def add(self, op: str, macs: int) -> None:
         bucket = self.sink()
@@ -98,17 +77,14 @@ class MacCounter:
     def count(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if self.suppress:
             return
-        packet = func._overloadpacket
-        if packet not in self._by_packet:
-            self._by_packet[packet] = self.formulas.get(op_name(packet))
-        entry = self._by_packet[packet]
+        entry = self.table.entry(func)
         if entry is not None:
             self.add(entry.op, entry.formula(args, kwargs, out))
             return
-        name = op_name(packet)
+        name = op_name(func)
         if name in DATA_DEPENDENT_OPS or (name == "index" and _bool_index(args)):
             self.data_dependent[name] = self.data_dependent.get(name, 0) + 1
-        if name.rstrip("_") in IGNORED_OPS or name in IGNORED_OPS:
+        if not op_info(name).arithmetic:  # moves, views, creates, selects or tests data
             return
         self.uncounted[name] = self.uncounted.get(name, 0) + 1
 

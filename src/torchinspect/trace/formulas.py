@@ -30,6 +30,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from torchinspect.trace.ops import op_name
+
 MacFormula = Callable[[tuple[Any, ...], dict[str, Any], Any], int]
 
 OURS = "torchinspect"
@@ -53,15 +55,6 @@ class MacFormulaEntry:
 
 
 _FORMULAS: dict[str, MacFormulaEntry] = {}
-
-
-def op_name(op: Any) -> str:
-    """The name of an op as tables show it: ``aten.mm``/``aten::mm``/the packet -> ``mm``;
-    other namespaces keep theirs (``quantized.conv2d``)."""
-    if not isinstance(op, str):
-        op = getattr(op, "_overloadpacket", op)  # an OpOverload (aten.mm.default) -> aten.mm
-        op = getattr(op, "_qualified_op_name", None) or str(op)
-    return op.replace("::", ".").removeprefix("aten.")
 
 
 def _torch_formulas() -> dict[str, Any]:
@@ -134,6 +127,37 @@ def mac_formulas() -> dict[str, MacFormulaEntry]:
         table.setdefault(name, MacFormulaEntry(name, _torch_family(name), _from_torch(formula),
                                                TORCH))
     return table
+
+
+class MacTable:
+    """One snapshot of `mac_formulas()` for a run, looked up by op (cached per op packet):
+    the MAC counter's and the latency predictor's, so both read the same formulas with the
+    same precedence."""
+
+    def __init__(self) -> None:
+        self.entries = mac_formulas()
+        self._by_packet: dict[Any, MacFormulaEntry | None] = {}
+
+    def entry(self, func: Any) -> MacFormulaEntry | None:
+        """The formula of ``func`` (an OpOverload), or None when no table names it."""
+        packet = getattr(func, "_overloadpacket", func)
+        try:
+            return self._by_packet[packet]
+        except KeyError:
+            found = self._by_packet[packet] = self.entries.get(op_name(packet))
+            return found
+
+    def macs(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+             out: Any) -> int | None:
+        """MACs of one call of ``func``, or None without a formula (or one that cannot read
+        these arguments)."""
+        entry = self.entry(func)
+        if entry is None:
+            return None
+        try:
+            return int(entry.formula(args, kwargs, out))
+        except Exception:  # noqa: BLE001 - a formula (maybe a user's) that cannot read these args
+            return None
 
 
 def counted_families() -> list[str]:

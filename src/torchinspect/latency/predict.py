@@ -3,9 +3,9 @@
 Per batch size and dtype: the ops of one meta forward (``ops.record_ops``), each priced by
 ``roofline.price``; their sum is the time of a CUDA-graph replay (each op's measured time
 includes the gap to the next kernel; the split shown is kernels x the measured per-kernel
-gap). The eager estimate sets that GPU time against the host's: dispatched ops and module
-calls x this CPU's measured cost (``host.host_cost``) x the table's host factor (fitted on
-the GPU host); the larger one binds. Nothing here needs a GPU.
+gap). The eager estimate sets that GPU time against the host's (``eager.HostModel``:
+dispatched ops and module calls x this CPU's measured cost x the host factor, the same for
+every GPU); the larger one binds. Nothing here needs a GPU.
 """
 
 from __future__ import annotations
@@ -14,12 +14,14 @@ from collections.abc import Sequence
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchinspect.bench.predict.gpus import Gpu, resolve_gpu
-from torchinspect.bench.predict.host import HostCost, host_cost
-from torchinspect.bench.predict.ops import OpTrace, record_ops
-from torchinspect.bench.predict.roofline import efficiency_table, price_ops
+from torchinspect.dtypes import RUN, short_name
+from torchinspect.errors import InspectError
+from torchinspect.latency.calibrated import LatencyGpu, latency_gpu
+from torchinspect.latency.eager import HostModel, host_model
+from torchinspect.latency.host import HostCost
+from torchinspect.latency.ops import OpTrace, record_ops
+from torchinspect.latency.roofline import efficiency_table, price_ops
 
-DEFAULT_HOST_FACTOR = 3.0  # eager host / probe cost when no table fitted one (H100 host: ~3)
 FUNCTIONAL = "(functional)"
 
 
@@ -87,6 +89,7 @@ class BatchPrediction:
     points: list[RooflinePoint] = field(default_factory=list)
     dispatched: int = 0
     module_calls: int = 0
+    module_us: dict[str, float] = field(default_factory=dict)  # own µs per module name
 
     @property
     def kernel_ms(self) -> float:
@@ -133,13 +136,14 @@ class Prediction:
                 "notes": list(self.notes)}
 
 
-def price_trace(trace: OpTrace, gpu: Gpu, dtype: str, batch: int, host: HostCost,
+def price_trace(trace: OpTrace, gpu: LatencyGpu, dtype: str, batch: int, host: HostModel,
                 tf32: bool | None = None) -> BatchPrediction:
     """Sum one forward's ops into a BatchPrediction (layers, totals, eager estimate)."""
     table = efficiency_table(gpu)
     layers: dict[str, LayerRow] = {}
     points: dict[str, RooflinePoint] = {}
     uncal: dict[str, int] = {}
+    own: dict[str, float] = {}
     uncal_us = total_us = flops = nbytes = kernel_sum = 0.0
     for op, t in zip(trace.ops, price_ops(trace.ops, gpu, dtype, tf32, table), strict=True):
         total_us += t.us
@@ -159,15 +163,14 @@ def price_trace(trace: OpTrace, gpu: Gpu, dtype: str, batch: int, host: HostCost
         point.flops += op.flops
         point.bytes += op.bytes
         point.us += t.us
+        own[op.module] = own.get(op.module, 0.0) + t.us
         if not t.calibrated:
             uncal[op.name] = uncal.get(op.name, 0) + 1
             uncal_us += t.us
     kernel_gap = table.kernel_us if table is not None else 0.0
     kernels = round(kernel_sum)  # measured kernels per op class where the table has them
-    factor = gpu.table.host_factor if gpu.table is not None else DEFAULT_HOST_FACTOR
-    host_us = factor * (trace.dispatched * host.op_us + trace.module_calls * host.module_us)
     gpu_ms = total_us / 1e3
-    host_ms = host_us / 1e3
+    host_ms = host.ms(trace.dispatched, trace.module_calls)
     return BatchPrediction(
         dtype=dtype, batch=batch, gpu_ms=gpu_ms, gap_ms=kernels * kernel_gap / 1e3,
         kernels=kernels, host_ms=host_ms, eager_ms=max(gpu_ms, host_ms),
@@ -175,41 +178,43 @@ def price_trace(trace: OpTrace, gpu: Gpu, dtype: str, batch: int, host: HostCost
         layers=sorted(layers.values(), key=lambda r: -r.us), uncalibrated_ops=uncal,
         uncalibrated_ms=uncal_us / 1e3,
         points=[p for p in points.values() if p.flops > 0 and p.bytes > 0],
-        dispatched=trace.dispatched, module_calls=trace.module_calls)
+        dispatched=trace.dispatched, module_calls=trace.module_calls, module_us=own)
 
 
 def predict_latency(case: Any, gpu: str, *, dtypes: Sequence[str] = ("fp32",),
                     batches: Sequence[int] | None = None, tf32: bool | None = None,
                     host: HostCost | None = None) -> Prediction:
-    """Predict ``case`` (a ModelCase, or a spec/module for ``make_case``) on GPU ``gpu``."""
+    """Predict ``case`` (a ModelCase, or a spec/module for ``make_case``) on GPU ``gpu``
+    (a name of the GPU catalogue) in each of ``dtypes`` (fp32, fp16, bf16) at each batch."""
     from torchinspect.inputs import ExampleInputs, rebatch
     from torchinspect.sources.case import make_case
 
-    target = resolve_gpu(gpu)
+    target = latency_gpu(gpu)
+    for dtype in dtypes:
+        if dtype not in RUN:
+            raise InspectError(f"--dtype {dtype!r}: the latency is predicted in "
+                               f"{', '.join(RUN)}", hint="e.g. --dtype bf16")
     case = make_case(case, device="meta")
     example = case.require_example()
     if batches and not isinstance(example, ExampleInputs):
-        from torchinspect.errors import InspectError
-
         raise InspectError(f"{case.name}: --batch needs inputs given as shapes",
                            hint="pass --input specs (e.g. --input 3,224,224), or leave out --batch")
-    cost = host or host_cost()
+    model = host_model(host)
     pred = Prediction(model=case.name, inputs=case.describe_inputs(), gpu=target.spec.name,
                       gpu_label=target.spec.label, calibrated=target.calibrated,
                       source=target.source,
                       validation=dict(target.table.validation) if target.table else {},
-                      host=cost, host_factor=(target.table.host_factor if target.table
-                                              else DEFAULT_HOST_FACTOR), tf32=tf32)
+                      host=model.cost, host_factor=model.factor, tf32=tf32)
     sizes: Sequence[int | None] = list(batches) if batches else [None]
     for b in sizes:
         ex = rebatch(example, b) if b is not None else example
         batch = b if b is not None else _batch_of(ex)
         for dtype in dtypes:
             trace = record_ops(case.model, ex, dtype=dtype)
-            pred.results.append(price_trace(trace, target, dtype, batch, cost, tf32))
+            pred.results.append(price_trace(trace, target, dtype, batch, model, tf32))
     if not target.calibrated:
         pred.notes.append(f"{target.spec.name} has no measured table: datasheet peaks with the "
-                          "H100's measured efficiencies, and a default host factor")
+                          "H100's measured efficiencies")
     return pred
 
 
@@ -223,18 +228,13 @@ def module_times(case: Any, gpu: str, *, dtype: str | None = None,
                  tf32: bool | None = None) -> tuple[dict[str, float], Prediction]:
     """Predicted ms per module name (inclusive: its ops and those of the modules inside,
     summed over its calls; "" is the whole model) at the case's own input, for the
-    summary's ``time`` column. ``dtype``: the model's own float dtype unless given."""
+    summary's ``time`` column, from one prediction. ``dtype``: the model's own float dtype
+    (`model_dtype`) unless given."""
     from torchinspect.sources.case import make_case
 
     case = make_case(case, device="meta")
-    dtype = dtype or _model_dtype(case.model)
-    target = resolve_gpu(gpu)
-    pred = predict_latency(case, gpu, dtypes=(dtype,), tf32=tf32)
-    trace = record_ops(case.model, case.require_example(), dtype=dtype)
-    table = efficiency_table(target)
-    own: dict[str, float] = {}
-    for op, t in zip(trace.ops, price_ops(trace.ops, target, dtype, tf32, table), strict=True):
-        own[op.module] = own.get(op.module, 0.0) + t.us
+    pred = predict_latency(case, gpu, dtypes=(dtype or model_dtype(case.model),), tf32=tf32)
+    own = pred.results[0].module_us
     out: dict[str, float] = {"": sum(own.values()) / 1e3}
     for name, us in own.items():
         parts = name.split(".") if name else []
@@ -244,10 +244,11 @@ def module_times(case: Any, gpu: str, *, dtype: str | None = None,
     return out, pred
 
 
-def _model_dtype(model: Any) -> str:
-    from torchinspect.dtypes import short_name
-
+def model_dtype(model: Any) -> str:
+    """The dtype a model's latency is predicted in: its first floating parameter's (fp32,
+    fp16, bf16); fp32 for a model without one, or in a dtype the tables do not price."""
     for p in model.parameters():
         if p.is_floating_point():
-            return short_name(str(p.dtype).removeprefix("torch.")) or "fp32"
+            short = short_name(str(p.dtype).removeprefix("torch."))
+            return short if short in RUN else "fp32"
     return "fp32"

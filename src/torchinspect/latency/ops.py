@@ -2,12 +2,13 @@
 
 ``record_ops`` runs the model once through the trace (meta tensors, no memory) with a
 dispatch mode outside the trace's own: each op that reaches the dispatcher becomes an
-``OpRecord`` with its kind (matmul, conv, attention, norm, eltwise, reduction, pool,
-copy, embedding; ``view`` for ops that launch no kernel; ``other`` for ops with no
-efficiency data), its FLOPs, the bytes it must move (inputs read once, outputs written
-once), and the innermost module that ran it. ``F.scaled_dot_product_attention`` is one
-fused kernel on a GPU: it is recorded once at the function level, its meta decomposition
-is not. Inside ``nn.LSTM``/``GRU``/``RNN`` the pointwise gate math is fused (cuDNN): one
+``OpRecord`` with its efficiency class (matmul, conv, attention, norm, eltwise, reduction,
+pool, gather, copy, from the op's kind in the op table ``trace/ops.py``; ``view`` for ops
+that launch no kernel; ``other`` for ops with no efficiency data), its FLOPs (2 per MAC of
+the trace's own formula registry, ``trace/formulas.py``, where an op has one), the bytes it
+must move (inputs read once, outputs written once), and the innermost module that ran it.
+``F.scaled_dot_product_attention`` is one fused kernel on a GPU: it is recorded once at the
+function level, its meta decomposition is not. Inside ``nn.LSTM``/``GRU``/``RNN`` the pointwise gate math is fused (cuDNN): one
 kernel per recurrent matmul.
 
 Eval ``nn.TransformerEncoderLayer`` and self-attention ``nn.MultiheadAttention`` calls
@@ -23,58 +24,54 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
-from torch.utils.flop_counter import flop_registry
 
 from torchinspect.dtypes import SHORT, SIZES
+from torchinspect.trace.formulas import MacTable
+from torchinspect.trace.ops import OpKind, op_info, op_name
 
-MATMUL = frozenset("mm addmm bmm baddbmm addmv mv dot matmul _grouped_mm addbmm".split())
-CONV = frozenset("convolution _convolution cudnn_convolution conv_depthwise2d "
-                 "_conv_depthwise2d mkldnn_convolution convolution_overrideable "
-                 "_slow_conv2d_forward slow_conv3d_forward".split())
-ATTENTION = frozenset("_scaled_dot_product_flash_attention _scaled_dot_product_efficient_attention "
-                      "_scaled_dot_product_cudnn_attention _scaled_dot_product_flash_attention_for_cpu "
-                      "_native_multi_head_attention".split())
-NORM = frozenset("native_batch_norm _native_batch_norm_legit_no_training _native_batch_norm_legit "
-                 "native_layer_norm native_group_norm _fused_rms_norm rms_norm "
-                 "_batch_norm_with_update _batch_norm_no_update cudnn_batch_norm".split())
-REDUCTION = frozenset("_softmax _log_softmax softmax log_softmax sum mean amax amin max min var_mean "
-                      "var std std_mean norm linalg_vector_norm argmax argmin logsumexp cumsum "
-                      "prod topk sort _safe_softmax any all".split())
-POOL = frozenset("max_pool2d_with_indices max_pool2d avg_pool2d _adaptive_avg_pool2d "
-                 "adaptive_avg_pool2d adaptive_max_pool2d max_pool3d_with_indices avg_pool3d "
-                 "_adaptive_avg_pool3d max_pool1d avg_pool1d adaptive_max_pool1d".split())
-GATHER = frozenset("embedding index_select gather index _unsafe_index embedding_bag "
-                   "_embedding_bag".split())
-COPY = frozenset("clone _to_copy copy_ cat stack contiguous constant_pad_nd roll flip repeat "
-                 "pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle "
-                 "index_put index_put_ scatter scatter_ scatter_add _unsafe_index_put "
-                 "reflection_pad2d replication_pad2d col2im im2col".split())
-# ops that launch no kernel: views, metadata, allocation without a fill
-VIEW = frozenset(
-    """view _unsafe_view reshape _reshape_alias expand expand_as permute transpose t
-    squeeze unsqueeze slice select split split_with_sizes chunk unbind as_strided alias
-    detach detach_ flatten unflatten narrow view_as movedim diagonal unfold lift_fresh
-    empty empty_like empty_strided new_empty new_empty_strided sym_size sym_stride
-    sym_numel is_same_size _assert_async _assert_tensor_metadata _assert_scalar set_ resize_
-    _local_scalar_dense item dropout feature_dropout alpha_dropout _has_compatible_shallow_copy_type
-    prim.device _unsafe_split lift_fresh_copy _nested_tensor_from_mask_left_aligned
-    view_as_real view_as_complex _conj _neg_view resolve_conj resolve_neg conj""".split())
+
+class OpClass(StrEnum):
+    """The efficiency class an op is priced with: the curve names of the measured tables
+    (``matmul/bf16``, ``eltwise/fp32``); ``view`` launches no kernel."""
+
+    matmul = "matmul"
+    conv = "conv"
+    attention = "attention"
+    norm = "norm"
+    eltwise = "eltwise"
+    reduction = "reduction"
+    pool = "pool"
+    gather = "gather"
+    copy = "copy"
+    other = "other"  # no efficiency data: the roofline plus one kernel's fixed cost
+    view = "view"
+
+
+# each op kind of the op table (trace/ops.py) -> its class; free ops (views, metadata, bare
+# allocations) are OpClass.view, kinds not listed OpClass.other
+CLASS_OF: dict[OpKind, OpClass] = {
+    OpKind.matmul: OpClass.matmul, OpKind.conv: OpClass.conv,
+    OpKind.attention: OpClass.attention, OpKind.norm: OpClass.norm,
+    OpKind.reduction: OpClass.reduction, OpKind.pool: OpClass.pool,
+    OpKind.gather: OpClass.gather, OpKind.copy: OpClass.copy,
+    OpKind.elementwise: OpClass.eltwise, OpKind.compare: OpClass.eltwise,
+    OpKind.select: OpClass.eltwise, OpKind.creation: OpClass.eltwise}
 RNN_MODULES = ("LSTM", "GRU", "RNN")
-# ops of attention written out (F.multi_head_attention_forward on meta): fused on a GPU
 _NORM_SUB = {"native_batch_norm": "norm.batch", "_native_batch_norm_legit_no_training": "norm.batch",
              "_native_batch_norm_legit": "norm.batch", "cudnn_batch_norm": "norm.batch",
              "native_layer_norm": "norm.layer", "native_group_norm": "norm.group",
              "_fused_rms_norm": "norm.rms", "rms_norm": "norm.rms"}
+# ops of attention written out (F.multi_head_attention_forward on meta): fused on a GPU
 _MHA_MATH = frozenset("bmm baddbmm _safe_softmax _softmax mul div masked_fill".split())
 
-KINDS = ("matmul", "conv", "attention", "norm", "eltwise", "reduction", "pool", "gather",
-         "copy", "other")
+KINDS = tuple(c for c in OpClass if c is not OpClass.view)  # the classes a kernel is priced in
 
 
 @dataclass
@@ -82,7 +79,7 @@ class OpRecord:
     """One op as a GPU would run it: kind, work, and where in the model it ran."""
 
     name: str
-    kind: str  # one of KINDS, or "view" (no kernel)
+    kind: OpClass
     sub: str  # finer class for the efficiency table (conv.1x1, matmul.skinny, ...)
     flops: float
     bytes: float
@@ -91,6 +88,9 @@ class OpRecord:
     module: str  # qualified name of that module
     fused: bool = False  # pointwise math fused into a neighbouring kernel (RNN gates)
     fastpath: str = ""  # "encoder#N" / "mha#N": the fast-path call it runs in on a GPU
+
+    def __post_init__(self) -> None:
+        self.kind = OpClass(self.kind)  # a class name given as text ("matmul") is the class
 
 
 @dataclass
@@ -104,11 +104,6 @@ class OpTrace:
     @property
     def kernels(self) -> int:
         return sum(o.kernels for o in self.ops)
-
-
-def _op_name(func: Any) -> str:
-    ns = getattr(func._overloadpacket, "_qualified_op_name", None) or str(func)
-    return ns.replace("::", ".").removeprefix("aten.")
 
 
 def _is_float(t: torch.Tensor) -> bool:
@@ -165,24 +160,10 @@ def _matmul_sub(out: Any) -> str:
     return "matmul"
 
 
-def classify(name: str, func: Any) -> str:
-    base = name.split(".")[0].rstrip("_") if not name.startswith("_") else name.split(".")[0]
-    for kind, names in (("view", VIEW), ("matmul", MATMUL), ("conv", CONV),
-                        ("attention", ATTENTION), ("norm", NORM), ("reduction", REDUCTION),
-                        ("pool", POOL), ("gather", GATHER), ("copy", COPY)):
-        if name in names or base in names:
-            return kind
-    tags = getattr(func, "tags", ())
-    if torch.Tag.pointwise in tags or base in _CREATION:
-        return "eltwise"
-    return "other"
-
-
-_CREATION = frozenset("zeros ones full arange zeros_like ones_like full_like fill zero scalar_tensor "
-                      "new_zeros new_ones new_full linspace eye tril triu randn rand randint "
-                      "normal uniform bernoulli masked_fill where clamp hardtanh upsample_nearest2d "
-                      "upsample_bilinear2d _upsample_bilinear2d_aa upsample_nearest1d "
-                      "_upsample_nearest_exact2d grid_sampler_2d cumprod".split())
+def classify(op: Any) -> OpClass:
+    """An op's efficiency class: `OpClass.view` for one that launches no kernel."""
+    info = op_info(op)
+    return OpClass.view if info.free else CLASS_OF.get(info.kind, OpClass.other)
 
 
 def sdpa_work(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool,
@@ -290,8 +271,9 @@ class _Recorder:
         self.suppress = 0
         self.rnn_matmuls = 0
         self.mha_fast = ""  # the fast-path MHA call whose attention is recorded at its end
+        self.macs = MacTable()  # the trace's own formulas (registry, users', then torch's)
 
-    def add(self, name: str, kind: str, sub: str, flops: float, nbytes: float,
+    def add(self, name: str, kind: OpClass, sub: str, flops: float, nbytes: float,
             kernels: int = 1, fused: bool = False) -> None:
         layer, module = self.stack.top
         self.trace.ops.append(OpRecord(name, kind, sub, flops, nbytes, kernels, layer, module,
@@ -301,9 +283,9 @@ class _Recorder:
         self.trace.dispatched += 1
         if self.suppress:
             return
-        name = _op_name(func)
-        kind = classify(name, func)
-        if kind == "view":
+        name = op_name(func)
+        kind = classify(name)
+        if kind is OpClass.view:
             return
         if self.stack.top[0] == "MultiheadAttention" and name in _MHA_MATH:
             return  # the attention written out on meta: one fused kernel on a GPU (below)
@@ -311,30 +293,30 @@ class _Recorder:
         outs = _tensors(out)
         nbytes = self._bytes(kind, name, ins, outs)
         flops = self._flops(func, kind, args, kwargs, out, ins, outs)
-        sub = kind
-        if kind == "conv":
+        sub: str = kind
+        if kind is OpClass.conv:
             sub = _conv_sub(args)
-        elif kind == "matmul":
+        elif kind is OpClass.matmul:
             sub = _matmul_sub(out)
-        if self.stack.in_rnn() and kind in ("eltwise", "other", "copy"):
-            self.add(name, "eltwise", "eltwise", flops, nbytes, kernels=0, fused=True)
+        if self.stack.in_rnn() and kind in (OpClass.eltwise, OpClass.other, OpClass.copy):
+            self.add(name, OpClass.eltwise, "eltwise", flops, nbytes, kernels=0, fused=True)
             return
-        if kind == "norm":
+        if kind is OpClass.norm:
             sub = _NORM_SUB.get(name, "norm")
-        bias = args[2] if kind == "conv" and len(args) > 2 else None
+        bias = args[2] if kind is OpClass.conv and len(args) > 2 else None
         if isinstance(bias, torch.Tensor) and outs:  # cuDNN convolves, then adds the bias
             out_bytes = self.pricer.nbytes(outs[0])
             self.add(name, kind, sub, flops, nbytes - out_bytes - self.pricer.nbytes(bias))
-            self.add("conv_bias_add", "eltwise", "eltwise", float(outs[0].numel()),
+            self.add("conv_bias_add", OpClass.eltwise, "eltwise", float(outs[0].numel()),
                      2 * out_bytes + self.pricer.nbytes(bias))
             return
-        if self.stack.in_rnn() and kind == "matmul":
+        if self.stack.in_rnn() and kind is OpClass.matmul:
             sub = "matmul.rnn"  # cuDNN's recurrent kernels, not cuBLAS calls
         self.add(name, kind, sub, flops, nbytes)
-        if self.stack.in_rnn() and kind == "matmul":
+        if self.stack.in_rnn() and kind is OpClass.matmul:
             self.rnn_matmuls += 1
             if self.rnn_matmuls % 2 == 0:  # one fused gate kernel per step (two matmuls)
-                self.add("rnn_pointwise", "eltwise", "eltwise", 0.0, 0.0)
+                self.add("rnn_pointwise", OpClass.eltwise, "eltwise", 0.0, 0.0)
 
     def attention_module(self, module: Any, args: Any) -> None:
         """``nn.MultiheadAttention``: its QKᵀ·softmax·AV as one fused attention kernel."""
@@ -351,17 +333,18 @@ class _Recorder:
         flops = 4.0 * batch * lq * lk * e
         item = self.pricer.itemsize or q.element_size()
         nbytes = float(batch * (2 * lq + 2 * lk) * e * item)
-        self.trace.ops.append(OpRecord("scaled_dot_product_attention", "attention", "attention",
+        self.trace.ops.append(OpRecord("scaled_dot_product_attention", OpClass.attention,
+                                       "attention",
                                        flops, nbytes, 1, "MultiheadAttention",
                                        self.stack.names.get(id(module), ""),
                                        fastpath=self.stack.fastpath or self.mha_fast))
         self.mha_fast = ""
 
-    def _bytes(self, kind: str, name: str, ins: list[torch.Tensor],
+    def _bytes(self, kind: OpClass, name: str, ins: list[torch.Tensor],
                outs: list[torch.Tensor]) -> float:
         nb = self.pricer.nbytes
         out_bytes = sum(nb(t) for t in outs)
-        if kind == "gather":  # reads the gathered rows and the indices, not the whole table
+        if kind is OpClass.gather:  # reads the gathered rows and the indices, not the whole table
             idx = sum(nb(t) for t in ins if not _is_float(t))
             return 2 * out_bytes + idx
         seen: set[int] = set()
@@ -374,28 +357,16 @@ class _Recorder:
         aliased = sum(nb(t) for t in outs if id(t) in seen)
         return in_bytes + out_only + aliased
 
-    def _flops(self, func: Any, kind: str, args: tuple[Any, ...], kwargs: dict[str, Any],
+    def _flops(self, func: Any, kind: OpClass, args: tuple[Any, ...], kwargs: dict[str, Any],
                out: Any, ins: list[torch.Tensor], outs: list[torch.Tensor]) -> float:
-        formula = flop_registry.get(func._overloadpacket)
-        if formula is not None:
-            try:
-                return float(formula(*args, **kwargs, out_val=out))
-            except Exception:  # noqa: BLE001 - a formula that cannot read these args
-                pass
-        if kind in ("matmul", "conv", "attention"):
-            from torchinspect.trace.formulas import mac_formulas, op_name
-
-            entry = mac_formulas().get(op_name(func._overloadpacket))
-            if entry is not None:
-                try:
-                    return 2.0 * float(entry.formula(args, kwargs, out))
-                except Exception:  # noqa: BLE001 - a formula that cannot read these args
-                    pass
+        macs = self.macs.macs(func, args, kwargs, out)
+        if macs is not None:  # a MAC formula (ours, a user's, torch's): 2 FLOPs per MAC
+            return 2.0 * macs
         n_out = sum(float(t.numel()) for t in outs)
         n_in = max((float(t.numel()) for t in ins), default=0.0)
-        if kind == "norm":
+        if kind is OpClass.norm:
             return 5.0 * n_in
-        if kind in ("reduction", "pool"):
+        if kind in (OpClass.reduction, OpClass.pool):
             return n_in
         return n_out
 
@@ -441,7 +412,8 @@ class _Functions(TorchFunctionMode):
             q, k, v = (list(args) + [kwargs.get(n) for n in names][len(args):])[:3]
             causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
             flops, nbytes = sdpa_work(q, k, v, causal, self.rec.pricer)
-            self.rec.add("scaled_dot_product_attention", "attention", "attention", flops, nbytes)
+            self.rec.add("scaled_dot_product_attention", OpClass.attention, "attention", flops,
+                         nbytes)
             self.rec.suppress += 1
             try:
                 return func(*args, **kwargs)

@@ -1,0 +1,45 @@
+"""The eager estimate's host side: a property of the host, not of the GPU.
+
+An eager forward is two pipelines: the host (Python, ``nn.Module.__call__``, the dispatcher,
+the kernel launch) enqueues kernels, the GPU runs them; the slower one binds. The host's time
+is this CPU's measured cost per dispatched op and per module call (``host.host_cost``, a probe
+without a GPU) times a **host factor**: what the probe cannot see (CUDA's launch path, the
+caching allocator), fitted on a GPU host by ``benchmarks/latency_tables.py`` and shipped in
+every measured table. The factor is the host's, so every GPU is predicted with the same one
+(the median over the measured tables): two GPUs predicted from one CPU differ only by GPU time.
+"""
+
+from __future__ import annotations
+
+import statistics
+from dataclasses import dataclass
+
+from torchinspect.latency.calibrated import measured_tables
+from torchinspect.latency.host import HostCost, host_cost
+
+DEFAULT_HOST_FACTOR = 3.0  # only for an install that ships no measured table at all
+
+
+@dataclass(frozen=True)
+class HostModel:
+    """This CPU's dispatch cost and the host factor: the host time of a forward."""
+
+    cost: HostCost
+    factor: float
+
+    def ms(self, dispatched: int, module_calls: int) -> float:
+        """Host milliseconds of a forward that dispatches ``dispatched`` aten ops (views
+        included) through ``module_calls`` module calls."""
+        return self.factor * (dispatched * self.cost.op_us
+                              + module_calls * self.cost.module_us) / 1e3
+
+
+def host_factor() -> float:
+    """The host factor every GPU is predicted with: the median of the measured tables'."""
+    factors = [t.host_factor for t in measured_tables()]
+    return statistics.median(factors) if factors else DEFAULT_HOST_FACTOR
+
+
+def host_model(cost: HostCost | None = None) -> HostModel:
+    """The host model of this machine (its probed cost, cached per machine, unless given)."""
+    return HostModel(cost if cost is not None else host_cost(), host_factor())
