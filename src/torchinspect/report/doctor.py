@@ -41,6 +41,8 @@ def doctor_report(r: DoctorResult) -> Report:
         ("Time", f"{r.seconds:.2f} s"),
     ]))
     lines = [f"{code} skipped: {why}" for code, why in r.skipped.items()]
+    lines += [f"{code} could not finish: {why} (a bug in torchinspect: the other checks' "
+              "findings stand)" for code, why in r.broken.items()]
     lines += [f"note: {n}" for n in r.notes]
     if lines:
         sections.append(Text(lines, style="yellow"))
