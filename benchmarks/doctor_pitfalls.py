@@ -33,8 +33,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))  # doctor_cases: the cases and their scoring
 
-from doctor_cases import THIRD_PASS, Case, cases, score  # noqa: E402
 from machine import RESULTS, run_header  # noqa: E402
+
+from doctor_cases import THIRD_PASS, Case, cases, score  # noqa: E402
 
 DATA = RESULTS / "doctor-pitfalls.json"
 BEFORE = RESULTS / "doctor-pitfalls-before.json"

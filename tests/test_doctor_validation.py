@@ -5,8 +5,8 @@ warnings or errors (the cases and the scoring: tests/doctor_cases.py)."""
 from __future__ import annotations
 
 import pytest
-from doctor_cases import THIRD_PASS, Case, cases, score
 
+from doctor_cases import THIRD_PASS, Case, cases, score
 from torchinspect.analysis.doctor import diagnose
 from torchinspect.sources.case import ModelOptions
 

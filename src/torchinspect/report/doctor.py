@@ -49,6 +49,23 @@ def doctor_report(r: DoctorResult) -> Report:
     return Report("doctor", r.to_dict(), sections)
 
 
+def checks_list_report() -> Report:
+    """``inspect doctor --list-checks``: one row per registered check (code, severity, what
+    it finds); the JSON holds each check's name, what it reads, trigger, why and fix."""
+    from torchinspect.analysis.doctor.rules import rules
+
+    checks = list(rules().values())
+    data = {"checks": [{"code": r.code, "name": r.name, "severity": str(r.severity),
+                        "reads": r.needs, "title": r.title, "trigger": r.trigger, "why": r.why,
+                        "fix": r.fix} for r in checks]}
+    return Report("doctor-checks", data, [
+        Table("Checks", ["Code", "Severity", "Finds"],
+              [[r.code, str(r.severity), r.title] for r in checks], align=["left"] * 3,
+              primary=True),
+        Text([f"{len(checks)} checks; --select/--ignore take these codes (or the names "
+              "that -f json lists)"])])
+
+
 def checks_reference() -> str:
     """Markdown for the doctor's docs page: every registered check with its severity, what
     sets it off, why it matters and the fix (``docs/hooks.py`` puts it at

@@ -6,7 +6,7 @@ INPUT = ["3,16,16"]
 
 def stage(widths, bias):
     layers = []
-    for c_in, c_out in zip(widths, widths[1:]):
+    for c_in, c_out in zip(widths, widths[1:], strict=False):
         layers.append(nn.Conv2d(c_in, c_out, 3, padding=1, bias=bias))  # expect: TI016
         layers.append(nn.BatchNorm2d(c_out))
         layers.append(nn.ReLU(inplace=True))

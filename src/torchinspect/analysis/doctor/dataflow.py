@@ -50,7 +50,7 @@ def double_log_softmax(ctx: Context) -> list[Finding]:
 
 @doctor_check(
     "TI024", "graph-copied-out", "warning", "run",
-    title="a tensor of the autograd graph copied into a new tensor in forward",
+    title="a tensor of the autograd graph copied out in forward",
     trigger="torch.tensor(t) of a tensor that requires grad, or its values sent through "
     "t.detach().numpy() / .tolist() and made a tensor again, in forward, so that layers before "
     "it get no gradient (torch.as_tensor(t) and torch.Tensor(t) keep the graph: not flagged)",
@@ -170,7 +170,7 @@ def _permutation(before: list[int], after: list[int]) -> list[int]:
 
 @doctor_check(
     "TI027", "reshape-as-transpose", "warning", "run",
-    title="view/reshape to the same sizes in another order (meant as a transpose)",
+    title="view/reshape that reorders sizes (meant as a transpose)",
     trigger="x.view(...) / x.reshape(...) in the model's code whose new shape is the old "
     "one's sizes reordered: (B, T, C) -> (B, C, T), an HWC image -> (N, C, H, W)",
     why="view and reshape keep the values in memory order and cut them into the new "

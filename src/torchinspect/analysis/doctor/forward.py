@@ -356,7 +356,7 @@ def parameter_in_forward(ctx: Context) -> list[Finding]:
 
 @doctor_check(
     "TI013", "log-of-probabilities", "warning", "run",
-    title="log of softmax/sigmoid, or probabilities fed to a loss that applies its own",
+    title="log of softmax/sigmoid, or probabilities into a logits loss",
     trigger="torch.log(F.softmax(x)) or torch.log(torch.sigmoid(x)); F.cross_entropy / "
     "nn.CrossEntropyLoss / F.nll_loss on a softmax output; "
     "F.binary_cross_entropy_with_logits on a sigmoid output",
@@ -407,7 +407,7 @@ def host_tensor(ctx: Context) -> list[Finding]:
 
 @doctor_check(
     "TI015", "device-sync-in-forward", "warning", "run",
-    title=".item(), .cpu(), .numpy(), .tolist() or bool()/float()/int() of a tensor in forward",
+    title=".item(), .cpu(), .numpy() or bool() of a tensor in forward",
     trigger="the forward reads a tensor's value on the host: x.item(), x.cpu(), "
     "x.numpy(), x.tolist(), if x.sum() > 0:, float(x)",
     why="on a GPU every call waits for the device (a sync that stalls the pipeline), and "

@@ -228,7 +228,10 @@ class Watch(TorchFunctionMode):
                 return "log-softmax"
         elif func in _RESHAPES:
             self._reshape(func, args, kwargs)
-        for a in args:  # a parameter the model does not hold, used here: made in forward
+        # a parameter the model does not hold, used here: made in forward (not a property
+        # read such as register_parameter's param.grad_fn: the registration hook names it)
+        getter = getattr(func, "__name__", "") == "__get__"
+        for a in () if getter else args:
             if type(a) is nn.Parameter and id(a) not in self._known:
                 self._known.add(id(a))
                 ptr = _ptr(a)
