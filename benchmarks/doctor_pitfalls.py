@@ -126,6 +126,8 @@ def page() -> tuple[str, list[str]]:
                      f"(`doctor-pitfalls-before.json`): {summary(third_before)}")
         files.append("doctor-pitfalls-before.json")
     lines.append("")
+    files += _sweep(lines)
+    files += _perf(lines)
     for title, rows in (("Development", data["development"]), ("Validation", data["validation"])):
         lines += [f"### {title}", "", "| model | expected | found | at the line | diagnosis "
                   "| twin: warnings+errors | twin: info | crash |",
@@ -139,6 +141,75 @@ def page() -> tuple[str, list[str]]:
                 f" | {len(r['twin_noise'])} | {r['twin_info']} | {r['crash'] or '-'} |")
         lines.append("")
     return "\n".join(lines), files
+
+
+def _sweep(lines: list[str]) -> list[str]:
+    """Models without a planted mistake (doctor_sweep.py): warnings, errors, never-ran notes."""
+    from doctor_sweep import OUT
+    from doctor_sweep import summary as sweep_summary
+
+    if not OUT.exists():
+        return []
+    rows = [json.loads(line) for line in OUT.read_text().splitlines() if line.strip()]
+    m = rows[0]["run"]["machine"]
+    lines += ["### Models without a planted mistake", "",
+              f"`python benchmarks/doctor_sweep.py` on {m['cpu']} ({m['cores']} cores), "
+              f"{rows[0]['run']['date']}, versions {rows[0]['run']['versions']}: every check on "
+              "each model; \"real\" runs also ran the real-number checks on the CPU (the others: "
+              "module tree and meta trace). A never-ran note is right only where a module truly "
+              "never runs in this forward (an auxiliary head used in training).", "",
+              "| set | models | real runs | with a warning or error | with a never-ran note "
+              "| modules used by their parent or a tie | checks not finished | not built |",
+              "|---|---:|---:|---:|---:|---:|---:|---:|"]
+    details: list[str] = []
+    for which in ("torchvision", "hf", "timm"):
+        mine = [r for r in rows if r["set"] == which]
+        if not mine:
+            continue
+        c = sweep_summary(mine)
+        lines.append(f"| {which} | {c['models']} | {c['real']} | {c['warn_err']} | "
+                     f"{c['never_ran']} | {c['used_by']} | {c['broken']} | {len(c['failed'])} |")
+        for r in c["noisy"]:
+            found = "; ".join(f"{f['code']} {f['severity']} {f['module'] or '(model)'}: "
+                              f"{f['what']}" for f in r["findings"] if f["severity"] != "info")
+            details.append(f"- {which} `{r['name']}`: {found}")
+        for r in c["never"]:
+            names = ", ".join(f"{n['module']} ({n['type']})" for n in r["never_ran"])
+            details.append(f"- {which} `{r['name']}` never ran: {names}")
+        details += [f"- {which} `{name}` could not be built" for name in c["failed"]]
+    lines += ["", *details, ""] if details else [""]
+    return [OUT.name]
+
+
+PERF = RESULTS / "doctor-perf-resnet50-vm.json"
+
+
+def _perf(lines: list[str]) -> list[str]:
+    """`inspect doctor resnet50` with this version and the one before (perf_doctor.py
+    --compare-src), run alternately."""
+    import statistics
+
+    if not PERF.exists():
+        return []
+    data = json.loads(PERF.read_text())
+    m = data["machine"]
+    lines += ["### Time: `inspect doctor resnet50`, this version against the one before", "",
+              f"`python benchmarks/perf_doctor.py --compare-src OLD/src --runs N --out "
+              f"benchmarks/results/{PERF.name}`: the two run alternately on `{m['node']}` "
+              f"({m['cpus']} CPUs, shared with other work: the load before each run is in the "
+              f"JSON, here its median), median (and min) of {len(data['runs']) // 2} runs each; "
+              "on a loaded machine the minimum is the run least disturbed.", "",
+              "| version | wall (s) | CPU (s) | doctor's own time (s) | load |",
+              "|---|---:|---:|---:|---:|"]
+    for label, name in (("this", "this version"), ("other", "before")):
+        rows = [r for r in data["runs"] if r["src"] == label]
+        if rows and "cpu_s" in rows[0]:
+            cells = [f"{statistics.median(r[k] for r in rows):.2f} (min {min(r[k] for r in rows):.2f})"
+                     for k in ("wall_s", "cpu_s", "doctor_s")]
+            load = statistics.median(r["load_before"] for r in rows)
+            lines.append(f"| {name} | {' | '.join(cells)} | {load:.1f} |")
+    lines.append("")
+    return [PERF.name]
 
 
 def _yes(flag: bool) -> str:

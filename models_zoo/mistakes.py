@@ -229,7 +229,8 @@ class SharedBatchNorm(nn.Module):
         self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
         self.conv2 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
         self.bn1 = nn.BatchNorm2d(16)
-        self.bn2 = nn.BatchNorm2d(16)
+        if fixed:
+            self.bn2 = nn.BatchNorm2d(16)
         self.head = nn.Linear(16, CLASSES)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
