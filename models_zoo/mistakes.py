@@ -205,6 +205,8 @@ class TrainableBuffer(nn.Module):
 class DoubleLogSoftmax(nn.Module):
     """TI022: ``F.log_softmax`` output handed to ``F.cross_entropy`` (it applies its own)."""
 
+    label: torch.Tensor
+
     def __init__(self, fixed: bool = False) -> None:
         super().__init__()
         self.fixed = fixed

@@ -283,7 +283,8 @@ def oversized_layers(model: nn.Module) -> list[Finding]:
     "TI008", "frozen-and-batchnorm", "info", "trace",
     title="frozen parameters; BatchNorm that sees one value per channel",
     trigger="parameters with requires_grad=False (a summary, info); a BatchNorm whose input "
-    "at the example has one value per channel (warning)",
+    "at the example has one value per channel (info at a batch of 1, where any real batch "
+    "works; warning at a larger batch)",
     why="frozen parameters are not trained (fine if intended); a BatchNorm with one value "
     "per channel raises 'Expected more than 1 value per channel when training'",
     fix="check the frozen list is what you meant; train with a larger batch or use "
