@@ -217,9 +217,9 @@ class DoubleLogSoftmax(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         logits = self.head(F.relu(self.fc(x)))
         target = self.label.expand(x.shape[0])
-        if self.fixed:
-            return F.cross_entropy(logits, target)
-        return F.cross_entropy(F.log_softmax(logits, dim=-1), target)  # mistake
+        if self.fixed:  # per-sample losses: the zoo's outputs keep the batch dimension
+            return F.cross_entropy(logits, target, reduction="none")
+        return F.cross_entropy(F.log_softmax(logits, dim=-1), target, reduction="none")  # mistake
 
 
 class SharedBatchNorm(nn.Module):

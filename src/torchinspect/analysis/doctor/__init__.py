@@ -48,12 +48,8 @@ from torchinspect.analysis.doctor.rules import (
     rules,
     selected_codes,
 )
-from torchinspect.analysis.doctor.sites import (
-    init_sites,
-    module_sites,
-    recording_sites,
-    tensor_sites,
-)
+from torchinspect.analysis.doctor.sites import init_sites, recording_sites, tensor_sites
+from torchinspect.analysis.doctor.source import module_sites
 from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError, first_line
 from torchinspect.sources.case import ModelLike, ModelOptions, make_case

@@ -275,23 +275,3 @@ def tensor_sites(model: Any, built: Built) -> dict[str, str]:
             if at is not None:
                 out[f"{owner_name}.{name}" if owner_name else name] = at
     return out
-
-
-def module_sites(model: Any, recorded: dict[int, str]) -> dict[str, str]:
-    """``{qualified name: "file:line"}`` where each module was built: the recorded lines
-    first, else the ``self.NAME = ...`` statement in the parent's ``__init__``, else the
-    parent's own site (a ``Sequential``'s children share its statement)."""
-    from torchinspect.analysis.doctor.source import attribute_line
-
-    out: dict[str, str] = {}
-    modules = dict(model.named_modules(remove_duplicate=False))
-    for name, module in modules.items():
-        site = recorded.get(id(module))
-        if site is None and name:
-            parent_name, _, attr = name.rpartition(".")
-            parent = modules.get(parent_name)
-            if parent is not None:
-                site = attribute_line(type(parent), attr) or out.get(parent_name)
-        if site is not None:
-            out[name] = site
-    return out

@@ -6,6 +6,8 @@ appends a module to a list, found by reading the code (``ast``), never by runnin
   helper methods they call (any depth), and in functions of any of the user's files that get
   the module as an argument (``add_heads(self, ...)`` -> ``model.heads = [...]``);
 * :func:`call_lines`: the statements that call ``self.NAME(...)`` in the class's methods;
+* :func:`module_sites`: where each module of a model was built (the recorded lines, else
+  the statement that sets it in its parent's ``__init__``);
 * :func:`appended_line`: for a container built from a list (``nn.Sequential(*layers)``), the
   ``layers.append(x)`` that adds an object made before the loop (the same object each time).
 
@@ -292,3 +294,21 @@ def _called_name(call: ast.Call) -> str | None:
     if isinstance(func, ast.Name):
         return func.id
     return None
+
+
+def module_sites(model: Any, recorded: dict[int, str]) -> dict[str, str]:
+    """``{qualified name: "file:line"}`` where each module was built: the recorded lines
+    first, else the ``self.NAME = ...`` statement in the parent's ``__init__``, else the
+    parent's own site (a ``Sequential``'s children share its statement)."""
+    out: dict[str, str] = {}
+    modules = dict(model.named_modules(remove_duplicate=False))
+    for name, module in modules.items():
+        site = recorded.get(id(module))
+        if site is None and name:
+            parent_name, _, attr = name.rpartition(".")
+            parent = modules.get(parent_name)
+            if parent is not None:
+                site = attribute_line(type(parent), attr) or out.get(parent_name)
+        if site is not None:
+            out[name] = site
+    return out
