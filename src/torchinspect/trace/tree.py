@@ -121,8 +121,9 @@ def _outermost_unran(trace: Trace, ran: set[str]) -> list[str]:
         if not name or name in ran or info.total_params + info.total_buffers == 0:
             continue
         ancestors = _ancestors(name)
-        if any(trace.modules[a].scripted and a in ran for a in ancestors if a in trace.modules):
-            continue
+        if any(trace.modules[a].scripted and a in ran for a in ["", *ancestors]
+               if a in trace.modules):
+            continue  # inside a TorchScript module that ran (the root too)
         if not any(a not in ran for a in ancestors):  # outermost: its parent ran
             out.append(name)
     return out
