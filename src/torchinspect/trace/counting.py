@@ -88,6 +88,7 @@ class MacCounter:
         self.data_dependent: dict[str, int] = {}  # value-dependent ops seen -> calls
         self.suppress = 0
         self.formulas = mac_formulas()  # one snapshot per trace: registry, then torch's
+        self.observe: Callable[[tuple[Any, ...]], None] | None = None  # every op's args
         self._by_packet: dict[Any, MacFormulaEntry | None] = {}
 
     def add(self, op: str, macs: int) -> None:
@@ -140,6 +141,8 @@ class _DispatchCounter(TorchDispatchMode):
             out = grouped_mm_meta(args, kwargs)
         if isinstance(func, torch._ops.OpOverload):
             self.counter.count(func, args, kwargs, out)
+        if self.counter.observe is not None:
+            self.counter.observe(args)
         return out
 
 

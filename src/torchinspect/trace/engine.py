@@ -17,7 +17,6 @@ from typing import Any, Protocol
 
 import torch
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchinspect.guard import model_code, training_mode
 from torchinspect.nodynamo import deferred_dynamo
@@ -118,29 +117,25 @@ class _Recorder:
         rec.output_bytes = tensor_bytes(output)
 
 
-class _Reads(TorchDispatchMode):
-    """Which call first read each parameter and buffer, at the dispatcher: a module that is
-    never called but whose weights its parent's functional call reads
-    (``F.multi_head_attention_forward`` with ``out_proj.weight``, ``F.linear(x,
-    self.proj.weight)``) or a tie uses is "used by" that call, not "never ran"."""
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # as the counter's mode: no TorchDynamo import for a plain forward
+class _Reads:
+    """Which call first read each parameter and buffer, from the ops the counter sees (its
+    ``observe``): a module that is never called but whose weights its parent's functional
+    call reads (``F.multi_head_attention_forward`` with ``out_proj.weight``,
+    ``F.linear(x, self.proj.weight)``) or a tie uses is "used by" that call, not "never
+    ran". Once every tensor was read, it stops looking."""
 
     def __init__(self, rec: _Recorder, tensors: dict[int, str]) -> None:
-        super().__init__()
         self.rec = rec
         self.tensors = tensors  # id(tensor the forward runs on) -> its first name
 
-    def __torch_dispatch__(self, func: Any, types: Any, args: tuple[Any, ...] = (),
-                           kwargs: dict[str, Any] | None = None) -> Any:
-        if self.tensors and self.rec.stack:
-            for a in args:
-                name = self.tensors.pop(id(a), None) if isinstance(a, torch.Tensor) else None
+    def see(self, args: tuple[Any, ...]) -> None:
+        if not self.tensors or not self.rec.stack:
+            return
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                name = self.tensors.pop(id(a), None)
                 if name is not None:
                     self.rec.reads[name] = self.rec.stack[-1].index
-        return func(*args, **(kwargs or {}))
 
 
 def _read_names(model: nn.Module, state: dict[str, torch.Tensor] | None) -> dict[int, str]:
@@ -377,10 +372,11 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     # stand-ins swapped into the tree) are installed inside them and removed before they end
     # deferred_dynamo: meta ops run PyTorch's Python references, whose wrappers would import
     # TorchDynamo (about a second) only to mark them "not compiled"
-    reads = _Reads(rec, _read_names(model, state)) if scriptable else contextlib.nullcontext()
+    if scriptable:
+        counter.observe = _Reads(rec, _read_names(model, state)).see
     with deferred_dynamo(), kept, forward_mode(model, train), torch.no_grad(), \
             fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter), \
-            reads, watch.watching() if watch is not None else contextlib.nullcontext():
+            watch.watching() if watch is not None else contextlib.nullcontext():
         try:
             if scriptable:
                 rec.install()
