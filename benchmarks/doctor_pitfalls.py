@@ -27,6 +27,7 @@ import json
 import sys
 import time
 import warnings
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -84,8 +85,9 @@ def run(out: Path) -> None:
     import torch
 
     torch.set_num_threads(1)
-    data = {"run": run_header(), "development": development(), "validation": validation()}
-    out.write_text(json.dumps(data, indent=1) + "\n")
+    data = {"development": development(), "validation": validation()}
+    record = {**run_header(), "data": data}
+    out.write_text(json.dumps(record, indent=1) + "\n")
     print(f"wrote {out}")
     for key in ("development", "validation"):
         print(f"{key}: {summary(data[key])}")
@@ -101,17 +103,16 @@ def summary(rows: list[dict[str, Any]]) -> str:
             f"clean twins without warnings or errors; {count['crash']} crashes")
 
 
-def page() -> tuple[str, list[str]]:
-    """RESULTS-doctor-pitfalls.md (registered in report.py's PAGES)."""
-    data = json.loads(DATA.read_text())
-    m = data["run"]["machine"]
+def page(machine_line: Callable[[dict[str, Any]], str]) -> tuple[str, list[str]]:
+    """RESULTS-doctor-pitfalls.md (registered in report.py's PAGES, which hands its
+    ``machine_line``)."""
+    record = json.loads(DATA.read_text())
+    data = record["data"]
     second = [r for r in data["validation"] if r["set"] == "second"]
     third = [r for r in data["validation"] if r["set"] == "third"]
-    lines = ["## Pitfalls found at their line", "",
-             f"`python benchmarks/doctor_pitfalls.py` on {m['cpu']} ({m['cores']} cores, load "
-             f"{m['load_average']}), torch {m['torch']}, {data['run']['date']}; the checks' real "
-             "runs on CPU. A finding has the right diagnosis when it is at the offending line and "
-             "the model draws no warning or error of another code.", "",
+    lines = ["## Pitfalls found at their line", "", machine_line(record), "",
+             "The checks' real runs on CPU. A finding has the right diagnosis when it is at the "
+             "offending line and the model draws no warning or error of another code.", "",
              f"- development (the zoo's pairs, which the checks were written against): "
              f"{summary(data['development'])}",
              f"- validation, second pass (v01-v{THIRD_PASS - 1:02d}, not tuned on): "
@@ -120,14 +121,14 @@ def page() -> tuple[str, list[str]]:
              f"{summary(third)}"]
     files = ["doctor-pitfalls.json"]
     if BEFORE.exists():
-        before = json.loads(BEFORE.read_text())
+        before = json.loads(BEFORE.read_text())["data"]
         third_before = [r for r in before["validation"] if r["set"] == "third"]
         lines.append(f"- the same third-pass set with the code before this pass "
                      f"(`doctor-pitfalls-before.json`): {summary(third_before)}")
         files.append("doctor-pitfalls-before.json")
     lines.append("")
-    files += _sweep(lines)
-    files += _perf(lines)
+    files += _sweep(lines, machine_line)
+    files += _perf(lines, machine_line)
     for title, rows in (("Development", data["development"]), ("Validation", data["validation"])):
         lines += [f"### {title}", "", "| model | expected | found | at the line | diagnosis "
                   "| twin: warnings+errors | twin: info | crash |",
@@ -143,7 +144,7 @@ def page() -> tuple[str, list[str]]:
     return "\n".join(lines), files
 
 
-def _sweep(lines: list[str]) -> list[str]:
+def _sweep(lines: list[str], machine_line: Callable[[dict[str, Any]], str]) -> list[str]:
     """Models without a planted mistake (doctor_sweep.py): warnings, errors, never-ran notes."""
     from doctor_sweep import OUT
     from doctor_sweep import summary as sweep_summary
@@ -151,10 +152,10 @@ def _sweep(lines: list[str]) -> list[str]:
     if not OUT.exists():
         return []
     rows = [json.loads(line) for line in OUT.read_text().splitlines() if line.strip()]
-    m = rows[0]["run"]["machine"]
+    versions = ", ".join(f"{k} {v}" for k, v in rows[0]["run"]["versions"].items())
     lines += ["### Models without a planted mistake", "",
-              f"`python benchmarks/doctor_sweep.py` on {m['cpu']} ({m['cores']} cores), "
-              f"{rows[0]['run']['date']}, versions {rows[0]['run']['versions']}: every check on "
+              machine_line(rows[0]["run"]), "",
+              f"`python benchmarks/doctor_sweep.py` ({versions}): every check on "
               "each model; \"real\" runs also ran the real-number checks on the CPU (the others: "
               "module tree and meta trace). A never-ran note is right only where a module truly "
               "never runs in this forward (an auxiliary head used in training).", "",
@@ -184,21 +185,21 @@ def _sweep(lines: list[str]) -> list[str]:
 PERF = RESULTS / "doctor-perf-resnet50-vm.json"
 
 
-def _perf(lines: list[str]) -> list[str]:
+def _perf(lines: list[str], machine_line: Callable[[dict[str, Any]], str]) -> list[str]:
     """`inspect doctor resnet50` with this version and the one before (perf_doctor.py
     --compare-src), run alternately."""
     import statistics
 
     if not PERF.exists():
         return []
-    data = json.loads(PERF.read_text())
-    m = data["machine"]
+    record = json.loads(PERF.read_text())
+    data = record["data"]
     lines += ["### Time: `inspect doctor resnet50`, this version against the one before", "",
-              f"`python benchmarks/perf_doctor.py --compare-src OLD/src --runs N --out "
-              f"benchmarks/results/{PERF.name}`: the two run alternately on `{m['node']}` "
-              f"({m['cpus']} CPUs, shared with other work: the load before each run is in the "
-              f"JSON, here its median), median (and min) of {len(data['runs']) // 2} runs each; "
-              "on a loaded machine the minimum is the run least disturbed.", "",
+              machine_line(record), "",
+              "The two versions run alternately (whole `inspect` processes; the machine is "
+              "shared with other work: the load before each run is in the JSON, here its "
+              f"median), median (and min) of {len(data['runs']) // 2} runs each; on a loaded "
+              "machine the minimum is the run least disturbed.", "",
               "| version | wall (s) | CPU (s) | doctor's own time (s) | load |",
               "|---|---:|---:|---:|---:|"]
     for label, name in (("this", "this version"), ("other", "before")):

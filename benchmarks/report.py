@@ -327,7 +327,7 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-summary.md": summary_snippet,
     "RESULTS-report.md": report_page,
     "RESULTS-doctor.md": doctor_page,
-    "RESULTS-doctor-pitfalls.md": pitfalls_page,
+    "RESULTS-doctor-pitfalls.md": lambda: pitfalls_page(machine_line),
     "RESULTS-trace.md": trace_page,
     "RESULTS-export.md": export_page,
     "RESULTS-checkpoints.md": checkpoints_page,
