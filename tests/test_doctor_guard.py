@@ -7,6 +7,7 @@ run never raises, and the model is left as it was given. A check that does fail 
 from __future__ import annotations
 
 import dataclasses
+import warnings
 from typing import Any
 
 import pytest
@@ -157,3 +158,23 @@ def test_a_failing_check_is_one_line_and_the_others_stand(monkeypatch: pytest.Mo
     assert "TI007 could not finish: KeyError: 'gain'" in result.output
     ok = CliRunner().invoke(app, ["doctor", "zoo:doctor-layer-modulelist"])
     assert ok.exit_code == 0, ok.output  # not 70: the findings decide
+
+
+class Warns(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fc = nn.Linear(8, 4)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        warnings.warn("this layer is deprecated", DeprecationWarning, stacklevel=1)
+        return self.fc(x)
+
+
+def test_the_models_own_warnings_are_one_note_at_their_line() -> None:
+    # pytest turns warnings into errors here: none may escape the doctor's runs
+    r = diagnose(Warns(), torch.randn(1, 8))
+    line = Warns.forward.__code__.co_firstlineno + 1
+    said = [n for n in r.notes if "warns" in n]
+    assert len(said) == 1, r.notes  # once, though every forward and the trace warned
+    assert said[0].startswith("the model's code warns (at ") and \
+        f"test_doctor_guard.py:{line}): DeprecationWarning: this layer is deprecated" in said[0]

@@ -43,6 +43,7 @@ class Context:
             return self._trace
         if self.trace_error is not None:
             raise Skip(f"the meta trace failed: {self.trace_error.message}")
+        from torchinspect.analysis.doctor.sites import model_warnings
         from torchinspect.trace import trace_model
 
         if self._trace_broken is not None:
@@ -50,8 +51,9 @@ class Context:
         trace = self.given_trace
         if trace is None or trace.train:
             try:
-                trace = trace_model(self.model, self.case.require_example(), device="meta",
-                                    rebuild=self.case.rebuild)
+                with model_warnings(self.notes):
+                    trace = trace_model(self.model, self.case.require_example(), device="meta",
+                                        rebuild=self.case.rebuild)
             except InspectError as exc:  # the model's forward fails: TI011 says where
                 if isinstance(exc.__context__, InspectError) or exc.__context__ is None:
                     raise

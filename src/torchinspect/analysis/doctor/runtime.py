@@ -26,7 +26,7 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from torchinspect.analysis.doctor.sites import is_user_file, shown
+from torchinspect.analysis.doctor.sites import is_user_file, model_warnings, shown
 from torchinspect.analysis.doctor.watch import Cut, Event, InplaceOp, Watch, has_model_code
 from torchinspect.errors import first_line
 from torchinspect.guard import training_mode
@@ -320,7 +320,7 @@ def run_model(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     of the model's code ends its phase and is kept in ``errors``; an in-place modification
     of a saved tensor is re-run with anomaly detection to name both lines."""
     data = RunData(model, inputs_finite=_finite(_fingerprint((args, kwargs))))
-    with _restored(model):
+    with _restored(model), model_warnings(data.notes):
         _eval_runs(data, args, kwargs, 2 if "TI004" in codes else 1, watch)
         if codes & {*GRAD_CODES, "TI011"}:
             _grad_run(data, args, kwargs, probe_grads="TI005" in codes, watch=watch)

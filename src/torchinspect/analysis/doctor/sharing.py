@@ -58,7 +58,7 @@ def _calls_per_parent_call(trace: Any) -> dict[str, int]:
     "loop, bn1 and bn2 in __init__)")
 def shared_batchnorm(ctx: Context) -> list[Finding]:
     model = ctx.model
-    names = {i: n for i, n in _names(model).items()}
+    names = _names(model)
     if not names:
         return []
     try:

@@ -163,6 +163,48 @@ def _building(frame: types.FrameType | None, module: Any) -> bool:
     return False
 
 
+def _innermost_user() -> str | None:
+    """The innermost frame of the model's code on the stack, whoever called in between
+    (our watch calls torch on the model's behalf)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if _kind(frame.f_code.co_filename) == "user":
+            return where(frame)
+        frame = frame.f_back
+    return None
+
+
+@contextlib.contextmanager
+def model_warnings(notes: list[str]) -> Iterator[None]:
+    """Warnings the model's own code raises while the doctor runs it become one note each
+    (``the model's code warns (at file:line): UserWarning: ...``), said once however many
+    forwards raise them; a library's warnings are shown as before. Without this they print
+    once per forward, located in the doctor's own files (torch warns from the frame that
+    called it: our watch)."""
+    import warnings
+
+    seen: dict[str, str | None] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown_before = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:
+            at = _innermost_user()
+            if at is None:
+                shown_before(message, category, filename, lineno, file, line)
+                return
+            text = f"{category.__name__}: {str(message).strip().splitlines()[0][:200]}"
+            seen.setdefault(text, at)
+
+        warnings.showwarning = show
+        try:
+            yield
+        finally:
+            notes += [f"the model's code warns (at {at}): {text}" for text, at in seen.items()
+                      if not any(text in n for n in notes)]
+
+
 @dataclass
 class Built:
     """What :func:`recording_sites` saw: ``{id(module): line}`` and, for ``nn.init.*``
