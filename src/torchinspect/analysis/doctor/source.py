@@ -191,14 +191,20 @@ def call_lines(cls: type, attr: str) -> list[str]:
 # ---------------------------------------------------------------- lists of modules
 
 
-def statement_at(location: str) -> ast.AST | None:
-    """The parsed statement at ``file:line`` (None when it can't be read)."""
+def _file_at(location: str) -> tuple[ast.Module, int] | None:
+    """The parsed file of ``file:line`` and the line (None when it can't be read)."""
     path_text, _, line_text = location.rpartition(":")
     path = source_path(path_text)
     tree = _module_tree(path) if path else None
-    if tree is None or not line_text.isdigit():
+    return (tree, int(line_text)) if tree is not None and line_text.isdigit() else None
+
+
+def statement_at(location: str) -> ast.AST | None:
+    """The parsed statement at ``file:line`` (None when it can't be read)."""
+    found = _file_at(location)
+    if found is None:
         return None
-    line = int(line_text)
+    tree, line = found
     best = None
     for node in ast.walk(tree):
         if isinstance(node, ast.stmt) and node.lineno <= line <= (node.end_lineno or 0):
@@ -216,9 +222,9 @@ def _module_tree(path: str) -> ast.Module | None:
         return None
 
 
-def _enclosing(tree: ast.AST, line: int) -> ast.AST | None:
+def _enclosing(tree: ast.AST, line: int) -> ast.AST:
     """The innermost function (or the module) holding ``line``."""
-    best: ast.AST | None = tree
+    best: ast.AST = tree
     for node in ast.walk(tree):
         if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)) \
                 and node.lineno <= line <= (node.end_lineno or node.lineno):
@@ -260,16 +266,12 @@ def appended_line(site: str, type_name: str) -> str | None:
     """The line that appends one object made before a loop to the list a container is built
     from: in ``layers.append(norm)`` (a name, not a call) inside a ``for`` loop, ``norm``
     assigned from a ``type_name(...)`` call when several names are appended so."""
-    path_text, _, line_text = site.rpartition(":")
-    path = source_path(path_text)
-    tree = _module_tree(path) if path else None
-    if tree is None or not line_text.isdigit():
-        return None
+    located = _file_at(site)
     statement = statement_at(site)
     name = _list_argument(statement) if statement is not None else None
-    scope = _enclosing(tree, int(line_text))
-    if name is None or scope is None:
+    if located is None or name is None:
         return None
+    scope = _enclosing(*located)
     made = {t.id for node in ast.walk(scope) if isinstance(node, ast.Assign)
             and isinstance(node.value, ast.Call) and _called_name(node.value) == type_name
             for t in node.targets if isinstance(t, ast.Name)}
@@ -284,7 +286,7 @@ def appended_line(site: str, type_name: str) -> str | None:
         return None
     chosen = [n for m, n in found if m] or ([found[0][1]] if len({n for _, n in found}) == 1
                                            else [])
-    return f"{path_text}:{chosen[0]}" if chosen else None
+    return f"{site.rpartition(':')[0]}:{chosen[0]}" if chosen else None
 
 
 def _called_name(call: ast.Call) -> str | None:
