@@ -90,11 +90,16 @@ def compare(runs: int, other: Path, out: Path | None, model: str = "resnet50") -
         print(f"{label}: median wall {statistics.median(r['wall_s'] for r in mine):.2f} s, "
               f"cpu {statistics.median(r['cpu_s'] for r in mine):.2f} s, "
               f"doctor {statistics.median(r['doctor_s'] for r in mine):.2f} s")
-    if out is not None:
-        data = {"command": f"inspect doctor {model} --fail-on never", "machine": {
+    if out is not None:  # the record machine.save writes (the page reads its machine line)
+        from machine import describe
+
+        machine = {**describe(), "load_average": None, "loaded": True}  # each run has its load
+        data = {"command": f"inspect doctor {model} --fail-on never", "node": {
             "node": platform.node(), "cpus": os.cpu_count(), "python": platform.python_version(),
             "processor": platform.processor() or platform.machine()}, "runs": rows}
-        out.write_text(json.dumps(data, indent=1) + "\n")
+        record = {"machine": machine, "command": " ".join(["perf_doctor.py", *sys.argv[1:]]),
+                  "date": time.strftime("%Y-%m-%d"), "data": data}
+        out.write_text(json.dumps(record, indent=1) + "\n")
 
 
 def sweep(max_params: float, start: str = "", only: list[str] | None = None) -> None:

@@ -17,6 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from doctor_pitfalls import page as pitfalls_page
 from machine import load
 from pages_bench import bench_page, bench_summary
 from pages_features import features_page, features_summary
@@ -326,6 +327,7 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-summary.md": summary_snippet,
     "RESULTS-report.md": report_page,
     "RESULTS-doctor.md": doctor_page,
+    "RESULTS-doctor-pitfalls.md": lambda: pitfalls_page(machine_line),
     "RESULTS-trace.md": trace_page,
     "RESULTS-export.md": export_page,
     "RESULTS-checkpoints.md": checkpoints_page,

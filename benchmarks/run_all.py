@@ -45,6 +45,7 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
     ("sweep_hf.py", [], 0),
     ("speed_hf.py", [], 0),
     ("doctor_pitfalls.py", [], 0),
+    ("doctor_sweep.py", [], 0),
     ("cudnn_workspace_sweep.py", ["check", "benchmarks/results/cudnn-workspace-h100.jsonl.gz"], 0),
     ("memory_heldout.py", ["predict", "--set", "all", "--out",
                            "benchmarks/results/memory-heldout-predicted"], 0),

@@ -119,6 +119,18 @@ _MISTAKES: list[tuple[str, str, str, list[str], str]] = [
      "TI020: a float64 layer"),
     ("pitfall-trainable-buffer", "doctor-temperature-parameter", "TrainableBuffer", ["1,32"],
      "TI021: a buffer with requires_grad=True (never trained)"),
+    ("pitfall-double-log-softmax", "doctor-logits-into-loss", "DoubleLogSoftmax", ["1,32"],
+     "TI022: F.log_softmax output into F.cross_entropy"),
+    ("pitfall-shared-batchnorm", "doctor-batchnorm-per-conv", "SharedBatchNorm", ["1,3,16,16"],
+     "TI023: one BatchNorm after two convs"),
+    ("pitfall-tensor-of-activation", "doctor-activation-kept", "RewrappedActivation", ["1,32"],
+     "TI024: torch.tensor(h) of an activation cuts the graph"),
+    ("pitfall-softmax-one-unit", "doctor-sigmoid-one-unit", "SoftmaxOneUnit", ["1,32"],
+     "TI025: softmax over a single output unit"),
+    ("pitfall-kept-hidden", "doctor-detached-hidden", "KeptHidden", ["1,6,32"],
+     "TI026: a GRU state kept on the module with its graph"),
+    ("pitfall-view-as-transpose", "doctor-transpose", "ViewAsTranspose", ["1,12,32"],
+     "TI027: x.view(b, c, t) of a (b, t, c) tensor"),
 ]
 
 _ENTRIES = [

@@ -200,3 +200,114 @@ class TrainableBuffer(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.fc(x) / self.temperature
+
+
+class DoubleLogSoftmax(nn.Module):
+    """TI022: ``F.log_softmax`` output handed to ``F.cross_entropy`` (it applies its own)."""
+
+    label: torch.Tensor
+
+    def __init__(self, fixed: bool = False) -> None:
+        super().__init__()
+        self.fixed = fixed
+        self.fc = nn.Linear(IN, HIDDEN)
+        self.head = nn.Linear(HIDDEN, CLASSES)
+        self.register_buffer("label", torch.tensor([3]))
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logits = self.head(F.relu(self.fc(x)))
+        target = self.label.expand(x.shape[0])
+        if self.fixed:  # per-sample losses: the zoo's outputs keep the batch dimension
+            return F.cross_entropy(logits, target, reduction="none")
+        return F.cross_entropy(F.log_softmax(logits, dim=-1), target, reduction="none")  # mistake
+
+
+class SharedBatchNorm(nn.Module):
+    """TI023: one BatchNorm called after two different convs (one set of statistics)."""
+
+    def __init__(self, fixed: bool = False) -> None:
+        super().__init__()
+        self.fixed = fixed
+        self.conv1 = nn.Conv2d(3, 16, 3, padding=1, bias=False)
+        self.conv2 = nn.Conv2d(16, 16, 3, padding=1, bias=False)
+        self.bn1 = nn.BatchNorm2d(16)
+        if fixed:
+            self.bn2 = nn.BatchNorm2d(16)
+        self.head = nn.Linear(16, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.bn1(self.conv1(x)))
+        if self.fixed:
+            h = F.relu(self.bn2(self.conv2(h)))
+        else:
+            h = F.relu(self.bn1(self.conv2(h)))  # mistake: bn1 again
+        return self.head(h.mean((2, 3)))
+
+
+class RewrappedActivation(nn.Module):
+    """TI024: ``torch.tensor(h)`` of an activation (a copy without autograd history)."""
+
+    def __init__(self, fixed: bool = False) -> None:
+        super().__init__()
+        self.fixed = fixed
+        self.fc = nn.Linear(IN, HIDDEN)
+        self.head = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.relu(self.fc(x))
+        if not self.fixed:
+            h = torch.tensor(h)  # mistake
+        return self.head(h)
+
+
+class SoftmaxOneUnit(nn.Module):
+    """TI025: a single output unit through softmax (always 1.0)."""
+
+    def __init__(self, fixed: bool = False) -> None:
+        super().__init__()
+        self.fixed = fixed
+        self.fc = nn.Linear(IN, HIDDEN)
+        self.head = nn.Linear(HIDDEN, 1)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        logit = self.head(F.relu(self.fc(x)))
+        if self.fixed:
+            return torch.sigmoid(logit)
+        return F.softmax(logit, dim=1)  # mistake
+
+
+class KeptHidden(nn.Module):
+    """TI026: a GRU's hidden state kept on the module, still attached to the graph."""
+
+    def __init__(self, fixed: bool = False) -> None:
+        super().__init__()
+        self.fixed = fixed
+        self.rnn = nn.GRU(IN, HIDDEN, batch_first=True)
+        self.head = nn.Linear(HIDDEN, CLASSES)
+        self.state: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        out, state = self.rnn(x, self.state)
+        if self.fixed:
+            self.state = state.detach()
+        else:
+            self.state = state  # mistake
+        return self.head(out[:, -1])
+
+
+class ViewAsTranspose(nn.Module):
+    """TI027: ``x.view(B, C, T)`` of a (B, T, C) sequence, meant as a transpose."""
+
+    def __init__(self, fixed: bool = False) -> None:
+        super().__init__()
+        self.fixed = fixed
+        self.conv = nn.Conv1d(IN, HIDDEN, 3, padding=1)
+        self.head = nn.Linear(HIDDEN, CLASSES)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, c = x.shape
+        if self.fixed:
+            h = x.transpose(1, 2)
+        else:
+            h = x.view(b, c, t)  # mistake
+        return self.head(F.relu(self.conv(h)).mean(-1))

@@ -1,42 +1,38 @@
 """The doctor on the held-out pitfall models of tests/data/doctor_validation/ (not tuned on):
-every marked statement found at its line, every clean twin without warnings or errors."""
+every marked statement found at its line with the right diagnosis, every clean twin without
+warnings or errors (the cases and the scoring: tests/doctor_cases.py)."""
 
 from __future__ import annotations
 
-import ast
-import re
-from pathlib import Path
-
 import pytest
 
+from doctor_cases import THIRD_PASS, Case, cases, score
 from torchinspect.analysis.doctor import diagnose
 from torchinspect.sources.case import ModelOptions
 
-FILES = sorted((Path(__file__).parent / "data" / "doctor_validation").glob("v*.py"))
-
-
-def expected(path: Path) -> tuple[list[tuple[str, int]], list[str]]:
-    """The ``# expect: TIxxx`` marks (code, line) and the file's ``INPUT``."""
-    text = path.read_text()
-    marks = [(m.group(1), i + 1) for i, line in enumerate(text.splitlines())
-             for m in [re.search(r"# expect: (TI\d{3})", line)] if m]
-    inputs = next(ast.literal_eval(node.value) for node in ast.parse(text).body
-                  if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", "") == "INPUT")
-    return marks, inputs
+CASES = cases()
 
 
 def test_the_set_is_there() -> None:
-    assert len(FILES) >= 15
-    assert all(expected(f)[0] for f in FILES)
+    assert len(CASES) >= 40
+    assert all(c.expected for c in CASES)
+    third = [c for c in CASES if c.number >= THIRD_PASS]
+    assert len(third) >= 25
+    assert any(len({name for _, name, _ in c.expected} | {c.model_file.name}) > 1 for c in third)
 
 
-@pytest.mark.parametrize("path", FILES, ids=[f.stem for f in FILES])
-def test_found_at_the_line_and_twin_clean(path: Path) -> None:
-    marks, inputs = expected(path)
-    opts = ModelOptions(device="cpu", inputs=inputs)
-    found = diagnose(f"{path}:Net", options=opts)
-    for code, line in marks:
-        at = [f.location for f in found.findings if f.code == code]
-        assert any(loc and loc.endswith(f"{path.name}:{line}") for loc in at), (code, line, at)
-    twin = diagnose(f"{path}:Fixed", options=opts)
-    assert [f for f in twin.findings if f.severity.value != "info"] == [], twin.findings
+def _findings(model: str, inputs: list[str]) -> list[dict[str, object]]:
+    result = diagnose(model, options=ModelOptions(device="cpu", inputs=inputs))
+    return [{"code": f.code, "severity": str(f.severity), "location": f.location}
+            for f in result.findings]
+
+
+# torch.tensor(a_tensor) warns "To copy construct from a tensor...": the model's own warning
+@pytest.mark.filterwarnings("ignore::UserWarning")
+@pytest.mark.parametrize("case", CASES, ids=[c.name for c in CASES])
+def test_found_at_the_line_and_twin_clean(case: Case) -> None:
+    found = _findings(case.trigger, case.inputs)
+    s = score(case, found, _findings(case.twin, case.inputs))
+    assert s["found_at_line"], (case.expected, found)
+    assert s["right_diagnosis"], s["misdiagnosed"]
+    assert s["twin_noise"] == [], s["twin_noise"]

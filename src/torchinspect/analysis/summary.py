@@ -26,7 +26,13 @@ from torchinspect.shapes import format_shape_tree, shape_lists
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
-from torchinspect.trace.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
+from torchinspect.trace.tree import (
+    ShownCall,
+    fold_repeats,
+    never_ran_notes,
+    shown_tree,
+    used_by_parent,
+)
 
 
 class Column(StrEnum):
@@ -380,6 +386,10 @@ def _call_suffix(trace: Trace, node: ShownCall) -> str:
     if not node.ran:
         return " (not run)"
     if node.runs_as is not None:
+        if used_by_parent(node.call.name, node.runs_as):
+            parent = node.call.name.rpartition(".")[0]
+            return " (used by its parent)" if node.runs_as == parent else \
+                f" (used by {node.runs_as or 'the model'})"
         return f" (tied, runs as {node.runs_as})"
     info = trace.modules.get(node.call.name)
     if node.called and info is not None and info.calls > 1 and node.fold == 1:

@@ -41,10 +41,29 @@ def doctor_report(r: DoctorResult) -> Report:
         ("Time", f"{r.seconds:.2f} s"),
     ]))
     lines = [f"{code} skipped: {why}" for code, why in r.skipped.items()]
+    lines += [f"{code} could not finish: {why} (a bug in torchinspect: the other checks' "
+              "findings stand)" for code, why in r.broken.items()]
     lines += [f"note: {n}" for n in r.notes]
     if lines:
         sections.append(Text(lines, style="yellow"))
     return Report("doctor", r.to_dict(), sections)
+
+
+def checks_list_report() -> Report:
+    """``inspect doctor --list-checks``: one row per registered check (code, severity, what
+    it finds); the JSON holds each check's name, what it reads, trigger, why and fix."""
+    from torchinspect.analysis.doctor.rules import rules
+
+    checks = list(rules().values())
+    data = {"checks": [{"code": r.code, "name": r.name, "severity": str(r.severity),
+                        "reads": r.needs, "title": r.title, "trigger": r.trigger, "why": r.why,
+                        "fix": r.fix} for r in checks]}
+    return Report("doctor-checks", data, [
+        Table("Checks", ["Code", "Severity", "Finds"],
+              [[r.code, str(r.severity), r.title] for r in checks], align=["left"] * 3,
+              primary=True),
+        Text([f"{len(checks)} checks; --select/--ignore take these codes (or the names "
+              "that -f json lists)"])])
 
 
 def checks_reference() -> str:

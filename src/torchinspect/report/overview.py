@@ -145,7 +145,7 @@ def doctor_cell(m: ModelOverview) -> str:
         return "-"
     r = m.doctor.result
     found = ", ".join(f"{n} {k}" for k, n in r.counts().items() if n)
-    not_run = sorted({*r.skipped, *m.doctor.left_out})
+    not_run = sorted({*r.skipped, *m.doctor.left_out, *r.broken})
     text = found or f"none in {_codes(r.checked) or 'no checks'}"
     return text + (f" ({_codes(not_run)} not run)" if not_run else "")
 
@@ -271,6 +271,7 @@ def doctor_sections(m: ModelOverview, title: str) -> list[Any]:
     lines = [f"checks run: {', '.join(r.checked) or 'none'}"]
     for code, why in {**r.skipped, **m.doctor.left_out}.items():
         lines.append(f"{code} not run: {why}")
+    lines += [f"{code} could not finish: {why}" for code, why in r.broken.items()]
     if r.findings:
         rows = [[str(f.severity), f.code, f.name, f.module or "(model)", f.what, f.fix]
                 for f in r.findings]

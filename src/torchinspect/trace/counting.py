@@ -68,6 +68,7 @@ class MacCounter:
         self.suppress = 0
         self.table = MacTable()  # one snapshot per trace: registry, then torch's
         self.formulas = self.table.entries
+        self.observe: Callable[[tuple[Any, ...]], None] | None = None  # every op's args
 
     def add(self, op: str, macs: int) -> None:
         bucket = self.sink()
@@ -116,6 +117,8 @@ class _DispatchCounter(TorchDispatchMode):
             out = grouped_mm_meta(args, kwargs)
         if isinstance(func, torch._ops.OpOverload):
             self.counter.count(func, args, kwargs, out)
+        if self.counter.observe is not None:
+            self.counter.observe(args)
         return out
 
 

@@ -59,6 +59,7 @@ class _Recorder:
         self.outside: dict[str, int] = {}  # MACs run outside any module (root not running)
         self.handles: list[Any] = []
         self.swapped: list[tuple[nn.Module, str, nn.Module]] = []  # TorchScript children
+        self.reads: dict[str, int] = {}  # parameter/buffer name -> the call that first read it
         self.model = model
 
     def sink(self) -> dict[str, int]:
@@ -114,6 +115,37 @@ class _Recorder:
         rec = self.stack.pop()
         rec.outputs = shape_tree(output)
         rec.output_bytes = tensor_bytes(output)
+
+
+class _Reads:
+    """Which call first read each parameter and buffer, from the ops the counter sees (its
+    ``observe``): a module that is never called but whose weights its parent's functional
+    call reads (``F.multi_head_attention_forward`` with ``out_proj.weight``,
+    ``F.linear(x, self.proj.weight)``) or a tie uses is "used by" that call, not "never
+    ran". Once every tensor was read, it stops looking."""
+
+    def __init__(self, rec: _Recorder, tensors: dict[int, str]) -> None:
+        self.rec = rec
+        self.tensors = tensors  # id(tensor the forward runs on) -> its first name
+
+    def see(self, args: tuple[Any, ...]) -> None:
+        if not self.tensors or not self.rec.stack:
+            return
+        for a in args:
+            if isinstance(a, torch.Tensor):
+                name = self.tensors.pop(id(a), None)
+                if name is not None:
+                    self.rec.reads[name] = self.rec.stack[-1].index
+
+
+def _read_names(model: nn.Module, state: dict[str, torch.Tensor] | None) -> dict[int, str]:
+    """id -> first name of every tensor the forward runs on (the stand-ins of ``state``)."""
+    out: dict[int, str] = {}
+    pairs = state.items() if state else [*model.named_parameters(remove_duplicate=False),
+                                         *model.named_buffers(remove_duplicate=False)]
+    for name, t in pairs:
+        out.setdefault(id(t), name)
+    return out
 
 
 @contextlib.contextmanager
@@ -340,6 +372,8 @@ def run_forward(model: nn.Module, infos: dict[str, ModuleInfo], args: tuple[Any,
     # stand-ins swapped into the tree) are installed inside them and removed before they end
     # deferred_dynamo: meta ops run PyTorch's Python references, whose wrappers would import
     # TorchDynamo (about a second) only to mark them "not compiled"
+    if scriptable:
+        counter.observe = _Reads(rec, _read_names(model, state)).see
     with deferred_dynamo(), kept, forward_mode(model, train), torch.no_grad(), \
             fake_mode if fake_mode is not None else contextlib.nullcontext(), counting(counter), \
             watch.watching() if watch is not None else contextlib.nullcontext():

@@ -256,6 +256,7 @@ def _assemble(model: nn.Module, inputs: Any, target: str, train: bool, infos: An
         op_calls=dict(counter.op_calls),
         notes=notes,
         fallback_reason=reason,
+        param_reads=dict(rec.reads),
     )
 
 

@@ -124,6 +124,8 @@ class Trace:
     op_calls: dict[str, int] = field(default_factory=dict)  # counted op -> calls
     notes: list[str] = field(default_factory=list)
     fallback_reason: str | None = None
+    # parameter/buffer name -> index of the call during which an op first read it
+    param_reads: dict[str, int] = field(default_factory=dict)
 
     @property
     def macs_by_op(self) -> dict[str, int]:

@@ -121,37 +121,50 @@ def _outermost_unran(trace: Trace, ran: set[str]) -> list[str]:
         if not name or name in ran or info.total_params + info.total_buffers == 0:
             continue
         ancestors = _ancestors(name)
-        if any(trace.modules[a].scripted and a in ran for a in ancestors if a in trace.modules):
-            continue
+        if any(trace.modules[a].scripted and a in ran for a in ["", *ancestors]
+               if a in trace.modules):
+            continue  # inside a TorchScript module that ran (the root too)
         if not any(a not in ran for a in ancestors):  # outermost: its parent ran
             out.append(name)
     return out
 
 
 def tied_runs(trace: Trace) -> dict[str, str]:
-    """Modules that never ran themselves but whose weights did, tied to a module that ran
-    (T5's ``shared`` embedding: ``encoder.embed_tokens`` and the LM head use its weight):
-    outermost such module -> the module that ran its weights."""
+    """Modules that never ran themselves but whose weights were used while another module
+    ran: outermost such module -> that module. The weights are read by an op of a module
+    that ran (``Trace.param_reads``): its parent's functional call
+    (``F.multi_head_attention_forward`` reads ``nn.MultiheadAttention.out_proj``,
+    ``F.linear(x, self.proj.weight)``) or a module tied to it (T5's ``shared`` embedding:
+    ``encoder.embed_tokens`` uses its weight). Their MACs are on that module's row."""
     called = {c.name for c in trace.calls}
     ran = _ran(trace)
     runs: dict[str, str] = {}
-    for alias, owner in trace.params.tied:
+    for alias, owner in trace.params.tied:  # traces made without param_reads
         user, holder = alias.rpartition(".")[0], owner.rpartition(".")[0]
         if user in called:
             runs.setdefault(holder, user)
+    reads = sorted(trace.param_reads.items(), key=lambda kv: kv[1])
     out: dict[str, str] = {}
     for name in _outermost_unran(trace, ran):
-        for holder, user in runs.items():
-            if _encloses(name, holder):
-                out[name] = user
-                break
+        reader = next((trace.calls[i].name for tensor, i in reads
+                       if _encloses(name, tensor.rpartition(".")[0]) and i < len(trace.calls)),
+                      None)
+        if reader is None:
+            reader = next((user for holder, user in runs.items() if _encloses(name, holder)), None)
+        if reader is not None:
+            out[name] = reader
     return out
+
+
+def used_by_parent(name: str, runs_as: str | None) -> bool:
+    """The module's weights are used by an enclosing module's own forward (not a tie)."""
+    return runs_as is not None and runs_as != name and _encloses(runs_as, name)
 
 
 def never_ran(trace: Trace) -> list[str]:
     """Outermost modules holding parameters or buffers whose forward never ran (nor that of
-    anything inside them), nor their weights through a tie: their parameters are in the
-    totals but no call row owns them."""
+    anything inside them), and whose weights no op read: their parameters are in the totals
+    but no call used them."""
     tied = tied_runs(trace)
     return [n for n in _outermost_unran(trace, _ran(trace)) if n not in tied]
 

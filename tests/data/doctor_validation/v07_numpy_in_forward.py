@@ -12,7 +12,7 @@ class Net(nn.Module):
 
     def forward(self, x):
         h = torch.relu(self.fc(x))
-        scale = float(h.mean().cpu().numpy())  # expect: TI015
+        scale = float(h.mean().cpu().numpy())  # expect: TI015 also: TI011
         return self.out(h / (scale + 1.0))
 
 

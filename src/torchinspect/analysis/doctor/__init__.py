@@ -7,9 +7,12 @@
 * ``.structure`` module-tree checks, no forward (TI001, TI002, TI006-TI008, TI017, TI020, TI021)
 * ``.shapes``    checks over the meta trace's shapes (TI008 BatchNorm, TI009)
 * ``.forward``   checks over the real runs (TI003-TI005, TI010-TI016, TI018, TI019)
+* ``.dataflow``  checks over what the forward does to its values (TI022, TI024-TI027)
+* ``.sharing``   one BatchNorm used at several places (TI023)
 * ``.runtime``   the real runs (CPU by default), which leave the model untouched
 * ``.watch``     what the forward does, statement by statement (a TorchFunctionMode)
 * ``.sites``     ``file:line`` of statements and of the lines that built modules
+* ``.source``    what the source says: the statement that sets an attribute, calls a module
 * ``.locate``    ``file:line`` for findings that did not carry their own
 
 ``diagnose`` is the library entry point (``torchinspect.diagnose``); ``doctor_check`` adds
@@ -23,7 +26,13 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchinspect import device as devices
-from torchinspect.analysis.doctor import forward, shapes, structure  # noqa: F401 - register checks
+from torchinspect.analysis.doctor import (  # noqa: F401 - register checks
+    dataflow,
+    forward,
+    shapes,
+    sharing,
+    structure,
+)
 from torchinspect.analysis.doctor.context import Context, Skip
 from torchinspect.analysis.doctor.locate import locate
 from torchinspect.analysis.doctor.rules import (
@@ -39,13 +48,10 @@ from torchinspect.analysis.doctor.rules import (
     rules,
     selected_codes,
 )
-from torchinspect.analysis.doctor.sites import (
-    init_sites,
-    module_sites,
-    recording_sites,
-    tensor_sites,
-)
+from torchinspect.analysis.doctor.sites import init_sites, recording_sites, tensor_sites
+from torchinspect.analysis.doctor.source import module_sites
 from torchinspect.arguments import renamed_keywords
+from torchinspect.errors import InspectError, first_line
 from torchinspect.sources.case import ModelLike, ModelOptions, make_case
 from torchinspect.sources.materialize import has_lazy
 from torchinspect.trace.policy import materialized_lazy
@@ -104,17 +110,25 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
                   inits=inits or {}, given_trace=trace, notes=notes)
     findings: list[Finding] = []
     skipped: dict[str, str] = {}
+    broken: dict[str, str] = {}
     for code in codes:
         check = registry[code].check
         if check is None:
             continue
         try:
-            findings += check(ctx)
+            found = check(ctx)
         except Skip as why:
             skipped[code] = why.reason
+        except InspectError:
+            raise  # the user's input (a bad --input, a model that cannot be built): exit 2
+        except Exception as exc:  # noqa: BLE001 - one check's own failure never ends the run
+            broken[code] = first_line(exc, typed=True)
+        else:
+            findings += found
 
     locate(findings, model, ctx.sites)
-    ran = [c for c in codes if c not in skipped and registry[c].needs == "run"]
+    ran = [c for c in codes if c not in skipped and c not in broken
+           and registry[c].needs == "run"]
     if ctx.run_device is not None and ran:
         note = case.weights.note(f"the {len(ran)} checks that run it ({fold_codes(ran)}) ran on "
                                  "an untrained model")
@@ -122,6 +136,7 @@ def diagnose_case(case: Any, *, select: Sequence[str] | None = None,
     findings.sort(key=lambda f: (-f.severity.rank, f.code))
     return DoctorResult(
         model=case.name, inputs=case.describe_inputs(), findings=findings,
-        checked=[c for c in codes if c not in skipped], skipped=skipped, notes=ctx.notes,
+        checked=[c for c in codes if c not in skipped and c not in broken], skipped=skipped,
+        broken=broken, notes=ctx.notes,
         run_device=ctx.run_device, seconds=time.perf_counter() - start,
         weights=case.weights.to_dict(digest=ctx.run_device is not None))

@@ -7,7 +7,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchinspect import device as devices
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, first_line
 
 
 class Skip(Exception):  # noqa: N818 - a check's way to say why it did not run
@@ -35,6 +35,7 @@ class Context:
     _trace: Any = None
     _run: Any = None
     _run_skip: str | None = None
+    _trace_broken: str | None = None
 
     def trace(self) -> Any:
         """The eval-mode meta trace (the one ``inspect report`` passed, else made once)."""
@@ -42,18 +43,27 @@ class Context:
             return self._trace
         if self.trace_error is not None:
             raise Skip(f"the meta trace failed: {self.trace_error.message}")
+        from torchinspect.analysis.doctor.sites import model_warnings
         from torchinspect.trace import trace_model
 
+        if self._trace_broken is not None:
+            raise Skip(self._trace_broken)
         trace = self.given_trace
         if trace is None or trace.train:
             try:
-                trace = trace_model(self.model, self.case.require_example(), device="meta",
-                                    rebuild=self.case.rebuild)
+                with model_warnings(self.notes):
+                    trace = trace_model(self.model, self.case.require_example(), device="meta",
+                                        rebuild=self.case.rebuild)
             except InspectError as exc:  # the model's forward fails: TI011 says where
                 if isinstance(exc.__context__, InspectError) or exc.__context__ is None:
                     raise
                 self.trace_error = exc
                 raise Skip(f"the meta trace failed: {exc.message}") from None
+            except Exception as exc:  # noqa: BLE001 - our own failure: said once, for every check
+                self._trace_broken = f"the meta trace could not finish ({first_line(exc, typed=True)})"
+                self.notes.append(f"{self._trace_broken}: a bug in torchinspect; the checks "
+                                  "that need it are skipped")
+                raise Skip(self._trace_broken) from None
         if trace.fallback_reason:
             self.notes.append(f"shapes traced on {trace.device}: {trace.fallback_reason}")
         self._trace = trace
@@ -87,8 +97,16 @@ class Context:
         from torchinspect.analysis.doctor.rules import rules
 
         watched = {c for c, r in rules().items() if r.needs == "run"} & self.chosen
-        with torch.random.fork_rng(devices=[]):  # random inputs must not move the user's RNG
-            self._run = run_model(real, args, kwargs, self.chosen, watch=bool(watched))
+        try:
+            with torch.random.fork_rng(devices=[]):  # random inputs must not move the user's RNG
+                self._run = run_model(real, args, kwargs, self.chosen, watch=bool(watched))
+        except InspectError:
+            raise  # the model's code ended the process (sys.exit): exit 70 with its message
+        except Exception as exc:  # noqa: BLE001 - our own failure: the run checks are skipped
+            self._run_skip = f"the real runs could not finish ({first_line(exc, typed=True)})"
+            self.notes.append(f"{self._run_skip}: a bug in torchinspect; the checks that "
+                              "need them are skipped")
+            return
         self.run_device = device
         self.notes += self._run.notes
 

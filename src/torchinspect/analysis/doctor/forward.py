@@ -12,6 +12,7 @@ from torch import nn
 from torchinspect.analysis.doctor.context import Context, Skip
 from torchinspect.analysis.doctor.rules import Finding, Severity, doctor_check
 from torchinspect.analysis.doctor.runtime import (
+    GradRun,
     RunData,
     _all_finite,
     _finite,
@@ -46,15 +47,31 @@ def no_gradient(ctx: Context) -> list[Finding]:
     run = ctx.run("TI003")
     if run.grad is None:
         raise Skip(run.skipped.get("TI003", "the backward failed (see TI010/TI011)"))
-    unused = [n for (n, _), g in zip(run.grad.params, run.grad.grads, strict=True) if g is None]
-    return _no_gradient(unused, [n for n, _ in run.grad.params], run.model)
+    # a parameter cut off by torch.tensor(t), a .numpy() round trip or .data is TI024's or
+    # TI018's finding, which names the statement; TI003 is for the rest
+    explained = run.grad.explained()
+    unused = [n for (n, _), g in zip(run.grad.params, run.grad.grads, strict=True)
+              if g is None and n not in explained]
+    return _no_gradient(unused, dict(run.grad.params), run.model, run.grad)
 
 
-def _no_gradient(unused: list[str], trainable: list[str], model: nn.Module) -> list[Finding]:
+def _detached_at(grad: GradRun, names: list[str]) -> str | None:
+    """The ``.detach()`` in the model's code above these parameters, if one is."""
+    wanted = set(names)
+    return next((cut.location for cut, cut_names in grad.cuts
+                 if cut.kind == "detach" and wanted & set(cut_names)), None)
+
+
+def _no_gradient(unused: list[str], sizes: dict[str, Any], model: nn.Module,
+                 grad: GradRun | None = None) -> list[Finding]:
+    """``sizes``: the trainable parameters the gradient was asked for, by name (those the
+    forward saw: a parameter a forward registers is gone from the model afterwards);
+    ``grad.ran``: the modules the forward called (a module that ran but gets no gradient
+    lost its output, one that never ran was never called)."""
     if not unused:
         return []
     unused_set = set(unused)
-    sizes = dict(model.named_parameters())
+    trainable = list(sizes)
     tops: list[str] = []
     for name, _module in model.named_modules():
         if name == "" or any(name.startswith(t + ".") for t in tops):
@@ -68,10 +85,21 @@ def _no_gradient(unused: list[str], trainable: list[str], model: nn.Module) -> l
     for top in tops:
         names = [p for p in unused if p.startswith(top + ".")]
         count = sum(sizes[p].numel() for p in names)
-        out.append(Finding("TI003", Severity.warning, top,
-                           f"{type(modules[top]).__name__} gets no gradient: {count:,} parameters "
-                           f"in {len(names)} tensor(s) never reach the output",
-                           data={"parameters": names, "count": count}))
+        kind = type(modules[top]).__name__
+        detached = _detached_at(grad, names) if grad is not None else None
+        ran = grad is None or any(_encloses(top, c) for c in grad.ran)
+        if detached:
+            what = (f"{kind} gets no gradient: the graph is cut by a .detach() at {detached} "
+                    f"({count:,} parameters in {len(names)} tensor(s))")
+        elif ran:
+            what = (f"{kind} runs but gets no gradient: its output never reaches the model's "
+                    f"output ({count:,} parameters in {len(names)} tensor(s))")
+        else:
+            what = (f"{kind} is never called in forward: {count:,} parameters in "
+                    f"{len(names)} tensor(s) get no gradient")
+        out.append(Finding("TI003", Severity.warning, top, what, location=detached,
+                           data={"parameters": names, "count": count, "ran": ran,
+                                 "detached_at": detached}))
     rest = [p for p in unused if p not in covered]
     by_owner: dict[str, list[str]] = {}
     for p in rest:
@@ -79,11 +107,18 @@ def _no_gradient(unused: list[str], trainable: list[str], model: nn.Module) -> l
     for owner, names in by_owner.items():
         count = sum(sizes[p].numel() for p in names)
         owner_text = owner or "the model"
+        detached = _detached_at(grad, names) if grad is not None else None
         out.append(Finding("TI003", Severity.warning, owner,
                            f"{show_names([n.rpartition('.')[2] for n in names])} of "
-                           f"{owner_text} get no gradient ({count:,} parameters)",
-                           data={"parameters": names, "count": count}))
+                           f"{owner_text} get no gradient ({count:,} parameters)"
+                           + (f": the graph is cut by a .detach() at {detached}" if detached else ""),
+                           location=detached,
+                           data={"parameters": names, "count": count, "detached_at": detached}))
     return out
+
+
+def _encloses(outer: str, name: str) -> bool:
+    return outer == "" or name == outer or name.startswith(outer + ".")
 
 
 # ------------------------------------------------------------------ TI004 random in eval
@@ -103,8 +138,10 @@ def eval_stochastic(ctx: Context) -> list[Finding]:
     (p1, o1), (p2, o2) = run.eval_runs
     if _same(o1, o2) and _same_calls(p1, p2):
         return []
-    finding = _stochastic_finding(p1, p2)
     calls = run.events_of("dropout-in-eval")
+    if not calls and run.events_of("new-parameter"):
+        return []  # a new random parameter every call: TI012 names the statement
+    finding = _stochastic_finding(p1, p2)
     if calls:  # the statement that draws: F.dropout(..., training=True) in eval mode
         first = calls[0]
         finding.location = first.location
@@ -319,7 +356,7 @@ def parameter_in_forward(ctx: Context) -> list[Finding]:
 
 @doctor_check(
     "TI013", "log-of-probabilities", "warning", "run",
-    title="log of softmax/sigmoid, or probabilities fed to a loss that applies its own",
+    title="log of softmax/sigmoid, or probabilities into a logits loss",
     trigger="torch.log(F.softmax(x)) or torch.log(torch.sigmoid(x)); F.cross_entropy / "
     "nn.CrossEntropyLoss / F.nll_loss on a softmax output; "
     "F.binary_cross_entropy_with_logits on a sigmoid output",
@@ -357,16 +394,20 @@ def log_of_probabilities(ctx: Context) -> list[Finding]:
     fix="pass device=x.device (and dtype=x.dtype), use torch.zeros_like(x), or make it "
     "once as a buffer")
 def host_tensor(ctx: Context) -> list[Finding]:
-    return _statements(
+    # the values of a parameter made in forward: TI012 names that statement, whose fix
+    # (build it once in __init__) is this one's too
+    made = {e.location for e in ctx.run("TI014").events_of("new-parameter")}
+    return [f for f in _statements(
         ctx, "TI014", "host-tensor", Severity.warning,
         lambda e: f"{e.op}(...) makes a "
         f"{'x'.join(map(str, e.data.get('shape', [])))} tensor on the CPU in forward",
         lambda e: f"{e.op}(..., device=x.device), or a buffer made once in __init__")
+        if f.location not in made]
 
 
 @doctor_check(
     "TI015", "device-sync-in-forward", "warning", "run",
-    title=".item(), .cpu(), .numpy(), .tolist() or bool()/float()/int() of a tensor in forward",
+    title=".item(), .cpu(), .numpy() or bool() of a tensor in forward",
     trigger="the forward reads a tensor's value on the host: x.item(), x.cpu(), "
     "x.numpy(), x.tolist(), if x.sum() > 0:, float(x)",
     why="on a GPU every call waits for the device (a sync that stalls the pipeline), and "
@@ -409,8 +450,17 @@ def bias_before_batchnorm(ctx: Context) -> list[Finding]:
     "through it and in-place changes go unchecked",
     fix="use x (to keep gradients) or x.detach() (to stop them, saying so)")
 def data_in_forward(ctx: Context) -> list[Finding]:
-    return _statements(ctx, "TI018", "data", Severity.warning,
-                       lambda e: ".data reads a tensor outside autograd in forward")
+    out = _statements(ctx, "TI018", "data", Severity.warning,
+                      lambda e: ".data reads a tensor outside autograd in forward")
+    grad = ctx.run().grad
+    for f in out:  # what it cost, from the forward with gradients: the parameters above it
+        names = sorted({n for cut, cut_names in (grad.cuts if grad else [])
+                        if cut.kind == "data" and cut.location == f.location for n in cut_names})
+        if names:
+            f.what += (f"; {len(names)} parameter tensor(s) above it get no gradient "
+                       f"({show_names(names)})")
+            f.data["no_gradient"] = names
+    return out
 
 
 # ------------------------------------------------------------------ TI019 constant init

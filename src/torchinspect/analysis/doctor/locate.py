@@ -14,7 +14,8 @@ import inspect
 from typing import Any
 
 from torchinspect.analysis.doctor.rules import Finding
-from torchinspect.analysis.doctor.sites import attribute_line, is_user_file, shown
+from torchinspect.analysis.doctor.sites import is_user_file, shown
+from torchinspect.analysis.doctor.source import attribute_line
 
 # the fix is in the forward: pass training=, guard the operation, fix the statement
 FORWARD_CODES = {"TI004", "TI005", "TI011"}
@@ -68,17 +69,25 @@ def _built_at(model: Any, name: str, sites: dict[str, str]) -> str | None:
 
 
 def locate(findings: list[Finding], model: Any, sites: dict[str, str] | None = None) -> None:
-    """Fill ``Finding.location`` where the code that caused it is the user's."""
+    """Fill ``Finding.location`` where the code that caused it is the user's (a source that
+    cannot be read leaves it empty: the finding stands without its line)."""
     for f in findings:
         if f.location:
             continue
-        if f.code not in FORWARD_CODES:
-            f.location = _built_at(model, f.module, sites or {})
-            if f.location:
-                continue
-        method = "forward" if f.code in FORWARD_CODES else "__init__"
-        for module in _chain(model, f.module):
-            where = _source_line(type(module), method)
-            if where:
-                f.location = where
-                break
+        try:
+            _locate(f, model, sites or {})
+        except Exception:  # noqa: BLE001, S112 - a line is a help, never a reason to fail
+            continue
+
+
+def _locate(f: Finding, model: Any, sites: dict[str, str]) -> None:
+    if f.code not in FORWARD_CODES:
+        f.location = _built_at(model, f.module, sites)
+        if f.location:
+            return
+    method = "forward" if f.code in FORWARD_CODES else "__init__"
+    for module in _chain(model, f.module):
+        where = _source_line(type(module), method)
+        if where:
+            f.location = where
+            return

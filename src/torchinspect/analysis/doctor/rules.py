@@ -148,6 +148,7 @@ class DoctorResult:
     findings: list[Finding]
     checked: list[str]  # codes that ran
     skipped: dict[str, str] = field(default_factory=dict)  # code -> why it did not run
+    broken: dict[str, str] = field(default_factory=dict)  # code -> the check's own error
     notes: list[str] = field(default_factory=list)
     run_device: str | None = None  # where the real-number checks ran (cpu), None if none
     seconds: float = 0.0
@@ -169,7 +170,8 @@ class DoctorResult:
     def to_dict(self) -> dict[str, Any]:
         return {"model": self.model, "inputs": self.inputs, "counts": self.counts(),
                 "findings": [f.to_dict() for f in self.findings], "checked": list(self.checked),
-                "skipped": dict(self.skipped), "notes": list(self.notes),
+                "skipped": dict(self.skipped), "not_finished": dict(self.broken),
+                "notes": list(self.notes),
                 "run_device": self.run_device, "weights": self.weights,
                 "seconds": round(self.seconds, 3)}
 

@@ -26,8 +26,8 @@ from typing import Any, cast
 import torch
 from torch import nn
 
-from torchinspect.analysis.doctor.sites import is_user_file, shown
-from torchinspect.analysis.doctor.watch import Event, InplaceOp, Watch, has_model_code
+from torchinspect.analysis.doctor.sites import is_user_file, model_warnings, shown
+from torchinspect.analysis.doctor.watch import Cut, Event, InplaceOp, Watch, has_model_code
 from torchinspect.errors import first_line
 from torchinspect.guard import training_mode
 from torchinspect.shapes import tensor_leaves
@@ -168,10 +168,18 @@ class _Probe:
 def _restored(model: nn.Module) -> Iterator[None]:
     """Put back the model's attributes (what a forward assigns; the forwards run on buffer
     copies, see _forward) and the RNG state afterwards; the phases switch train/eval with
-    ``guard.training_mode``, which puts every ``training`` flag back."""
+    ``guard.training_mode``, which puts every ``training`` flag back. Each forward also runs
+    under :func:`_fresh`: every run starts from the model as it was given."""
     with model_kept(model, buffers=False), torch.random.fork_rng(devices=[]):
         torch.manual_seed(0)
         yield
+
+
+def _fresh(model: nn.Module) -> Any:
+    """One forward's own attribute snapshot: what it assigns (``self.hidden = h``, a
+    parameter made in forward) is gone before the next run, so two eval runs compare the
+    model's randomness, not the state one left for the other."""
+    return model_kept(model, buffers=False)
 
 
 def _forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -251,6 +259,26 @@ class GradRun:
     probe: _Probe
     nonfinite: list[str] = field(default_factory=list)  # parameters with NaN/Inf gradients
     nan_at: tuple[str, str] | None = None  # (backward node, its forward line) of the first NaN
+    # where the model's code cut the graph, with the parameters above the cut that got no
+    # gradient (empty: the cut kept nothing from its gradient, e.g. a copy for logging)
+    cuts: list[tuple[Cut, list[str]]] = field(default_factory=list)
+    ran: set[str] = field(default_factory=set)  # modules called in this forward
+
+    def explained(self) -> set[str]:
+        """Parameters without a gradient because the model's code cut the graph above them
+        (``torch.tensor(t)``, a ``.numpy()`` round trip, ``.data``; not an explicit
+        ``.detach()``, which TI003 reports with its line)."""
+        return {n for cut, names in self.cuts if cut.kind != "detach" for n in names}
+
+
+@dataclass
+class KeptGraph:
+    """A tensor of the autograd graph that the forward left on a module (``self.h = h``)."""
+
+    module: str  # qualified name ("" for the model)
+    attribute: str
+    type: str  # the module's class
+    what: str  # "a tensor", "a tuple of 2 tensors"
 
 
 @dataclass
@@ -264,11 +292,17 @@ class RunData:
     errors: list[ModelError] = field(default_factory=list)
     grad: GradRun | None = None
     inplace: InplaceFault | None = None
+    kept_graph: list[KeptGraph] = field(default_factory=list)
+    grad_forward: bool = False  # a forward with gradients ran (kept_graph is its)
     notes: list[str] = field(default_factory=list)
     skipped: dict[str, str] = field(default_factory=dict)  # code -> why
 
     def events_of(self, *kinds: str) -> list[Event]:
         return [e for e in self.events if e.kind in kinds]
+
+
+# the checks that need the forward with gradients (TI011 too: a training-mode failure)
+GRAD_CODES = frozenset({"TI003", "TI005", "TI010", "TI018", "TI024", "TI026"})
 
 
 def model_error(stage: str, exc: BaseException) -> ModelError:
@@ -286,10 +320,10 @@ def run_model(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     of the model's code ends its phase and is kept in ``errors``; an in-place modification
     of a saved tensor is re-run with anomaly detection to name both lines."""
     data = RunData(model, inputs_finite=_finite(_fingerprint((args, kwargs))))
-    with _restored(model):
+    with _restored(model), model_warnings(data.notes):
         _eval_runs(data, args, kwargs, 2 if "TI004" in codes else 1, watch)
-        if codes & {"TI003", "TI005", "TI010", "TI011"}:
-            _grad_run(data, args, kwargs, probe_grads="TI005" in codes)
+        if codes & {*GRAD_CODES, "TI011"}:
+            _grad_run(data, args, kwargs, probe_grads="TI005" in codes, watch=watch)
     return data
 
 
@@ -298,8 +332,8 @@ def _eval_runs(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any], run
     model = data.model
     for i in range(runs):
         try:
-            with training_mode(model, False), torch.no_grad(), _Probe(model) as probe, \
-                    _watching(model, probe, watch, training=False) as seen:
+            with _fresh(model), training_mode(model, False), torch.no_grad(), \
+                    _Probe(model) as probe, _watching(model, probe, watch, training=False) as seen:
                 out = _forward(model, args, kwargs)
         except Exception as exc:  # the model's own bug: a finding, the other checks go on
             data.errors.append(model_error("forward in eval mode", exc))
@@ -312,22 +346,58 @@ def _eval_runs(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any], run
 
 @contextlib.contextmanager
 def _watching(model: nn.Module, probe: _Probe, on: bool, *, training: bool,
-              inplace: bool = False) -> Iterator[Watch | None]:
-    if not on:
+              inplace: bool = False, graph: bool = False) -> Iterator[Watch | None]:
+    if not on or (graph and not has_model_code(model)):  # cuts are the model's own code's
         yield None
         return
 
     def current() -> str:
         return probe.calls[probe.stack[-1]].name if probe.stack else ""
 
-    with Watch(model, current, training=training, inplace=inplace,
-               ops=inplace or has_model_code(model)) as seen:
+    with Watch(model, current, training=training, inplace=inplace, graph=graph,
+               ops=inplace or graph or has_model_code(model)) as seen:
         yield seen
 
 
+_MODULE_INTERNALS = frozenset(vars(nn.Module()))
+
+
+def _attributes(model: nn.Module) -> dict[tuple[int, str], int]:
+    """``(module, attribute) -> id(value)`` of every module's own attributes."""
+    return {(id(m), k): id(v) for m in model.modules() for k, v in vars(m).items()
+            if k not in _MODULE_INTERNALS}
+
+
+def _graph_tensors(value: Any, depth: int = 0) -> int:
+    """How many tensors of the autograd graph (not leaves) ``value`` holds, two levels deep."""
+    if isinstance(value, torch.Tensor):
+        return int(value.grad_fn is not None)
+    if depth < 2 and type(value) in (list, tuple, dict):
+        items = value.values() if isinstance(value, dict) else value
+        return sum(_graph_tensors(v, depth + 1) for v in items)
+    return 0
+
+
+def _kept_graph(model: nn.Module, before: dict[tuple[int, str], int]) -> list[KeptGraph]:
+    """Attributes the forward set to graph tensors (``self.hidden = h``): the next call's
+    backward runs into this call's graph, and every call's graph stays in memory."""
+    out = []
+    for name, m in model.named_modules():
+        for key, value in vars(m).items():
+            if key in _MODULE_INTERNALS or before.get((id(m), key)) == id(value):
+                continue
+            n = _graph_tensors(value)
+            if n:
+                what = "a tensor" if isinstance(value, torch.Tensor) else \
+                    f"a {type(value).__name__} holding {n} tensor{'s' if n > 1 else ''}"
+                out.append(KeptGraph(name, key, type(m).__name__, what))
+    return out
+
+
 def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
-              probe_grads: bool) -> None:
-    """TI003/TI005/TI010: one training-mode forward and torch.autograd.grad."""
+              probe_grads: bool, watch: bool = True) -> None:
+    """TI003/TI005/TI010: one training-mode forward and torch.autograd.grad; the watch sees
+    where the model's code cuts the graph, and what the forward left on its modules."""
     model = data.model
     params = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
     if not params:
@@ -342,8 +412,12 @@ def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
     for label, train, (a, kw) in attempts:
         probe = _Probe(model, grads=probe_grads)
         try:
-            with torch.enable_grad(), probe, training_mode(model, train):
+            with _fresh(model), torch.enable_grad(), probe, training_mode(model, train), \
+                    _watching(model, probe, watch, training=train, graph=True) as seen:
+                before = _attributes(model)
                 out = _forward(model, a, kw)
+                data.kept_graph = _kept_graph(model, before)
+                data.grad_forward = True
                 outs = [t for t in tensor_leaves(out) if t.requires_grad and t.is_floating_point()]
                 if not outs:
                     data.skipped["TI003"] = "no output depends on a trainable parameter"
@@ -365,7 +439,11 @@ def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
             data.skipped.update({c: "the backward failed (see the error finding)"
                                  for c in ("TI003", "TI005")})
             return
-        data.grad = GradRun(params, grads, probe)
+        data.grad = GradRun(params, grads, probe, ran={c.name for c in probe.calls})
+        if seen is not None:
+            unused = {id(p): n for (n, p), g in zip(params, grads, strict=True) if g is None}
+            data.grad.cuts = [(cut, sorted(unused[i] for i in seen.cut_parameters(cut)
+                                           if i in unused)) for cut in seen.cuts]
         if probe_grads:
             data.grad.nonfinite = [n for (n, _), g in zip(params, grads, strict=True)
                                    if g is not None and not _all_finite(g)]
@@ -398,8 +476,8 @@ def _anomaly_rerun(model: nn.Module, args: Any, kwargs: Any, train: bool, *,
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:
-            with torch.autograd.detect_anomaly(check_nan=check_nan), torch.enable_grad(), \
-                    probe, training_mode(model, train), \
+            with _fresh(model), torch.autograd.detect_anomaly(check_nan=check_nan), \
+                    torch.enable_grad(), probe, training_mode(model, train), \
                     _watching(model, probe, True, training=train, inplace=True) as seen:
                 out = _forward(model, args, kwargs)
                 outs = [t for t in tensor_leaves(out) if t.requires_grad and t.is_floating_point()]

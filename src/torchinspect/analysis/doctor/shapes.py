@@ -19,10 +19,17 @@ DROPPED_WARN_SHARE = 0.02
 
 
 def batchnorm_single_value(model: nn.Module, trace: Any) -> list[Finding]:
-    """TI008 (b): BatchNorm layers that see one value per channel at the traced input."""
+    """TI008 (b): BatchNorm layers that see one value per channel at the traced input.
+
+    One value per channel means the BatchNorm's batch dimension is 1 with no spatial extent
+    (a head's BatchNorm1d on pooled features). At an example of batch 1 that is the
+    example's doing: training at batch 1 would raise, any real batch works (info). At a
+    larger batch the model itself folds the batch away before the BatchNorm (warning)."""
     modules = dict(model.named_modules())
     out: list[Finding] = []
     done: set[str] = set()
+    given = first_tensor(trace.inputs)
+    batch_of_one = given is None or not given.shape or given.shape[0] == 1
     for call in trace.calls:
         module = modules.get(call.name)
         if call.name in done or not isinstance(module, nn.modules.batchnorm._BatchNorm):
@@ -35,14 +42,18 @@ def batchnorm_single_value(model: nn.Module, trace: Any) -> list[Finding]:
             continue
         done.add(call.name)
         out.append(Finding(
-            "TI008", Severity.warning, call.name,
-            f"{type(module).__name__} sees 1 value per channel (input {x}): in training mode "
-            "it raises 'Expected more than 1 value per channel'",
-            why="batch statistics over one value are undefined; a larger batch only makes them "
-            "noisy when there is no spatial extent",
+            "TI008", Severity.info if batch_of_one else Severity.warning, call.name,
+            f"{type(module).__name__} sees 1 value per channel (input {x})"
+            + (" at this batch of 1: training at batch 1 raises 'Expected more than 1 value "
+               "per channel'" if batch_of_one else ": in training mode it raises 'Expected "
+               "more than 1 value per channel' whatever the batch"),
+            why="batch statistics over one value are undefined; with no spatial extent they "
+            "come from the batch alone, so they are noisy at small batches",
             fix="train with batch size > 1 (drop_last=True in the DataLoader), or use "
-            "LayerNorm/GroupNorm here",
-            data={"type": type(module).__name__, "input_shape": list(x.shape)}))
+            "LayerNorm/GroupNorm here" if batch_of_one else "normalize before the batch is "
+            "folded away, or use LayerNorm/GroupNorm here",
+            data={"type": type(module).__name__, "input_shape": list(x.shape),
+                  "batch_of_one": batch_of_one}))
     return out
 
 
@@ -93,6 +104,28 @@ def dropped_edges(module: nn.Module, shape: tuple[int, ...]) -> list[tuple[int, 
     return out
 
 
+def _settings_explain(module: nn.Module, shape: tuple[int, ...], out: Any) -> bool:
+    """The layer's own settings give the output size the trace saw: a layer that pads its
+    input itself in forward (timm's Conv2dSame, MaxPool2dSame: "same" padding computed per
+    input) reads every row although its ``padding`` attribute says 0."""
+    n = _spatial_dims(module)
+    if n is None or out is None or len(out.shape) < n or len(shape) < n:
+        return False
+    padding = getattr(module, "padding", 0)
+    if isinstance(padding, str):
+        return False
+    k = _tuple(module.kernel_size, n)
+    s = _tuple(module.stride if module.stride is not None else module.kernel_size, n)
+    p = _tuple(padding, n)
+    d = _tuple(getattr(module, "dilation", 1), n)
+    for axis in range(n):
+        size = shape[len(shape) - n + axis]
+        windows = (size + 2 * p[axis] - d[axis] * (k[axis] - 1) - 1) // s[axis] + 1
+        if out.shape[len(out.shape) - n + axis] != windows:
+            return False
+    return True
+
+
 @doctor_check(
     "TI009", "rounded-down-output", "warning", "trace",
     title="a conv/pool layer whose output size was rounded down",
@@ -118,7 +151,7 @@ def rounded_down_outputs(model: nn.Module, trace: Any) -> list[Finding]:
         if x is None:
             continue
         drops = dropped_edges(module, x.shape)
-        if not drops:
+        if not drops or not _settings_explain(module, x.shape, first_tensor(call.outputs)):
             continue
         done.add(call.name)
         n = _spatial_dims(module) or 1

@@ -6,20 +6,18 @@
   seen from inside a ``TorchFunctionMode`` or a registration hook;
 * :func:`recording_sites`: while a model is built, the line that constructed each module
   (torch's global registration hooks, removed on exit: the model is never touched);
-* :func:`attribute_line`: the ``self.NAME = ...`` (or ``register_buffer("NAME", ...)``)
-  statement in a class's ``__init__``, read from its source (models built before we saw them).
+* :func:`source_path`: the file behind a shown ``file`` (the zoo's ``torchinspect/zoo/...``).
+
+What the source itself says (the statement that sets an attribute, ...) is ``.source``.
 """
 
 from __future__ import annotations
 
-import ast
 import contextlib
 import functools
-import inspect
 import os
 import sys
 import sysconfig
-import textwrap
 import types
 from collections.abc import Iterator
 from dataclasses import dataclass, field
@@ -112,6 +110,18 @@ def _zoo_root() -> str:
     return os.path.join(str(Path(torchinspect.zoo.__file__).resolve().parent), "")
 
 
+def source_path(path: str) -> str | None:
+    """The file a shown path names (``shown`` writes the zoo as ``torchinspect/zoo/...``
+    wherever it is installed), None when there is none."""
+    if os.path.isfile(path):
+        return path
+    for prefix, root in ((os.path.join("torchinspect", "zoo", ""), _zoo_root()),
+                         (os.path.join("torchinspect", ""), _roots()[2])):
+        if path.startswith(prefix) and os.path.isfile(os.path.join(root, path[len(prefix):])):
+            return os.path.join(root, path[len(prefix):])
+    return None
+
+
 def where(frame: types.FrameType) -> str:
     return f"{shown(frame.f_code.co_filename)}:{frame.f_lineno}"
 
@@ -128,18 +138,71 @@ def direct_caller() -> str | None:
 
 
 def user_caller(*, not_self: Any = None) -> str | None:
-    """The innermost frame of the model's own code (through any library), skipping frames
-    whose ``self`` is ``not_self`` (a module's own ``__init__`` is not where it was built);
-    None when torchinspect's own code (a hook of ours) made the call."""
+    """The innermost frame of the model's own code (through any library); while ``not_self``
+    is being built (its ``__init__`` is on the stack), frames whose ``self`` is ``not_self``
+    are skipped: a module's own ``__init__`` and the helpers it calls are not where it was
+    built. (In its ``forward``, ``self.w = nn.Parameter(...)`` is the line.) None when
+    torchinspect's own code (a hook of ours) made the call."""
     frame = _outside_doctor(sys._getframe(1))
+    building = not_self is not None and _building(frame, not_self)
     while frame is not None:
         kind = _kind(frame.f_code.co_filename)
         if kind == "ours":
             return None
-        if kind == "user" and (not_self is None or frame.f_locals.get("self") is not not_self):
+        if kind == "user" and not (building and frame.f_locals.get("self") is not_self):
             return where(frame)
         frame = frame.f_back
     return None
+
+
+def _building(frame: types.FrameType | None, module: Any) -> bool:
+    while frame is not None:
+        if frame.f_code.co_name == "__init__" and frame.f_locals.get("self") is module:
+            return True
+        frame = frame.f_back
+    return False
+
+
+def _innermost_user() -> str | None:
+    """The innermost frame of the model's code on the stack, whoever called in between
+    (our watch calls torch on the model's behalf)."""
+    frame: types.FrameType | None = sys._getframe(1)
+    while frame is not None:
+        if _kind(frame.f_code.co_filename) == "user":
+            return where(frame)
+        frame = frame.f_back
+    return None
+
+
+@contextlib.contextmanager
+def model_warnings(notes: list[str]) -> Iterator[None]:
+    """Warnings the model's own code raises while the doctor runs it become one note each
+    (``the model's code warns (at file:line): UserWarning: ...``), said once however many
+    forwards raise them; a library's warnings are shown as before. Without this they print
+    once per forward, located in the doctor's own files (torch warns from the frame that
+    called it: our watch)."""
+    import warnings
+
+    seen: dict[str, str | None] = {}
+    with warnings.catch_warnings():
+        warnings.simplefilter("always")
+        shown_before = warnings.showwarning
+
+        def show(message: Any, category: type[Warning], filename: str, lineno: int,
+                 file: Any = None, line: str | None = None) -> None:
+            at = _innermost_user()
+            if at is None:
+                shown_before(message, category, filename, lineno, file, line)
+                return
+            text = f"{category.__name__}: {str(message).strip().splitlines()[0][:200]}"
+            seen.setdefault(text, at)
+
+        warnings.showwarning = show
+        try:
+            yield
+        finally:
+            notes += [f"the model's code warns (at {at}): {text}" for text, at in seen.items()
+                      if not any(text in n for n in notes)]
 
 
 @dataclass
@@ -235,73 +298,6 @@ def recording_sites() -> Iterator[Built]:
             h.remove()
 
 
-def _class_sources(cls: type) -> Iterator[tuple[str, int, ast.AST]]:
-    """``(file, first line, parsed __init__)`` of ``cls`` and its bases in model code."""
-    for klass in cls.__mro__:
-        init = klass.__dict__.get("__init__")
-        if init is None or not hasattr(init, "__code__"):
-            continue
-        path = init.__code__.co_filename
-        if not is_user_file(path):
-            continue
-        try:
-            lines, first = inspect.getsourcelines(init)
-            tree = ast.parse(textwrap.dedent("".join(lines)))
-        except (OSError, TypeError, SyntaxError):
-            continue
-        yield path, first, tree
-
-
-def _names_attribute(node: ast.AST, attr: str) -> bool:
-    if isinstance(node, ast.Attribute):
-        return (node.attr == attr and isinstance(node.value, ast.Name)
-                and node.value.id == "self")
-    if isinstance(node, (ast.Tuple, ast.List)):
-        return any(_names_attribute(e, attr) for e in node.elts)
-    return False
-
-
-def _registers(node: ast.AST, attr: str) -> bool:
-    """``self.register_buffer("attr", ...)`` / ``register_parameter`` / ``add_module``."""
-    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-            and node.func.attr in ("register_buffer", "register_parameter", "add_module",
-                                   "register_module")
-            and bool(node.args) and isinstance(node.args[0], ast.Constant)
-            and node.args[0].value == attr)
-
-
-def attribute_line(cls: type, attr: str) -> str | None:
-    """``file:line`` of the statement in ``cls.__init__`` (or a base's, in model code) that
-    sets ``self.attr`` or registers ``attr``; None when the source says nothing."""
-    for path, first, tree in _class_sources(cls):
-        for node in ast.walk(tree):
-            targets: list[ast.AST] = []
-            if isinstance(node, ast.Assign):
-                targets = list(node.targets)
-            elif isinstance(node, (ast.AnnAssign, ast.AugAssign)):
-                targets = [node.target]
-            if any(_names_attribute(t, attr) for t in targets) or _registers(node, attr):
-                return f"{shown(path)}:{first + node.lineno - 1}"  # type: ignore[attr-defined]
-    return None
-
-
-def statement_at(location: str) -> ast.AST | None:
-    """The parsed statement that starts at ``file:line`` (None when it can't be read)."""
-    path, _, line = location.rpartition(":")
-    try:
-        source = Path(path).read_text()
-        tree = ast.parse(source)
-    except (OSError, SyntaxError, ValueError):
-        return None
-    best = None
-    for node in ast.walk(tree):
-        if isinstance(node, ast.stmt) and node.lineno <= int(line) <= (node.end_lineno or 0):
-            if not isinstance(node, (ast.FunctionDef, ast.ClassDef, ast.AsyncFunctionDef,
-                                     ast.If, ast.For, ast.While, ast.With, ast.Try)):
-                best = node
-    return best
-
-
 def init_sites(model: Any, built: Built) -> dict[str, str]:
     """``{parameter name: line}`` of the ``nn.init.*`` call that last set each parameter."""
     return {name: built.inits[id(p)] for name, p in model.named_parameters()
@@ -320,22 +316,4 @@ def tensor_sites(model: Any, built: Built) -> dict[str, str]:
             at = built.tensors.get((id(owner), name))
             if at is not None:
                 out[f"{owner_name}.{name}" if owner_name else name] = at
-    return out
-
-
-def module_sites(model: Any, recorded: dict[int, str]) -> dict[str, str]:
-    """``{qualified name: "file:line"}`` where each module was built: the recorded lines
-    first, else the ``self.NAME = ...`` statement in the parent's ``__init__``, else the
-    parent's own site (a ``Sequential``'s children share its statement)."""
-    out: dict[str, str] = {}
-    modules = dict(model.named_modules(remove_duplicate=False))
-    for name, module in modules.items():
-        site = recorded.get(id(module))
-        if site is None and name:
-            parent_name, _, attr = name.rpartition(".")
-            parent = modules.get(parent_name)
-            if parent is not None:
-                site = attribute_line(type(parent), attr) or out.get(parent_name)
-        if site is not None:
-            out[name] = site
     return out

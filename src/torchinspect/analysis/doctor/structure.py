@@ -15,7 +15,8 @@ from torch import nn
 
 from torchinspect.analysis.doctor.context import Context, Skip
 from torchinspect.analysis.doctor.rules import Finding, Severity, doctor_check
-from torchinspect.analysis.doctor.sites import statement_at
+from torchinspect.analysis.doctor.sharing import stateful
+from torchinspect.analysis.doctor.source import appended_line, statement_at
 from torchinspect.device import fmt_size
 
 # A layer above this share of all parameters (and above OVERSIZED_MIN parameters) is TI007.
@@ -282,7 +283,8 @@ def oversized_layers(model: nn.Module) -> list[Finding]:
     "TI008", "frozen-and-batchnorm", "info", "trace",
     title="frozen parameters; BatchNorm that sees one value per channel",
     trigger="parameters with requires_grad=False (a summary, info); a BatchNorm whose input "
-    "at the example has one value per channel (warning)",
+    "at the example has one value per channel (info at a batch of 1, where any real batch "
+    "works; warning at a larger batch)",
     why="frozen parameters are not trained (fine if intended); a BatchNorm with one value "
     "per channel raises 'Expected more than 1 value per channel when training'",
     fix="check the frozen list is what you meant; train with a larger batch or use "
@@ -348,9 +350,9 @@ def _replicates(statement: Any) -> bool:
 @doctor_check(
     "TI017", "repeated-module", "error", "static",
     title="one module instance repeated in a container by accident",
-    trigger="nn.ModuleList([layer] * 4), nn.Sequential(*[block] * n) or [block for _ in "
-    "range(n)]: the same object n times, built by repetition (deliberate sharing written "
-    "out, e.g. self.a = self.b = m, is not flagged)",
+    trigger="nn.ModuleList([layer] * 4), nn.Sequential(*[block] * n), [block for _ in "
+    "range(n)] or layers.append(block) in a loop: the same object n times, built by "
+    "repetition (deliberate sharing written out, e.g. self.a = self.b = m, is not flagged)",
     why="n references to one module: one set of weights applied n times, not n layers; "
     "the model has a fraction of the parameters you meant",
     fix="build a new module each time: nn.ModuleList([Layer() for _ in range(n)]) or "
@@ -364,13 +366,19 @@ def repeated_module(ctx: Context) -> list[Finding]:
         for key, child in module._modules.items():
             if child is not None:
                 counts.setdefault(id(child), []).append(key)
-        repeated = [keys for keys in counts.values() if len(keys) > 1]
+        # a BatchNorm repeated is TI023's, which says what that does to its statistics
+        repeated = [keys for keys in counts.values()
+                    if len(keys) > 1 and not stateful(module._modules[keys[0]])]
         site = ctx.sites.get(name)
-        statement = statement_at(site) if site else None
-        if not repeated or statement is None or not _replicates(statement):
+        statement = statement_at(site) if site and repeated else None
+        if statement is None:
             continue
         keys = repeated[0]
         child = module._modules[keys[0]]
+        if not _replicates(statement):  # or the list it is built from, appended in a loop
+            site = appended_line(site, type(child).__name__) if site else None
+            if site is None:
+                continue
         out.append(Finding(
             "TI017", Severity.error, name,
             f"{type(module).__name__} holds one {type(child).__name__} {len(keys)} times "
