@@ -20,8 +20,8 @@ import typer
 
 from torchinspect.cli.progress import pause
 from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
+from torchinspect.escape import printable
 from torchinspect.guard import model_code
-from torchinspect.report.render import printable
 
 F = TypeVar("F", bound=Callable[..., Any])
 
