@@ -7,6 +7,7 @@ No torch here: importing this module must stay instant (`inspect --help`).
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
@@ -48,6 +49,8 @@ def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.U
 def _os_error_text(exc: OSError) -> str:
     """``PATH: reason``, naming the user's path rather than our temporary file."""
     path = exc.filename2 if exc.filename2 is not None else exc.filename
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # never a bare "[Errno 28]"
+        return f"{path if path is not None else 'a file being written'}: no space left on the device"
     if path is None:
         return f"{type(exc).__name__}: {exc}"
     # atomic writes go through DIR/.NAME.XXXX.tmp/NAME: the user named DIR/NAME
