@@ -80,3 +80,72 @@ def test_a_summary_trace_imports_no_dynamo():
         "s = summarize('resnet18', '3,64,64')\n"
         "print('torch._dynamo' in sys.modules, s.totals.params > 0)\n")
     assert out.splitlines() == ["False True"]
+
+
+_HELPER = """
+import torch
+
+
+class Helper:
+    '''a method torch.compile must skip: decorated where the model's factory imports it'''
+
+    @torch.compiler.disable
+    def scale(self, x):
+        return x * 2
+"""
+
+_NET = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    example_input = "1,4"
+
+    def __init__(self):
+        super().__init__()
+        import dyn_helper  # first imported during the (meta) build
+        self.helper = dyn_helper.Helper()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.helper.scale(self.fc(x))
+"""
+
+
+def _compile_disabled_files(tmp_path) -> str:
+    (tmp_path / "dyn_helper.py").write_text(_HELPER)
+    (tmp_path / "dyn_net.py").write_text(_NET)
+    return f"{tmp_path / 'dyn_net.py'}:Net"
+
+
+def test_a_method_decorated_compiler_disable_works_through_the_cli(tmp_path):
+    """The stand-in's object had no ``__get__``: ``self`` was never bound, and the run ended
+    with exit 2 and a misleading "check --input" hint."""
+    spec = _compile_disabled_files(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "torchinspect", "summary", spec, "-f", "json"],
+                          capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert '"params": 20' in done.stdout
+
+
+def test_a_method_decorated_compiler_disable_works_through_the_api_and_after_it(tmp_path):
+    """Through the Python API the user's class stayed broken after ``summarize()`` returned;
+    now it works after, compiles (the method skipped as the decorator says), and the stand-in
+    left nothing cached on torch's own functions."""
+    spec = _compile_disabled_files(tmp_path)
+    out = _fresh(
+        "import gc, sys, torch\n"
+        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import torchinspect\n"
+        f"s = torchinspect.summarize({spec!r})\n"
+        "print(s.totals.params, 'torch._dynamo' in sys.modules)\n"
+        "import dyn_helper\n"
+        "h = dyn_helper.Helper()\n"
+        "print(h.scale(3), dyn_helper.Helper.scale.__name__)\n"
+        "left = [o for o in gc.get_objects() if callable(o) and\n"
+        "        type(getattr(o, '__dynamo_disable', None)).__name__ == '_Deferred']\n"
+        "print(len(left))\n"
+        "f = torch.compile(lambda x: h.scale(x) + 1, backend='eager')\n"
+        "print(f(torch.ones(2)).tolist())\n")
+    assert out.splitlines() == ["20 False", "6 scale", "0", "[3.0, 3.0]"]

@@ -22,7 +22,7 @@ import typer
 from torchinspect.cli.progress import pause
 from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
 from torchinspect.escape import printable
-from torchinspect.guard import model_code
+from torchinspect.guard import model_code, raised_by_model
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -81,9 +81,12 @@ def exit_status(exc: BaseException) -> int:
             return _shown("the program reading the output closed it before the end", None)
         except OSError:  # stderr is that pipe too
             return int(ExitStatus.USAGE)
+    blamed = raised_by_model(exc)  # the model's own code (its file, or its nesting depth)
+    if blamed is not None:
+        return _shown(blamed.message, blamed.hint, blamed.status)
     if isinstance(exc, OSError):  # the file system refused a path the user gave
         return _shown(_os_error_text(exc), "check the path, its permissions and the free disk space")
-    return _shown(  # a bug in torchinspect or in the model's own code
+    return _shown(  # a bug in torchinspect (or in a library)
         f"internal error: {first_line(exc, typed=True)}",
         "rerun with --debug (or TORCHINSPECT_DEBUG=1) for the traceback; when it ends in "
         "torchinspect rather than the model's code, report it", ExitStatus.INTERNAL)
