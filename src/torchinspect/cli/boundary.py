@@ -19,6 +19,7 @@ from typing import Any, TypeVar
 
 import typer
 
+from torchinspect.cli import interrupt
 from torchinspect.cli.progress import pause
 from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
 from torchinspect.escape import printable
@@ -58,6 +59,18 @@ def _os_error_text(exc: OSError) -> str:
     return f"{shown}: {exc.strerror or exc}"
 
 
+# Whether this invocation said "interrupted" already (one line, however many boundaries the
+# Ctrl-C crosses on its way out).
+_INTERRUPTED: ContextVar[bool] = ContextVar("torchinspect_interrupted", default=False)
+
+
+def interrupted_shown(reset: bool = False) -> bool:
+    """Whether "interrupted" was said in this invocation (``reset``: a new one starts)."""
+    if reset:
+        _INTERRUPTED.set(False)
+    return _INTERRUPTED.get()
+
+
 def exit_status(exc: BaseException) -> int:
     """The one error boundary of the CLI (commands, the command group, the console script):
     ``exc`` as one ``error:``/``hint:`` pair on stderr (the traceback too with --debug), and
@@ -65,8 +78,10 @@ def exit_status(exc: BaseException) -> int:
     running out of memory 2; a file system refusal 2; the model's own code ending the run or
     any other failure 70."""
     pause()
-    if isinstance(exc, KeyboardInterrupt):
-        typer.echo("interrupted", err=True)
+    if isinstance(exc, KeyboardInterrupt) or interrupt.seen():  # also what a Ctrl-C broke
+        if not interrupted_shown():
+            _INTERRUPTED.set(True)
+            typer.echo("interrupted", err=True)
         return int(ExitStatus.INTERRUPTED)
     if _debug_enabled():
         traceback.print_exception(exc)

@@ -1,0 +1,59 @@
+"""Ctrl-C, from the first instant of the tool's own code: the console script's SIGINT handler
+and what it has seen. Only the standard library here (it is installed before anything slow).
+
+The interpreter's own start (~30 ms before the first module of the tool runs) is Python's.
+After it, a Ctrl-C
+
+* before the command runs (while the CLI's modules import, ~0.5 s) ends the process at
+  once: exit 130, one line, no traceback;
+* while the command runs raises KeyboardInterrupt as usual and is also remembered
+  (:func:`seen`), because a library may swallow it (torch's import did: the command ran on
+  and exited 0), or leave a half-imported module behind whose next import fails: any error
+  after a Ctrl-C is the interruption's (exit 130), never an "internal error";
+* once the command is done (:func:`finishing`: its outputs in place or refused) is only
+  remembered, and the exit status is 130.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+
+_STATE = {"running": False, "seen": False, "finishing": False}
+
+
+def _on_sigint(signum: int, frame: object) -> None:
+    _STATE["seen"] = True
+    if _STATE["finishing"]:
+        return
+    if not _STATE["running"]:
+        os.write(2, b"interrupted\n")
+        os._exit(130)
+    raise KeyboardInterrupt
+
+
+def install() -> None:
+    """The handler, unless someone else's is in place (embedded in another program)."""
+    if signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _on_sigint)
+
+
+def running() -> None:
+    """The command starts: a Ctrl-C from now on is a KeyboardInterrupt."""
+    _STATE["running"] = True
+
+
+def finishing() -> None:
+    """The command is done: a Ctrl-C from now on is only remembered."""
+    _STATE["finishing"] = True
+
+
+def seen() -> bool:
+    """Whether a Ctrl-C reached this process (through our handler)."""
+    return _STATE["seen"]
+
+
+def hold() -> None:
+    """Block SIGINT for the last instructions of the process (a pending one dies with it)."""
+    if hasattr(signal, "pthread_sigmask"):
+        signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT})
