@@ -26,7 +26,7 @@ Everything in the folder may have been planted or damaged by someone else, so:
 
 A cache is never worth failing a command for: :func:`read` and :func:`write` return a note
 (one line) where something was refused or could not be done, and the caller adds it to its
-result's notes. Nothing here imports torch.
+result's notes. Nothing here imports torch (only errors.py).
 """
 
 from __future__ import annotations
@@ -43,6 +43,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from torchinspect.errors import file_kind
 
 SCHEMA_PREFIX = "torchinspect-cache/"
 #: a cache file larger than this is refused unread (the largest, the cuDNN calibration of a
@@ -193,7 +195,7 @@ def _read_file(root: Path, file_name: str, limit: int) -> bytes:
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
-                raise _Refused(f"it is {special_kind(st.st_mode)}, not a regular file")
+                raise _Refused(f"it is {file_kind(st.st_mode)}, not a regular file")
             if hasattr(os, "geteuid") and st.st_uid != os.geteuid():
                 raise _Refused(f"it belongs to another user (uid {st.st_uid})")
             if st.st_size > limit:
@@ -213,21 +215,6 @@ def _read_file(root: Path, file_name: str, limit: int) -> bytes:
             os.close(fd)
     finally:
         os.close(dir_fd)
-
-
-def special_kind(mode: int) -> str:
-    """What a file that is not a regular file is, in words ("a FIFO", "a device")."""
-    if stat.S_ISDIR(mode):
-        return "a folder"
-    if stat.S_ISFIFO(mode):
-        return "a FIFO"
-    if stat.S_ISSOCK(mode):
-        return "a socket"
-    if stat.S_ISCHR(mode) or stat.S_ISBLK(mode):
-        return "a device"
-    if stat.S_ISLNK(mode):
-        return "a symbolic link"
-    return "not a regular file"
 
 
 def write(name: str, data: Any, *, version: int, key: Mapping[str, Any], what: str,

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
 from torchinspect.device import fmt_size
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, not_regular
 from torchinspect.io.layouts import read_hf_index
 
 
@@ -32,6 +32,7 @@ def check_target(target: str | os.PathLike[str], *, force: bool = True,
     whose folder does not exist or is not writable. A symlink to a file is followed: the file
     is replaced and the link kept. Returns the path to write."""
     target = Path(target)
+    check_utf8_name(target)
     if _special(target) or _special(Path(os.path.realpath(target))):
         raise InspectError(f"{target}: refusing to replace a device or process file",
                            hint="leave out the output option to print to the terminal, or "
@@ -41,8 +42,7 @@ def check_target(target: str | os.PathLike[str], *, force: bool = True,
     if target.is_dir():
         raise InspectError(f"{target} is a folder", hint=f"name a file, e.g. {target}/out.json")
     if target.exists() and not target.is_file():
-        raise InspectError(f"{target} is not a regular file (a device, pipe or socket): "
-                           "refusing to replace it",
+        raise InspectError(f"{not_regular(target, target.stat().st_mode)}: refusing to replace it",
                            hint="leave out the output option to print to the terminal, or "
                            "name a file")
     reason = protected(target, protect)
@@ -58,6 +58,23 @@ def check_target(target: str | os.PathLike[str], *, force: bool = True,
         raise InspectError(f"{target}: folder {parent} is not writable",
                            hint="choose another folder, or fix its permissions")
     return target
+
+
+def check_utf8_name(target: Path) -> None:
+    """Refuse, before any work, an output whose name is not valid UTF-8 (bytes a terminal
+    gave through ``surrogateescape``): safetensors, JSON and the zip formats store names as
+    UTF-8, and the file would be written under one name and read under another."""
+    try:
+        os.fsencode(target).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = os.fsencode(target)[exc.start]
+        raise InspectError(f"{printable_path(target)}: the file name is not valid UTF-8 (byte "
+                           f"0x{bad:02x})", hint="name the output in UTF-8 (ASCII is safest)") from None
+
+
+def printable_path(path: Path) -> str:
+    """``path`` with undecodable bytes shown as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _special(path: Path) -> bool:
@@ -213,6 +230,7 @@ def make_temp_dir(target: Path) -> Path:
     folders of earlier runs are removed). Ctrl-C cannot fall between the folder and its mark
     (both are made with SIGINT/SIGTERM held back); a full disk is one line naming ``target``,
     and leaves no folder behind."""
+    check_utf8_name(target)
     parent = target.parent if str(target.parent) else Path(".")
     key = os.path.realpath(parent)
     if key not in _CLEANED:  # once per folder and process: a folder of 10,000 parts
