@@ -309,23 +309,19 @@ def _is_model_file(filename: str) -> bool:
 
 def raised_by_model(exc: BaseException, what: str | None = None) -> ModelCodeError | None:
     """The ModelCodeError (exit 70, "the model's code ...") for an exception that came out of
-    the model's own code: Python's recursion limit (:func:`too_deep`), or one whose innermost
-    frame of interest is in the model's file (library frames such as torch's are skipped;
-    a frame of torchinspect's own, a hook of ours called by the model, means it is ours).
-    None when it is not the model's (an internal error)."""
+    the model's own code: Python's recursion limit (:func:`too_deep`), or one raised in the
+    model's file (its innermost frame, import machinery aside, is there). One raised inside
+    torch (a shape the input gave, met in a layer) or inside torchinspect is not the model's:
+    None (the command's own classification, else an internal error)."""
     deep = too_deep(exc, what)
     if deep is not None:
         return deep
-    for f in reversed(traceback.extract_tb(exc.__traceback__)):
-        if f.filename.startswith("<"):
-            continue
-        if os.path.realpath(f.filename).startswith(_OUR_DIR):
-            return None
-        if _is_model_file(f.filename):
-            head = f"{what}: " if what else ""
-            return ModelCodeError(f"{head}the model's code raised {first_line(exc, typed=True)} "
-                                  f"(at {_shown_path(f.filename)}:{f.lineno})")
-    return None
+    frames = [f for f in traceback.extract_tb(exc.__traceback__) if not f.filename.startswith("<")]
+    if not frames or not _is_model_file(frames[-1].filename):
+        return None  # raised in torch (a shape the input gave) or in torchinspect: not blamed
+    head = f"{what}: " if what else ""
+    return ModelCodeError(f"{head}the model's code raised {first_line(exc, typed=True)} "
+                          f"(at {_shown_path(frames[-1].filename)}:{frames[-1].lineno})")
 
 
 def origin(tb: TracebackType | None) -> str | None:
