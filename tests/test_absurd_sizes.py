@@ -3,7 +3,11 @@ or a long simulation starts."""
 
 from __future__ import annotations
 
+import json
+
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 
 def _one_error(result, *needles: str) -> None:
@@ -70,10 +74,6 @@ def test_every_reader_refuses_an_empty_tensor_of_impossible_shape(tmp_path, invo
 
 # ------------------------------------------------------------------ every number bounded (issue 38, item 4)
 
-import json  # noqa: E402
-
-from hypothesis import HealthCheck, given, settings  # noqa: E402
-from hypothesis import strategies as st  # noqa: E402
 
 
 @pytest.mark.parametrize("args", [
@@ -244,3 +244,28 @@ def test_a_saved_bench_result_with_odd_shapes_is_exit_2(invoke, tmp_path) -> Non
         _one_error(invoke("bench", bad, "--compare", good), "environment.torch")
     bad.write_text(json.dumps({**doc, "environment": {"torch": "2"}, "flags": "x"}))
     _one_error(invoke("bench", bad, "--compare", good), "flags is a str, not an object")
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                     lambda kids: st.lists(kids, max_size=4)
+                     | st.dictionaries(st.text(max_size=8), kids, max_size=4), max_leaves=16)
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(extra=st.dictionaries(st.sampled_from(["environment", "flags", "model", "inputs", "device",
+                                              "configs", "schema"]), _JSON, max_size=4))
+def test_fuzz_saved_bench_results_load_or_refuse_in_one_line(tmp_path_factory, extra) -> None:
+    """Any shape a saved bench result may take: compared, or one InspectError; never another
+    exception (an ``environment`` list was an AttributeError, exit 70)."""
+    from torchinspect.bench.compare import load_bench_json, setup_differences
+    from torchinspect.errors import InspectError
+
+    base = {"schema": "torchinspect/bench/v1", "model": "m", "configs": [],
+            "environment": {"torch": "2"}}
+    path = tmp_path_factory.mktemp("b") / "r.json"
+    path.write_text(json.dumps({**base, **extra}, allow_nan=True))
+    try:
+        data = load_bench_json(str(path))
+    except InspectError:
+        return
+    assert isinstance(setup_differences(data, data), list)

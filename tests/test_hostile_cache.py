@@ -12,6 +12,8 @@ import threading
 from pathlib import Path
 
 import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
 
 from torchinspect import cache
 
@@ -226,3 +228,53 @@ def test_bench_predict_never_blocks_on_a_fifo_in_the_cache(tmp_path, monkeypatch
     r = invoke("bench", "zoo:mnist-net", "--predict", "h100", "-f", "json")
     assert r.exit_code == 0, r.output
     assert any("is a FIFO, not a regular file" in n for n in json.loads(r.stdout)["predicted"]["notes"])
+
+
+# ------------------------------------------------------------------ fuzz: any bytes in the cache
+
+
+_JSON = st.recursive(st.none() | st.booleans() | st.integers() | st.floats() | st.text(max_size=8),
+                     lambda kids: st.lists(kids, max_size=4)
+                     | st.dictionaries(st.text(max_size=6), kids, max_size=4), max_leaves=12)
+
+
+def _fuzz_bytes():
+    doc = st.fixed_dictionaries({"schema": st.sampled_from(["torchinspect-cache/probe", "x"]),
+                                 "version": st.sampled_from([1, 2, "1", None]),
+                                 "key": st.sampled_from([{"m": 1}, {"m": 2}, [], None]),
+                                 "data": _JSON})
+    return st.one_of(st.binary(max_size=300),
+                     doc.map(lambda d: json.dumps(d, allow_nan=True).encode()),
+                     _JSON.map(lambda d: json.dumps(d, allow_nan=True).encode()))
+
+
+@settings(max_examples=80, deadline=None, suppress_health_check=list(HealthCheck))
+@given(raw=_fuzz_bytes())
+def test_fuzz_a_cache_file_is_used_validated_or_ignored_with_a_note(tmp_path_factory, raw) -> None:
+    """Whatever the file holds: the entry is returned only when every value passes the
+    schema, else None with a one-line note; never an exception."""
+    root = tmp_path_factory.mktemp("c")
+    _write(root)
+    (root / "probe.json").write_bytes(raw)
+    found = _read(root)
+    if found.data is not None:
+        assert 0 < found.data["us"] <= 1e4 and found.note is None
+    else:
+        assert found.note is None or ("\n" not in found.note and "probe.json" in found.note)
+
+
+@settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
+@given(data=_JSON)
+def test_fuzz_host_cost_and_calibration_checks_refuse_what_is_not_a_measurement(data) -> None:
+    from torchinspect.bench.predict.host import _check as host_check
+    from torchinspect.memory.calibrate import MAX_WORKSPACE, _entries
+
+    for check in (host_check, _entries):
+        try:
+            value = check(data)
+        except (ValueError, TypeError, KeyError):
+            continue
+        if check is host_check:
+            assert 0 < value.op_us <= 1e4 and 0 < value.module_us <= 1e4
+        else:
+            assert all(v is None or 0 <= v <= MAX_WORKSPACE for v in value.values())

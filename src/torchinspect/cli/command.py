@@ -316,13 +316,14 @@ class InspectCommand(TyperCommand):
         NUMBER_BOUNDS): an infinite, NaN or absurd value is a usage error before the command
         runs."""
         rest = super().parse_args(ctx, args)
-        numbers = {p.name: p.opts[-1] if p.opts[-1].startswith("--") else p.opts[0]
-                   for p in self.params if p.param_type_name == "option" and not p.is_flag
+        params: list[Any] = list(self.params)
+        numbers = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0])
+                   for p in params if p.param_type_name == "option" and not p.is_flag
                    and _number_kind(p) is not None}
         try:
             check_numbers({k: v for k, v in ctx.params.items() if k in numbers}, numbers)
         except InspectError as exc:
-            raise UsageError(f"{exc.message}", ctx=ctx) from None
+            raise UsageError(exc.message, ctx=ctx) from None  # type: ignore[call-arg]
         return rest
 
     def format_help(self, ctx: Any, formatter: Any) -> None:

@@ -108,7 +108,7 @@ def host_cost(*, refresh: bool = False) -> HostCost:
         found = cache.read(name, version=PROBE_VERSION, key=key, check=_check,
                            what="host-cost cache", limit=64 << 10)
         if found.data is not None:
-            return found.data  # type: ignore[no-any-return]
+            return found.data
         note = found.note
     cost = probe_host()
     saved = cache.write(name, {"op_us": cost.op_us, "module_us": cost.module_us, "cpu": cost.cpu},
