@@ -14,7 +14,6 @@ from torchinspect.cli import interrupt
 interrupt.install()  # Ctrl-C from the first instant (cli/interrupt.py)
 
 import importlib
-import os
 import re
 import sys
 from collections.abc import Sequence
@@ -193,4 +192,4 @@ def main() -> None:
         sys.stderr.flush()
     except (BrokenPipeError, OSError):
         pass
-    os._exit(code)
+    interrupt.exit_now(code)
