@@ -196,9 +196,10 @@ def tolerance(value: float, option: str) -> float:
 #: parsing and before the command runs (cli/command.py: InspectCommand), so ``--warmup inf``,
 #: ``--threads 100000`` or ``--batch-size 1000000000000`` are one line and exit 2, never a
 #: run that does not end, a crash in libgomp or 80 s before "ran out of memory". ``most`` may
-#: be a function (a bound of this machine). A new number option needs a row
-#: (tests/test_absurd_sizes.py checks that every one has).
-NUMBER_BOUNDS: dict[str, tuple[float, Any, str, str]] = {
+#: be a function (a bound of this machine). A row that is a text names the check the command
+#: makes itself, with its own words (a finite tolerance >= 0; 1 to 1,024 FSDP ranks). A new
+#: number option needs a row (tests/test_absurd_sizes.py checks that every one has).
+NUMBER_BOUNDS: dict[str, tuple[float, Any, str, str] | str] = {
     "--batch": (1, MAX_BATCH, "samples per batch", "more than any machine holds"),
     "--batch-size": (1, MAX_BATCH, "samples per batch", "more than any machine holds"),
     "--threads": (1, max_threads, "threads", "4 x this machine's CPUs"),
@@ -210,8 +211,8 @@ NUMBER_BOUNDS: dict[str, tuple[float, Any, str, str]] = {
     "--min-iters": (1, MAX_COUNT, "iterations", "a billion"),
     "--target": (0, 100, "percent", ""),
     "--tolerance": (0, 1e6, "a relative error", ""),
-    "--atol": (0, 1e300, "a tolerance", ""),
-    "--rtol": (0, 1e300, "a tolerance", ""),
+    "--atol": "cli/options.py: tolerance (finite, >= 0)",
+    "--rtol": "cli/options.py: tolerance (finite, >= 0)",
     "--depth": (0, MAX_COUNT, "levels", ""),
     "--graph-depth": (0, MAX_COUNT, "levels", ""),
     "--top": (0, MAX_COUNT, "rows", ""),
@@ -219,7 +220,7 @@ NUMBER_BOUNDS: dict[str, tuple[float, Any, str, str]] = {
     "--opset": (7, 99, "an ONNX opset", ""),
     "--resize": (1, 65_536, "pixels", "larger than any image file holds"),
     "--crop": (1, 65_536, "pixels", "larger than any image file holds"),
-    "--fsdp": (1, MAX_COUNT, "GPUs", ""),
+    "--fsdp": "memory/step.py: StepConfig (1 to MAX_FSDP_RANKS GPUs)",
 }
 
 
@@ -230,6 +231,9 @@ def check_numbers(params: dict[str, Any], options: dict[str, str]) -> None:
         flag = options.get(name)
         if flag is None or value is None or isinstance(value, bool):
             continue
-        least, most, unit, why = NUMBER_BOUNDS[flag]
+        bound = NUMBER_BOUNDS[flag]
+        if isinstance(bound, str):
+            continue  # the command's own check
+        least, most, unit, why = bound
         bounded(value, flag, least=least, most=most() if callable(most) else most, unit=unit,
                 why=why)
