@@ -119,24 +119,22 @@ def _compile_disabled_files(tmp_path) -> str:
     return f"{tmp_path / 'dyn_net.py'}:Net"
 
 
-def test_a_method_decorated_compiler_disable_works_through_the_cli(tmp_path):
-    """The stand-in's object had no ``__get__``: ``self`` was never bound, and the run ended
-    with exit 2 and a misleading "check --input" hint."""
-    spec = _compile_disabled_files(tmp_path)
-    done = subprocess.run([sys.executable, "-m", "torchinspect", "summary", spec, "-f", "json"],
-                          capture_output=True, text=True, timeout=120, check=False, cwd=tmp_path)
-    assert done.returncode == 0, done.stderr[-2000:]
-    assert '"params": 20' in done.stdout
-
-
-def test_a_method_decorated_compiler_disable_works_through_the_api_and_after_it(tmp_path):
-    """Through the Python API the user's class stayed broken after ``summarize()`` returned;
-    now it works after, compiles (the method skipped as the decorator says), and the stand-in
-    left nothing cached on torch's own functions."""
+def test_a_method_decorated_compiler_disable_works_through_the_cli_the_api_and_after(tmp_path):
+    """The stand-in's object had no ``__get__``: ``self`` was never bound, and ``inspect``
+    ended with exit 2 and a misleading "check --input" hint; through the Python API the
+    user's class stayed broken after ``summarize()`` returned. Now the CLI runs it, the API
+    too, the class works after, compiles (the method skipped as the decorator says), and the
+    stand-in left nothing cached on torch's own functions. One fresh interpreter (TorchDynamo
+    must not be imported yet): the CLI through its Typer app, then the API."""
     spec = _compile_disabled_files(tmp_path)
     out = _fresh(
-        "import gc, sys, torch\n"
-        f"sys.path.insert(0, {str(tmp_path)!r})\n"
+        "import gc, json, os, sys, torch\n"
+        f"os.chdir({str(tmp_path)!r}); sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from typer.testing import CliRunner\n"
+        "from torchinspect.cli.app import app\n"
+        f"r = CliRunner().invoke(app, ['summary', {spec!r}, '-f', 'json'])\n"
+        "print(r.exit_code, json.loads(r.stdout)['totals']['params'], 'torch._dynamo' in sys.modules)\n"
+        "sys.modules.pop('dyn_helper', None)\n"  # imported again by the API's build
         "import torchinspect\n"
         f"s = torchinspect.summarize({spec!r})\n"
         "print(s.totals.params, 'torch._dynamo' in sys.modules)\n"
@@ -148,4 +146,4 @@ def test_a_method_decorated_compiler_disable_works_through_the_api_and_after_it(
         "print(len(left))\n"
         "f = torch.compile(lambda x: h.scale(x) + 1, backend='eager')\n"
         "print(f(torch.ones(2)).tolist())\n")
-    assert out.splitlines() == ["20 False", "6 scale", "0", "[3.0, 3.0]"]
+    assert out.splitlines() == ["0 20 False", "20 False", "6 scale", "0", "[3.0, 3.0]"]
