@@ -6,7 +6,9 @@ After it, a Ctrl-C
 
 * before the command runs (while the CLI's modules import, ~0.5 s) ends the process at
   once: exit 130, one line, no traceback;
-* while the command runs raises KeyboardInterrupt as usual and is also remembered
+* while the command runs raises KeyboardInterrupt as usual (inside an import, where a
+  KeyboardInterrupt raised into a C extension's initialisation can abort the process, it
+  ends the process at once, as before the command) and is also remembered
   (:func:`seen`), because a library may swallow it (torch's import did: the command ran on
   and exited 0), or leave a half-imported module behind whose next import fails: any error
   after a Ctrl-C is the interruption's (exit 130), never an "internal error";
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import os
 import signal
+from typing import Any
 
 _STATE = {"running": False, "seen": False, "finishing": False}
 #: the real ``os._exit``, taken before anything runs: while a model's code runs,
@@ -25,14 +28,27 @@ _STATE = {"running": False, "seen": False, "finishing": False}
 _EXIT = os._exit
 
 
-def _on_sigint(signum: int, frame: object) -> None:
+def _on_sigint(signum: int, frame: Any) -> None:
     _STATE["seen"] = True
     if _STATE["finishing"]:
         return
-    if not _STATE["running"]:
+    if not _STATE["running"] or _importing(frame):
+        # before the command, or inside an import: a KeyboardInterrupt raised into a C
+        # extension's initialisation (torch's) can abort the process (SIGABRT, a C++
+        # terminate): end it here instead; an output is never half-written (they are
+        # atomic), and a temporary folder left is marked, removed by the next run
         os.write(2, b"interrupted\n")
         _EXIT(130)
     raise KeyboardInterrupt
+
+
+def _importing(frame: Any) -> bool:
+    """Whether the interrupted code runs inside an import (a frame of importlib's)."""
+    while frame is not None:
+        if frame.f_code.co_filename.startswith("<frozen importlib"):
+            return True
+        frame = frame.f_back
+    return False
 
 
 def install() -> None:
