@@ -136,6 +136,7 @@ def test_model_closing_stdout_is_one_line_exit_70(invoke, tmp_path):
 def test_console_script_boundary_maps_ctrl_c_and_errors(monkeypatch, capsys):
     """main() (the console script) uses the same boundary as the commands."""
     from torchinspect.cli import app as cli_app
+    from torchinspect.cli import interrupt
 
     class Exited(Exception):
         pass
@@ -143,7 +144,8 @@ def test_console_script_boundary_maps_ctrl_c_and_errors(monkeypatch, capsys):
     def fake_exit(code):
         raise Exited(code)
 
-    monkeypatch.setattr(cli_app.os, "_exit", fake_exit)
+    monkeypatch.setattr(interrupt, "exit_now", fake_exit)
+    monkeypatch.setattr(interrupt, "hold", lambda: None)  # SIGINT stays deliverable in pytest
     for raised, status, text in ((KeyboardInterrupt(), 130, "interrupted"),
                                  (GeneratorExit("x\x07y"), 70, "GeneratorExit: x\\x07y")):
         def boom(raised=raised):
@@ -238,7 +240,7 @@ def test_api_restores_torch_switches(tmp_path):
 
 
 def test_guard_restores_each_switch():
-    from torchinspect.guard import SWITCHES, model_code, torch_state
+    from torchinspect.guard import model_code, switches, torch_state
 
     before = torch_state()
     with model_code("x"):
@@ -248,7 +250,7 @@ def test_guard_restores_each_switch():
         assert torch_state() != before
     assert torch_state() == before
     assert torch.empty(1).device.type == "cpu"
-    assert {name for name, _, _ in SWITCHES} >= {"default dtype", "grad mode", "threads",
+    assert {name for name, _, _ in switches()} >= {"default dtype", "grad mode", "threads",
                                                   "deterministic algorithms", "cudnn flags",
                                                   "matmul precision", "default device"}
 
@@ -406,3 +408,123 @@ def test_a_generator_of_ours_closed_inside_the_guard_is_not_the_models_error():
     it = space["batches"]()
     assert next(it) == 1
     it.close()  # converting it would raise ModelCodeError out of close()
+
+
+# ------------------------------------------------------------------ the end of the process (issue 38)
+
+
+def _cli(*args: str, cwd=None):
+    import subprocess
+    import sys
+
+    return subprocess.run([sys.executable, "-m", "torchinspect", *args], capture_output=True,
+                          text=True, timeout=180, check=False, cwd=cwd)
+
+
+@pytest.mark.parametrize(("where", "call", "shown"), [
+    ("forward", "os._exit(0)", "os._exit(0)"),
+    ("init", "os.kill(os.getpid(), __import__('signal').SIGTERM)", "SIGTERM"),
+    ("forward", "__import__('signal').raise_signal(__import__('signal').SIGINT)", "SIGINT"),
+    ("forward", "os.abort()", "os.abort()"),
+], ids=["os._exit", "kill-self", "raise_signal", "abort"])
+def test_a_model_ending_the_process_is_exit_70_naming_the_call(invoke, tmp_path, where, call, shown):
+    """``os._exit(0)`` in a forward ended ``inspect summary`` with exit 0 and no output (a
+    silent success); a signal the model sent itself ended the run with that signal. (Run in
+    this process: were it not contained, the test's own process would end, a failure too.)"""
+    import os as real_os
+
+    exit_before = real_os._exit
+    spec = model_file(tmp_path, f"ends_{where}", **{where: call})
+    r = invoke("summary", spec, "-f", "json")
+    assert r.exit_code == ExitStatus.INTERNAL, r.output
+    line = _one_line_error(r)
+    assert "the model's code called" in line and shown in line and f"ends_{where}.py:" in line
+    assert r.stdout == "" and real_os._exit is exit_before  # the real function back after
+
+
+def test_the_console_script_turns_os_exit_into_exit_70(tmp_path):
+    """The same through the real console script, in its own process."""
+    spec = model_file(tmp_path, "ends_script", forward="os._exit(0)")
+    done = _cli("summary", spec, "-f", "json")
+    assert done.returncode == ExitStatus.INTERNAL, (done.returncode, done.stderr)
+    errors = [ln for ln in done.stderr.splitlines() if ln.startswith("error:")]
+    assert len(errors) == 1 and "the model's code called os._exit(0)" in errors[0]
+    assert done.stdout == ""
+
+
+def test_api_turns_os_exit_into_model_code_error(tmp_path):
+    import torchinspect
+    from torchinspect.errors import ModelCodeError
+
+    spec = model_file(tmp_path, "exits_os_api", forward="os._exit(3)")
+    with pytest.raises(ModelCodeError, match=r"the model's code called os\._exit\(3\)"):
+        torchinspect.summarize(spec, device="cpu")
+
+
+def test_a_child_process_the_model_forks_still_exits(tmp_path, invoke):
+    """Inside the block the stand-ins apply to this process only: a forked child (a
+    DataLoader worker) ends with the real os._exit."""
+    spec = model_file(tmp_path, "forks", forward="""
+        pid = os.fork()
+        if pid == 0:
+            os._exit(7)
+        assert os.waitpid(pid, 0)[1] >> 8 == 7
+    """)
+    r = invoke("summary", spec, "--device", "cpu", "-f", "json")
+    assert r.exit_code == 0, r.output
+
+
+def test_a_model_nested_5000_modules_deep_is_the_models_error(tmp_path, invoke):
+    """Python's recursion limit was an "internal error" (exit 70 asking for a bug report)."""
+    spec = model_file(tmp_path, "deep", init="""
+        m = nn.Identity()
+        for _ in range(5000):
+            m = nn.Sequential(m)
+        self.body = m
+    """)
+    r = invoke("summary", spec)
+    assert r.exit_code == ExitStatus.INTERNAL, r.output
+    line = _one_line_error(r)
+    assert "the model's code went deeper than Python's recursion limit" in line
+    assert "internal error" not in r.output
+
+
+def test_a_model_exception_from_its_own_file_is_named_not_internal(tmp_path, invoke):
+    spec = model_file(tmp_path, "imports_missing", init="import no_such_module_anywhere")
+    r = invoke("summary", spec)
+    assert r.exit_code == ExitStatus.INTERNAL, r.output
+    line = _one_line_error(r)
+    assert "the model's code raised ModuleNotFoundError" in line and "imports_missing.py:" in line
+    assert "internal error" not in line
+
+
+MONKEYPATCHES = """
+torch.set_default_dtype(torch.float64)
+torch.get_default_dtype = lambda: torch.float32  # hides the change from a naive restore
+torch.set_default_dtype = lambda d: None
+torch.set_num_threads(1)
+torch.get_num_threads = lambda: 99
+sys.setrecursionlimit(50000)
+import signal
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+"""
+
+
+def test_a_model_monkeypatching_torchs_getters_cannot_defeat_the_restore(tmp_path, invoke):
+    """A model that replaced ``torch.get_default_dtype`` after setting float64 made the next
+    model in the same process be measured in float64."""
+    import signal
+    import sys
+
+    threads, limit, handler = torch.get_num_threads(), sys.getrecursionlimit(), \
+        signal.getsignal(signal.SIGINT)
+    real_get, real_set = torch.get_default_dtype, torch.set_default_dtype
+    bad = model_file(tmp_path, "monkeypatches", init=MONKEYPATCHES)
+    good = model_file(tmp_path, "plain_after")
+    r = invoke("params", bad, good, "-f", "json")
+    assert r.exit_code == 0, r.output
+    second = json.loads(r.stdout)["models"][1]
+    assert second["param_bytes"] == 4 * second["params"]  # float32, as built alone
+    assert torch.get_default_dtype is real_get and torch.set_default_dtype is real_set
+    assert torch.get_default_dtype() == torch.float32 and torch.get_num_threads() == threads
+    assert sys.getrecursionlimit() == limit and signal.getsignal(signal.SIGINT) is handler

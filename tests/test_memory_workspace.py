@@ -249,11 +249,14 @@ def test_calibration_cache_is_keyed_by_machine_and_ignores_bad_files(tmp_path):
     assert again.entries == cal.entries and not again.notes
     # the file of another machine under this machine's name: ignored, with a note
     path = cache_path(h100, tmp_path)
-    path.write_text(json.dumps({"version": 1, "machine": a100, "entries": {"x": 1}}))
+    doc = json.loads(path.read_text())
+    path.write_text(json.dumps({**doc, "key": a100, "data": {"x": 1}}))
     other = load_cache(h100, tmp_path)
     assert other.entries == {} and "A100" in other.notes[0]
-    for junk in (b"\x00not json", b'{"version": 1, "machine": null}', b"[]",
-                 json.dumps({"version": 1, "machine": h100, "entries": {"k": -5}}).encode()):
+    for junk in (b"\x00not json", b'{"version": 2, "machine": null}', b"[]",
+                 json.dumps({**doc, "data": {"k": -5}}).encode(),
+                 json.dumps({**doc, "data": {"k": 1e300}}).encode(),
+                 json.dumps({"version": 1, "machine": h100, "entries": {"k": 5}}).encode()):
         path.write_bytes(junk)
         bad = load_cache(h100, tmp_path)
         assert bad.entries == {} and "ignored the calibration cache" in bad.notes[0]

@@ -80,3 +80,70 @@ def test_a_summary_trace_imports_no_dynamo():
         "s = summarize('resnet18', '3,64,64')\n"
         "print('torch._dynamo' in sys.modules, s.totals.params > 0)\n")
     assert out.splitlines() == ["False True"]
+
+
+_HELPER = """
+import torch
+
+
+class Helper:
+    '''a method torch.compile must skip: decorated where the model's factory imports it'''
+
+    @torch.compiler.disable
+    def scale(self, x):
+        return x * 2
+"""
+
+_NET = """
+import torch
+from torch import nn
+
+
+class Net(nn.Module):
+    example_input = "1,4"
+
+    def __init__(self):
+        super().__init__()
+        import dyn_helper  # first imported during the (meta) build
+        self.helper = dyn_helper.Helper()
+        self.fc = nn.Linear(4, 4)
+
+    def forward(self, x):
+        return self.helper.scale(self.fc(x))
+"""
+
+
+def _compile_disabled_files(tmp_path) -> str:
+    (tmp_path / "dyn_helper.py").write_text(_HELPER)
+    (tmp_path / "dyn_net.py").write_text(_NET)
+    return f"{tmp_path / 'dyn_net.py'}:Net"
+
+
+def test_a_method_decorated_compiler_disable_works_through_the_cli_the_api_and_after(tmp_path):
+    """The stand-in's object had no ``__get__``: ``self`` was never bound, and ``inspect``
+    ended with exit 2 and a misleading "check --input" hint; through the Python API the
+    user's class stayed broken after ``summarize()`` returned. Now the CLI runs it, the API
+    too, the class works after, compiles (the method skipped as the decorator says), and the
+    stand-in left nothing cached on torch's own functions. One fresh interpreter (TorchDynamo
+    must not be imported yet): the CLI through its Typer app, then the API."""
+    spec = _compile_disabled_files(tmp_path)
+    out = _fresh(
+        "import gc, json, os, sys, torch\n"
+        f"os.chdir({str(tmp_path)!r}); sys.path.insert(0, {str(tmp_path)!r})\n"
+        "from typer.testing import CliRunner\n"
+        "from torchinspect.cli.app import app\n"
+        f"r = CliRunner().invoke(app, ['summary', {spec!r}, '-f', 'json'])\n"
+        "print(r.exit_code, json.loads(r.stdout)['totals']['params'], 'torch._dynamo' in sys.modules)\n"
+        "sys.modules.pop('dyn_helper', None)\n"  # imported again by the API's build
+        "import torchinspect\n"
+        f"s = torchinspect.summarize({spec!r})\n"
+        "print(s.totals.params, 'torch._dynamo' in sys.modules)\n"
+        "import dyn_helper\n"
+        "h = dyn_helper.Helper()\n"
+        "print(h.scale(3), dyn_helper.Helper.scale.__name__)\n"
+        "left = [o for o in gc.get_objects() if callable(o) and\n"
+        "        type(getattr(o, '__dynamo_disable', None)).__name__ == '_Deferred']\n"
+        "print(len(left))\n"
+        "f = torch.compile(lambda x: h.scale(x) + 1, backend='eager')\n"
+        "print(f(torch.ones(2)).tolist())\n")
+    assert out.splitlines() == ["0 20 False", "20 False", "6 scale", "0", "[3.0, 3.0]"]

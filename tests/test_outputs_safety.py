@@ -63,9 +63,13 @@ def test_module_specs_protect_their_source(tmp_path, monkeypatch, invoke):
 
 
 def _exit_code(exc: BaseException, capsys) -> tuple[int, str]:
+    import concurrent.futures
+
     @command_errors
-    def cmd() -> None:
-        raise exc
+    def cmd() -> None:  # raised inside a library's frame, as torch's and the OS's errors are
+        future: concurrent.futures.Future[None] = concurrent.futures.Future()  # (one raised in
+        future.set_exception(exc)  # a file outside the libraries is the model's code's)
+        future.result()
 
     with pytest.raises(typer.Exit) as info:
         cmd()
@@ -310,3 +314,90 @@ def test_folders_are_swapped_in_one_step(tmp_path, monkeypatch, renameat2):
             (new / "c").write_text("3")
     assert sorted(p.name for p in target.iterdir()) == ["b"]
     assert [p.name for p in tmp_path.iterdir()] == ["ckpt.dcp"]
+
+
+def _full_tmpfs(path: Path) -> bool:
+    """A 64 KB tmpfs at ``path``, filled to the last byte; False where it cannot be mounted."""
+    import subprocess
+
+    path.mkdir()
+    if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=64k", "tmpfs", str(path)],
+                      capture_output=True).returncode != 0:
+        return False
+    try:
+        fd = os.open(path / "filler", os.O_WRONLY | os.O_CREAT)
+        try:
+            while os.write(fd, b"\0" * 512):
+                pass
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+    except BaseException:
+        subprocess.run(["umount", str(path)], check=False)
+        raise
+    return True
+
+
+def test_a_full_disk_before_the_first_byte_is_one_line_and_leaves_no_folder(tmp_path, invoke):
+    """The clean-up mark was written outside the try: on a full disk the temporary folder
+    stayed (no later run removed it) and the error was a bare ``OSError: [Errno 28]``."""
+    import subprocess
+
+    disk = tmp_path / "disk"
+    if not _full_tmpfs(disk):
+        pytest.skip("cannot mount a small tmpfs here (needs root)")
+    try:
+        r = invoke("params", "zoo:mnist-net", "-f", "json", "-o", disk / "out.json")
+        assert r.exit_code == 2, r.output
+        errors = [ln for ln in r.output.splitlines() if ln.startswith("error:")]
+        assert len(errors) == 1 and f"{disk}/out.json: no space left on the device" in errors[0]
+        assert "needed" in errors[0] and "free" in errors[0] and "Errno" not in r.output
+        assert sorted(p.name for p in disk.iterdir()) == ["filler"]  # no temporary folder
+    finally:
+        subprocess.run(["umount", str(disk)], check=False)
+
+
+def test_a_full_disk_at_the_mark_or_the_data_names_the_space_needed(tmp_path, invoke, monkeypatch):
+    """Without a tmpfs: the mark's write, then the data's, fail with ENOSPC."""
+    import errno
+    import pathlib
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "write", full)
+        r = invoke("params", "zoo:mnist-net", "-f", "json", "-o", tmp_path / "out.json")
+    assert r.exit_code == 2, r.output
+    assert (f"error: {tmp_path}/out.json: no space left on the device while writing it (more "
+            "space needed") in r.output
+    with monkeypatch.context() as m:
+        m.setattr(pathlib.Path, "write_bytes", full)
+        r = invoke("params", "zoo:mnist-net", "-f", "json", "-o", tmp_path / "out.json")
+    assert r.exit_code == 2, r.output
+    from torchinspect.device import fmt_size
+
+    size = fmt_size(len(invoke("params", "zoo:mnist-net", "-f", "json").stdout.encode()))
+    assert f"out.json: no space left on the device while writing it ({size} needed" in r.output
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_an_empty_unmarked_temporary_folder_of_a_killed_run_is_removed(tmp_path):
+    """A run killed between creating its folder and marking it left an empty folder."""
+    import time
+
+    from torchinspect.io.atomic import clean_stale_temps
+
+    empty = tmp_path / ".out.json.abc123.tmp"
+    empty.mkdir()
+    past = time.time() - 120
+    os.utime(empty, (past, past))
+    fresh = tmp_path / ".out.json.def456.tmp"
+    fresh.mkdir()
+    full = tmp_path / ".out.json.ghi789.tmp"
+    full.mkdir()
+    (full / "data").write_text("someone's")
+    os.utime(full, (past, past))
+    assert clean_stale_temps(tmp_path) == [empty]
+    assert fresh.is_dir() and full.is_dir()

@@ -238,3 +238,134 @@ def test_loading_a_torchscript_archive_prints_no_torch_deprecation(tmp_path: Pat
         loaded = load_file(str(path), key=None, trust_pickle=True, device="cpu")
     assert isinstance(loaded.model, torch.jit.ScriptModule)
     assert not [w for w in seen if "torch.jit.load" in str(w.message)], [str(w.message) for w in seen]
+
+
+# ------------------------------------------------------------------ paths (issue 38, item 3)
+
+
+def _sharded(folder: Path, tensors: dict[str, torch.Tensor]) -> dict[str, str]:
+    """Two safetensors shards and their index in ``folder``; returns the weight map."""
+    from safetensors.torch import save_file
+
+    folder.mkdir(parents=True, exist_ok=True)
+    names = sorted(tensors)
+    half = len(names) // 2 or 1
+    shards = {"model-00001-of-00002.safetensors": names[:half],
+              "model-00002-of-00002.safetensors": names[half:]}
+    weight_map = {}
+    for shard, keys in shards.items():
+        save_file({k: tensors[k].contiguous() for k in keys}, str(folder / shard))
+        weight_map.update({k: shard for k in keys})
+    (folder / "model.safetensors.index.json").write_text(json.dumps({"weight_map": weight_map}))
+    return weight_map
+
+
+def test_a_shard_linked_outside_the_folder_is_refused(tmp_path: Path, invoke) -> None:
+    """convert followed a shard that was a symlink to a file outside the folder and copied
+    that file's tensors (exit 0)."""
+    folder = tmp_path / "ckpt"
+    _sharded(folder, {"a": torch.zeros(2), "b": torch.ones(2)})
+    secret = tmp_path / "outside.safetensors"
+    from safetensors.torch import save_file
+
+    save_file({"b": torch.full((2,), 7.0)}, str(secret))
+    shard = folder / "model-00002-of-00002.safetensors"
+    shard.unlink()
+    shard.symlink_to(secret)
+    out = tmp_path / "o.safetensors"
+    index = folder / "model.safetensors.index.json"
+    for args in (["convert", folder, out], ["diff", index, folder],
+                 ["convert", folder / "model.safetensors.index.json", out]):
+        _assert_clean_failure(invoke(*args), "is a symbolic link to", "outside")
+    assert not out.exists()
+    inside = folder / "real-b.safetensors"  # a link that stays inside the folder is fine
+    save_file({"b": torch.ones(2)}, str(inside))
+    shard.unlink()
+    shard.symlink_to(inside.name)
+    assert invoke("convert", index, out).exit_code == 0
+
+
+def test_a_hugging_face_cache_snapshot_is_read_through_its_blob_links(tmp_path: Path, invoke) -> None:
+    """The HF cache's snapshot folder holds only links to ``../../blobs/SHA``: "the folder the
+    user named" includes that repository's blobs, and nothing else."""
+    repo = tmp_path / "hub" / "models--org--tiny"
+    staging = tmp_path / "staging"
+    wm = _sharded(staging, {"a": torch.zeros(2), "b": torch.ones(2)})
+    (staging / "config.json").write_text(json.dumps({"model_type": "bert", "hidden_size": 8,
+                                                     "num_hidden_layers": 1,
+                                                     "num_attention_heads": 2,
+                                                     "intermediate_size": 16,
+                                                     "vocab_size": 32}))
+    snap = repo / "snapshots" / "0123abcd"
+    (repo / "blobs").mkdir(parents=True)
+    snap.mkdir(parents=True)
+    for i, f in enumerate(sorted(staging.iterdir())):
+        blob = repo / "blobs" / f"sha{i}"
+        f.rename(blob)
+        (snap / f.name).symlink_to(Path("../../blobs") / blob.name)
+    r = invoke("diff", snap, snap / "model.safetensors.index.json")
+    assert r.exit_code == 0, r.output
+    r = invoke("convert", snap / "model.safetensors.index.json", tmp_path / "o.safetensors")
+    assert r.exit_code == 0, r.output
+    assert set(wm) == {"a", "b"}
+    # a snapshot linking into another repository's blobs is outside
+    other = tmp_path / "hub" / "models--org--other" / "blobs"
+    other.mkdir(parents=True)
+    shard = snap / "model-00002-of-00002.safetensors"
+    shard.resolve().rename(other / "stolen")
+    shard.unlink()
+    shard.symlink_to(other / "stolen")
+    _assert_clean_failure(invoke("convert", snap, tmp_path / "p.safetensors"),
+                          "is a symbolic link to", "outside")
+
+
+def test_a_model_folders_config_linked_outside_is_refused(tmp_path: Path, invoke) -> None:
+    folder = tmp_path / "model"
+    folder.mkdir()
+    elsewhere = tmp_path / "elsewhere.json"
+    elsewhere.write_text(json.dumps({"model_type": "bert"}))
+    (folder / "config.json").symlink_to(elsewhere)
+    _assert_clean_failure(invoke("summary", folder), "config.json is a symbolic link to", "outside")
+
+
+@pytest.mark.parametrize("kind", ["fifo", "device", "socket"])
+def test_special_files_are_named_as_such_never_empty(tmp_path: Path, invoke, kind: str) -> None:
+    """A FIFO or /dev/zero given as a checkpoint said "is empty (0 bytes)"."""
+    import os
+    import socket
+
+    if kind == "fifo":
+        path, words = tmp_path / "pipe.pt", "is a FIFO, not a regular file"
+        os.mkfifo(path)
+    elif kind == "device":
+        path, words = Path("/dev/zero"), "is a device, not a regular file"
+    else:
+        path, words = tmp_path / "s.pt", "is a socket, not a regular file"
+        with socket.socket(socket.AF_UNIX) as sock:
+            sock.bind(str(path))  # the file stays after the socket is closed
+    good = tmp_path / "good.pt"
+    save_plain(good)
+    for args in (["params", path], ["diff", path, good], ["summary", path],
+                 ["summary", "zoo:mnist-net", "--weights", path],
+                 ["convert", path, tmp_path / "o.safetensors"]):
+        r = invoke(*args)
+        _assert_clean_failure(r, words)
+        assert "empty" not in r.output
+
+
+@pytest.mark.parametrize("args", [
+    ["convert", "{good}", "{bad}.safetensors"], ["convert", "{good}", "{bad}.dcp"],
+    ["params", "{good}", "-f", "json", "-o", "{bad}.json"],
+    ["graph", "zoo:mnist-net", "-o", "{bad}.dot"],
+], ids=["convert", "convert-dcp", "report", "graph"])
+def test_an_output_name_that_is_not_utf8_is_refused_up_front(tmp_path: Path, invoke, args) -> None:
+    """``convert`` to a name that is not UTF-8 ended with exit 70 ("verification failed ...
+    report this") after writing."""
+    import os
+
+    good = tmp_path / "good.pt"
+    save_plain(good)
+    bad = os.fsdecode(bytes(tmp_path) + b"/o\xff\xfe")
+    r = invoke(*[a.format(good=good, bad=bad) for a in args])
+    _assert_clean_failure(r, "the file name is not valid UTF-8 (byte 0xff)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["good.pt"]

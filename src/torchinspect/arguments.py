@@ -6,6 +6,7 @@ Nothing here imports torch.
 from __future__ import annotations
 
 import functools
+import math
 import os
 import warnings
 from collections.abc import Callable
@@ -76,5 +77,49 @@ def parse_batches(text: str | None, *, option: str = "--batch") -> tuple[int, ..
         if not part.isdigit() or int(part) <= 0:
             raise InspectError(f"{option} {text!r}: {part!r} is not a positive integer",
                                hint=f"e.g. {option} 1,8,32")
+        if len(part) > 12 or int(part) > MAX_BATCH:
+            raise InspectError(f"{option} {text!r}: {part} samples in one batch, over "
+                               f"{MAX_BATCH:,} (more than any machine holds)",
+                               hint=f"e.g. {option} 1,8,32")
         out.append(int(part))
     return tuple(dict.fromkeys(out))
+
+
+# ------------------------------------------------------------------ bounds of every number
+
+#: The largest value each kind of number takes on any machine: a larger one is a typo (or an
+#: attack) and is refused where it is parsed, in one line, before anything is allocated or a
+#: loop starts that would never end (``bench --warmup inf``).
+MAX_BATCH = 2**31 - 1  # samples in one batch: more than any machine holds
+MAX_TENSOR_BYTES = 2**50  # 1 PiB: one tensor larger than the memory of any machine
+MAX_BYTES = 2**50  # a size option (--shard-size, --max-image-size, --fit)
+MAX_SECONDS = 86_400.0  # a day of warm-up or timing
+MAX_COUNT = 10**9  # iterations, rows, depths
+
+
+def max_threads() -> int:
+    """Threads or worker processes: 4 x the CPUs of this machine (torch and libgomp fail to
+    create 100,000 threads, and the process dies)."""
+    return 4 * (os.cpu_count() or 1)
+
+
+def bounded(value: float, option: str, *, least: float, most: float, unit: str,
+            why: str = "") -> float:
+    """``value`` when it is a finite number from ``least`` to ``most``; else one
+    InspectError naming ``option`` (exit 2). ``unit`` words the number ("seconds"), ``why``
+    the bound ("a day")."""
+    if isinstance(value, float) and not math.isfinite(value):
+        raise InspectError(f"{option} {value}: not a finite number of {unit}",
+                           hint=f"give {unit} from {_num(least)} to {_num(most)}")
+    if not least <= value <= most:
+        reason = f" ({why})" if why else ""
+        raise InspectError(f"{option} {_num(value)}: {unit} must be from {_num(least)} to "
+                           f"{_num(most)}{reason}", hint=f"e.g. {option} {_num(max(least, 1))}")
+    return value
+
+
+def _num(x: float) -> str:
+    """``2,147,483,647``, ``86,400``, ``0.5``, ``1e+23``: a bound or value as people read it."""
+    if float(x).is_integer() and abs(x) < 1e18:
+        return f"{int(x):,}"
+    return f"{x:g}"

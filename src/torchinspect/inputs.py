@@ -32,7 +32,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchinspect.arguments import as_list
+from torchinspect.arguments import MAX_BATCH, MAX_TENSOR_BYTES, as_list
 from torchinspect.dtypes import ALIASES, SIZES
 from torchinspect.errors import InspectError
 
@@ -321,14 +321,40 @@ def parse_inputs(
             if kwargs:
                 raise _bad_spec(text, "positional inputs must come before named ones")
             args.append(value)
-    return ExampleInputs(tuple(args), kwargs)
+    return within_bounds(ExampleInputs(tuple(args), kwargs))
+
+
+#: a list input (detection models take a list of images) holds at most this many tensors
+MAX_LIST = 65_536
+
+
+def within_bounds(example: ExampleInputs) -> ExampleInputs:
+    """``example`` when each tensor fits in :data:`~torchinspect.arguments.MAX_TENSOR_BYTES`
+    (more than the memory of any machine); else one InspectError naming the shape (exit 2),
+    before anything is allocated or traced (a fake tensor of 10**18 elements overflowed
+    torch's storage size: "internal error")."""
+    for spec in example.specs():
+        nbytes = math.prod(spec.shape) * SIZES.get(spec.dtype, 8)
+        if nbytes > MAX_TENSOR_BYTES:
+            raise InspectError(f"--input {spec}: {nbytes:.3g} bytes in one tensor, over "
+                               f"{MAX_TENSOR_BYTES:.3g} (more than the memory of any machine)",
+                               hint="check the shape and --batch (e.g. --input 3,224,224)")
+    return example
 
 
 def rebatch(example: ExampleInputs, batch: int) -> ExampleInputs:
     """The same example with every leading (batch) dimension set to ``batch``."""
 
+    if not 1 <= batch <= MAX_BATCH:
+        raise InspectError(f"--batch {batch}: samples per batch must be from 1 to {MAX_BATCH:,}",
+                           hint="e.g. --batch 8")
+
     def fix(tree: Any) -> Any:
         if isinstance(tree, list) and tree and all(isinstance(t, TensorSpec) for t in tree):
+            if batch > MAX_LIST:
+                raise InspectError(f"--batch {batch}: the model takes a list of tensors, and "
+                                   f"{batch:,} of them is over {MAX_LIST:,}",
+                                   hint="a smaller --batch")
             return [tree[0]] * batch
         if isinstance(tree, TensorSpec):
             if not tree.shape:
@@ -342,7 +368,8 @@ def rebatch(example: ExampleInputs, batch: int) -> ExampleInputs:
             return {k: fix(v) for k, v in tree.items()}
         return tree
 
-    return ExampleInputs(tuple(fix(a) for a in example.args), {k: fix(v) for k, v in example.kwargs.items()})
+    return within_bounds(ExampleInputs(tuple(fix(a) for a in example.args),
+                                       {k: fix(v) for k, v in example.kwargs.items()}))
 
 
 def example_from_strings(specs: str | Sequence[str]) -> ExampleInputs:

@@ -15,11 +15,13 @@ and answers from it, so model code that reaches for TorchDynamo still gets it.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import importlib
 import sys
 import types
 from collections.abc import Callable, Iterator
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import contextmanager
 from typing import Any
 
 DYNAMO = "torch._dynamo"
@@ -41,7 +43,13 @@ class _StandIn(types.ModuleType):
 
 
 class _Deferred:
-    """``torch._dynamo.disable(fn, ...)`` decided at call time, not at first call."""
+    """``torch._dynamo.disable(fn, ...)`` decided at call time, not at first call.
+
+    It stands for a function (``torch.compiler.disable`` on a method of the model's code): it
+    binds as one (``__get__``: ``self`` is passed), carries ``fn``'s name, docstring and
+    ``__wrapped__``, and works after the block as before it: it runs ``fn`` directly while
+    TorchDynamo is not imported, and through the real ``torch._dynamo.disable`` once it is
+    (``torch.compile`` then skips it as it would have)."""
 
     def __init__(self, fn: Callable[..., Any], args: tuple[Any, ...],
                  kwargs: dict[str, Any]) -> None:
@@ -49,7 +57,7 @@ class _Deferred:
         self.args = args
         self.kwargs = kwargs
         self.disabled: Callable[..., Any] | None = None
-        self.__wrapped__ = fn
+        functools.update_wrapper(self, fn)  # __name__, __qualname__, __doc__, __wrapped__ ...
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         if self.disabled is None:
@@ -59,11 +67,36 @@ class _Deferred:
             self.disabled = loaded.disable(self.fn, *self.args, **self.kwargs)
         return self.disabled(*args, **kwargs)
 
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        """A method: bound to ``obj`` as a plain function would be."""
+        return self if obj is None else types.MethodType(self, obj)
 
-def _disable(fn: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
-    if fn is None:  # used as a decorator factory: disable(recursive=False)(fn)
-        return lambda f: _Deferred(f, args, kwargs)
-    return _Deferred(fn, args, kwargs)
+    def __repr__(self) -> str:
+        return f"<deferred torch._dynamo.disable of {self.fn!r}>"
+
+
+class _Handed:
+    """The ``_Deferred`` objects a block handed out to torch's own ``_disable_dynamo``
+    wrappers, which cache them on the wrapped function (``fn.__dynamo_disable``): taken off
+    again when the block ends, so nothing of the stand-in outlives it in torch."""
+
+    def __init__(self) -> None:
+        self.cached: list[tuple[Callable[..., Any], _Deferred]] = []
+
+    def disable(self, fn: Callable[..., Any] | None = None, *args: Any, **kwargs: Any) -> Any:
+        if fn is None:  # used as a decorator factory: disable(recursive=False)(fn)
+            return lambda f: self.disable(f, *args, **kwargs)
+        deferred = _Deferred(fn, args, kwargs)
+        if kwargs.get("wrapping") is False:  # torch._disable_dynamo's call: it caches it
+            self.cached.append((fn, deferred))
+        return deferred
+
+    def clean(self) -> None:
+        for fn, deferred in self.cached:
+            if getattr(fn, "__dynamo_disable", None) is deferred:
+                with contextlib.suppress(AttributeError, TypeError):
+                    delattr(fn, "__dynamo_disable")
+        self.cached.clear()
 
 
 def _step_aside(name: str, stand_in: types.ModuleType | None = None) -> None:
@@ -109,6 +142,14 @@ def standing_in(name: str, **attrs: Any) -> Iterator[None]:
         _step_aside(name, stand_in)
 
 
-def deferred_dynamo() -> AbstractContextManager[None]:
-    """Within it, ``torch._disable_dynamo`` wrappers do not import TorchDynamo."""
-    return standing_in(DYNAMO, disable=_disable)
+@contextmanager
+def deferred_dynamo() -> Iterator[None]:
+    """Within it, ``torch._disable_dynamo`` wrappers do not import TorchDynamo; after it, the
+    wrappers of torch it served hold nothing of it (what the model's own code decorated in
+    the block keeps a :class:`_Deferred`, which behaves as the real decorator's result)."""
+    handed = _Handed()
+    try:
+        with standing_in(DYNAMO, disable=handed.disable):
+            yield
+    finally:
+        handed.clean()

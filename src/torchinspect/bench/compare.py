@@ -55,7 +55,32 @@ def load_bench_json(path: str, option: str = "--compare") -> dict[str, Any]:
                            hint=hint)
     for i, cfg in enumerate(data["configs"]):
         _check_config(cfg, f"{where}: configs[{i}]", hint)
+    _check_setup(data, where, hint)
     return data
+
+
+_SCALAR = (str, int, float, bool, type(None))
+
+
+def _check_setup(data: dict[str, Any], where: str, hint: str) -> None:
+    """What setup_differences reads: the setup keys scalars, ``flags`` an object of scalars,
+    ``environment`` an object whose compared keys are scalars (each may be absent)."""
+    for key in SETUP_KEYS:
+        if not isinstance(data.get(key), _SCALAR):
+            raise InspectError(f"{where}: {key} is a {type(data[key]).__name__}, not a value",
+                               hint=hint)
+    for key in ("flags", "environment"):
+        value = data.get(key)
+        if value is None:
+            continue
+        if not isinstance(value, dict):
+            raise InspectError(f"{where}: {key} is a {type(value).__name__}, not an object",
+                               hint=hint)
+        read = ENV_KEYS if key == "environment" else tuple(value)
+        bad = next((k for k in read if not isinstance(value.get(k), _SCALAR)), None)
+        if bad is not None:
+            raise InspectError(f"{where}: {key}.{bad} is a {type(value[bad]).__name__}, not "
+                               "a value", hint=hint)
 
 
 def _check_config(cfg: Any, where: str, hint: str) -> None:

@@ -10,6 +10,7 @@ import subprocess
 from typing import Any
 
 from torchinspect.bench.precision import matmul_precision, tf32_state
+from torchinspect.cache import cpu_model
 
 PROBE_TIMEOUT_S = 5.0
 
@@ -37,24 +38,13 @@ def _cuda_index(device: str) -> int:
     return int(device.partition(":")[2] or torch.cuda.current_device())
 
 
-def _cpu_name() -> str | None:
-    try:
-        with open("/proc/cpuinfo") as fh:
-            for line in fh:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or None
-
-
 def capture_environment(device: str) -> dict[str, Any]:
     """Versions, hardware and global math flags for ``device`` (cpu or cuda[:N])."""
     import torch
 
     env: dict[str, Any] = {
         "device": device, "torch": torch.__version__, "python": platform.python_version(),
-        "platform": platform.platform(), "cpu": _cpu_name(), "cpu_count": os.cpu_count(),
+        "platform": platform.platform(), "cpu": cpu_model(), "cpu_count": os.cpu_count(),
         "torch_threads": torch.get_num_threads(),
         "torch_interop_threads": torch.get_num_interop_threads(),
         "float32_matmul_precision": matmul_precision(),

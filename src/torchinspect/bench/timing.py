@@ -32,7 +32,7 @@ from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchinspect.arguments import ProgressFn
+from torchinspect.arguments import MAX_COUNT, MAX_SECONDS, ProgressFn, bounded
 from torchinspect.bench.stats import Stats, sample_stats
 
 PROGRESS_EVERY_S = 0.5
@@ -50,6 +50,16 @@ class TimingConfig:
     target_cov: float = 0.005  # relative standard error of the median
     block_s: float = 0.1
     max_iters: int = 1_000_000
+
+    def __post_init__(self) -> None:
+        """Finite and bounded (arguments.py), as the CLI's options are when parsed: a warm-up
+        of ``inf`` seconds would never end."""
+        for name in ("warmup_s", "min_time", "max_time", "block_s"):
+            bounded(getattr(self, name), name, least=0, most=MAX_SECONDS, unit="seconds",
+                    why="a day")
+        for name in ("warmup_iters", "min_iters", "max_iters"):
+            bounded(getattr(self, name), name, least=0, most=MAX_COUNT, unit="iterations")
+        bounded(self.target_cov, "target_cov", least=0, most=1, unit="a relative error")
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.check.metrics import Metric, metric_named, parse_budget, parse_percent
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, file_kind
 from torchinspect.sources import pyspec
 
 TABLE = "[tool.torchinspect.check]"
@@ -118,7 +118,9 @@ def load_config(path: str | None, cwd: str | None = None) -> CheckConfig | None:
         if path is None:
             return None
     elif not os.path.isfile(path):
-        what = "is a folder" if os.path.isdir(path) else "no such file"
+        what = "is a folder" if os.path.isdir(path) else \
+            f"is {file_kind(os.stat(path).st_mode)}, not a regular file" if os.path.exists(path) \
+            else "no such file"
         raise InspectError(f"--config {path}: {what}", hint="pass a TOML file (e.g. pyproject.toml)")
     table = _check_table(_read_toml(path), path, standalone=standalone)
     if table is None:

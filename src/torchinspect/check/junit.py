@@ -8,6 +8,7 @@ import xml.etree.ElementTree as ET
 
 from torchinspect.check.metrics import fmt_measure, fmt_percent
 from torchinspect.check.records import CheckResult, Kind, Measured, ModelCheck
+from torchinspect.escape import xml_text
 from torchinspect.io.atomic import atomic_write_text
 
 _NAME = "torchinspect check"
@@ -65,8 +66,19 @@ def _count(node: ET.Element) -> None:
 
 def _document(root: ET.Element) -> str:
     _count(root)
+    _xml_safe(root)
     ET.indent(root)
     return '<?xml version="1.0" encoding="utf-8"?>\n' + ET.tostring(root, encoding="unicode") + "\n"
+
+
+def _xml_safe(root: ET.Element) -> None:
+    """Every attribute and text through escape.xml_text: a checkpoint key or model name with a
+    control character would make the file invalid XML, and a CI parser that rejects it drops
+    the failing check from its test view."""
+    for node in root.iter():
+        node.attrib = {k: xml_text(v) for k, v in node.attrib.items()}
+        if node.text:
+            node.text = xml_text(node.text)
 
 
 def junit_xml(result: CheckResult) -> str:

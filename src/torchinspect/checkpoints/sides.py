@@ -47,7 +47,7 @@ def probe(spec: str) -> Probe:
         return Probe(spec, folder_weights(path) is not None, model_dir=True)
     if path.is_dir() or (path.is_file() and path.name.endswith(".index.json")):
         return Probe(spec, True)
-    if path.is_file():
+    if path.is_file() or (path.exists() and not path.is_dir()):  # a FIFO, device: named as such
         fmt = detect_format(path)
         return Probe(spec, not fmt.is_model_archive, fmt)
     if path.suffix in _WEIGHT_SUFFIXES and ":" not in spec:

@@ -9,30 +9,13 @@ the command group, the console script), goes through the one boundary
 # ruff: noqa: E402 - the Ctrl-C handler is installed before the (slow) imports below
 from __future__ import annotations
 
-import os
-import re
-import signal
-import sys
+from torchinspect.cli import interrupt
 
-# Ctrl-C, from the first instant: before main() runs (this module's own imports take ~0.5 s)
-# it ends the process at once (exit 130, one line, no traceback); after that it raises
-# KeyboardInterrupt as usual and is also remembered, because a library import may swallow
-# it (torch's did: the command ran on and exited 0).
-_SIGINT = {"running": False, "seen": False}
-
-
-def _on_sigint(signum: int, frame: object) -> None:
-    _SIGINT["seen"] = True
-    if not _SIGINT["running"]:
-        os.write(2, b"interrupted\n")
-        os._exit(130)
-    raise KeyboardInterrupt
-
-
-if signal.getsignal(signal.SIGINT) is signal.default_int_handler:  # not when embedded
-    signal.signal(signal.SIGINT, _on_sigint)
+interrupt.install()  # Ctrl-C from the first instant (cli/interrupt.py)
 
 import importlib
+import re
+import sys
 from collections.abc import Sequence
 from typing import Any
 
@@ -40,7 +23,7 @@ import typer
 from typer.core import TyperGroup
 
 from torchinspect import __version__
-from torchinspect.cli.boundary import DEBUG, exit_status
+from torchinspect.cli.boundary import DEBUG, exit_status, interrupted_shown
 from torchinspect.cli.command import InspectCommand
 from torchinspect.cli.commands import COMMANDS
 from torchinspect.errors import ExitStatus
@@ -77,6 +60,7 @@ class InspectGroup(TyperGroup):
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:
         passed = {"windows_expand_args": windows_expand_args, **extra}
+        interrupted_shown(reset=True)
         if not standalone_mode:
             return super().main(args, prog_name, complete_var, standalone_mode=False, **passed)
         try:
@@ -103,6 +87,10 @@ class InspectGroup(TyperGroup):
             sys.exit(exit_status(KeyboardInterrupt()))
         except Exception as exc:  # noqa: BLE001 - one boundary for what escapes a command
             sys.exit(exit_status(exc))
+        if rv == ExitStatus.INTERRUPTED and not interrupted_shown():
+            # typer turns a Ctrl-C outside the command's body (while it builds or parses)
+            # into a silent exit 130: the one line is said here
+            sys.exit(exit_status(KeyboardInterrupt()))
         sys.exit(rv if isinstance(rv, int) else 0)
 
     def _force_meant(self, exc: Exception, args: Any) -> str | None:
@@ -175,22 +163,33 @@ def main() -> None:
     renamed into place). Tests use ``app`` directly and never reach this.
     """
     code: int = 0
-    _SIGINT["running"] = True
+    interrupt.running()
     try:
-        app()
-    except SystemExit as exc:
-        if isinstance(exc.code, int):
-            code = exc.code
-        elif exc.code is not None:
-            sys.stderr.write(f"{exc.code}\n")
-            code = 1
-    except BaseException as exc:  # noqa: BLE001 - Ctrl-C and the rest: the one boundary
-        code = exit_status(exc)
-    if _SIGINT["seen"] and code != int(ExitStatus.INTERRUPTED):  # swallowed by a library
-        code = exit_status(KeyboardInterrupt())
+        try:
+            app()
+        except SystemExit as exc:
+            if isinstance(exc.code, int):
+                code = exc.code
+            elif exc.code is not None:
+                sys.stderr.write(f"{exc.code}\n")
+                code = 1
+        except BaseException as exc:  # noqa: BLE001 - Ctrl-C and the rest: the one boundary
+            code = exit_status(exc)
+    except KeyboardInterrupt:  # a second Ctrl-C while the first error was being shown
+        code = int(ExitStatus.INTERRUPTED)
+    interrupt.finishing()  # from here a Ctrl-C is only remembered: exit 130 below
     try:
         sys.stdout.flush()
         sys.stderr.flush()
     except (BrokenPipeError, OSError):
         pass
-    os._exit(code)
+    interrupt.hold()  # nothing can arrive between the last look and the exit
+    if interrupt.seen() and code != int(ExitStatus.INTERRUPTED):  # swallowed, or at the end
+        code = exit_status(KeyboardInterrupt())
+    elif code == int(ExitStatus.INTERRUPTED) and not interrupted_shown():
+        code = exit_status(KeyboardInterrupt())
+    try:
+        sys.stderr.flush()
+    except (BrokenPipeError, OSError):
+        pass
+    interrupt.exit_now(code)

@@ -7,6 +7,7 @@ No torch here: importing this module must stay instant (`inspect --help`).
 
 from __future__ import annotations
 
+import errno
 import functools
 import os
 import re
@@ -18,10 +19,11 @@ from typing import Any, TypeVar
 
 import typer
 
+from torchinspect.cli import interrupt
 from torchinspect.cli.progress import pause
 from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
-from torchinspect.guard import model_code
-from torchinspect.report.render import printable
+from torchinspect.escape import printable
+from torchinspect.guard import model_code, raised_by_model
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -48,11 +50,25 @@ def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.U
 def _os_error_text(exc: OSError) -> str:
     """``PATH: reason``, naming the user's path rather than our temporary file."""
     path = exc.filename2 if exc.filename2 is not None else exc.filename
+    if exc.errno in (errno.ENOSPC, errno.EDQUOT):  # never a bare "[Errno 28]"
+        return f"{path if path is not None else 'a file being written'}: no space left on the device"
     if path is None:
         return f"{type(exc).__name__}: {exc}"
     # atomic writes go through DIR/.NAME.XXXX.tmp/NAME: the user named DIR/NAME
     shown = re.sub(r"\.([^/]+)\.[A-Za-z0-9_]+\.tmp/\1$", r"\1", os.fspath(path))
     return f"{shown}: {exc.strerror or exc}"
+
+
+# Whether this invocation said "interrupted" already (one line, however many boundaries the
+# Ctrl-C crosses on its way out).
+_INTERRUPTED: ContextVar[bool] = ContextVar("torchinspect_interrupted", default=False)
+
+
+def interrupted_shown(reset: bool = False) -> bool:
+    """Whether "interrupted" was said in this invocation (``reset``: a new one starts)."""
+    if reset:
+        _INTERRUPTED.set(False)
+    return _INTERRUPTED.get()
 
 
 def exit_status(exc: BaseException) -> int:
@@ -62,8 +78,10 @@ def exit_status(exc: BaseException) -> int:
     running out of memory 2; a file system refusal 2; the model's own code ending the run or
     any other failure 70."""
     pause()
-    if isinstance(exc, KeyboardInterrupt):
-        typer.echo("interrupted", err=True)
+    if isinstance(exc, KeyboardInterrupt) or interrupt.seen():  # also what a Ctrl-C broke
+        if not interrupted_shown():
+            _INTERRUPTED.set(True)
+            typer.echo("interrupted", err=True)
         return int(ExitStatus.INTERRUPTED)
     if _debug_enabled():
         traceback.print_exception(exc)
@@ -78,9 +96,12 @@ def exit_status(exc: BaseException) -> int:
             return _shown("the program reading the output closed it before the end", None)
         except OSError:  # stderr is that pipe too
             return int(ExitStatus.USAGE)
+    blamed = raised_by_model(exc)  # the model's own code (its file, or its nesting depth)
+    if blamed is not None:
+        return _shown(blamed.message, blamed.hint, blamed.status)
     if isinstance(exc, OSError):  # the file system refused a path the user gave
         return _shown(_os_error_text(exc), "check the path, its permissions and the free disk space")
-    return _shown(  # a bug in torchinspect or in the model's own code
+    return _shown(  # a bug in torchinspect (or in a library)
         f"internal error: {first_line(exc, typed=True)}",
         "rerun with --debug (or TORCHINSPECT_DEBUG=1) for the traceback; when it ends in "
         "torchinspect rather than the model's code, report it", ExitStatus.INTERNAL)

@@ -18,7 +18,7 @@ from torchinspect.cli.common import (
 )
 from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
-from torchinspect.report.render import printable
+from torchinspect.escape import printable
 from torchinspect.sources.case import ModelOptions
 
 MaybeModelsArg = Annotated[list[str] | None, typer.Argument(

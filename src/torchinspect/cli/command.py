@@ -38,6 +38,7 @@ from torchinspect.cli.options import (
     TrustOpt,
     WeightsConfigOpt,
     WeightsOpt,
+    check_numbers,
     device_opt,
 )
 from torchinspect.cli.output import input_files
@@ -49,6 +50,8 @@ from torchinspect.sources.case import ModelOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
+# click's UsageError through typer's public ancestry (typer vendors click in newer versions)
+UsageError: type[Exception] = {c.__name__: c for c in typer.BadParameter.__mro__}["UsageError"]
 
 
 @dataclass
@@ -307,6 +310,21 @@ class InspectCommand(TyperCommand):
                 kind = _number_kind(p)
                 if kind is not None:
                     p.metavar = "N" if kind is int else "NUM"
+
+    def parse_args(self, ctx: Any, args: list[str]) -> list[str]:
+        """Click's parsing, then every number option within its bounds (cli/options.py:
+        NUMBER_BOUNDS): an infinite, NaN or absurd value is a usage error before the command
+        runs."""
+        rest = super().parse_args(ctx, args)
+        params: list[Any] = list(self.params)
+        numbers = {p.name: next((o for o in p.opts if o.startswith("--")), p.opts[0])
+                   for p in params if p.param_type_name == "option" and not p.is_flag
+                   and _number_kind(p) is not None}
+        try:
+            check_numbers({k: v for k, v in ctx.params.items() if k in numbers}, numbers)
+        except InspectError as exc:
+            raise UsageError(exc.message, ctx=ctx) from None  # type: ignore[call-arg]
+        return rest
 
     def format_help(self, ctx: Any, formatter: Any) -> None:
         """The help, wrapped at spaces only: never ``--save-`` / ``baseline`` or ``max-`` /

@@ -18,7 +18,7 @@ from torchinspect.cli.common import (
     rtol_opt,
 )
 from torchinspect.errors import ExitStatus, InspectError
-from torchinspect.report.render import printable
+from torchinspect.escape import printable
 from torchinspect.sources.case import ModelOptions
 
 OpsetOpt = Annotated[int | None, typer.Option(

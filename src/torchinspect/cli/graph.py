@@ -16,8 +16,9 @@ from torchinspect.cli.common import (
     model_command,
 )
 from torchinspect.errors import InspectError
+from torchinspect.escape import printable
 from torchinspect.export.graph import GraphKind
-from torchinspect.report.render import OutputFormat, printable
+from torchinspect.report.render import OutputFormat
 from torchinspect.sources.case import ModelOptions
 
 KindOpt = Annotated[GraphKind, typer.Option(

@@ -19,6 +19,7 @@ from typing import Annotated, Any
 
 import typer
 
+from torchinspect.arguments import MAX_BATCH, MAX_COUNT, MAX_SECONDS, bounded, max_threads
 from torchinspect.errors import InspectError
 from torchinspect.report.render import OutputFormat
 
@@ -186,3 +187,53 @@ def tolerance(value: float, option: str) -> float:
         raise InspectError(f"{option} {value}: a tolerance must be a finite number >= 0",
                            hint=f"e.g. {option} 1e-5")
     return value
+
+
+# ------------------------------------------------------------------ bounds of number options
+
+
+#: Every number option of every command: (least, most, unit, why the most), checked after
+#: parsing and before the command runs (cli/command.py: InspectCommand), so ``--warmup inf``,
+#: ``--threads 100000`` or ``--batch-size 1000000000000`` are one line and exit 2, never a
+#: run that does not end, a crash in libgomp or 80 s before "ran out of memory". ``most`` may
+#: be a function (a bound of this machine). A row that is a text names the check the command
+#: makes itself, with its own words (a finite tolerance >= 0; 1 to 1,024 FSDP ranks). A new
+#: number option needs a row (tests/test_absurd_sizes.py checks that every one has).
+NUMBER_BOUNDS: dict[str, tuple[float, Any, str, str] | str] = {
+    "--batch": (1, MAX_BATCH, "samples per batch", "more than any machine holds"),
+    "--batch-size": (1, MAX_BATCH, "samples per batch", "more than any machine holds"),
+    "--threads": (1, max_threads, "threads", "4 x this machine's CPUs"),
+    "--workers": (0, max_threads, "worker processes", "4 x this machine's CPUs"),
+    "--warmup": (0, MAX_SECONDS, "seconds", "a day"),
+    "--min-time": (0, MAX_SECONDS, "seconds", "a day"),
+    "--max-time": (0, MAX_SECONDS, "seconds", "a day"),
+    "--bench-seconds": (0, MAX_SECONDS / 3, "seconds", "8 hours: a part may time 3 x it"),
+    "--min-iters": (1, MAX_COUNT, "iterations", "a billion"),
+    "--target": (0, 100, "percent", ""),
+    "--tolerance": (0, 1e6, "a relative error", ""),
+    "--atol": "cli/options.py: tolerance (finite, >= 0)",
+    "--rtol": "cli/options.py: tolerance (finite, >= 0)",
+    "--depth": (0, MAX_COUNT, "levels", ""),
+    "--graph-depth": (0, MAX_COUNT, "levels", ""),
+    "--top": (0, MAX_COUNT, "rows", ""),
+    "--limit": (1, MAX_COUNT, "rows", ""),
+    "--opset": (7, 99, "an ONNX opset", ""),
+    "--resize": (1, 65_536, "pixels", "larger than any image file holds"),
+    "--crop": (1, 65_536, "pixels", "larger than any image file holds"),
+    "--fsdp": "memory/step.py: StepConfig (1 to MAX_FSDP_RANKS GPUs)",
+}
+
+
+def check_numbers(params: dict[str, Any], options: dict[str, str]) -> None:
+    """Every number option given (``params``: name -> value; ``options``: name -> its
+    ``--flag``) within :data:`NUMBER_BOUNDS`; InspectError (exit 2) for the first that is not."""
+    for name, value in params.items():
+        flag = options.get(name)
+        if flag is None or value is None or isinstance(value, bool):
+            continue
+        bound = NUMBER_BOUNDS[flag]
+        if isinstance(bound, str):
+            continue  # the command's own check
+        least, most, unit, why = bound
+        bounded(value, flag, least=least, most=most() if callable(most) else most, unit=unit,
+                why=why)

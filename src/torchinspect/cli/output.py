@@ -17,8 +17,8 @@ import typer
 from torchinspect.cli.boundary import exit_status, report_stdout
 from torchinspect.cli.progress import pause, per_model
 from torchinspect.errors import InspectError
+from torchinspect.escape import printable
 from torchinspect.report import Report, render
-from torchinspect.report.render import printable
 
 if TYPE_CHECKING:
     from torchinspect.cli.command import OutputOptions

@@ -21,8 +21,8 @@ from torchinspect.cli.common import (
 )
 from torchinspect.cli.progress import current
 from torchinspect.errors import InspectError
+from torchinspect.escape import printable
 from torchinspect.report import OutputFormat
-from torchinspect.report.render import printable
 from torchinspect.sources.case import ModelOptions
 
 BenchOpt = Annotated[bool, typer.Option("--bench", help="also time the forward per batch size "

@@ -147,7 +147,7 @@ def check_options(opts: FeatureOptions) -> tuple[torch.dtype, torch.dtype, str |
     if out.exists() and not out.is_dir():
         raise InspectError(f"-o {out}: exists and is not a folder", hint="features are written to a folder")
     pool = None if opts.pool == "none" else opts.pool
-    return compute, save, pool, parse_size(opts.shard_size), parse_size(opts.max_image_size)
+    return compute, save, pool, parse_size(opts.shard_size), parse_size(opts.max_image_size, "--max-image-size")
 
 
 def check_device(device: str) -> str:

@@ -17,6 +17,7 @@ import os
 import re
 import shutil
 import socket
+import stat
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -48,8 +49,19 @@ class FolderLock:
             import fcntl
         except ImportError:  # no flock on this platform: one writer is up to the user
             return self
-        with store.writing(self.path):
-            fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o666)
+        with store.writing(self.path):  # never through a link planted at the lock's name
+            try:
+                fd = os.open(self.path, os.O_RDWR | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0)
+                             | getattr(os, "O_NONBLOCK", 0), 0o666)
+            except OSError as exc:
+                if not os.path.islink(self.path):
+                    raise
+                raise InspectError(f"{self.path} is a symbolic link, not this tool's lock file",
+                                   hint="remove it, or write to another folder") from exc
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise InspectError(f"{self.path} is not a regular file (this tool's lock file is)",
+                               hint="remove it, or write to another folder")
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except OSError:

@@ -113,7 +113,13 @@ class Runner:
     def _features(self, x: torch.Tensor) -> dict[str, torch.Tensor]:
         """The rows of one batch, in forwards as large as the memory allows."""
         if self.fit is None and len(x) > 1:
-            self.fit = fit_batch(per_row_bytes(self.cap, x[:1]), self.plan.batch, self.plan.device,
+            try:  # the first forward: the model's failure on this input is named as below
+                per_row = per_row_bytes(self.cap, x[:1])
+            except InspectError:
+                raise
+            except Exception as exc:
+                raise _forward_failed(exc, list(x[:1].shape)) from None
+            self.fit = fit_batch(per_row, self.plan.batch, self.plan.device,
                                  explicit=self.plan.opts.batch_size is not None)
             if self.fit.note:
                 self.plan.model.notes.append(self.fit.note)
@@ -134,11 +140,7 @@ class Runner:
         except InspectError:
             raise
         except Exception as exc:
-            msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
-            raise InspectError(f"the model's forward failed on a batch of shape {shape}: "
-                               f"{type(exc).__name__}: {msg[:200]}",
-                               hint="check the preprocessing (--resize/--crop, --preprocess) "
-                               "against the input the model expects") from None
+            raise _forward_failed(exc, shape) from None
         if not self.cuda:
             self.forward_seconds += time.perf_counter() - f0
         return outs
@@ -190,3 +192,12 @@ class Runner:
             prefetch.close()
             raise
         self.warmup = time.perf_counter() - w0
+
+
+def _forward_failed(exc: Exception, shape: list[int]) -> InspectError:
+    """The model's forward refused a batch: the input's shape, as the preprocessing made it."""
+    msg = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    return InspectError(f"the model's forward failed on a batch of shape {shape}: "
+                        f"{type(exc).__name__}: {msg[:200]}",
+                        hint="check the preprocessing (--resize/--crop, --preprocess) "
+                        "against the input the model expects")

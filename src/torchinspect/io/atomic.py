@@ -19,7 +19,8 @@ import time
 from collections.abc import Callable, Iterator, Sequence
 from pathlib import Path
 
-from torchinspect.errors import InspectError
+from torchinspect.device import fmt_size
+from torchinspect.errors import InspectError, not_regular
 from torchinspect.io.layouts import read_hf_index
 
 
@@ -31,6 +32,7 @@ def check_target(target: str | os.PathLike[str], *, force: bool = True,
     whose folder does not exist or is not writable. A symlink to a file is followed: the file
     is replaced and the link kept. Returns the path to write."""
     target = Path(target)
+    check_utf8_name(target)
     if _special(target) or _special(Path(os.path.realpath(target))):
         raise InspectError(f"{target}: refusing to replace a device or process file",
                            hint="leave out the output option to print to the terminal, or "
@@ -40,8 +42,7 @@ def check_target(target: str | os.PathLike[str], *, force: bool = True,
     if target.is_dir():
         raise InspectError(f"{target} is a folder", hint=f"name a file, e.g. {target}/out.json")
     if target.exists() and not target.is_file():
-        raise InspectError(f"{target} is not a regular file (a device, pipe or socket): "
-                           "refusing to replace it",
+        raise InspectError(f"{not_regular(target, target.stat().st_mode)}: refusing to replace it",
                            hint="leave out the output option to print to the terminal, or "
                            "name a file")
     reason = protected(target, protect)
@@ -57,6 +58,23 @@ def check_target(target: str | os.PathLike[str], *, force: bool = True,
         raise InspectError(f"{target}: folder {parent} is not writable",
                            hint="choose another folder, or fix its permissions")
     return target
+
+
+def check_utf8_name(target: Path) -> None:
+    """Refuse, before any work, an output whose name is not valid UTF-8 (bytes a terminal
+    gave through ``surrogateescape``): safetensors, JSON and the zip formats store names as
+    UTF-8, and the file would be written under one name and read under another."""
+    try:
+        os.fsencode(target).decode("utf-8")
+    except UnicodeDecodeError as exc:
+        bad = os.fsencode(target)[exc.start]
+        raise InspectError(f"{printable_path(target)}: the file name is not valid UTF-8 (byte "
+                           f"0x{bad:02x})", hint="name the output in UTF-8 (ASCII is safest)") from None
+
+
+def printable_path(path: Path) -> str:
+    """``path`` with undecodable bytes shown as ``\\xNN``."""
+    return os.fsencode(path).decode("utf-8", "backslashreplace")
 
 
 def _special(path: Path) -> bool:
@@ -95,7 +113,8 @@ def _index_files(index: str | os.PathLike[str]) -> set[str]:
 @contextlib.contextmanager
 def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
                 protect: Sequence[str | os.PathLike[str] | None] = (),
-                sync: bool = True, unchanged: Snapshot | None | bool = True) -> Iterator[Path]:
+                sync: bool = True, unchanged: Snapshot | None | bool = True,
+                need: int | None = None) -> Iterator[Path]:
     """Yield a temporary path next to ``target``; on success it replaces ``target``.
 
     ``force=False`` refuses an existing target, also one that another run created while this
@@ -110,6 +129,7 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
     :func:`snapshot` of ``target`` taken when the run started, None for "absent") makes the
     replace conditional: if another run wrote ``target`` meanwhile, this one is refused
     instead of both saying "wrote" (the check and the rename hold the folder's lock).
+    ``need``: the bytes the output will take, when known (a full disk names them).
     """
     target = check_target(target, force=force, protect=protect)
     tmp_dir = make_temp_dir(target)
@@ -118,7 +138,7 @@ def atomic_path(target: str | os.PathLike[str], *, force: bool = True,
     # direct save (``model/data.pkl`` for model.pt), only atomic.
     tmp_path = tmp_dir / target.name
     try:
-        with disk_full_names(target):
+        with disk_full_names(target, need, tmp_dir):
             tmp_path.touch()  # writers may open it without O_CREAT
             yield tmp_path
             if sync:
@@ -185,7 +205,7 @@ def atomic_folder(target: str | os.PathLike[str], *, force: bool,
     new = tmp_dir / target.name
     try:
         new.mkdir()
-        with disk_full_names(target):
+        with disk_full_names(target, None, new):
             yield new
         os.chmod(new, _mode_for(target, 0o777))
         if replaceable is not None:
@@ -205,21 +225,60 @@ STALE_AFTER_S = 24 * 3600  # a temp folder whose writer may still run is kept th
 
 
 def make_temp_dir(target: Path) -> Path:
-    """``.NAME.<random>.tmp`` beside ``target``, marked as this process's (the first time a
-    process writes into a folder, the stale temporary folders of earlier runs are removed)."""
+    """``.NAME.<random>.tmp`` beside ``target``, marked as this process's before anything else
+    is written into it (the first time a process writes into a folder, the stale temporary
+    folders of earlier runs are removed). Ctrl-C cannot fall between the folder and its mark
+    (both are made with SIGINT/SIGTERM held back); a full disk is one line naming ``target``,
+    and leaves no folder behind."""
+    check_utf8_name(target)
     parent = target.parent if str(target.parent) else Path(".")
     key = os.path.realpath(parent)
     if key not in _CLEANED:  # once per folder and process: a folder of 10,000 parts
         _CLEANED.add(key)
         clean_stale_temps(parent)
-    try:
-        tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
-    except OSError as exc:
-        raise InspectError(f"{target}: cannot create a temporary folder in {parent} "
-                           f"({exc.strerror or exc})",
-                           hint="check the folder's permissions and the free disk space") from None
-    (tmp_dir / TEMP_MARK).write_text(f"{os.getpid()} {socket.gethostname()}\n", encoding="utf-8")
+    mark = f"{os.getpid()} {socket.gethostname()}\n".encode()
+    with signals_held():
+        try:
+            tmp_dir = Path(tempfile.mkdtemp(prefix=f".{target.name}.", suffix=".tmp", dir=parent))
+        except OSError as exc:
+            if exc.errno in _DISK_FULL:
+                raise disk_full_error(target, None) from None
+            raise InspectError(f"{target}: cannot create a temporary folder in {parent} "
+                               f"({exc.strerror or exc})",
+                               hint="check the folder's permissions and the free disk space") from None
+        try:
+            fd = os.open(tmp_dir / TEMP_MARK, os.O_WRONLY | os.O_CREAT | os.O_EXCL
+                         | getattr(os, "O_NOFOLLOW", 0), 0o644)
+            try:
+                os.write(fd, mark)
+            finally:
+                os.close(fd)
+        except OSError as exc:
+            shutil.rmtree(tmp_dir, ignore_errors=True)
+            if exc.errno in _DISK_FULL:
+                raise disk_full_error(target, None) from None
+            raise InspectError(f"{target}: cannot write in the temporary folder {tmp_dir} "
+                               f"({exc.strerror or exc})",
+                               hint="check the folder's permissions and the free disk space") from None
     return tmp_dir
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """SIGINT and SIGTERM held back (delivered after the block) in the main thread: for a few
+    system calls that must not be split (a folder and its clean-up mark)."""
+    import signal
+    import threading
+
+    held = {signal.SIGINT, signal.SIGTERM}
+    if not hasattr(signal, "pthread_sigmask") or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    old = signal.pthread_sigmask(signal.SIG_BLOCK, held)
+    try:
+        yield
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, old)
 
 
 _CLEANED: set[str] = set()  # folders this process has cleaned
@@ -238,8 +297,13 @@ def clean_stale_temps(folder: Path) -> list[Path]:
     for tmp in candidates:
         mark = tmp / TEMP_MARK
         try:
-            if tmp.is_symlink() or not mark.is_file():
-                continue  # not ours: never touched
+            if tmp.is_symlink() or not tmp.is_dir():
+                continue
+            if not mark.is_file():  # not ours: never touched, unless it is empty and old
+                if time.time() - tmp.stat().st_mtime > 60 and _is_empty(tmp):
+                    tmp.rmdir()  # (a writer killed between mkdir and mark; rmdir: only empty)
+                    removed.append(tmp)
+                continue
             pid_text, _, host = mark.read_text(encoding="utf-8").strip().partition(" ")
             age = time.time() - mark.stat().st_mtime
         except (OSError, UnicodeDecodeError):
@@ -252,6 +316,12 @@ def clean_stale_temps(folder: Path) -> list[Path]:
             shutil.rmtree(tmp, ignore_errors=True)
             removed.append(tmp)
     return removed
+
+
+def _is_empty(folder: Path) -> bool:
+    """No entry in ``folder`` (its listing closed at once, never left to the collector)."""
+    with os.scandir(folder) as entries:
+        return next(entries, None) is None
 
 
 def _alive(pid: int) -> bool:
@@ -316,7 +386,7 @@ def rename_noreplace(src: Path, dst: Path) -> None:
     replaced when it is still empty)."""
     if _renameat2(src, dst, _RENAME_NOREPLACE):
         return
-    if dst.is_dir() and not any(dst.iterdir()):
+    if dst.is_dir() and _is_empty(dst):
         os.rmdir(dst)
     if dst.exists():
         raise _appeared(dst)
@@ -325,7 +395,7 @@ def rename_noreplace(src: Path, dst: Path) -> None:
 
 def exchange(new: Path, target: Path) -> None:
     """Swap ``new`` and ``target`` (both exist); afterwards ``new`` holds the old content."""
-    if target.is_dir() and not any(target.iterdir()):
+    if target.is_dir() and _is_empty(target):
         os.rmdir(target)  # an empty folder: nothing to keep
         rename_noreplace(new, target)
         return
@@ -391,9 +461,12 @@ def _statvfs_full(folder: Path) -> bool:
 
 
 @contextlib.contextmanager
-def disk_full_names(target: Path) -> Iterator[None]:
-    """A write that fails for lack of space becomes one line naming ``target`` (exit 2).
-    torch.save reports a full disk as "file write failed": the free space decides."""
+def disk_full_names(target: Path, need: int | None = None,
+                    written: Path | None = None) -> Iterator[None]:
+    """A write that fails for lack of space becomes one line naming ``target`` and the space
+    needed (exit 2): ``need`` bytes when the caller knows them, else at least what was
+    already written into ``written`` (a temporary file or folder). torch.save reports a full
+    disk as "file write failed": the free space decides."""
     try:
         yield
     except BaseException as exc:
@@ -401,13 +474,40 @@ def disk_full_names(target: Path) -> Iterator[None]:
         full = is_disk_full(exc) or ("write failed" in str(exc) and _statvfs_full(parent))
         if not full or isinstance(exc, KeyboardInterrupt):
             raise
-        raise InspectError(f"{target}: no space left on the device while writing it "
-                           "(nothing was replaced, the partial output was removed)",
-                           hint="free disk space, or write OUT to another disk") from None
+        at_least = need is None
+        size = need if need is not None else (_tree_bytes(written) if written else None)
+        raise disk_full_error(target, size, at_least=at_least) from None
+
+
+def disk_full_error(target: Path, need: int | None, *, at_least: bool = False) -> InspectError:
+    """The one line for a full disk: ``target``, the space it needs and what is free."""
+    parent = target.parent if str(target.parent) else Path(".")
+    try:
+        st = os.statvfs(parent)
+        free = f", {fmt_size(st.f_bavail * st.f_frsize)} free"
+    except OSError:
+        free = ""
+    if need:
+        needed = f"{'more than ' if at_least else ''}{fmt_size(need)} needed{free}"
+    else:
+        needed = f"more space needed{free}"
+    return InspectError(f"{target}: no space left on the device while writing it ({needed}; "
+                        "nothing was replaced, the partial output was removed)",
+                        hint=f"free disk space in {parent}, or write it to another disk")
+
+
+def _tree_bytes(path: Path) -> int:
+    """Bytes in a file or folder (a temporary output so far); 0 where unreadable."""
+    try:
+        if not path.is_dir():
+            return path.stat().st_size
+        return sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    except OSError:
+        return 0
 
 
 def atomic_write_bytes(target: str | os.PathLike[str], data: bytes, **kw: object) -> None:
-    with atomic_path(target, **kw) as tmp:  # type: ignore[arg-type]
+    with atomic_path(target, need=len(data), **kw) as tmp:  # type: ignore[arg-type]
         tmp.write_bytes(data)
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import stat
 import struct
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -14,7 +15,8 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, not_regular
+from torchinspect.io.regular import open_regular
 from torchinspect.io.zipcheck import open_zip
 
 # torch.save's legacy (non-zip) format starts with pickle protocol 2 + LONG1 of its magic number.
@@ -47,9 +49,14 @@ def _check_file(path: Path) -> int:
         raise InspectError(f"{path} is a folder, not a checkpoint file",
                            hint="pass the weights file inside it (.pt, .pth, .bin, .safetensors)")
     try:
-        return path.stat().st_size
+        st = path.stat()
     except OSError as exc:
         raise InspectError(f"{path}: cannot read: {exc.strerror}", hint="check permissions") from None
+    if not stat.S_ISREG(st.st_mode):  # a FIFO would block, /dev/zero never end: never "empty"
+        raise InspectError(not_regular(path, st.st_mode),
+                           hint="name the checkpoint file itself (a FIFO, device or socket is "
+                           "not read)")
+    return st.st_size
 
 
 def zip_prefix(names: list[str]) -> str | None:
@@ -103,8 +110,11 @@ def detect_format(path: str | os.PathLike[str]) -> CheckpointFormat:
     if size == 0:
         raise InspectError(f"{path} is empty (0 bytes)",
                            hint="the download or save failed; fetch or save the file again")
-    with open(path, "rb") as fh:
-        head = fh.read(512)
+    fd = open_regular(path)  # the opened file checked again: a swap since the stat is refused
+    try:
+        head = os.pread(fd, 512, 0)
+    finally:
+        os.close(fd)
     if head.startswith(_LFS_MAGIC):
         raise InspectError(
             f"{path} is a Git LFS pointer file, not the checkpoint itself",

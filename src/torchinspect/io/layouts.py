@@ -19,6 +19,7 @@ from torchinspect.errors import InspectError, UnsafeCheckpointError
 from torchinspect.io.dcpmeta import DcpChunk, DcpEntry, DcpMetadata, read_dcp_metadata
 from torchinspect.io.entries import LoadedInput, TensorSource
 from torchinspect.io.formats import CheckpointFormat, detect_format
+from torchinspect.io.regular import member, read_regular
 from torchinspect.io.state_dict import container_extras, find_state_dict
 from torchinspect.io.torch_load import scan_pickle_globals
 from torchinspect.io.torchzip import DTYPE_SIZES, NeedsTorch
@@ -67,16 +68,16 @@ def _folder_layout(path: Path) -> Layout:
         return Layout("dcp", path)
     for name in _INDEX_NAMES:
         if (path / name).is_file():
-            return Layout("hf_sharded", path / name)
+            return Layout("hf_sharded", member(path, name, what=str(path)))
     indexes = sorted(path.glob("*.index.json"))
     if len(indexes) == 1:
-        return Layout("hf_sharded", indexes[0])
+        return Layout("hf_sharded", member(path, indexes[0].name, what=str(path)))
     ds = deepspeed_folder_hint(path)
     if ds:
         raise InspectError(f"{path} is a DeepSpeed checkpoint folder", hint=ds)
     for name in _SINGLE_NAMES:
         if (path / name).is_file():
-            return Layout("file", path / name, detect_format(path / name))
+            return Layout("file", member(path, name, what=str(path)), detect_format(path / name))
     raise InspectError(f"{path} is a folder, not a checkpoint",
                        hint="pass the weights file inside it (.pt, .pth, .bin, .safetensors), a "
                        "*.index.json of a sharded checkpoint, or a torch.distributed.checkpoint "
@@ -89,7 +90,7 @@ def _folder_layout(path: Path) -> Layout:
 def read_hf_index(index: Path) -> dict[str, str]:
     """``weight_map`` of a Hugging Face index: tensor name -> shard file name."""
     try:
-        data = json.loads(index.read_text(encoding="utf-8"))
+        data = json.loads(bytes(read_regular(index, limit=_MAX_INDEX_BYTES)).decode("utf-8"))
     except (OSError, UnicodeDecodeError, ValueError, RecursionError) as exc:
         raise InspectError(f"{index}: not a readable JSON index ({type(exc).__name__})",
                            hint="pass the model.safetensors.index.json written with the shards") from None
@@ -105,6 +106,9 @@ def read_hf_index(index: Path) -> dict[str, str]:
     return wm
 
 
+_MAX_INDEX_BYTES = 64 << 20  # an index of a million tensor names is ~60 MB: more is not an index
+
+
 def open_hf_sharded(layout: Layout, open_input: Callable[..., LoadedInput], *, key: str | None,
                     trust_pickle: bool, need_bytes: bool) -> LoadedInput:
     """Each shard through ``open_input`` (io/tensors.py's single-file reader), in index order."""
@@ -118,7 +122,7 @@ def open_hf_sharded(layout: Layout, open_input: Callable[..., LoadedInput], *, k
     files = []
     size = index.stat().st_size
     for shard in sorted(by_shard):
-        spath = index.parent / shard
+        spath = member(index.parent, shard, what=str(index))  # inside the folder (io/regular.py)
         if not spath.is_file():
             raise InspectError(f"{index}: shard {shard} is missing ({len(by_shard[shard])} tensors)",
                                hint="download every shard listed in the index")

@@ -11,7 +11,7 @@ import os
 import stat
 from pathlib import Path
 
-from torchinspect.errors import InspectError
+from torchinspect.errors import InspectError, not_regular
 
 
 def open_regular(path: str | os.PathLike[str], *, what: str | None = None,
@@ -35,8 +35,7 @@ def open_regular(path: str | os.PathLike[str], *, what: str | None = None,
     st = os.fstat(fd)
     if not stat.S_ISREG(st.st_mode):
         os.close(fd)
-        raise InspectError(f"{label}: not a regular file (a device, FIFO or folder)",
-                           hint="name a regular file")
+        raise InspectError(not_regular(label, st.st_mode), hint="name a regular file")
     return fd
 
 
@@ -62,3 +61,40 @@ def read_regular(path: str | os.PathLike[str], *, limit: int, what: str | None =
         return buf
     finally:
         os.close(fd)
+
+
+def member(folder: Path, name: str, *, what: str) -> Path:
+    """``folder/name``, a file that a checkpoint's index or metadata names, refused
+    (InspectError) unless it stays inside the folder the user named.
+
+    ``name`` must be a plain relative name (no absolute path, no ``..``, no backslash, no NUL).
+    The file may be a symbolic link only to a place inside ``folder`` (both resolved), with one
+    exception: the Hugging Face cache. A snapshot folder
+    (``.../models--ORG--NAME/snapshots/REVISION/``) holds nothing but links into the same
+    repository's ``blobs/`` folder (``../../blobs/SHA``), so for a folder whose resolved path is
+    such a snapshot, the repository's ``blobs/`` folder counts as inside. A link anywhere else
+    (another checkpoint, ``/etc``, the user's home) is refused, naming both ends."""
+    if (not name or os.path.isabs(name) or "\\" in name or "\0" in name
+            or any(part in ("", ".", "..") for part in name.split("/"))):
+        raise InspectError(f"{what}: {name!r} is not a plain file name inside {folder}",
+                           hint="the index or metadata is corrupt, or built to read files "
+                           "outside its folder; do not load it")
+    path = folder / name
+    real = os.path.realpath(path)
+    roots = inside_roots(folder)
+    if not any(real.startswith(root) for root in roots):
+        raise InspectError(f"{what}: {name} is a symbolic link to {real}, outside {folder}",
+                           hint="copy the file into the folder (a checkpoint's files are read "
+                           "only inside the folder you name)")
+    return path
+
+
+def inside_roots(folder: Path) -> tuple[str, ...]:
+    """The resolved folders (with a trailing separator) whose files count as inside ``folder``:
+    itself, and the ``blobs/`` of the Hugging Face cache repository it is a snapshot of."""
+    real = Path(os.path.realpath(folder))
+    roots = [str(real) + os.sep]
+    repo = real.parent.parent
+    if real.parent.name == "snapshots" and (repo / "blobs").is_dir() and not (repo / "blobs").is_symlink():
+        roots.append(os.path.realpath(repo / "blobs") + os.sep)
+    return tuple(roots)

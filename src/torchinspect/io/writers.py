@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchinspect.arguments import MAX_BYTES
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.io.atomic import atomic_path
 from torchinspect.io.safetensors import encode_header
@@ -44,6 +45,9 @@ def parse_size(text: str | int, option: str = "--shard-size") -> int:
         value = float(m[1]) * base ** " KMGT".index(m[2].upper() or " ")
     if value < 1:
         raise InspectError(f"{option} {text!r}: must be at least 1 byte", hint="e.g. 5GB or 500MB")
+    if not value <= MAX_BYTES:  # also inf (1e999) and NaN
+        raise InspectError(f"{option} {text!r}: over {MAX_BYTES:,} bytes (1 PiB, more than any "
+                           "disk or memory holds)", hint="e.g. 5GB or 500MB")
     return int(value)
 
 

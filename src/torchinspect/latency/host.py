@@ -11,12 +11,13 @@ machine and torch version in the user's cache folder.
 
 from __future__ import annotations
 
+import hashlib
 import json
-import os
 import platform
 import time
-from dataclasses import asdict, dataclass
-from pathlib import Path
+from dataclasses import asdict, dataclass, replace
+
+from torchinspect import cache
 
 PROBE_VERSION = 1
 
@@ -29,9 +30,12 @@ class HostCost:
     module_us: float
     cpu: str
     cached: bool = False
+    note: str | None = None  # a cache entry refused or not saved (one line, for the notes)
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("note")
+        return out
 
 
 def _best_per_call(fn: object, calls: int, trials: int) -> float:
@@ -75,31 +79,39 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torchinspect" / "host-cost.json"
+def _check(data: object) -> HostCost:
+    """The cached measurement, refused unless every value is what a probe gives: positive
+    finite microseconds (under 10 ms per op or call) and a CPU name."""
+    if not isinstance(data, dict):
+        raise ValueError("data is not an object")
+    return HostCost(op_us=cache.number(data.get("op_us"), "op_us", low=0.0, high=1e4, low_open=True),
+                    module_us=cache.number(data.get("module_us"), "module_us", low=0.0, high=1e4,
+                                           low_open=True),
+                    cpu=cache.text(data.get("cpu"), "cpu"), cached=True)
+
+
+def cache_entry() -> tuple[str, dict[str, object]]:
+    """The cache entry's name and key: this machine and torch version (one entry each)."""
+    import torch
+
+    key = cache.machine_key(torch=torch.__version__)
+    return "host-cost-" + hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16], key
 
 
 def host_cost(*, refresh: bool = False) -> HostCost:
-    """This machine's host cost, from the cache when it holds one for this CPU and torch."""
-    import torch
-
-    key = f"{PROBE_VERSION}|{platform.node()}|{cpu_name()}|{torch.__version__}"
-    path = _cache_file()
+    """This machine's host cost, from the user's cache (torchinspect.cache: validated as any
+    untrusted file) when it holds one for this machine and torch; else measured and saved.
+    A cache entry that was refused, or could not be saved, is said in ``note``."""
+    name, key = cache_entry()
+    note = None
     if not refresh:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and data.get("key") == key:
-                return HostCost(float(data["op_us"]), float(data["module_us"]), str(data["cpu"]),
-                                cached=True)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        found = cache.read(name, version=PROBE_VERSION, key=key, check=_check,
+                           what="host-cost cache", limit=64 << 10)
+        if found.data is not None:
+            return found.data
+        note = found.note
     cost = probe_host()
-    try:  # a cache that cannot be written only costs the next run 0.1 s
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, **cost.to_dict()}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return cost
+    saved = cache.write(name, {"op_us": cost.op_us, "module_us": cost.module_us, "cpu": cost.cpu},
+                        version=PROBE_VERSION, key=key, what="host-cost cache")
+    notes = [n for n in (note, saved) if n]
+    return replace(cost, note="; ".join(notes) or None) if notes else cost

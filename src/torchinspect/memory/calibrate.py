@@ -6,22 +6,22 @@ backward) twice, and records the workspace: the peak allocated during the call m
 is allocated after it (its outputs stay alive). One op at a time, so a batch whose whole
 model would not fit is still measured, and ``--fit`` needs no model run per batch.
 
-Results are cached in ``$XDG_CACHE_HOME/torchinspect`` (``~/.cache/torchinspect``), one file
-per GPU name, cuDNN version and torch version; a file that does not parse, or whose header
-names another GPU or version, is ignored with a note and rewritten. An op that runs out of
+Results are cached in the user's cache (:mod:`torchinspect.cache`: ``~/.cache/torchinspect``,
+private, read as an untrusted file), one entry per GPU name, cuDNN version and torch version;
+an entry that does not parse, holds a value out of range, or names another GPU or version is
+ignored with a note and measured again. An op that runs out of
 memory is cached as ``null`` and reported (the table or the range is used for it).
 """
 
 from __future__ import annotations
 
-import json
-import os
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from torchinspect import cache
 from torchinspect.dtypes import SHORT
 from torchinspect.memory.workspace import Problem, conv_output
 
@@ -34,15 +34,21 @@ def machine() -> dict[str, Any]:
             "torch": torch.__version__}
 
 
-def cache_dir() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(base) / "torchinspect"
+CACHE_VERSION = 2  # 1: the file before torchinspect.cache (read no more: measured again)
+#: the largest workspace a cache entry may claim: more than any GPU's memory is damage
+MAX_WORKSPACE = 1 << 44
+
+
+def cache_name(info: dict[str, Any]) -> str:
+    """The cache entry of one GPU, cuDNN and torch version (a name, not a path)."""
+    slug = re.sub(r"[^a-z0-9]+", "-", f"{info['gpu']}-cudnn{info['cudnn']}-torch{info['torch']}"
+                  .lower()).strip("-")[:120]
+    return f"cudnn-workspace-{slug}"
 
 
 def cache_path(info: dict[str, Any], folder: Path | None = None) -> Path:
-    slug = re.sub(r"[^a-z0-9]+", "-", f"{info['gpu']}-cudnn{info['cudnn']}-torch{info['torch']}"
-                  .lower()).strip("-")
-    return (folder or cache_dir()) / f"cudnn-workspace-{slug}.json"
+    """Where the entry of ``info`` lives (``folder``: the cache folder, default the user's)."""
+    return (folder or cache.cache_root()) / f"{cache_name(info)}.json"
 
 
 @dataclass
@@ -56,39 +62,42 @@ class Calibration:
     dirty: bool = False
 
     def save(self) -> None:
-        """Write the cache atomically (a temporary file renamed over it)."""
+        """Write the cache atomically (torchinspect.cache); a cache that cannot be written
+        is a note, never an error (the measurements stand)."""
         if not self.dirty:
             return
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = self.path.with_suffix(f".tmp{os.getpid()}")
-        tmp.write_text(json.dumps({"version": 1, "machine": self.info,
-                                   "entries": dict(sorted(self.entries.items()))}))
-        os.replace(tmp, self.path)
+        note = cache.write(self.path.stem, dict(sorted(self.entries.items())),
+                           version=CACHE_VERSION, key=self.info, what="calibration cache",
+                           root=self.path.parent)
+        if note:
+            self.notes.append(note)
         self.dirty = False
+
+
+def _entries(data: Any) -> dict[str, int | None]:
+    """The cached measurements, refused unless each maps a problem key to a byte count
+    (a whole number from 0 to :data:`MAX_WORKSPACE`) or null (out of memory)."""
+    if not isinstance(data, dict):
+        raise ValueError("entries must map problem keys to byte counts")
+    out: dict[str, int | None] = {}
+    for k, v in data.items():
+        if len(k) > 4096:
+            raise ValueError("a problem key is over 4096 characters")
+        out[k] = None if v is None else int(cache.number(v, f"entry {k[:40]!r}", low=0,
+                                                         high=MAX_WORKSPACE, integer=True))
+    return out
 
 
 def load_cache(info: dict[str, Any], folder: Path | None = None) -> Calibration:
     """This machine's cache; a corrupt file or one of another machine is ignored (a note)."""
     path = cache_path(info, folder)
     cal = Calibration(info, path)
-    if not path.exists():
-        return cal
-    try:
-        data = json.loads(path.read_bytes())
-        if not isinstance(data, dict) or data.get("version") != 1:
-            raise ValueError("not a version-1 cache")
-        if data.get("machine") != info:
-            cal.notes.append(f"ignored the calibration cache {path}: it was measured on "
-                             f"{_name(data.get('machine'))}, not {_name(info)}")
-            return cal
-        entries = data.get("entries")
-        if not isinstance(entries, dict) or not all(
-                isinstance(k, str) and (v is None or (isinstance(v, int) and v >= 0))
-                for k, v in entries.items()):
-            raise ValueError("entries must map problem keys to byte counts")
-        cal.entries = dict(entries)
-    except (ValueError, UnicodeDecodeError) as exc:
-        cal.notes.append(f"ignored the calibration cache {path}: corrupt ({exc}); measuring again")
+    found = cache.read(path.stem, version=CACHE_VERSION, key=info, check=_entries,
+                       what="calibration cache", root=path.parent, describe=_name)
+    if found.data is not None:
+        cal.entries = found.data
+    if found.note:
+        cal.notes.append(found.note)
     return cal
 
 

@@ -184,8 +184,45 @@ def _run_error(name: str, mode: str, exc: Exception) -> InspectError:
                             f"({type(exc).__name__}), which a prediction without data cannot follow",
                             hint="measure it on the GPU instead (inspect bench --max-batch)",
                             status=ExitStatus.INTERNAL)
-    return InspectError(f"{name}: the {mode} run on fake tensors failed: {type(exc).__name__}: "
-                        f"{text}", hint="rerun with --debug for the traceback",
-                        status=ExitStatus.INTERNAL)
+    return FakeRunFailed(f"{name}: the {mode} run on fake tensors failed: {type(exc).__name__}: "
+                         f"{text}", exc, mode)
+
+
+class FakeRunFailed(InspectError):
+    """The fake run failed for a reason not yet told apart: :func:`blame` decides whose it is
+    (the user's input, the model's code, or ours) once the fake run's state is undone."""
+
+    def __init__(self, message: str, original: Exception, mode: str) -> None:
+        super().__init__(message, hint="its plain forward runs, so this is torchinspect's: "
+                         "rerun with --debug and report the traceback", status=ExitStatus.INTERNAL)
+        self.original = original
+        self.mode = mode
+
+
+def blame(case: Any, example: Any, failed: FakeRunFailed) -> InspectError:
+    """Whose a fake-run failure is, as summary tells it: Python's recursion limit or an
+    exception from the model's file is the model's code (exit 70); a tensor too large to
+    exist is the input's (exit 2); else the model's plain forward (meta, the trace summary
+    runs) is run on the same input: its error, when it fails, is the answer (a wrong dtype or
+    shape is the user's input, exit 2); when it runs, the fake run is ours (exit 70)."""
+    from torchinspect.guard import raised_by_model
+    from torchinspect.trace.policy import trace_model
+
+    exc = failed.original
+    text = str(exc).lower()
+    if "overflow" in text and ("storage" in text or "size" in text or "numel" in text):
+        return InspectError(f"{case.name}: the {failed.mode} run's tensors for this input would "
+                            f"be larger than any machine holds ({first_line(exc, limit=160)})",
+                            hint="a smaller --input or --batch")
+    ours = raised_by_model(exc, case.name)
+    if ours is not None:
+        return ours
+    try:
+        trace_model(case.model, example, device="meta", train=failed.mode == "training")
+    except InspectError as plain:
+        return plain
+    except Exception:  # noqa: BLE001 - the plain forward fails its own way: ours to report
+        return failed
+    return failed
 
 

@@ -22,6 +22,7 @@ from torchinspect.inputs import ExampleInputs, rebatch
 from torchinspect.memory import margins
 from torchinspect.memory import step as steps
 from torchinspect.memory.faking import (  # noqa: F401 - re-exported: fit, the CLI, benchmarks
+    FakeRunFailed,
     Target,
     TrainingNeedsBatch,
     _leaves,
@@ -30,6 +31,7 @@ from torchinspect.memory.faking import (  # noqa: F401 - re-exported: fit, the C
     _run_error,
     _sizes,
     autocast_factory,
+    blame,
     fake_inputs,
     fake_state,
     make_target,
@@ -163,7 +165,17 @@ def make_workspaces(target: Target) -> Workspaces:
 
 def track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: str,
           top: int, workspaces: Workspaces | None = None) -> tuple[RunMemory, dict[str, int]]:
-    """Run one mode on fake tensors under the tracker; replay its log."""
+    """Run one mode on fake tensors under the tracker; replay its log. A failure of the fake
+    run is classified once its state is undone (faking.blame: the input's, the model's or
+    ours)."""
+    try:
+        return _track(case, example, cfg, target, mode, top, workspaces)
+    except FakeRunFailed as failed:
+        raise blame(case, example, failed) from failed.original
+
+
+def _track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode: str,
+           top: int, workspaces: Workspaces | None = None) -> tuple[RunMemory, dict[str, int]]:
     if cfg.fsdp:
         from torchinspect.memory.fsdp import track_sharded
 

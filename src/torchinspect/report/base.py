@@ -12,6 +12,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from torchinspect.escape import utf8_safe
+
 
 @dataclass(frozen=True)
 class Shown:
@@ -139,10 +141,15 @@ class Report:
 
 
 def _finite(obj: Any) -> Any:
+    """NaN and infinities as null; strings (keys too) valid UTF-8 (escape.utf8_safe: a lone
+    surrogate from a pickle or a file name becomes ``\\udcXX`` text, which strict JSON
+    parsers accept)."""
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
+    if isinstance(obj, str):
+        return utf8_safe(obj)
     if isinstance(obj, dict):
-        return {k: _finite(v) for k, v in obj.items()}
+        return {utf8_safe(k): _finite(v) for k, v in obj.items()}
     if isinstance(obj, list):
         return [_finite(v) for v in obj]
     return obj

@@ -13,6 +13,7 @@ import math
 import re
 from typing import Any
 
+from torchinspect.escape import xml_text
 from torchinspect.report.base import (
     Chart,
     Figure,
@@ -32,7 +33,9 @@ LABEL_W = 7.6  # the same for bar labels, with room for wide digits and signs (Ã
 
 
 def esc(value: Any) -> str:
-    return html.escape(str(value), quote=True)
+    """Text for HTML (and its inline SVG): markup escaped, and what escape.xml_text escapes
+    (C0/C1 and bidi controls, lone surrogates) shown as escapes."""
+    return html.escape(xml_text(str(value)), quote=True)
 
 
 def render_html(report: Report) -> str:

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TextIO
 
+from torchinspect.escape import markdown_cell, markdown_text, printable, utf8_safe
 from torchinspect.report.base import (
     Chart,
     Figure,
@@ -64,46 +65,32 @@ def render_csv(report: Report) -> str:
     tables = [s for s in report.sections if isinstance(s, Table)]
     primary = next((t for t in tables if t.primary), tables[0] if tables else None)
     buf = io.StringIO()
-    w = csv.writer(buf, lineterminator="\n")
+    w = _CsvRows(buf)
     if primary is None:
         kv = [s for s in report.sections if isinstance(s, KeyValues)]
         w.writerow(["key", "value"])
         for s in kv:
             for k, v in s.items:
                 w.writerow([k, v.value if isinstance(v, Shown) else v])
-        return buf.getvalue()
+        return utf8_safe(buf.getvalue())
     w.writerow(primary.columns)
     for row in primary.rows:
         w.writerow(["" if v is None else v.value if isinstance(v, Shown) else v for v in row])
-    return buf.getvalue()
+    return utf8_safe(buf.getvalue())  # names kept exact, a file valid UTF-8 (escape.py)
 
 
-# control characters (a ModuleDict key may hold a newline) shown as escapes in the text
-# formats: C0 and DEL, C1 (U+0080-U+009F: xterm acts on U+009B as CSI), and the bidi
-# embeddings, overrides and isolates (U+202A-U+202E, U+2066-U+2069, and the marks U+200E,
-# U+200F, U+061C), which reorder what a terminal shows after them
-_CONTROL = ({i: f"\\x{i:02x}" for i in (*range(32), *range(127, 160))}
-            | {i: f"\\u{i:04x}" for i in (0x061C, 0x200E, 0x200F, *range(0x202A, 0x202F),
-                                          *range(0x2066, 0x206A))}
-            | {9: "\\t", 10: "\\n", 13: "\\r"})
-# "<" that would open an HTML tag, comment or declaration in a Markdown viewer
-_TAG_OPEN = re.compile(r"<(?=[A-Za-z/!?])")
+class _CsvRows:
+    """csv.writer with "\n" line ends, which quotes a cell holding "\r" too (the module
+    quotes only the characters of its line terminator: a bare CR would split the row for
+    every reader)."""
 
+    def __init__(self, buf: io.StringIO) -> None:
+        self._minimal = csv.writer(buf, lineterminator="\n")
+        self._all = csv.writer(buf, lineterminator="\n", quoting=csv.QUOTE_ALL)
 
-def printable(s: str) -> str:
-    """``s`` on one line: control characters as escapes (``\\n``, ``\\t``, ``\\x1b``,
-    ``\\x9b``, ``\\u202e``): what a terminal would act on is shown, never obeyed."""
-    return s.translate(_CONTROL)
-
-
-def _md_text(s: str) -> str:
-    """A text for Markdown: one line, and no HTML a viewer would render (``<img ...>``)."""
-    return _TAG_OPEN.sub("&lt;", printable(s))
-
-
-def _md_escape(s: str) -> str:
-    """A table cell for Markdown: also ``|``, which would end the cell."""
-    return _md_text(s).replace("|", "\\|")
+    def writerow(self, row: list[Any]) -> None:
+        cr = any(isinstance(c, str) and "\r" in c for c in row)
+        (self._all if cr else self._minimal).writerow(row)
 
 
 def chart_table(c: Chart) -> Table:
@@ -130,16 +117,16 @@ def text_sections(sections: list[Section]) -> list[Table | KeyValues | Text]:
 
 def _md_rows(s: Table, rows: list[list[Any]]) -> list[str]:
     aligns = column_aligns(s)
-    return ["| " + " | ".join(_md_escape(c) for c in s.columns) + " |",
+    return ["| " + " | ".join(markdown_cell(c) for c in s.columns) + " |",
             "|" + "|".join("---:" if a == "right" else ":---" for a in aligns) + "|",
-            *("| " + " | ".join(_md_escape(cell_text(v)) for v in row) + " |" for row in rows)]
+            *("| " + " | ".join(markdown_cell(cell_text(v)) for v in row) + " |" for row in rows)]
 
 
 def render_markdown(report: Report) -> str:
-    out: list[str] = [f"## {_md_text(report.title)}", ""] if report.title else []
+    out: list[str] = [f"## {markdown_text(report.title)}", ""] if report.title else []
     for s in text_sections(report.sections):
         if s.title:
-            out.append(f"### {_md_text(s.title)}\n")
+            out.append(f"### {markdown_text(s.title)}\n")
         if isinstance(s, Table):
             quiet = s.quiet or [False] * len(s.rows)
             loud = [r for r, q in zip(s.rows, quiet, strict=True) if not q]
@@ -147,23 +134,23 @@ def render_markdown(report: Report) -> str:
             if loud or not folded:
                 out.extend(_md_rows(s, loud))
             else:
-                out.append(f"All {len(folded)} rows {_md_text(s.quiet_label)}.")
+                out.append(f"All {len(folded)} rows {markdown_text(s.quiet_label)}.")
             if folded:  # a collapsed block: a pull-request comment shows what changed first
-                out += ["", f"<details><summary>{len(folded)} {_md_text(s.quiet_label)} "
+                out += ["", f"<details><summary>{len(folded)} {markdown_text(s.quiet_label)} "
                         f"row(s)</summary>", "", *_md_rows(s, folded), "", "</details>"]
             out.append("")
-            out.extend(f"{_md_text(line)}  " for line in s.footer)
+            out.extend(f"{markdown_text(line)}  " for line in s.footer)
         elif isinstance(s, KeyValues):
             out.append("| | |")
             out.append("|:---|:---|")
             for k, v in s.items:
-                out.append(f"| {_md_escape(str(k))} | {_md_escape(cell_text(v))} |")
+                out.append(f"| {markdown_cell(str(k))} | {markdown_cell(cell_text(v))} |")
         elif s.code:  # a fence longer than any run of backticks inside (a path may hold some)
             fence = "`" * max(3, 1 + max((len(r) for ln in s.lines for r in re.findall("`+", ln)),
                                          default=0))
             out.extend([f"{fence}python", *(printable(ln) for ln in s.lines), fence])
         else:  # one line each (a Markdown viewer joins plain consecutive lines)
-            out.extend(f"{_md_text(line)}  " for line in s.lines)
+            out.extend(f"{markdown_text(line)}  " for line in s.lines)
         out.append("")
     return "\n".join(out).rstrip("\n") + "\n"
 

@@ -28,6 +28,7 @@ from torchinspect.errors import InspectError, first_line
 from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.io.compare import checkpoint_side, match_keys, model_side, tied_groups
 from torchinspect.io.layouts import read_hf_index, resolve_layout
+from torchinspect.io.regular import member, read_regular
 from torchinspect.sources.base import closest
 
 PREFIX = "hf:"
@@ -61,14 +62,23 @@ def _apply(config: Any, kwargs: dict[str, Any], what: str) -> Any:
     return config
 
 
+_MAX_CONFIG_BYTES = 16 << 20  # a config.json is a few KB
+
+
 def config_from_dir(path: Path, kwargs: dict[str, Any]) -> Any:
     tr = import_transformers()
-    try:
-        raw = json.loads((path / "config.json").read_text())
-    except (OSError, ValueError) as exc:
-        raise InspectError(f"{path / 'config.json'}: not a readable JSON config ({exc})",
+    where = str(path / "config.json")
+    try:  # read once, inside the folder (a link to elsewhere refused), as an untrusted file
+        config_file = member(path, "config.json", what=str(path))
+        raw = json.loads(bytes(read_regular(config_file, limit=_MAX_CONFIG_BYTES, what=where))
+                         .decode("utf-8"))
+    except (OSError, ValueError, RecursionError) as exc:
+        raise InspectError(f"{where}: not a readable JSON config ({first_line(exc, limit=120)})",
                            hint="a Hugging Face model folder holds the config.json saved by "
                            "save_pretrained") from None
+    if not isinstance(raw, dict):
+        raise InspectError(f"{where}: not a JSON object", hint="a Hugging Face model folder "
+                           "holds the config.json saved by save_pretrained")
     model_type = raw.get("model_type")
     if not model_type or model_type not in tr.CONFIG_MAPPING:
         if raw.get("auto_map"):
@@ -78,8 +88,8 @@ def config_from_dir(path: Path, kwargs: dict[str, Any]) -> Any:
         raise InspectError(f"{path / 'config.json'}: model_type {model_type!r} is not known to "
                            f"transformers {tr.__version__}",
                            hint="upgrade transformers, or check the config's model_type")
-    try:
-        config = tr.AutoConfig.from_pretrained(str(path), local_files_only=True)
+    try:  # from the bytes read above: the file is never read a second time
+        config = tr.CONFIG_MAPPING[model_type].from_dict(raw)
     except Exception as exc:
         raise InspectError(f"{path / 'config.json'}: transformers cannot read it "
                            f"({first_line(exc, typed=True, limit=160)})",

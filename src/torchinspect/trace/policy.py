@@ -17,7 +17,7 @@ from torch import nn
 
 from torchinspect import device as devices
 from torchinspect.errors import InspectError, first_line, is_out_of_memory
-from torchinspect.guard import contained
+from torchinspect.guard import contained, too_deep
 from torchinspect.inputs import ExampleInputs
 from torchinspect.shapes import shape_tree, tensor_bytes
 from torchinspect.sources.case import ModelCase, describe_inputs, materialize
@@ -264,6 +264,9 @@ def forward_error(exc: BaseException, inputs: Any) -> InspectError:
     """The model's forward failed on ``inputs``: a user error naming them, or running out of
     memory (not the input's fault: the hint says how to need less)."""
     shown = describe_inputs(inputs)  # shapes and dtypes only, never tensor values
+    deep = too_deep(exc)  # the model's nesting, not the input: exit 70 naming the model's code
+    if deep is not None:
+        return deep
     if is_out_of_memory(exc):
         return InspectError(
             f"ran out of memory running the model's forward for input {shown}: {_why(exc)}",

@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import InspectError
+from torchinspect.escape import dot_text, utf8_safe
 from torchinspect.export.graph.model import Graph, GraphCluster, GraphNode
 from torchinspect.io.atomic import atomic_write_bytes, atomic_write_text, check_target
 
@@ -20,10 +21,9 @@ WRITE_FORMATS = (*RENDER_FORMATS, "dot", "json")
 
 
 def dot_quote(text: str) -> str:
-    """A DOT double-quoted string: backslashes and quotes escaped, newlines as centred breaks."""
-    text = str(text).replace("\\", "\\\\").replace('"', '\\"')
-    text = text.replace("\r", "").replace("\n", "\\n")
-    return f'"{text}"'
+    """A DOT double-quoted string (escape.dot_text): backslashes and quotes escaped, newlines
+    as centred breaks, NUL and the other controls as visible escapes (Graphviz refuses NUL)."""
+    return f'"{dot_text(str(text))}"'
 
 
 _STYLE = {
@@ -198,5 +198,6 @@ def _render(source: str, fmt: str, target: Path, *, force: bool,
 def graph_json(graph: Graph) -> str:
     import json
 
-    return json.dumps({"schema": "torchinspect/graph/v1", **graph.to_dict()}, indent=2,
+    text = json.dumps({"schema": "torchinspect/graph/v1", **graph.to_dict()}, indent=2,
                       ensure_ascii=False) + "\n"
+    return utf8_safe(text)  # a lone surrogate in a name: \udcXX text, the file valid UTF-8
