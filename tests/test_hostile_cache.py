@@ -198,7 +198,7 @@ def test_a_full_disk_is_a_note_naming_the_entry_and_the_bytes(tmp_path, monkeypa
 
 def test_bench_predict_ignores_a_crafted_host_cost_and_says_so(tmp_path, monkeypatch, invoke) -> None:
     """A crafted entry made ``bench --predict`` print a negative host time with exit 0."""
-    from torchinspect.bench.predict.host import cache_entry
+    from torchinspect.latency.host import cache_entry
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     name, key = cache_entry()
@@ -218,7 +218,7 @@ def test_bench_predict_ignores_a_crafted_host_cost_and_says_so(tmp_path, monkeyp
 
 
 def test_bench_predict_never_blocks_on_a_fifo_in_the_cache(tmp_path, monkeypatch, invoke) -> None:
-    from torchinspect.bench.predict.host import cache_entry
+    from torchinspect.latency.host import cache_entry
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     name, _ = cache_entry()
@@ -266,7 +266,7 @@ def test_fuzz_a_cache_file_is_used_validated_or_ignored_with_a_note(tmp_path_fac
 @settings(max_examples=60, deadline=None, suppress_health_check=list(HealthCheck))
 @given(data=_JSON)
 def test_fuzz_host_cost_and_calibration_checks_refuse_what_is_not_a_measurement(data) -> None:
-    from torchinspect.bench.predict.host import _check as host_check
+    from torchinspect.latency.host import _check as host_check
     from torchinspect.memory.calibrate import MAX_WORKSPACE, _entries
 
     for check in (host_check, _entries):
