@@ -62,6 +62,10 @@ class Table:
     fit_hint: Callable[[list[str]], str] | None = None
     # text columns that never fold (shapes): the table leaves out columns or is printed wider
     nofold: list[str] = field(default_factory=list)
+    # columns of code to copy (a fix, a file:line): never folded; where keeping them would
+    # squeeze the text beside them, each goes on a line of its own under its row (in a
+    # terminal, or at WRAP_WIDTH for a table of sentences), as linters print a fix
+    code: list[str] = field(default_factory=list)
     # rows a reader can skip (unchanged against a baseline): Markdown (a pull-request comment)
     # folds them into a collapsed <details> block under the table; other formats show them
     quiet: list[bool] | None = None
