@@ -22,6 +22,7 @@ from torchinspect.cli.progress import pause
 from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
 from torchinspect.guard import model_code
 from torchinspect.report.render import printable
+from torchinspect.report.wrap import wrap
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -35,14 +36,29 @@ def _debug_enabled() -> bool:
     return DEBUG.get() or os.environ.get("TORCHINSPECT_DEBUG", "") not in ("", "0")
 
 
+# errors fold at this width (or the terminal's, when narrower): a log keeps them readable
+ERROR_WIDTH = 80
+
+
 def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.USAGE) -> typer.Exit:
     """Print ``error:``/``hint:`` lines on stderr and return the Exit to raise. Control
-    characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped."""
+    characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped;
+    each folds at 80 columns (or a narrower terminal's) by the one wrapping rule, going on
+    under its own text."""
     pause()  # the command's status line ends before its error is shown
-    typer.echo(f"error: {printable(message)}", err=True)
-    if hint:
-        typer.echo(f"hint: {printable(hint)}", err=True)
+    width = min(ERROR_WIDTH, _stderr_width() or ERROR_WIDTH)
+    for label, text in (("error: ", message), ("hint: ", hint)):
+        if text:
+            for line in wrap(label + printable(text), width, " " * len(label)):
+                typer.echo(line, err=True)
     return typer.Exit(int(status))
+
+
+def _stderr_width() -> int | None:
+    try:
+        return os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else None
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _os_error_text(exc: OSError) -> str:
