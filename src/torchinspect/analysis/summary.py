@@ -25,7 +25,7 @@ from torchinspect.shapes import format_shape_tree, shape_lists
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
-from torchinspect.trace.tree import ShownCall, fold_repeats, never_ran_notes, shown_tree
+from torchinspect.trace.tree import ShownCall, call_of, fold_repeats, never_ran_notes, shown_tree
 
 
 class Column(StrEnum):
@@ -341,10 +341,7 @@ def _call_suffix(trace: Trace, node: ShownCall) -> str:
         return " (not run)"
     if node.runs_as is not None:
         return f" (tied, runs as {node.runs_as})"
-    info = trace.modules.get(node.call.name)
-    if node.called and info is not None and info.calls > 1 and node.fold == 1:
-        return f" (call {node.call.call_number + 1}/{info.calls})"
-    return ""
+    return call_of(trace, node.call) if node.called and node.fold == 1 else ""
 
 
 def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,

@@ -153,7 +153,7 @@ def render_markdown(report: Report) -> str:
                 out += ["", f"<details><summary>{len(folded)} {_md_text(s.quiet_label)} "
                         f"row(s)</summary>", "", *_md_rows(s, folded), "", "</details>"]
             out.append("")
-            out.extend(f"{_md_text(line)}  " for line in s.footer)
+            out.extend(f"{_md_text(line)}  " for line in s.footer_for(s.columns))
         elif isinstance(s, KeyValues):
             out.append("| | |")
             out.append("|:---|:---|")
@@ -219,10 +219,7 @@ def _text_lines(report: Report, width: int | None, *, wrap: int) -> list[Line]:
         if out:
             out.append(Line(""))
         if isinstance(s, Table):
-            texts = [[printable(cell_text(v)) for v in row] for row in s.rows]
-            out += table_lines(s, texts, [printable(c) for c in s.columns],
-                               wrap if s.wrap else width, width,
-                               [printable(f) for f in s.footer])
+            out += table_lines(s, wrap if s.wrap else width, width, printable)
             continue
         if s.title:
             out += [Line(t, "bold") for t in wrap_text(printable(s.title), width)]

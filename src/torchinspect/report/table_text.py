@@ -128,24 +128,26 @@ def _level(widths: dict[int, int], group: list[int], floor: dict[int, int], over
         widths[i] = new
 
 
-def table_lines(s: Table, texts: list[list[str]], heads: list[str], width: int | None,
-                terminal: int | None, footer: list[str]) -> list[Line]:
+def table_lines(s: Table, width: int | None, terminal: int | None,
+                shown: Callable[[str], str]) -> list[Line]:
     """The lines that show table ``s`` fitted to ``width`` (None: natural width, every
-    column), then its ``footer``; ``texts``, ``heads`` and ``footer`` are as shown
-    (printable); the title, code lines and footer fold at ``terminal`` (the terminal's width,
-    None when there is none)."""
+    column), then its footer; ``shown`` turns a text into what may be printed (escapes);
+    the title, code lines and footer fold at ``terminal`` (the terminal's width, None when
+    there is none)."""
+    texts = [[shown(cell_text(v)) for v in row] for row in s.rows]
+    heads = [shown(c) for c in s.columns]
     fit = fit_columns(s, texts, width)
     aligns = column_aligns(s)
     grid = [[wrap(r[i] if i < len(r) else "", fit.widths[i]) for i in fit.keep] for r in texts]
     head = [wrap(heads[i], fit.widths[i]) for i in fit.keep]
-    shown = [max([cells(ln) for ln in head[j]] + [cells(ln) for row in grid for ln in row[j]])
-             for j in range(len(fit.keep))]
-    total = sum(shown) + fit.gap * (len(shown) - 1)
+    size = [max([cells(ln) for ln in head[j]] + [cells(ln) for row in grid for ln in row[j]])
+            for j in range(len(fit.keep))]
+    total = sum(size) + fit.gap * (len(size) - 1)
 
     def line(parts: list[str]) -> str:
         out = []
         for j, text in enumerate(parts):
-            pad = " " * (shown[j] - cells(text))
+            pad = " " * (size[j] - cells(text))
             out.append(pad + text if aligns[fit.keep[j]] == "right" else text + pad)
         return (" " * fit.gap).join(out).rstrip(" ")
 
@@ -158,7 +160,7 @@ def table_lines(s: Table, texts: list[list[str]], heads: list[str], width: int |
     out = [Line(t, "bold") for t in wrap(s.title, terminal)] if s.title else []
     out += [Line(t, "bold") for t in block(head, bottom=True)]
     out.append(Line("─" * total))
-    indent = " " * min(BELOW_INDENT, shown[0] + fit.gap if len(shown) > 1 else 2)
+    indent = " " * min(BELOW_INDENT, size[0] + fit.gap if len(size) > 1 else 2)
     for r, row in zip(texts, grid, strict=True):
         out += [Line(t) for t in block(row)]
         for i in fit.below:
@@ -166,6 +168,7 @@ def table_lines(s: Table, texts: list[list[str]], heads: list[str], width: int |
             if text.strip() and text != "-":
                 label = f"{indent}{heads[i]}: "
                 out += [Line(t) for t in wrap(label + text, width, " " * cells(label))]
+    footer = [shown(f) for f in s.footer_for([s.columns[i] for i in fit.keep])]
     if fit.left_out:
         footer = [*footer, f"Left out to fit {width} columns: {', '.join(fit.left_out)}.",
                   s.fit_hint(fit.left_out) if s.fit_hint else
