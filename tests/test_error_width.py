@@ -1,6 +1,7 @@
 """Errors fit 80 columns (issue 42): over a suite of bad inputs to every command, the error is
 ``error: ...`` naming the problem, then ``hint: ...`` naming the fix, each folded at 80
-columns by the one wrapping rule (going on under its own text), exit 2, no traceback. A
+columns on a terminal by the one wrapping rule (going on under its own text), exit 2, no
+traceback. A
 typo'd model name is answered before torch is imported; a wrong-rank ``--input`` proposes
 the corrected shape."""
 
@@ -52,6 +53,7 @@ BAD_INPUTS = [
 def test_bad_input_is_a_short_error_and_a_hint(invoke, tmp_path: Path, monkeypatch,
                                                args: list[str], needle: str) -> None:
     monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("COLUMNS", "80")  # as an 80-column terminal (piped: one line each)
     result = invoke(*args)
     assert result.exit_code == ExitStatus.USAGE, result.output
     lines = result.stderr.splitlines()
@@ -103,3 +105,22 @@ def test_a_wrong_rank_input_gets_the_corrected_shape(invoke, given: str, propose
     hint = result.stderr.split("hint: ")[1]
     assert hint.startswith(f"--input {proposed} (batch prepended)"), result.stderr
     assert "--no-batch" in hint
+
+
+def test_piped_errors_stay_one_line_each(invoke, monkeypatch) -> None:
+    monkeypatch.delenv("COLUMNS", raising=False)
+    result = invoke("summary", "zoo:convnett")
+    assert [line.split(":")[0] for line in result.stderr.splitlines()] == ["error", "hint"]
+
+
+def test_errors_fold_in_a_real_terminal() -> None:
+    from ptys import run_in_pty
+
+    exe = Path(sys.executable).with_name("inspect")
+    status, text = run_in_pty([str(exe), "summary", "zoo:convnett"], 60)
+    assert status == ExitStatus.USAGE
+    lines = text.strip().splitlines()
+    assert lines[0] == "error: unknown zoo model zoo:convnett"
+    assert lines[1].startswith("hint: did you mean zoo:convnet?")
+    assert len(lines) > 3 and all(len(line) <= 60 for line in lines)
+    assert all(line.startswith("      ") for line in lines[2:])

@@ -122,7 +122,8 @@ UNEXPORTABLE = textwrap.dedent('''
 ''')
 
 
-def test_cli_unexportable_model_names_the_construct(invoke, tmp_path) -> None:
+def test_cli_unexportable_model_names_the_construct(invoke, tmp_path, monkeypatch) -> None:
+    monkeypatch.delenv("COLUMNS")  # piped: the error and the hint one line each
     spec = tmp_path / "net.py"
     spec.write_text(UNEXPORTABLE)
     out = tmp_path / "net.onnx"

@@ -36,17 +36,19 @@ def _debug_enabled() -> bool:
     return DEBUG.get() or os.environ.get("TORCHINSPECT_DEBUG", "") not in ("", "0")
 
 
-# errors fold at this width (or the terminal's, when narrower): a log keeps them readable
+# errors fold at this width on a terminal (or at the terminal's, when narrower)
 ERROR_WIDTH = 80
 
 
 def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.USAGE) -> typer.Exit:
     """Print ``error:``/``hint:`` lines on stderr and return the Exit to raise. Control
-    characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped;
-    each folds at 80 columns (or a narrower terminal's) by the one wrapping rule, going on
-    under its own text."""
+    characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped.
+    On a terminal each folds at 80 columns, or the terminal's when narrower (COLUMNS, when
+    set, is the width), by the one wrapping rule, going on under its own text; piped or in a
+    log, each stays one line (grep finds it whole)."""
     pause()  # the command's status line ends before its error is shown
-    width = min(ERROR_WIDTH, _stderr_width() or ERROR_WIDTH)
+    cols = os.environ.get("COLUMNS", "")
+    width = int(cols) if cols.isdigit() and int(cols) > 0 else _stderr_width()
     for label, text in (("error: ", message), ("hint: ", hint)):
         if text:
             for line in wrap(label + printable(text), width, " " * len(label)):
@@ -55,10 +57,13 @@ def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.U
 
 
 def _stderr_width() -> int | None:
+    """The width errors fold at on the terminal stderr is (at most ERROR_WIDTH), else None."""
     try:
-        return os.get_terminal_size(sys.stderr.fileno()).columns if sys.stderr.isatty() else None
+        if sys.stderr.isatty():
+            return min(ERROR_WIDTH, os.get_terminal_size(sys.stderr.fileno()).columns)
     except (AttributeError, ValueError, OSError):
-        return None
+        pass
+    return None
 
 
 def _os_error_text(exc: OSError) -> str:
