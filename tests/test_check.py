@@ -672,3 +672,22 @@ def test_two_runs_saving_one_baseline_the_second_is_refused(invoke, tmp_path: Pa
     assert "created_by_the_other_run" in out.read_text()  # the other run's file is kept
     monkeypatch.setattr(core, "run_check", real)
     assert invoke("check", "zoo:mnist-net", "--save-baseline", out).exit_code == 0  # alone: fine
+
+
+def test_a_memory_budget_may_name_a_gpus_memory(invoke, tmp_path, monkeypatch) -> None:
+    """--max-train-mb 24GB is a 24 GB card, read as --fit reads it: 24 GiB less the CUDA
+    context and the allocator's reserve; a note says so (issue 42)."""
+    from torchinspect.check.metrics import Metric, parse_budget
+    from torchinspect.memory.budget import gpu_memory
+
+    assert parse_budget("24GB", Metric.train_mb) == gpu_memory("24GB").usable / 1e6
+    assert parse_budget("100", Metric.train_mb) == 100  # a number is MB, as before
+    with pytest.raises(InspectError):
+        parse_budget("24GB", Metric.params)  # counts take no byte unit
+    monkeypatch.chdir(tmp_path)
+    result = invoke("check", "zoo:mnist-net", "--max-train-mb", "1GB", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    limit = next(r["limit"] for m in data["models"] for r in m["results"] if r["metric"] == "train-mb")
+    assert limit == pytest.approx(gpu_memory("1GB").usable / 1e6)
+    assert any("--max-train-mb 1GB: 1 GiB (GB on a GPU are GiB" in n for n in data["notes"])

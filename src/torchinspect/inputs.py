@@ -348,6 +348,19 @@ def parse_inputs(
     return ExampleInputs(tuple(args), kwargs)
 
 
+def batch_of(example: Any) -> int | None:
+    """The batch an example holds: the leading dimension of its first tensor (the length of
+    a list of images); None where that can't be told."""
+    if not isinstance(example, ExampleInputs):
+        return None
+    for tree in (*example.args, *example.kwargs.values()):
+        if isinstance(tree, list) and tree and all(isinstance(t, TensorSpec) for t in tree):
+            return len(tree)
+        if isinstance(tree, TensorSpec):
+            return tree.shape[0] if tree.shape else None
+    return None
+
+
 def rebatch(example: ExampleInputs, batch: int) -> ExampleInputs:
     """The same example with every leading (batch) dimension set to ``batch``."""
 
