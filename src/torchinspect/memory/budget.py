@@ -67,11 +67,11 @@ def gpu_memory(text: str, option: str = "--fit", number: str = "bytes") -> Memor
         raise InspectError(f"{option} {text!r}: expected a GPU's memory, like 24GB or 80GiB",
                            hint="GB on a GPU are GiB (a 24 GB card holds 24 GiB); a number "
                            f"without a unit is {number}")
-    number, prefix = float(m[1]), m[2].upper()
-    total = int(number * 1024 ** " KMGT".index(prefix or " "))
+    amount, prefix = float(m[1]), m[2].upper()
+    total = int(amount * 1024 ** " KMGT".index(prefix or " "))
     if total < 1:
         raise InspectError(f"{option} {text!r}: must be at least 1 byte", hint="e.g. 24GB")
-    size = f"{number:g} {prefix}iB" if prefix else f"{total:,} bytes"
+    size = f"{amount:g} {prefix}iB" if prefix else f"{total:,} bytes"
     why = f"{prefix}B on a GPU are {prefix}iB, as its memory is sold" if prefix and not m[3] else ""
     return MemoryBudget(str(text).strip(), total, size, why, CUDA_CONTEXT)
 
