@@ -251,13 +251,51 @@ def test_skipped_examples_say_why() -> None:
 
 
 def test_every_command_has_a_page_with_its_generated_options() -> None:
-    from torchinspect.cli.reference import command_names
+    from torchinspect.cli.reference import command_names, command_reference
 
     for name in command_names():
         page = DOCS / "commands" / f"{name}.md"
         assert page.is_file(), f"{name} has no page docs/commands/{name}.md"
-        assert f"<!-- inspect-options {name} -->" in page.read_text(), (
+        text = page.read_text()
+        assert f"<!-- inspect-options {name} -->" in text, (
             f"docs/commands/{name}.md has no generated option table")
+        # written into the page itself: the raw file shows the options
+        assert command_reference(name).strip() in text, f"docs/commands/{name}.md"
+
+
+def test_generated_blocks_are_written_into_the_pages(request: pytest.FixtureRequest) -> None:
+    """Option tables, the doctor's checks, the MAC formulas, the API entries and the workflow
+    YAML are in the Markdown files themselves (the repository view reads as the site does),
+    and match what they are generated from now; `--update-golden` (or `python
+    docs/hooks.py`) rewrites stale ones."""
+    hooks = _hooks()
+    stale = hooks.stale()
+    if stale and request.config.getoption("--update-golden"):
+        for page in stale:
+            page.write_text(hooks.refreshed(page.read_text()))
+        stale = hooks.stale()
+    assert not stale, ("stale generated blocks (run python docs/hooks.py): "
+                       + ", ".join(_page_id(p) for p in stale))
+    check = (DOCS / "commands" / "check.md").read_text()
+    workflow = (ROOT / ".github/workflows/model-size.yml").read_text()
+    assert workflow.rstrip() in check and "--8<--" not in check
+    doctor = (DOCS / "commands" / "doctor.md").read_text()
+    assert "### TI001" in doctor  # doctor --help sends people here: the checks are listed
+
+
+def test_a_generated_block_is_made_anew_between_its_markers() -> None:
+    hooks = _hooks()
+    page = "intro\n<!-- workflow .github/workflows/model-size.yml -->\nold text\n" \
+           "<!-- end workflow -->\nafter\n"
+    fresh = hooks.refreshed(page)
+    assert fresh.startswith("intro\n<!-- workflow .github/workflows/model-size.yml -->\n\n```yaml\n")
+    assert fresh.endswith("```\n\n<!-- end workflow -->\nafter\n") and "old text" not in fresh
+    assert hooks.refreshed(fresh) == fresh
+    # a marker without its end gets one; a marker inside a sentence is left alone
+    bare = "<!-- mac-formulas -->\nnext\n"
+    assert hooks.refreshed(bare).endswith("<!-- end mac-formulas -->\nnext\n")
+    mention = "write `<!-- inspect-options NAME -->` on a page\n"
+    assert hooks.refreshed(mention) == mention
 
 
 def test_generated_reference_lists_every_visible_option() -> None:
@@ -377,11 +415,9 @@ def test_site_builds_strict_and_every_internal_link_resolves(site: Path) -> None
                 broken.append(f"{page.relative_to(site)} -> {target}#{anchor}")
     assert not broken, "broken internal links:\n" + "\n".join(broken)
     assert not list(site.rglob("*.py"))  # docs/hooks.py builds the site; it is not a page
-    # check.md includes the real workflow file (a snippet, not a copy)
-    workflow = (DOCS.parent / ".github/workflows/model-size.yml").read_text()
+    # check.md shows the workflow file whole (written into the page, kept equal by a test)
     check = (site / "commands/check/index.html").read_text()
-    assert "checks: write" in check and "no baseline" in check
-    assert workflow.count("\n") > 40 and "--8<--" not in check
+    assert "checks: write" in check and "no baseline" in check and "TORCHINSPECT" in check
 
 
 @pytest.mark.slow
