@@ -422,12 +422,15 @@ def test_site_builds_strict_and_every_internal_link_resolves(site: Path) -> None
 
 @pytest.mark.slow
 def test_site_pages_open_in_a_browser(site: Path) -> None:
-    from test_report_browser import _chromium
+    from test_report_browser import _chromium, no_browser
 
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        no_browser("playwright (pip install -e '.[dev]')")
     exe = _chromium()
     if exe is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+        no_browser("chromium")
     with _serve(site) as base, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
         try:
