@@ -2,7 +2,7 @@
 # they create .venv and install into it what they need, each step saying what it does and
 # about how long it takes, with a line at least every 10 s (tools/step.sh).
 #   make demo    torch/torchvision and the package with its runtime dependencies, then one
-#                summary (about 3 min on a 2-core machine with a local wheel cache)
+#                summary (about 4 min on a busy 2-core machine with a local wheel cache)
 #   make test    also the test and docs tools (pytest, ruff, mypy, mkdocs, playwright, timm,
 #                transformers), then the suite without the slow tests
 # Nothing is installed outside .venv except by `make system`, which says so first: Graphviz's
@@ -28,7 +28,7 @@ runtime: $(RUNTIME)
 $(RUNTIME): pyproject.toml Makefile
 	@test -x $(PY) || $(STEP) "creating $(VENV)" "a few seconds" $(PYTHON) -m venv $(VENV)
 	@$(STEP) "installing torch and torchvision into $(VENV)" \
-	  "about 2 min on 2 cores from a local wheel cache; downloading ~1 GB takes longer" \
+	  "about 3 min on 2 cores from a local wheel cache; downloading ~1 GB takes longer" \
 	  $(PIP) $(TORCH_PINS)
 	@$(STEP) "installing torchinspect and its runtime dependencies (onnx, onnxruntime, typer, ...)" \
 	  "about 1 min" $(PIP) -e . $(TORCH_PINS)
@@ -59,7 +59,7 @@ system:
 browser: system
 
 demo:
-	@echo "make demo: about 3 min on a 2-core machine the first time (a local wheel cache), seconds after"
+	@echo "make demo: about 4 min on a busy 2-core machine the first time (from a local wheel cache), seconds after"
 	@$(MAKE) --no-print-directory $(RUNTIME)
 	@echo "==> inspect summary resnet18 --input 3,224,224 (about 5 s)"
 	@$(VENV)/bin/inspect summary resnet18 --input 3,224,224
