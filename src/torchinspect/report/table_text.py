@@ -14,6 +14,7 @@ and code never fold inside the grid; a table that still doesn't fit is printed w
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -62,9 +63,10 @@ def fit_columns(s: Table, texts: list[list[str]], width: int | None) -> Fit:
     foldable = {i for i in every if aligns[i] != "right" and s.columns[i] not in s.nofold
                 and s.columns[i] not in s.code}
 
-    # a column folds no narrower than its longest word (up to WORD_MAX): names stay whole
-    words = [min(WORD_MAX, max([cells(w) for r in texts if i < len(r) for w in r[i].split(" ")]
-                               + [0])) for i in range(n)]
+    # a column folds no narrower than its longest name (a word, or the part of a dotted
+    # path or file path between two breaks, after the cell's indent; up to WORD_MAX)
+    words = [max([min(WORD_MAX, _longest_name(r[i])) for r in texts if i < len(r)] + [0])
+             for i in range(n)]
 
     def least(i: int, floor: int = FOLD_MIN) -> int:
         return min(natural[i], max(floor, words[i])) if i in foldable else natural[i]
@@ -106,6 +108,16 @@ def fit_columns(s: Table, texts: list[list[str]], width: int | None) -> Fit:
         if over > 0 and group:
             _level(widths, group, {i: least(i) for i in group}, over)
     return Fit(keep, left, sorted(below), widths, gap)
+
+
+_PIECES = re.compile(r"[^ ./,]+[./,]?")
+
+
+def _longest_name(text: str) -> int:
+    """The widest piece ``text`` can't be broken inside (after its indent, a tree's too)."""
+    body = text.lstrip(" │├└─┬")
+    indent = cells(text) - cells(body)
+    return indent + max((cells(p) for p in _PIECES.findall(body)), default=0)
 
 
 def _level(widths: dict[int, int], group: list[int], floor: dict[int, int], over: int) -> None:
