@@ -65,8 +65,7 @@ def fit_columns(s: Table, texts: list[list[str]], width: int | None) -> Fit:
 
     # a column folds no narrower than its longest name (a word, or the part of a dotted
     # path or file path between two breaks, after the cell's indent; up to WORD_MAX)
-    words = [max([min(WORD_MAX, _longest_name(r[i])) for r in texts if i < len(r)] + [0])
-             for i in range(n)]
+    words = [max([_longest_name(r[i]) for r in texts if i < len(r)] + [0]) for i in range(n)]
 
     def least(i: int, floor: int = FOLD_MIN) -> int:
         return min(natural[i], max(floor, words[i])) if i in foldable else natural[i]
@@ -114,10 +113,11 @@ _PIECES = re.compile(r"[^ ./,]+[./,]?")
 
 
 def _longest_name(text: str) -> int:
-    """The widest piece ``text`` can't be broken inside (after its indent, a tree's too)."""
+    """The widest piece ``text`` can't be broken inside (up to WORD_MAX), after its indent
+    (a tree's too), where a folded line of it starts."""
     body = text.lstrip(" │├└─┬")
     indent = cells(text) - cells(body)
-    return indent + max((cells(p) for p in _PIECES.findall(body)), default=0)
+    return indent + min(WORD_MAX, max((cells(p) for p in _PIECES.findall(body)), default=0))
 
 
 def _level(widths: dict[int, int], group: list[int], floor: dict[int, int], over: int) -> None:
