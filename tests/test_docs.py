@@ -147,12 +147,52 @@ def golden_update(expected: list[str], actual: str) -> str | None:
     return "\n".join(new) + "\n"
 
 
-def _run_inspect(args: list[str], cwd: Path) -> str:
+def _run_inspect(args: list[str], cwd: Path, shown: list[tuple[Any, str]] | None = None) -> str:
+    """``inspect ARGS`` in this process; each report it renders is added to ``shown`` with
+    its format."""
     from typer.testing import CliRunner
 
+    import torchinspect.cli.output as output
     from torchinspect.cli.app import app
 
-    return CliRunner().invoke(app, args, catch_exceptions=False).output
+    original = output.render
+
+    def keep(report: Any, fmt: Any, *rest: Any, **kw: Any) -> None:
+        if shown is not None:
+            shown.append((report, str(getattr(fmt, "value", fmt))))
+        original(report, fmt, *rest, **kw)
+
+    output.render = keep
+    try:
+        return CliRunner().invoke(app, args, catch_exceptions=False).output
+    finally:
+        output.render = original
+
+
+def layout_problems(command: str, printed: str, reports: list[tuple[Any, str]]) -> list[str]:
+    """What an example shows that a reader can't use (issue 42): a line over 80 columns in
+    what it printed (a table or an error), and, for each table report, a word or code line
+    split at 80 or 120 columns or piped (the report rendered again at those widths)."""
+    import io
+
+    from torchinspect.report.render import render
+    from wrapcheck import broken_words
+
+    problems = []
+    tables = [r for r, fmt in reports if fmt == "table"]
+    if tables or not reports:  # data formats (JSON, CSV, Markdown) are not for a terminal
+        long = [line for line in printed.splitlines() if len(line) > 80]
+        problems += [f"{command}: {len(line)} columns: {line}" for line in long]
+    for report in tables:
+        for width in (80, 120, None):
+            buf = io.StringIO()
+            render(report, "table", buf, width=width)
+            broken = broken_words(report, buf.getvalue(), width)
+            problems += [f"{command}: split at {width or 'piped'}: {w}" for w in broken]
+            if width:
+                problems += [f"{command}: over {width}: {line}"
+                             for line in buf.getvalue().splitlines() if len(line) > width]
+    return problems
 
 
 def _run_shell(command: str, cwd: Path) -> str:
@@ -163,10 +203,11 @@ def _run_shell(command: str, cwd: Path) -> str:
     return done.stdout + done.stderr
 
 
-def run_command(command: str, cwd: Path) -> str:
-    """What a terminal shows for one example command, run in cwd."""
+def run_command(command: str, cwd: Path, shown: list[tuple[Any, str]] | None = None) -> str:
+    """What a terminal shows for one example command, run in cwd (``shown``: the reports an
+    in-process ``inspect`` renders)."""
     if command.startswith("inspect ") and not (_SHELL_CHARS & set(command)):
-        return _run_inspect(shlex.split(command)[1:], cwd)
+        return _run_inspect(shlex.split(command)[1:], cwd, shown)
     return _run_shell(command, cwd)
 
 
@@ -205,6 +246,7 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
     monkeypatch.chdir(tmp_path)
     update = request.config.getoption("--update-golden")
     failures: list[str] = []
+    layout: list[str] = []
     updates: list[tuple[Command, str]] = []
     for block in parse_blocks(page.read_text()):
         if block.kind == "file":
@@ -214,7 +256,11 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
         if block.skip:
             continue
         for cmd in block.commands:
-            actual = normalise(run_command(cmd.text, tmp_path), tmp_path)
+            shown: list[tuple[Any, str]] = []
+            actual = normalise(run_command(cmd.text, tmp_path, shown), tmp_path)
+            if cmd.text.startswith("inspect ") and not (_SHELL_CHARS & set(cmd.text)):
+                layout += [f"{_page_id(page)}:{cmd.line}: {p}"
+                           for p in layout_problems(cmd.text, actual, shown)]
             if not matches(cmd.expected, actual):
                 golden = golden_update(cmd.expected, actual) if update else None
                 if golden is not None:
@@ -225,6 +271,28 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
     if updates:
         _rewrite(page, updates)
     assert not failures, "\n\n".join(failures)
+    assert not layout, "\n".join(layout)
+
+
+def test_recorded_outputs_fit_80_columns() -> None:
+    """Every recorded output of an `inspect` example, as the page shows it, fits 80 columns
+    (the examples run at 80; one that sets COLUMNS=N fits N; JSON, CSV and Markdown outputs
+    are data, not for a terminal). GPU examples (not run here) are re-recorded on a GPU."""
+    too_long = []
+    for page in PAGES:
+        for block in parse_blocks(page.read_text()):
+            if block.kind != "console" or block.skip:
+                continue
+            for cmd in block.commands:
+                m = re.search(r"\bCOLUMNS=(\d+)", cmd.text)
+                data = re.search(r"(-f|--format)\s+(json|csv|markdown|html)|\.(json|csv|md)\b"
+                                 r"|\bpython\b|\bcat\b|\bhead\b|\bjq\b", cmd.text)
+                if "inspect " not in cmd.text or (data and not m):
+                    continue
+                width = int(m.group(1)) if m else 80
+                too_long += [f"{_page_id(page)}:{cmd.line}: $ {cmd.text}: {line}"
+                             for line in cmd.expected if len(line) > width]
+    assert not too_long, "\n".join(too_long)
 
 
 def test_the_example_matcher_is_strict_where_it_should_be() -> None:
