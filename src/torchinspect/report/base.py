@@ -76,10 +76,10 @@ class Table:
 
 
     def footer_for(self, shown: list[str]) -> list[str]:
-        """The footer under the table when ``shown`` are its columns: its lines, then the
-        column notes of the columns shown (each note once)."""
+        """The footer under the table when ``shown`` are its columns: its first line, the
+        column notes of the columns shown (each note once), then its other lines."""
         notes = [self.column_notes[c] for c in shown if c in self.column_notes]
-        return [*self.footer, *dict.fromkeys(notes)]
+        return [*self.footer[:1], *dict.fromkeys(notes), *self.footer[1:]]
 
 
 @dataclass

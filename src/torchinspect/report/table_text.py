@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from torchinspect.report.base import KeyValues, Table
 from torchinspect.report.cells import cell_text, column_aligns
-from torchinspect.report.wrap import cells, wrap
+from torchinspect.report.wrap import cells, longest_piece, wrap
 
 # a text column folds to no fewer characters than this (or its longest cell, if shorter)
 FOLD_MIN = 12
@@ -100,12 +100,16 @@ def fit_columns(s: Table, texts: list[list[str]], width: int | None) -> Fit:
         gap = GAPS[2]  # folded, it fits only with the narrowest gap
     widths = {i: natural[i] for i in keep}
     room = width - gap * (len(keep) - 1)
-    # sentences fold first, then every other text column
-    for group in ([i for i in keep if i in foldable and s.columns[i] in s.wrap],
-                  [i for i in keep if i in foldable]):
+    # sentences fold first, then every other text column; a shape only as a last resort,
+    # between its pieces ({logits: [1, 128, 1000], / cache: ...}), never inside one
+    shapes = [i for i in keep if s.columns[i] in s.nofold and aligns[i] != "right"]
+    for group, floor in (([i for i in keep if i in foldable and s.columns[i] in s.wrap], least),
+                         ([i for i in keep if i in foldable], least),
+                         (shapes, lambda i: max([longest_piece(r[i]) for r in texts
+                                                 if i < len(r)] + [cells(s.columns[i])]))):
         over = sum(widths.values()) - room
         if over > 0 and group:
-            _level(widths, group, {i: least(i) for i in group}, over)
+            _level(widths, group, {i: min(widths[i], floor(i)) for i in group}, over)
     return Fit(keep, left, sorted(below), widths, gap)
 
 

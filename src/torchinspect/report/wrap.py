@@ -19,6 +19,8 @@ from dataclasses import dataclass
 _AFTER = frozenset("./,([{")
 _OPEN, _CLOSE = "([{", ")]}"
 _IDENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+# a bracketed list of numbers: a shape or a tuple, one piece like a word
+_NUMBERS = re.compile(r"\[[\d, ?×.-]*\]|\([\d, ?×.-]*\)")
 
 
 def cells(text: str) -> int:
@@ -51,11 +53,13 @@ def _quote_end(text: str, i: int) -> int | None:
 
 
 def _group_end(text: str, i: int) -> int | None:
-    """Where the bracket opened at ``text[i]`` right after a name (a call, an index) closes
-    (the index after it), or None when it opens prose (``(model.eval() switches it off)``)
-    or never closes."""
-    if i == 0 or not (text[i - 1].isalnum() or text[i - 1] in "_.)]"):
-        return None
+    """Where the bracket opened at ``text[i]`` closes (the index after it), when it opens a
+    call or an index (right after a name) or a list of numbers (a shape, ``[1, 64, 56,
+    56]``); None when it opens prose (``(model.eval() switches it off)``) or never closes."""
+    attached = i > 0 and (text[i - 1].isalnum() or text[i - 1] in "_.)]")
+    if not attached:
+        close = _NUMBERS.match(text, i)
+        return close.end() if close else None
     depth, j = 0, i
     while j < len(text):
         c = text[j]
@@ -83,18 +87,22 @@ class _Word:
 
     text: str
     breaks: dict[int, int]
+    gap: int = 1  # the spaces before it in the text (kept where it stays on the line)
 
 
 def _words(text: str) -> list[_Word]:
     words: list[_Word] = []
-    start, i = 0, 0
+    start, i, gap = 0, 0, 0
     quoted: list[tuple[int, int]] = []  # (start, end) of each quoted string in this word
     spaces_inside: list[int] = []
     while i <= len(text):
         if i == len(text) or text[i] == " ":
             if i > start:
-                words.append(_word(text[start:i], [(a - start, b - start) for a, b in quoted],
-                                   [s - start for s in spaces_inside]))
+                word = _word(text[start:i], [(a - start, b - start) for a, b in quoted],
+                             [s - start for s in spaces_inside])
+                words.append(_Word(word.text, word.breaks, max(gap, 1)))
+                gap = 0
+            gap += i < len(text)
             start, quoted, spaces_inside = i + 1, [], []
             i += 1
             continue
@@ -174,6 +182,11 @@ def _piece(word: _Word, room: int, widths: list[int], fresh: bool, full: int) ->
     return max(fits, 1) if fresh else 0
 
 
+def longest_piece(text: str) -> int:
+    """The widest piece of ``text`` that wraps as one (a word, a call, a shape)."""
+    return max((cells(w.text) for line in text.split("\n") for w in _words(line)), default=0)
+
+
 def wrap(text: str, width: int | None, indent: str | None = None) -> list[str]:
     """``text`` folded into lines of at most ``width`` columns by the rule above; each line
     after the first starts with ``indent`` (by default the first line's own indent: its
@@ -211,7 +224,7 @@ def _wrap_line(text: str, width: int, indent: str) -> list[str]:
         line, empty = indent, True
 
     for word in _words(text[len(lead):]):
-        sep = "" if empty else " "
+        sep = "" if empty else " " * word.gap
         need = cells(word.text)
         if cells(line) + len(sep) + need <= width:
             line, empty = line + sep + word.text, False
@@ -222,17 +235,17 @@ def _wrap_line(text: str, width: int, indent: str) -> list[str]:
             continue
         rest = word
         while rest.text:
-            room = width - cells(line) - (0 if empty else 1)
+            room = width - cells(line) - (0 if empty else rest.gap)
             widths = _char_cells(rest.text)
             if sum(widths) <= room:
-                line, empty = line + ("" if empty else " ") + rest.text, False
+                line, empty = line + ("" if empty else " " * rest.gap) + rest.text, False
                 break
             cut = _piece(rest, room, widths, fresh=empty, full=width - cells(indent))
             if cut == 0:
                 newline()
                 continue
             head = rest.text[:cut].rstrip(" ")
-            line, empty = line + ("" if empty else " ") + head, False
+            line, empty = line + ("" if empty else " " * rest.gap) + head, False
             newline()
             tail = rest.text[cut:]
             skip = len(tail) - len(tail.lstrip(" "))
