@@ -51,9 +51,19 @@ def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.U
     width = int(cols) if cols.isdigit() and int(cols) > 0 else _stderr_width()
     for label, text in (("error: ", message), ("hint: ", hint)):
         if text:
-            for line in wrap(label + printable(text), width, " " * len(label)):
+            for line in wrap(label + printable(_relative(text)), width, " " * len(label)):
                 typer.echo(line, err=True)
     return typer.Exit(int(status))
+
+
+def _relative(text: str) -> str:
+    """Paths inside the working folder named from it (``feats``, not ``/home/.../feats``):
+    what the user typed, and shorter."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder is gone
+        return text
+    return text.replace(here + os.sep, "") if len(here) > 1 else text
 
 
 def _stderr_width() -> int | None:

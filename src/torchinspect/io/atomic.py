@@ -29,47 +29,34 @@ def check_target(target: str | os.PathLike[str], *, force: bool = True,
     another name too, a file of an input folder, a shard of an input index), that exists
     without ``force``, that is not a regular file (a folder, a device such as /dev/null), or
     whose folder does not exist or is not writable. A symlink to a file is followed: the file
-    is replaced and the link kept. Returns the path to write. Messages name the path as the
-    user wrote it (an anchored output path formats as written)."""
-    shown = _as_written(target)
+    is replaced and the link kept. Returns the path to write."""
     target = Path(target)
     if _special(target) or _special(Path(os.path.realpath(target))):
-        raise InspectError(f"{shown}: refusing to replace a device or process file",
+        raise InspectError(f"{target}: refusing to replace a device or process file",
                            hint="leave out the output option to print to the terminal, or "
                            "name a file")
     if target.is_symlink() and target.exists():
         target = Path(os.path.realpath(target))
     if target.is_dir():
-        raise InspectError(f"{shown} is a folder", hint=f"name a file, e.g. {shown}/out.json")
+        raise InspectError(f"{target} is a folder", hint=f"name a file, e.g. {target}/out.json")
     if target.exists() and not target.is_file():
-        raise InspectError(f"{shown} is not a regular file (a device, pipe or socket): "
+        raise InspectError(f"{target} is not a regular file (a device, pipe or socket): "
                            "refusing to replace it",
                            hint="leave out the output option to print to the terminal, or "
                            "name a file")
     reason = protected(target, protect)
     if reason:
-        raise InspectError(f"{shown}: refusing to overwrite {reason}",
+        raise InspectError(f"{target}: refusing to overwrite {reason}",
                            hint="write to a new file name outside the inputs")
     if target.exists() and not force:
-        raise InspectError(f"{shown} already exists", hint="pass --force to replace it")
+        raise InspectError(f"{target} already exists", hint="pass --force to replace it")
     parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
-        raise InspectError(f"{shown}: folder {parent} does not exist", hint="create it first")
+        raise InspectError(f"{target}: folder {parent} does not exist", hint="create it first")
     if not os.access(parent, os.W_OK | os.X_OK):
-        raise InspectError(f"{shown}: folder {parent} is not writable",
+        raise InspectError(f"{target}: folder {parent} is not writable",
                            hint="choose another folder, or fix its permissions")
     return target
-
-
-def _as_written(target: str | os.PathLike[str]) -> str:
-    """A path for a message: as the user wrote it (an anchored output path formats so), and
-    an absolute one inside the working folder relative to it (``mnist.onnx``)."""
-    text = format(target, "") if isinstance(target, str) else os.fspath(target)
-    try:
-        rel = os.path.relpath(text)
-    except ValueError:  # another drive (Windows)
-        return text
-    return rel if os.path.isabs(text) and not rel.startswith("..") else text
 
 
 def _special(path: Path) -> bool:
