@@ -244,6 +244,9 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
     (see golden_update; review the diff), and lists the others."""
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(tmp_path)
+    from test_error_width import terminal_stderr
+
+    terminal_stderr(monkeypatch, 80)  # errors as an 80-column terminal shows them
     update = request.config.getoption("--update-golden")
     failures: list[str] = []
     layout: list[str] = []

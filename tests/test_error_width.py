@@ -49,11 +49,19 @@ BAD_INPUTS = [
 ]
 
 
+def terminal_stderr(monkeypatch: pytest.MonkeyPatch, width: int) -> None:
+    """Errors as on a terminal ``width`` columns wide (the CliRunner's stderr is not one;
+    test_errors_fold_in_a_real_terminal runs a real one)."""
+    import torchinspect.cli.boundary as boundary
+
+    monkeypatch.setattr(boundary, "_stderr_width", lambda: min(boundary.ERROR_WIDTH, width))
+
+
 @pytest.mark.parametrize(("args", "needle"), BAD_INPUTS, ids=[" ".join(a) for a, _ in BAD_INPUTS])
 def test_bad_input_is_a_short_error_and_a_hint(invoke, tmp_path: Path, monkeypatch,
                                                args: list[str], needle: str) -> None:
     monkeypatch.chdir(tmp_path)
-    monkeypatch.setenv("COLUMNS", "80")  # as an 80-column terminal (piped: one line each)
+    terminal_stderr(monkeypatch, 80)
     result = invoke(*args)
     assert result.exit_code == ExitStatus.USAGE, result.output
     lines = result.stderr.splitlines()
@@ -107,9 +115,8 @@ def test_a_wrong_rank_input_gets_the_corrected_shape(invoke, given: str, propose
     assert "--no-batch" in hint
 
 
-def test_piped_errors_stay_one_line_each(invoke, monkeypatch) -> None:
-    monkeypatch.delenv("COLUMNS", raising=False)
-    result = invoke("summary", "zoo:convnett")
+def test_piped_errors_stay_one_line_each(invoke) -> None:
+    result = invoke("summary", "zoo:convnett")  # COLUMNS=160 here: still not a terminal
     assert [line.split(":")[0] for line in result.stderr.splitlines()] == ["error", "hint"]
 
 

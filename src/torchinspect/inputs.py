@@ -236,8 +236,8 @@ def _rank_error(text: str, spec: TensorSpec, rank: int, what: str,
     fixed = _completed(spec.shape, example[1:]) if example else None
     prefix = text[:len(text) - len(text.rpartition(":")[2].rpartition("=")[2])]
     return InspectError(
-        f"--input {text!r} has {len(spec.shape)} dimension(s); the model's example{what}"
-        f"{' ' + shown if shown else ''} has {rank}",
+        f"--input {text!r} has rank {len(spec.shape)}; the model's example{what}"
+        f"{' ' + shown if shown else ''} has rank {rank}",
         hint=(f"--input {prefix}{','.join(map(str, fixed))} (batch prepended)" if fixed
               else f"give {rank} dimension(s) (batch included) or {rank - 1}")
         + "; --no-batch takes a shape as written")

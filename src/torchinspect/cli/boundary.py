@@ -43,12 +43,11 @@ ERROR_WIDTH = 80
 def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.USAGE) -> typer.Exit:
     """Print ``error:``/``hint:`` lines on stderr and return the Exit to raise. Control
     characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped.
-    On a terminal each folds at 80 columns, or the terminal's when narrower (COLUMNS, when
-    set, is the width), by the one wrapping rule, going on under its own text; piped or in a
-    log, each stays one line (grep finds it whole)."""
+    On a terminal each folds at 80 columns, or the terminal's (or COLUMNS) when narrower, by
+    the one wrapping rule, going on under its own text; piped or in a log, each stays one
+    line (grep finds it whole)."""
     pause()  # the command's status line ends before its error is shown
-    cols = os.environ.get("COLUMNS", "")
-    width = int(cols) if cols.isdigit() and int(cols) > 0 else _stderr_width()
+    width = _stderr_width()
     for label, text in (("error: ", message), ("hint: ", hint)):
         if text:
             for line in wrap(label + printable(_relative(text)), width, " " * len(label)):
@@ -67,13 +66,17 @@ def _relative(text: str) -> str:
 
 
 def _stderr_width() -> int | None:
-    """The width errors fold at on the terminal stderr is (at most ERROR_WIDTH), else None."""
+    """The width errors fold at when stderr is a terminal (at most ERROR_WIDTH; COLUMNS, when
+    set, before the terminal's own), else None."""
     try:
-        if sys.stderr.isatty():
-            return min(ERROR_WIDTH, os.get_terminal_size(sys.stderr.fileno()).columns)
+        if not sys.stderr.isatty():
+            return None
+        cols = os.environ.get("COLUMNS", "")
+        width = int(cols) if cols.isdigit() and int(cols) > 0 else \
+            os.get_terminal_size(sys.stderr.fileno()).columns
+        return min(ERROR_WIDTH, width)
     except (AttributeError, ValueError, OSError):
-        pass
-    return None
+        return None
 
 
 def _os_error_text(exc: OSError) -> str:

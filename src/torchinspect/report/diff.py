@@ -104,13 +104,7 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table,
         rows = [[g.pattern, g.detail[2], g.detail[3]] for g in result.grouped("dtype_mismatches")[:limit]]
         sections.append(Table("Dtype mismatches (load_state_dict casts to A's dtype)",
                               ["key", "A dtype", "B dtype"], rows))
-    for which, title, keys in (("missing", "Missing (in A, not in B)", result.missing),
-                               ("unexpected", "Unexpected (in B, not in A)", result.unexpected)):
-        if keys and named_fix:
-            sections.append(Text([f"{len(keys)} keys: the remap above names them (--limit "
-                                  f"{LIMIT} lists them, --format json all)"], title=title))
-        elif keys:
-            sections.append(Text(_group_lines(result, which, limit), title=title))
+    sections.extend(_key_lists(result, limit, named_fix))
     if result.values is not None:
         sections.extend(_values_sections(result, limit))
     notes: list[str] = []
@@ -138,6 +132,20 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table,
     elif result.verdict.loads:
         sections.append(Text([f"no load line: {why_not}"]))
     return Report("diff", data, sections)
+
+
+def _key_lists(result: DiffResult, limit: int, named_fix: bool) -> list[Text]:
+    """The missing and the unexpected keys, grouped; only their counts once a prefix remap
+    names the fix (the same keys, renamed)."""
+    out = []
+    for which, title, keys in (("missing", "Missing (in A, not in B)", result.missing),
+                               ("unexpected", "Unexpected (in B, not in A)", result.unexpected)):
+        if keys and named_fix:
+            out.append(Text([f"{len(keys)} keys: the remap above names them (--limit "
+                             f"{LIMIT} lists them, --format json all)"], title=title))
+        elif keys:
+            out.append(Text(_group_lines(result, which, limit), title=title))
+    return out
 
 
 def _remap_sections(result: DiffResult) -> list[Any]:

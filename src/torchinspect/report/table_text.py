@@ -173,7 +173,7 @@ def table_lines(s: Table, width: int | None, terminal: int | None,
                   for c in cols]
         return [line([c[k] for c in padded]) for k in range(height)]
 
-    out = [Line(t, "bold") for t in wrap(s.title, terminal)] if s.title else []
+    out = [Line(t, "bold") for t in wrap(shown(s.title), terminal)] if s.title else []
     out += [Line(t, "bold") for t in block(head, bottom=True)]
     out.append(Line("─" * total))
     indent = " " * min(BELOW_INDENT, size[0] + fit.gap if len(size) > 1 else 2)

@@ -155,6 +155,13 @@ def load_model(
                                hint=f"load weights into an architecture: inspect summary ARCH --weights {spec}")
         return load_file(spec, key=key, trust_pickle=trust_pickle, device=device)
 
+    return _torchvision_model(spec, kwargs, device, weights, key, strict, trust_pickle,
+                              weights_config)
+
+
+def _torchvision_model(spec: str, kwargs: dict[str, Any], device: str, weights: str | None,
+                       key: str | None, strict: bool, trust_pickle: bool,
+                       weights_config: str | None) -> LoadedModel:
     check_model_text(spec)  # an unknown name is answered from the names, before torch
     tv = tvsrc.lookup(spec)
     if tv is None:
