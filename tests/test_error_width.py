@@ -32,6 +32,8 @@ BAD_INPUTS = [
     (["params", "nothere.pth", "--arch", "resnet18"], "nothere.pth"),
     (["flops", "resnet18", "--batch", "0"], "--batch"),
     (["memory", "resnet18", "--fit", "lots"], "--fit"),
+    (["memory", "resnet18", "--fit", "1e400GB"], "more memory than any GPU has"),
+    (["check", "zoo:convnet", "--max-train-mb", "24XB"], "24GB or 80GiB"),
     (["memory", "resnet18", "--optimizer", "adamx"], "adamx"),
     (["diff", "nothere.pt", "alsonot.pt"], "nothere.pt"),
     (["convert", "nothere.pt", "-o", "out.safetensors"], "nothere.pt"),

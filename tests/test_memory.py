@@ -415,7 +415,7 @@ def test_a_gpus_memory_is_read_as_it_is_sold():
     assert gpu_memory("512MB").total == 512 * 2**20
     assert gpu_memory("25769803776").total == 25769803776 and gpu_memory("25769803776").size == (
         "25,769,803,776 bytes")
-    for bad in ("lots", "24XB", "24G", "0B", "-1GB", "24iB"):
+    for bad in ("lots", "24XB", "24G", "0B", "-1GB", "24iB", "1e400GB", "1e26", "2048TB"):
         with pytest.raises(InspectError):
             gpu_memory(bad)
 

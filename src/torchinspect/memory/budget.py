@@ -32,6 +32,8 @@ from torchinspect.errors import InspectError
 CUDA_CONTEXT = 287_047_680
 # the caching allocator's reserve above the allocated peak, as a fraction of the memory
 ALLOCATOR_RESERVE = 0.01
+# a memory no GPU has (a pebibyte): a larger size, or an infinite one, is an input error
+MOST = 2.0**50
 
 _SIZE = re.compile(r"\s*(\d+(?:\.\d+)?(?:e[+-]?\d+)?)\s*([KMGT]?)(i?)(B?)\s*", re.IGNORECASE)
 
@@ -68,7 +70,11 @@ def gpu_memory(text: str, option: str = "--fit", number: str = "bytes") -> Memor
                            hint="GB on a GPU are GiB (a 24 GB card holds 24 GiB); a number "
                            f"without a unit is {number}")
     amount, prefix = float(m[1]), m[2].upper()
-    total = int(amount * 1024 ** " KMGT".index(prefix or " "))
+    size = amount * 1024 ** " KMGT".index(prefix or " ")
+    if not size < MOST:  # 1e400 is infinite; no GPU holds a pebibyte
+        raise InspectError(f"{option} {text!r}: more memory than any GPU has",
+                           hint="give the GPU's memory, e.g. 24GB or 80GiB")
+    total = int(size)
     if total < 1:
         raise InspectError(f"{option} {text!r}: must be at least 1 byte", hint="e.g. 24GB")
     size = f"{amount:g} {prefix}iB" if prefix else f"{total:,} bytes"
