@@ -68,7 +68,7 @@ demo:
 # `make test`: everything but the slow sweeps, in parallel (pytest-xdist); CI runs test-slow too.
 PYTEST_WORKERS ?= auto
 test:
-	@echo "make test: about 9 min on a busy 2-core machine the first time (under 1 min of it installing), 3 min on a quiet one"
+	@echo "make test: 9-13 min on a busy 2-core machine the first time (under 1 min of it installing), about 3 on a quiet one"
 	@$(MAKE) --no-print-directory install
 	@command -v chromium >/dev/null 2>&1 || echo "note: chromium not found: the browser tests skip (make system installs it with apt-get, as root)"
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
