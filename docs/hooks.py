@@ -1,48 +1,99 @@
-"""MkDocs hook: the option tables of every command page come from the Typer app itself.
+"""The documentation's generated blocks, written into the Markdown files themselves, so a
+page reads the same in the repository, in an editor and on the built site.
 
-A page writes ``<!-- inspect-options NAME -->`` where the reference of ``inspect NAME``
-belongs; the hook replaces the marker with ``torchinspect.cli.reference.command_reference``
-(usage, arguments, options with their help and defaults), so the pages cannot drift from
-``inspect NAME --help``. An unknown NAME fails the build.
+A block is a marker line, the generated text, and an end line:
 
-``<!-- mac-formulas -->`` (docs/concepts/counting.md) becomes the table of every op with a MAC
-formula, read from the registry (``torchinspect.mac_formulas()``), so the page names exactly
-what is counted.
+    <!-- inspect-options summary -->
+    (the option table of `inspect summary`, from the Typer app: cli/reference.py)
+    <!-- end inspect-options -->
 
-``<!-- doctor-checks -->`` (docs/commands/doctor.md) becomes the table and sections of every
-registered doctor check (``torchinspect.report.doctor.checks_reference``).
+Kinds (``BLOCKS``): ``inspect-options NAME`` (every command page), ``doctor-checks`` (the
+doctor's check registry: docs/commands/doctor.md), ``mac-formulas`` (the MAC formula
+registry: docs/concepts/counting.md), ``api-reference`` (the mkdocstrings entries of every
+public name: docs/api.md) and ``workflow PATH`` (a workflow file shown whole:
+docs/commands/check.md). A marker line without its end gets one on the next rewrite.
 
-``<!-- api-reference -->`` (docs/api.md) becomes the mkdocstrings reference of every public
-name in ``torchinspect._LAZY`` and of the dataclasses the functions return.
+* ``python docs/hooks.py`` rewrites every stale block; ``--check`` lists them (exit 1).
+* ``tests/test_docs.py`` fails on a stale block; ``pytest tests/test_docs.py
+  --update-golden`` rewrites them with the recorded outputs (review the diff).
+* As the MkDocs hook it fills nothing: it fails the build on a stale block.
 """
 
 from __future__ import annotations
 
 import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
-_MARKER = re.compile(r"<!--\s*inspect-options\s+([a-z-]+)\s*-->")
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _options(name: str) -> str:
+    from torchinspect.cli.reference import command_reference
+
+    return command_reference(name)
+
+
+def _doctor_checks(_: str) -> str:
+    from torchinspect.report.doctor import checks_reference
+
+    return checks_reference()
+
+
+def _workflow(path: str) -> str:
+    text = (ROOT / path).read_text()
+    return f"```yaml\n{text.rstrip()}\n```"
+
+
+BLOCKS: dict[str, Callable[[str], str]] = {
+    "inspect-options": _options,
+    "doctor-checks": _doctor_checks,
+    "mac-formulas": lambda _: mac_formula_table(),
+    "api-reference": lambda _: api_reference(),
+    "workflow": _workflow,
+}
+_BEGIN = re.compile(r"^<!-- (?P<kind>[a-z-]+)(?: (?P<arg>[^\s]+))? -->$")
+
+
+def refreshed(text: str) -> str:
+    """``text`` (a page) with every generated block made anew."""
+    lines = text.split("\n")
+    out: list[str] = []
+    i = 0
+    while i < len(lines):
+        m = _BEGIN.match(lines[i])
+        if m is None or m["kind"] not in BLOCKS:
+            out.append(lines[i])
+            i += 1
+            continue
+        end = f"<!-- end {m['kind']} -->"
+        close = next((j for j in range(i + 1, len(lines)) if lines[j] == end
+                      or _BEGIN.match(lines[j])), None)
+        body = BLOCKS[m["kind"]](m["arg"] or "").strip("\n")
+        out += [lines[i], "", body, "", end]
+        i = close + 1 if close is not None and lines[close] == end else i + 1
+    return "\n".join(out)
+
+
+def pages() -> list[Path]:
+    return [ROOT / "README.md", *sorted((ROOT / "docs").rglob("*.md"))]
+
+
+def stale() -> list[Path]:
+    """The pages whose generated blocks differ from what they would be now."""
+    return [p for p in pages() if refreshed(p.read_text()) != p.read_text()]
 
 
 def on_page_markdown(markdown: str, page: Any, config: Any, files: Any) -> str:
-    if "api-reference" in markdown:
-        markdown = _API.sub(lambda m: api_reference(), markdown)
-    if "mac-formulas" in markdown:
-        markdown = _FORMULAS.sub(lambda m: mac_formula_table(), markdown)
-    if "doctor-checks" in markdown:
-        from torchinspect.report.doctor import checks_reference
+    """MkDocs: the blocks are in the page already; a stale one fails the build."""
+    if refreshed(markdown) != markdown:
+        from mkdocs.exceptions import PluginError
 
-        markdown = _DOCTOR.sub(lambda m: checks_reference(), markdown)
-    if "inspect-options" not in markdown:
-        return markdown
-    from torchinspect.cli.reference import command_reference
-
-    return _MARKER.sub(lambda m: command_reference(m.group(1)), markdown)
-
-
-_API = re.compile(r"<!--\s*api-reference\s*-->")
-_FORMULAS = re.compile(r"<!--\s*mac-formulas\s*-->")
-_DOCTOR = re.compile(r"<!--\s*doctor-checks\s*-->")
+        raise PluginError(f"{page.file.src_uri}: a generated block is stale; run "
+                          "`python docs/hooks.py` (or pytest tests/test_docs.py --update-golden)")
+    return markdown
 
 
 def mac_formula_table() -> str:
@@ -103,3 +154,18 @@ def _doc_path(target: object, name: str, module: str) -> str:
     if isinstance(defined, str) and isinstance(qualname, str):
         return f"{defined}.{qualname}"
     return f"{module}.{name}"
+
+
+def main(argv: list[str]) -> int:
+    """``python docs/hooks.py``: rewrite the stale blocks; ``--check``: list them (exit 1)."""
+    old = stale()
+    for page in old:
+        print(f"{'stale' if '--check' in argv else 'rewrote'} {page.relative_to(ROOT)}")
+        if "--check" not in argv:
+            page.write_text(refreshed(page.read_text()))
+    return 1 if old and "--check" in argv else 0
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(ROOT / "src"))
+    raise SystemExit(main(sys.argv[1:]))

@@ -508,6 +508,15 @@ def test_the_ci_workflow_is_a_real_file_the_docs_include() -> None:
 
     path = ROOT / ".github/workflows/model-size.yml"
     flow = yaml.safe_load(path.read_text())
+    # a workflow others can copy: torchinspect itself is installed (never `pip install .` of
+    # the project it is copied into), and the two things to set are variables at its top
+    assert set(flow["env"]) == {"CONFIG", "TORCHINSPECT"}
+    install = next(s["run"] for s in flow["jobs"]["size"]["steps"]
+                   if s.get("name", "").startswith("install"))
+    assert 'pip install "$TORCHINSPECT"' in install and "\npip install .\n" not in install
+    assert 'grep -qs \'^name = "torchinspect"\' pyproject.toml' in install  # own repo: its wheel
+    assert all("$CONFIG" in s.get("run", "") for s in flow["jobs"]["size"]["steps"]
+               if "inspect check" in s.get("run", ""))
     assert flow["permissions"] == {"contents": "read", "actions": "read", "checks": "write",
                                    "pull-requests": "write"}
     steps = {s.get("name", s.get("uses")): s for s in flow["jobs"]["size"]["steps"]}
@@ -515,9 +524,9 @@ def test_the_ci_workflow_is_a_real_file_the_docs_include() -> None:
     assert "::error title=no baseline::" in fetch and fetch.count("exit 1") == 2  # loud, not silent
     assert "--baseline model-baseline.json" in steps["compare"]["run"]
     assert "--save-baseline" in steps["save the baseline"]["run"]
-    assert '--8<-- ".github/workflows/model-size.yml"' in DOCS.read_text()  # included, not copied
-    assert "pull_request" not in "".join(_fenced(DOCS.read_text(), "yaml")).replace(
-        '--8<-- ".github/workflows/model-size.yml"', "")
+    # the page shows the file whole, written in by docs/hooks.py (test_docs keeps it equal)
+    assert "<!-- workflow .github/workflows/model-size.yml -->" in DOCS.read_text()
+    assert path.read_text().rstrip() in "".join(_fenced(DOCS.read_text(), "yaml"))
     assert "actionlint" in ROOT.joinpath("Makefile").read_text()
 
 
@@ -673,3 +682,22 @@ def test_two_runs_saving_one_baseline_the_second_is_refused(invoke, tmp_path: Pa
     assert "created_by_the_other_run" in out.read_text()  # the other run's file is kept
     monkeypatch.setattr(core, "run_check", real)
     assert invoke("check", "zoo:mnist-net", "--save-baseline", out).exit_code == 0  # alone: fine
+
+
+def test_a_memory_budget_may_name_a_gpus_memory(invoke, tmp_path, monkeypatch) -> None:
+    """--max-train-mb 24GB is a 24 GB card, read as --fit reads it: 24 GiB less the CUDA
+    context and the allocator's reserve; a note says so (issue 42)."""
+    from torchinspect.check.metrics import Metric, parse_budget
+    from torchinspect.memory.budget import gpu_memory
+
+    assert parse_budget("24GB", Metric.train_mb) == gpu_memory("24GB").usable / 1e6
+    assert parse_budget("100", Metric.train_mb) == 100  # a number is MB, as before
+    with pytest.raises(InspectError):
+        parse_budget("24GB", Metric.params)  # counts take no byte unit
+    monkeypatch.chdir(tmp_path)
+    result = invoke("check", "zoo:mnist-net", "--max-train-mb", "1GB", "--format", "json")
+    assert result.exit_code == 0, result.output
+    data = json.loads(result.output)
+    limit = next(r["limit"] for m in data["models"] for r in m["results"] if r["metric"] == "train-mb")
+    assert limit == pytest.approx(gpu_memory("1GB").usable / 1e6)
+    assert any("--max-train-mb 1GB: 1 GiB (GB on a GPU are GiB" in n for n in data["notes"])

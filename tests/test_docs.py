@@ -147,12 +147,52 @@ def golden_update(expected: list[str], actual: str) -> str | None:
     return "\n".join(new) + "\n"
 
 
-def _run_inspect(args: list[str], cwd: Path) -> str:
+def _run_inspect(args: list[str], cwd: Path, shown: list[tuple[Any, str]] | None = None) -> str:
+    """``inspect ARGS`` in this process; each report it renders is added to ``shown`` with
+    its format."""
     from typer.testing import CliRunner
 
+    import torchinspect.cli.output as output
     from torchinspect.cli.app import app
 
-    return CliRunner().invoke(app, args, catch_exceptions=False).output
+    original = output.render
+
+    def keep(report: Any, fmt: Any, *rest: Any, **kw: Any) -> None:
+        if shown is not None:
+            shown.append((report, str(getattr(fmt, "value", fmt))))
+        original(report, fmt, *rest, **kw)
+
+    output.render = keep
+    try:
+        return CliRunner().invoke(app, args, catch_exceptions=False).output
+    finally:
+        output.render = original
+
+
+def layout_problems(command: str, printed: str, reports: list[tuple[Any, str]]) -> list[str]:
+    """What an example shows that a reader can't use (issue 42): a line over 80 columns in
+    what it printed (a table or an error), and, for each table report, a word or code line
+    split at 80 or 120 columns or piped (the report rendered again at those widths)."""
+    import io
+
+    from torchinspect.report.render import render
+    from wrapcheck import broken_words
+
+    problems = []
+    tables = [r for r, fmt in reports if fmt == "table"]
+    if tables or not reports:  # data formats (JSON, CSV, Markdown) are not for a terminal
+        long = [line for line in printed.splitlines() if len(line) > 80]
+        problems += [f"{command}: {len(line)} columns: {line}" for line in long]
+    for report in tables:
+        for width in (80, 120, None):
+            buf = io.StringIO()
+            render(report, "table", buf, width=width)
+            broken = broken_words(report, buf.getvalue(), width)
+            problems += [f"{command}: split at {width or 'piped'}: {w}" for w in broken]
+            if width:
+                problems += [f"{command}: over {width}: {line}"
+                             for line in buf.getvalue().splitlines() if len(line) > width]
+    return problems
 
 
 def _run_shell(command: str, cwd: Path) -> str:
@@ -163,10 +203,11 @@ def _run_shell(command: str, cwd: Path) -> str:
     return done.stdout + done.stderr
 
 
-def run_command(command: str, cwd: Path) -> str:
-    """What a terminal shows for one example command, run in cwd."""
+def run_command(command: str, cwd: Path, shown: list[tuple[Any, str]] | None = None) -> str:
+    """What a terminal shows for one example command, run in cwd (``shown``: the reports an
+    in-process ``inspect`` renders)."""
     if command.startswith("inspect ") and not (_SHELL_CHARS & set(command)):
-        return _run_inspect(shlex.split(command)[1:], cwd)
+        return _run_inspect(shlex.split(command)[1:], cwd, shown)
     return _run_shell(command, cwd)
 
 
@@ -203,8 +244,12 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
     (see golden_update; review the diff), and lists the others."""
     monkeypatch.setenv("COLUMNS", "80")
     monkeypatch.chdir(tmp_path)
+    from test_error_width import terminal_stderr
+
+    terminal_stderr(monkeypatch, 80)  # errors as an 80-column terminal shows them
     update = request.config.getoption("--update-golden")
     failures: list[str] = []
+    layout: list[str] = []
     updates: list[tuple[Command, str]] = []
     for block in parse_blocks(page.read_text()):
         if block.kind == "file":
@@ -214,7 +259,11 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
         if block.skip:
             continue
         for cmd in block.commands:
-            actual = normalise(run_command(cmd.text, tmp_path), tmp_path)
+            shown: list[tuple[Any, str]] = []
+            actual = normalise(run_command(cmd.text, tmp_path, shown), tmp_path)
+            if cmd.text.startswith("inspect ") and not (_SHELL_CHARS & set(cmd.text)):
+                layout += [f"{_page_id(page)}:{cmd.line}: {p}"
+                           for p in layout_problems(cmd.text, actual, shown)]
             if not matches(cmd.expected, actual):
                 golden = golden_update(cmd.expected, actual) if update else None
                 if golden is not None:
@@ -225,6 +274,28 @@ def test_console_examples_print_what_the_page_shows(page: Path, tmp_path: Path,
     if updates:
         _rewrite(page, updates)
     assert not failures, "\n\n".join(failures)
+    assert not layout, "\n".join(layout)
+
+
+def test_recorded_outputs_fit_80_columns() -> None:
+    """Every recorded output of an `inspect` example, as the page shows it, fits 80 columns
+    (the examples run at 80; one that sets COLUMNS=N fits N; JSON, CSV and Markdown outputs
+    are data, not for a terminal). GPU examples (not run here) are re-recorded on a GPU."""
+    too_long = []
+    for page in PAGES:
+        for block in parse_blocks(page.read_text()):
+            if block.kind != "console" or block.skip:
+                continue
+            for cmd in block.commands:
+                m = re.search(r"\bCOLUMNS=(\d+)", cmd.text)
+                data = re.search(r"(-f|--format)\s+(json|csv|markdown|html)|\.(json|csv|md)\b"
+                                 r"|\bpython\b|\bcat\b|\bhead\b|\bjq\b", cmd.text)
+                if "inspect " not in cmd.text or (data and not m):
+                    continue
+                width = int(m.group(1)) if m else 80
+                too_long += [f"{_page_id(page)}:{cmd.line}: $ {cmd.text}: {line}"
+                             for line in cmd.expected if len(line) > width]
+    assert not too_long, "\n".join(too_long)
 
 
 def test_the_example_matcher_is_strict_where_it_should_be() -> None:
@@ -251,13 +322,51 @@ def test_skipped_examples_say_why() -> None:
 
 
 def test_every_command_has_a_page_with_its_generated_options() -> None:
-    from torchinspect.cli.reference import command_names
+    from torchinspect.cli.reference import command_names, command_reference
 
     for name in command_names():
         page = DOCS / "commands" / f"{name}.md"
         assert page.is_file(), f"{name} has no page docs/commands/{name}.md"
-        assert f"<!-- inspect-options {name} -->" in page.read_text(), (
+        text = page.read_text()
+        assert f"<!-- inspect-options {name} -->" in text, (
             f"docs/commands/{name}.md has no generated option table")
+        # written into the page itself: the raw file shows the options
+        assert command_reference(name).strip() in text, f"docs/commands/{name}.md"
+
+
+def test_generated_blocks_are_written_into_the_pages(request: pytest.FixtureRequest) -> None:
+    """Option tables, the doctor's checks, the MAC formulas, the API entries and the workflow
+    YAML are in the Markdown files themselves (the repository view reads as the site does),
+    and match what they are generated from now; `--update-golden` (or `python
+    docs/hooks.py`) rewrites stale ones."""
+    hooks = _hooks()
+    stale = hooks.stale()
+    if stale and request.config.getoption("--update-golden"):
+        for page in stale:
+            page.write_text(hooks.refreshed(page.read_text()))
+        stale = hooks.stale()
+    assert not stale, ("stale generated blocks (run python docs/hooks.py): "
+                       + ", ".join(_page_id(p) for p in stale))
+    check = (DOCS / "commands" / "check.md").read_text()
+    workflow = (ROOT / ".github/workflows/model-size.yml").read_text()
+    assert workflow.rstrip() in check and "--8<--" not in check
+    doctor = (DOCS / "commands" / "doctor.md").read_text()
+    assert "### TI001" in doctor  # doctor --help sends people here: the checks are listed
+
+
+def test_a_generated_block_is_made_anew_between_its_markers() -> None:
+    hooks = _hooks()
+    page = "intro\n<!-- workflow .github/workflows/model-size.yml -->\nold text\n" \
+           "<!-- end workflow -->\nafter\n"
+    fresh = hooks.refreshed(page)
+    assert fresh.startswith("intro\n<!-- workflow .github/workflows/model-size.yml -->\n\n```yaml\n")
+    assert fresh.endswith("```\n\n<!-- end workflow -->\nafter\n") and "old text" not in fresh
+    assert hooks.refreshed(fresh) == fresh
+    # a marker without its end gets one; a marker inside a sentence is left alone
+    bare = "<!-- mac-formulas -->\nnext\n"
+    assert hooks.refreshed(bare).endswith("<!-- end mac-formulas -->\nnext\n")
+    mention = "write `<!-- inspect-options NAME -->` on a page\n"
+    assert hooks.refreshed(mention) == mention
 
 
 def test_generated_reference_lists_every_visible_option() -> None:
@@ -377,21 +486,22 @@ def test_site_builds_strict_and_every_internal_link_resolves(site: Path) -> None
                 broken.append(f"{page.relative_to(site)} -> {target}#{anchor}")
     assert not broken, "broken internal links:\n" + "\n".join(broken)
     assert not list(site.rglob("*.py"))  # docs/hooks.py builds the site; it is not a page
-    # check.md includes the real workflow file (a snippet, not a copy)
-    workflow = (DOCS.parent / ".github/workflows/model-size.yml").read_text()
+    # check.md shows the workflow file whole (written into the page, kept equal by a test)
     check = (site / "commands/check/index.html").read_text()
-    assert "checks: write" in check and "no baseline" in check
-    assert workflow.count("\n") > 40 and "--8<--" not in check
+    assert "checks: write" in check and "no baseline" in check and "TORCHINSPECT" in check
 
 
 @pytest.mark.slow
 def test_site_pages_open_in_a_browser(site: Path) -> None:
-    from test_report_browser import _chromium
+    from test_report_browser import _chromium, no_browser
 
-    sync_api = pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+    try:
+        from playwright import sync_api
+    except ImportError:
+        no_browser("playwright (pip install -e '.[dev]')")
     exe = _chromium()
     if exe is None:
-        pytest.skip("chromium is not installed (apt-get install chromium)")
+        no_browser("chromium")
     with _serve(site) as base, sync_api.sync_playwright() as p:
         browser = p.chromium.launch(executable_path=exe, args=["--no-sandbox"])
         try:

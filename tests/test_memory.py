@@ -389,14 +389,65 @@ def test_cli_sweep_and_fit_rows(runner):
     from torchinspect.cli.app import app
 
     res = runner.invoke(app, ["memory", "resnet18", "--input", "3,32,32", "--batch", "2,4",
-                              "--fit", "200MB", "-f", "json"])
+                              "--fit", "0.5GB", "-f", "json"])
     assert res.exit_code == 0, res.output
     data = json.loads(res.output)
     assert [r["batch"] for r in data["results"]] == [2, 4]
-    assert data["fit"]["budget"] == 200_000_000 and data["fit"]["inference"] >= 1
+    # 0.5 GB of a GPU is 0.5 GiB; the peaks are held to what a process can use of it
+    memory = data["memory"]
+    assert memory["total"] == 2**29 and memory["read_as"] == "0.5 GiB"
+    assert memory["usable"] == int(2**29 * 0.99) - memory["cuda_context"]
+    assert data["fit"]["budget"] == memory["usable"] and data["fit"]["inference"] >= 1
     tiny = runner.invoke(app, ["memory", "resnet18", "--input", "3,32,32", "--batch", "2",
                                "--fit", "1MB"])
     assert tiny.exit_code == 0 and "no: inference, training" in tiny.output  # a row, not an error
+
+
+def test_a_gpus_memory_is_read_as_it_is_sold():
+    """--fit 24GB: a card sold as 24 GB holds 24 GiB; the output says how it read the size,
+    and what of it tensors may use (the CUDA context and the allocator's reserve cited)."""
+    from torchinspect.memory.budget import ALLOCATOR_RESERVE, CUDA_CONTEXT, gpu_memory
+
+    card = gpu_memory("24GB")
+    assert card.total == 24 * 2**30 and card.size == "24 GiB" and "GB on a GPU are GiB" in card.read_as
+    assert card.usable == int(24 * 2**30 * (1 - ALLOCATOR_RESERVE)) - CUDA_CONTEXT
+    assert gpu_memory("80GiB").read_as == "" and gpu_memory("80GiB").total == 80 * 2**30
+    assert gpu_memory("512MB").total == 512 * 2**20
+    assert gpu_memory("25769803776").total == 25769803776 and gpu_memory("25769803776").size == (
+        "25,769,803,776 bytes")
+    for bad in ("lots", "24XB", "24G", "0B", "-1GB", "24iB", "1e400GB", "1e26", "2048TB"):
+        with pytest.raises(InspectError):
+            gpu_memory(bad)
+
+
+def test_cli_fit_says_how_it_read_the_size_and_what_is_usable(runner):
+    from torchinspect.cli.app import app
+
+    res = runner.invoke(app, ["memory", "zoo:mnist-net", "--fit", "1GB", "--no-train"])
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    assert "GPU memory 1 GiB (1.07 GB): GB on a GPU are GiB, as its memory is sold" in text
+    from torchinspect.memory.budget import gpu_memory
+    from torchinspect.report.base import fmt_bytes
+
+    card = gpu_memory("1GB")
+    assert f"Usable {fmt_bytes(card.usable)}: less the CUDA context ({fmt_bytes(card.context)}" in text
+    assert "caching allocator's reserve (1%)" in text and "Headroom" in text
+    # the first table shows the input's own batch, not "-"
+    row = next(line for line in res.output.splitlines() if "1,1,28,28" in line)
+    assert row.split()[0] == "1"
+
+
+def test_the_fit_progress_speaks_the_tables_unit():
+    from torchinspect.memory.fit import fit
+
+    heard: list[str] = []
+    model = nn.Sequential(nn.Linear(64, 64))
+    case = make_case(model, ExampleInputs((TensorSpec((1, 64)),)))
+    fit(case, StepConfig(train=False), make_target("cpu"), 10**6,
+        progress=lambda text, final=False: heard.append(text))
+    peaks = [t for t in heard if "peaks at" in t]
+    assert peaks and all(t.endswith(" GB") for t in peaks) and not any("MiB" in t for t in heard)
 
 
 @pytest.mark.parametrize(("args", "message"), [

@@ -63,7 +63,7 @@ def test_sentence_tables_fold_without_a_terminal() -> None:
                    wrap=["What", "Fix"])
     plain = Table("Findings", ["Code", "Severity", "Module", "What", "Fix"], rows)
     text = _text(Report("x", {}, [folded]), None)
-    assert max(len(line) for line in text.splitlines()) == WRAP_WIDTH
+    assert WRAP_WIDTH - 10 <= max(len(line) for line in text.splitlines()) <= WRAP_WIDTH
     assert "layers.0.mlp.gate_proj" in text  # names stay whole: only What and Fix fold
     # a layer table keeps its natural width (one row per line)
     assert max(len(line) for line in _text(Report("x", {}, [plain]), None).splitlines()) > 200
@@ -98,13 +98,21 @@ def _tables() -> list[Table]:
 
 
 @pytest.mark.parametrize("width", [160, 44, 36, 30, 20, None])
-def test_plain_tables_are_drawn_as_rich_draws_them(monkeypatch, width: int | None) -> None:
-    """Without colours, a table no cell of which folds is drawn directly (fast for a 400-row
-    summary); the text is rich's own, at every gap and width."""
-    import sys
+def test_a_terminal_and_a_pipe_show_one_layout(width: int | None) -> None:
+    """One layout (report/table_text.py) for every destination: a terminal gets the same
+    lines as a file, only with colours (a bold title and header)."""
+    from ptys import write_to_pty
 
-    module = sys.modules["torchinspect.report.render"]
-    report = Report("x", {}, list(_tables()))
-    fast = _text(report, width)
-    monkeypatch.setattr(module, "_unstyled_lines", lambda *args, **kwargs: None)
-    assert fast == _text(report, width)
+    report = Report("x", {}, [*_tables(), BLOCK, Text(["a note " * 20], style="yellow")])
+    plain = _text(report, width)
+    raw: list[str] = []
+
+    def styled(stream) -> None:
+        buf = io.StringIO()
+        render(report, "table", buf, width=width)
+        raw.append(buf.getvalue())
+        render(report, "table", stream, width=width)
+
+    shown = write_to_pty(styled, 200)
+    assert shown.replace("\r", "") == plain
+    assert raw[0] == plain

@@ -227,13 +227,36 @@ def _positional_name(default: ExampleInputs | None, index: int) -> str | None:
     return list(default.kwargs)[index]
 
 
-def _rank_error(text: str, spec: TensorSpec, rank: int, what: str) -> InspectError:
-    full = ",".join(["N", *(["D"] * (rank - 1))])
-    fewer = f" or {rank - 1} (batch prepended)" if rank > 1 else ""
+def _rank_error(text: str, spec: TensorSpec, rank: int, what: str,
+                example: tuple[int, ...] | None = None) -> InspectError:
+    """``--input`` of the wrong rank: the message names both ranks; the hint gives the
+    corrected ``--input`` (the model's example, without its batch, completed from what was
+    written) and ``--no-batch`` for a shape meant exactly."""
+    shown = ",".join(map(str, example)) if example else ""
+    fixed = _completed(spec.shape, example[1:]) if example else None
+    prefix = text[:len(text) - len(text.rpartition(":")[2].rpartition("=")[2])]
     return InspectError(
-        f"--input {text!r}: {len(spec.shape)} dimension(s), but the model's example {what} has "
-        f"rank {rank}: give {rank} dimension(s) ({full}, batch included){fewer}",
-        hint="--no-batch passes the shape exactly as written")
+        f"--input {text!r} has rank {len(spec.shape)}; the model's example{what}"
+        f"{' ' + shown if shown else ''} has rank {rank}",
+        hint=(f"--input {prefix}{','.join(map(str, fixed))} (batch prepended)" if fixed
+              else f"give {rank} dimension(s) (batch included) or {rank - 1}")
+        + "; --no-batch takes a shape as written")
+
+
+def _completed(dims: tuple[int, ...], want: tuple[int, ...]) -> tuple[int, ...] | None:
+    """``dims`` made the rank of ``want`` (an example shape without its batch): ``3,224`` ->
+    ``3,224,224`` where what was written begins or ends ``want``; else ``want`` itself."""
+    if not want:
+        return None
+    if len(dims) < len(want) and tuple(want[:len(dims)]) == tuple(dims):
+        return tuple(want)
+    if len(dims) < len(want) and dims and tuple(want[len(want) - len(dims):]) == tuple(dims):
+        return tuple(want)
+    if len(dims) < len(want) and dims and dims[0] == want[0]:  # 3,64 -> 3,64,64
+        return (*dims, *([dims[-1]] * (len(want) - len(dims))))
+    if len(dims) > len(want) and tuple(dims[len(dims) - len(want):]) == tuple(want):
+        return tuple(want)
+    return tuple(want)
 
 
 def _example_dtype(spec: TensorSpec, like: TensorSpec, explicit: bool) -> str:
@@ -263,7 +286,8 @@ def fit_to_example(text: str, spec: TensorSpec, like: Any, *, batch: int | None 
             return [TensorSpec(spec.shape, dtype, None, elem.high)] * (batch or 1)
         if len(spec.shape) == len(elem.shape) + 1:
             return [TensorSpec(spec.shape[1:], dtype, None, elem.high)] * (batch or spec.shape[0])
-        raise _rank_error(text, spec, len(elem.shape) + 1, "(a list of images)")
+        raise _rank_error(text, spec, len(elem.shape) + 1, " (a list of images)",
+                          (1, *elem.shape))
     if isinstance(like, TensorSpec):
         spec = TensorSpec(spec.shape, _example_dtype(spec, like, explicit_dtype),
                           spec.name, like.high)
@@ -274,7 +298,7 @@ def fit_to_example(text: str, spec: TensorSpec, like: Any, *, batch: int | None 
             return spec
         if len(spec.shape) == rank - 1 or rank == 0:  # a scalar example says nothing of rank
             return TensorSpec((batch or 1, *spec.shape), spec.dtype, spec.name, spec.high)
-        raise _rank_error(text, spec, rank, f"input {like.shape}")
+        raise _rank_error(text, spec, rank, "", tuple(like.shape))
     return TensorSpec((batch or 1, *spec.shape), spec.dtype, spec.name, spec.high)
 
 
@@ -340,6 +364,19 @@ def within_bounds(example: ExampleInputs) -> ExampleInputs:
                                f"{MAX_TENSOR_BYTES:.3g} (more than the memory of any machine)",
                                hint="check the shape and --batch (e.g. --input 3,224,224)")
     return example
+
+
+def batch_of(example: Any) -> int | None:
+    """The batch an example holds: the leading dimension of its first tensor (the length of
+    a list of images); None where that can't be told."""
+    if not isinstance(example, ExampleInputs):
+        return None
+    for tree in (*example.args, *example.kwargs.values()):
+        if isinstance(tree, list) and tree and all(isinstance(t, TensorSpec) for t in tree):
+            return len(tree)
+        if isinstance(tree, TensorSpec):
+            return tree.shape[0] if tree.shape else None
+    return None
 
 
 def rebatch(example: ExampleInputs, batch: int) -> ExampleInputs:

@@ -28,6 +28,7 @@ from torchinspect.trace import trace_case
 from torchinspect.trace.records import ModuleInfo, Trace
 from torchinspect.trace.tree import (
     ShownCall,
+    call_of,
     fold_repeats,
     never_ran_notes,
     shown_tree,
@@ -391,10 +392,7 @@ def _call_suffix(trace: Trace, node: ShownCall) -> str:
             return " (used by its parent)" if node.runs_as == parent else \
                 f" (used by {node.runs_as or 'the model'})"
         return f" (tied, runs as {node.runs_as})"
-    info = trace.modules.get(node.call.name)
-    if node.called and info is not None and info.calls > 1 and node.fold == 1:
-        return f" (call {node.call.call_number + 1}/{info.calls})"
-    return ""
+    return call_of(trace, node.call) if node.called and node.fold == 1 else ""
 
 
 def summary_from_trace(trace: Trace, *, model: str, inputs: str, depth: int = 3,

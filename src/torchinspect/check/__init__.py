@@ -33,12 +33,13 @@ from torchinspect.check.metrics import (
     parse_budget,
     parse_increases,
 )
-from torchinspect.check.plan import CheckPlan, cli_limits, plan_check
+from torchinspect.check.plan import CheckPlan, budget_notes, cli_limits, plan_check
 from torchinspect.check.records import CheckResult, Kind, Measured, ModelCheck
 
 __all__ = [
     "COLLECTORS", "SCHEMA", "Baseline", "CheckPlan", "CheckResult", "Kind", "Measured", "Metric",
-    "ModelBudget", "ModelCheck", "Need", "Noise", "Reading", "Unit", "check_budgets", "cli_limits",
+    "ModelBudget", "ModelCheck", "Need", "Noise", "Reading", "Unit", "budget_notes",
+    "check_budgets", "cli_limits",
     "discover_config", "fmt_value", "junit_error_xml", "junit_xml", "load_config",
     "measure_model", "parse_budget", "parse_increases", "plan_check", "read_baseline",
     "run_check", "time_forward", "write_baseline", "write_junit",
@@ -84,7 +85,8 @@ def check_budgets(models: Any = None, *, max_params: Any = None, max_macs: Any =
     one = isinstance(models, str) or hasattr(models, "named_parameters")
     names = [models] if one else list(models or [])
     plan = plan_check(names, cli_limits(given), config=config, cwd=cwd, baseline=baseline,
-                      max_increase=max_increase, save=save_baseline is not None, latency=latency)
+                      max_increase=max_increase, save=save_baseline is not None, latency=latency,
+                      notes=budget_notes(given))
     result = run_check(plan, options)
     if save_baseline is not None:
         write_baseline(result, save_baseline)

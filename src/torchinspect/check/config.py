@@ -33,7 +33,13 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from torchinspect.check.metrics import Metric, metric_named, parse_budget, parse_percent
+from torchinspect.check.metrics import (
+    Metric,
+    budget_note,
+    metric_named,
+    parse_budget,
+    parse_percent,
+)
 from torchinspect.errors import InspectError, file_kind
 from torchinspect.sources import pyspec
 
@@ -70,6 +76,7 @@ class CheckConfig:
     #: found walking up from the current folder (not this folder, not --config FILE): it
     #: gives budgets only to models named on the command line, never options or weights
     above: bool = False
+    notes: list[str] = field(default_factory=list)  # how its budgets were read
 
     @property
     def label(self) -> str:
@@ -134,7 +141,7 @@ def load_config(path: str | None, cwd: str | None = None) -> CheckConfig | None:
     return config
 
 
-def _limits(table: dict[str, Any], where: str) -> dict[Metric, float]:
+def _limits(table: dict[str, Any], where: str, notes: list[str]) -> dict[Metric, float]:
     out: dict[Metric, float] = {}
     for key, value in table.items():
         if key.startswith(("max-", "max_")):
@@ -144,6 +151,7 @@ def _limits(table: dict[str, Any], where: str) -> dict[Metric, float]:
                 raise InspectError(f"{where}: unknown budget {key!r}",
                                    hint="use " + ", ".join(f"max-{m.value}" for m in Metric)) from None
             out[metric] = parse_budget(value, metric, where=f"{where}: {key}")
+            notes += [n for n in [budget_note(value, metric, f"{where}: {key}")] if n]
     return out
 
 
@@ -153,7 +161,9 @@ def _parse_table(path: str, table: dict[str, Any]) -> CheckConfig:
         raise InspectError(f"{path}: unknown key {unknown[0]!r} in {TABLE}",
                            hint="use max-* budgets, an [increase] table and "
                            "[[tool.torchinspect.check.models]] entries")
-    defaults = _limits({k: v for k, v in table.items() if k not in ("models", "increase")}, path)
+    notes: list[str] = []
+    defaults = _limits({k: v for k, v in table.items() if k not in ("models", "increase")}, path,
+                       notes)
     increase = table.get("increase", {})
     if not isinstance(increase, dict):
         raise InspectError(f"{path}: 'increase' must be a table",
@@ -167,7 +177,7 @@ def _parse_table(path: str, table: dict[str, Any]) -> CheckConfig:
                            '[[tool.torchinspect.check.models]] with model = "resnet50"')
     # models = ["resnet50", "nets.py:Net"]: names, the default budgets for each
     entries = [{"model": e} if isinstance(e, str) else e for e in entries]
-    config = CheckConfig(path, defaults, [], allowed)
+    config = CheckConfig(path, defaults, [], allowed, notes=notes)
     config.entries = [_entry(entry, f"{path}: models[{i}]", config) for i, entry in enumerate(entries)]
     return config
 
@@ -193,7 +203,7 @@ def _entry(entry: Any, where: str, config: CheckConfig) -> ModelBudget:
     opts["python-path"] = [base]  # pkg.mod:Name imports from the config's folder too
     # (trust-pickle here takes effect only with --trust-pickle on the command line:
     # analysis/check/measure.py:options_for; python-path is not a key a config may set)
-    limits = {**config.defaults, **_limits(entry, where)}
+    limits = {**config.defaults, **_limits(entry, where, config.notes)}
     return ModelBudget(entry["model"], limits, opts, config.path,
                        dict.fromkeys(limits, config.label), relative_to(entry["model"], base))
 

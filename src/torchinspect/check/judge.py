@@ -120,12 +120,14 @@ def _baseline_notes(check: ModelCheck, base: BaselineModel, plan: CheckPlan) -> 
 
 
 def result_notes(result: CheckResult, plan: CheckPlan) -> list[str]:
-    """Models new to the baseline and models of the baseline not checked now."""
+    """How budgets were read (a GPU's memory), models new to the baseline and models of the
+    baseline not checked now."""
     if plan.baseline is None:
-        return []
+        return list(plan.notes)
     checked = {m.model for m in result.models}
-    notes = [f"{m.model}: not in the baseline {plan.baseline.path} (a new model): nothing to "
-             "compare" for m in result.models if m.model not in plan.baseline.models]
+    notes = [*plan.notes]
+    notes += [f"{m.model}: not in the baseline {plan.baseline.path} (a new model): nothing to "
+              "compare" for m in result.models if m.model not in plan.baseline.models]
     notes += [f"{name}: in the baseline but not checked now (removed or renamed?)"
               for name in plan.baseline.models if name not in checked]
     return notes

@@ -116,10 +116,38 @@ _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMGTB]?)\s*
 _PERCENT = re.compile(r"^\s*\+?([0-9]*\.?[0-9]+)\s*(%?)\s*$")
 
 
+def gpu_budget(value: Any, metric: Metric | str, where: str | None = None) -> Any:
+    """A GPU memory budget written as a GPU's memory (``"24GB"``, ``"80GiB"``), read as
+    ``inspect memory --fit`` reads it (memory/budget.py: GB on a GPU are GiB, less the CUDA
+    context and the allocator's reserve); None for any other value."""
+    metric = Metric(metric)
+    if metric.need is not Need.memory or not isinstance(value, str) \
+            or not value.strip().upper().endswith("B"):
+        return None
+    from torchinspect.memory.budget import gpu_memory
+
+    return gpu_memory(value, option=where or metric.option, number="MB")
+
+
+def budget_note(value: Any, metric: Metric | str, where: str | None = None) -> str | None:
+    """What a GPU memory budget (:func:`gpu_budget`) was read as, for the notes."""
+    b = gpu_budget(value, metric, where)
+    if b is None:
+        return None
+    why = f" ({b.read_as})" if b.read_as else ""
+    return (f"{where or Metric(metric).option} {b.text}: {b.size}{why}, less the CUDA context "
+            f"({b.context / 1e6:,.2f} MB, as PyTorch measured it with lazy loading) and the "
+            f"caching allocator's reserve ({b.reserve:.0%}): {b.usable / 1e6:,.2f} MB usable")
+
+
 def parse_budget(value: Any, metric: Metric | str, *, where: str | None = None) -> float:
-    """``"25M"`` -> 25e6, ``"1.5e9"`` -> 1.5e9, ``100`` -> 100 (suffixes only for counts)."""
+    """``"25M"`` -> 25e6, ``"1.5e9"`` -> 1.5e9, ``100`` -> 100 (suffixes only for counts); a
+    GPU memory budget may name a GPU's memory, ``"24GB"``: its usable MB (:func:`gpu_budget`)."""
     metric = Metric(metric)
     label = where or metric.option
+    gpu = gpu_budget(value, metric, where)
+    if gpu is not None:
+        return float(gpu.usable) / 1e6
     if isinstance(value, bool):
         value = str(value)
     if isinstance(value, (int, float)):
@@ -127,7 +155,9 @@ def parse_budget(value: Any, metric: Metric | str, *, where: str | None = None) 
     else:
         m = _NUMBER.match(str(value))
         if not m or (m.group(2) and not metric.counted):
-            example = "25M, 5G, 1.5e9 or 30000000" if metric.counted else "100 or 12.5"
+            example = ("25M, 5G, 1.5e9 or 30000000" if metric.counted else
+                       "100 or 12.5 (MB), or a GPU's memory: 24GB" if metric.need is Need.memory
+                       else "100 or 12.5")
             raise InspectError(f"{label} {value!r} is not a budget",
                                hint=f"use a number like {example}")
         number = float(m.group(1)) * _SUFFIX[m.group(2).upper()]

@@ -3,12 +3,13 @@ made before any model is loaded (every usage error of the command surfaces here)
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 from torchinspect.check.baseline import Baseline, read_baseline
 from torchinspect.check.config import CheckConfig, ModelBudget, load_config
-from torchinspect.check.metrics import Metric, Need, parse_budget, parse_increases
+from torchinspect.check.metrics import Metric, Need, budget_note, parse_budget, parse_increases
 from torchinspect.errors import InspectError
 
 
@@ -21,6 +22,7 @@ class CheckPlan:
     every_metric: bool = False  # a baseline is saved or compared: measure every metric
     latency: bool = False  # time every model (--latency, a latency increase)
     gpu: str | None = None  # --gpu: predicted-ms is predicted for this GPU
+    notes: list[str] = field(default_factory=list)  # how budgets were read (a GPU's memory)
 
     def metrics_for(self, mb: ModelBudget) -> set[Metric]:
         wanted = set(mb.limits)
@@ -37,10 +39,16 @@ def cli_limits(given: dict[Metric, Any]) -> dict[Metric, float]:
     return {m: parse_budget(v, m) for m, v in given.items() if v is not None}
 
 
+def budget_notes(given: dict[Metric, Any]) -> list[str]:
+    """How the budgets given as a GPU's memory (``--max-train-mb 24GB``) were read."""
+    return [n for m, v in given.items() if v is not None for n in [budget_note(v, m)] if n]
+
+
 def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | None = None,
                cwd: str | None = None, baseline: str | None = None,
                max_increase: str | dict[Metric, float] | None = None, save: bool = False,
-               latency: bool = False, gpu: str | None = None) -> CheckPlan:
+               latency: bool = False, gpu: str | None = None,
+               notes: Sequence[str] = ()) -> CheckPlan:
     """The models to check (command line over config entries over config defaults), their
     limits with where each came from, and the baseline to compare against."""
     found = load_config(config, cwd)
@@ -49,7 +57,8 @@ def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | 
     plan = CheckPlan(chosen, found.path if found else None,
                      read_baseline(baseline) if baseline else None, increase,
                      every_metric=save or baseline is not None,
-                     latency=latency or Metric.latency_ms in increase, gpu=gpu)
+                     latency=latency or Metric.latency_ms in increase, gpu=gpu,
+                     notes=[*notes, *(found.notes if found else [])])
     if gpu is None and any(Metric.predicted_ms in mb.limits for mb in chosen):
         raise InspectError("--max-predicted-ms: predicted for which GPU?",
                            hint="name one with --gpu (e.g. --gpu h100)")

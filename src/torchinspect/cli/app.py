@@ -23,7 +23,7 @@ import typer
 from typer.core import TyperGroup
 
 from torchinspect import __version__
-from torchinspect.cli.boundary import DEBUG, exit_status, interrupted_shown
+from torchinspect.cli.boundary import DEBUG, error_exit, exit_status, interrupted_shown
 from torchinspect.cli.command import InspectCommand
 from torchinspect.cli.commands import COMMANDS
 from torchinspect.errors import ExitStatus
@@ -77,9 +77,7 @@ class InspectGroup(TyperGroup):
                 message += " -f is --format; did you mean --force?"
                 hint = (f"--force replaces an existing output; -f/--format FORMAT picks the report "
                         f"format (see `inspect {forced} --help`)")
-            typer.echo(f"error: {message}", err=True)
-            typer.echo(f"hint: {hint}", err=True)
-            sys.exit(int(ExitStatus.USAGE))
+            sys.exit(error_exit(message, hint).exit_code)
         except ClickException as exc:
             exc.show()  # type: ignore[attr-defined]
             sys.exit(exc.exit_code)  # type: ignore[attr-defined]

@@ -17,6 +17,7 @@ from torchinspect.cli.common import (
     batches_opt,
     dtype_opt,
     emit,
+    error_exit,
     input_files,
     model_command,
     model_file_stem,
@@ -284,8 +285,8 @@ def _exit_if_unmeasured(result: Any, model: str) -> None:
         raise InspectError(f"{model}: the forward failed in every configuration: "
                            f"{failed[0].error}",
                            hint="check --input (shape, dtype) against what the model takes")
-    typer.echo("error: no configuration could be measured (see the status column)", err=True)
-    raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+    raise error_exit("no configuration could be measured (see the status column)", None,
+                     ExitStatus.CHECK_FAILED)
 
 
 def _exit_if_slower(changes: list[Any] | None) -> None:

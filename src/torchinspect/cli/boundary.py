@@ -24,6 +24,7 @@ from torchinspect.cli.progress import pause
 from torchinspect.errors import ExitStatus, InspectError, first_line, is_out_of_memory
 from torchinspect.escape import printable
 from torchinspect.guard import model_code, raised_by_model
+from torchinspect.report.wrap import wrap
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -37,14 +38,47 @@ def _debug_enabled() -> bool:
     return DEBUG.get() or os.environ.get("TORCHINSPECT_DEBUG", "") not in ("", "0")
 
 
+# errors fold at this width on a terminal (or at the terminal's, when narrower)
+ERROR_WIDTH = 80
+
+
 def error_exit(message: str, hint: str | None = None, status: int = ExitStatus.USAGE) -> typer.Exit:
     """Print ``error:``/``hint:`` lines on stderr and return the Exit to raise. Control
-    characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped."""
+    characters in them (a key name or model name holding ``\\x1b[2J``) are shown escaped.
+    On a terminal each folds at 80 columns, or the terminal's (or COLUMNS) when narrower, by
+    the one wrapping rule, going on under its own text; piped or in a log, each stays one
+    line (grep finds it whole)."""
     pause()  # the command's status line ends before its error is shown
-    typer.echo(f"error: {printable(message)}", err=True)
-    if hint:
-        typer.echo(f"hint: {printable(hint)}", err=True)
+    width = _stderr_width()
+    for label, text in (("error: ", message), ("hint: ", hint)):
+        if text:
+            for line in wrap(label + printable(_relative(text)), width, " " * len(label)):
+                typer.echo(line, err=True)
     return typer.Exit(int(status))
+
+
+def _relative(text: str) -> str:
+    """Paths inside the working folder named from it (``feats``, not ``/home/.../feats``):
+    what the user typed, and shorter."""
+    try:
+        here = os.getcwd()
+    except OSError:  # the working folder is gone
+        return text
+    return text.replace(here + os.sep, "") if len(here) > 1 else text
+
+
+def _stderr_width() -> int | None:
+    """The width errors fold at when stderr is a terminal (at most ERROR_WIDTH; COLUMNS, when
+    set, before the terminal's own), else None."""
+    try:
+        if not sys.stderr.isatty():
+            return None
+        cols = os.environ.get("COLUMNS", "")
+        width = int(cols) if cols.isdigit() and int(cols) > 0 else \
+            os.get_terminal_size(sys.stderr.fileno()).columns
+        return min(ERROR_WIDTH, width)
+    except (AttributeError, ValueError, OSError):
+        return None
 
 
 def _os_error_text(exc: OSError) -> str:

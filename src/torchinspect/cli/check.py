@@ -38,9 +38,11 @@ MacsOpt = _opt("macs", "N multiply-accumulates per forward, e.g. 5G")
 SizeOpt = _opt("size-mb", "MB of weights (parameters + buffers, 1 MB = 10^6 bytes), e.g. 100")
 ActOpt = _opt("activation-mb", "MB of activations (leaf-module outputs of one forward)")
 InferOpt = _opt("infer-mb", "MB peak GPU memory of inference, predicted as `inspect memory` "
-               "does (no GPU needed)")
+               "does (no GPU needed); or a GPU's memory, 24GB, read as --fit reads it (GiB, "
+               "less the CUDA context and the allocator's reserve)")
 TrainMbOpt = _opt("train-mb", "MB peak GPU memory of an AdamW training step (forward, "
-                  "backward, optimizer step), predicted as `inspect memory` does")
+                  "backward, optimizer step), predicted as `inspect memory` does; or a GPU's "
+                  "memory, 24GB, as for --max-infer-mb")
 LatencyOpt = _opt("latency-ms", "median ms per forward at the example input, measured like "
                   "`inspect bench` on --device (auto/meta: cpu; cuda for GPU budgets); a breach "
                   "inside the measurement noise is noted, not failed")
@@ -140,7 +142,8 @@ def check(
     try:
         plan = core.plan_check(models or [], core.cli_limits(given), config=config,
                                baseline=baseline, max_increase=max_increase,
-                               save=save_baseline is not None, latency=latency, gpu=gpu)
+                               save=save_baseline is not None, latency=latency, gpu=gpu,
+                               notes=core.budget_notes(given))
     except InspectError as exc:  # the CI's test view still gets a file that says why
         if junit:
             core.write_junit(core.junit_error_xml(exc.message, exc.hint), junit, protect=protect)

@@ -105,10 +105,14 @@ def _output_params(output_help: str | None) -> tuple[tuple[str, Any, Any], ...]:
 
 def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tuple[str, ...],
             build: Callable[[dict[str, Any]], dict[str, Any]],
-            progress: bool = True) -> Callable[..., Any]:
+            progress: bool = True,
+            precheck: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
+            ) -> Callable[..., Any]:
     """Wrap ``fn``: Typer sees ``fn``'s own parameters (less ``hidden``) plus ``extra``; the
-    wrapper turns the ``extra`` values into the hidden objects (``build``) and calls ``fn``,
-    under a status line on a terminal (cli/progress.py) unless ``progress=False``."""
+    wrapper turns the ``extra`` values into the hidden objects (``build``), runs
+    ``precheck(arguments, hidden objects)`` (errors found before the command's own imports)
+    and calls ``fn``, under a status line on a terminal (cli/progress.py) unless
+    ``progress=False``."""
     sig = inspect.signature(fn, eval_str=True)
     own = [p for p in sig.parameters.values() if p.name not in hidden]
     extra = [*extra, _param("debug", DebugOpt, False)]
@@ -128,6 +132,8 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
             injected = build(picked)
             _outputs_absolute(injected, kwargs)
             _check_output(injected, [*args, *kwargs.values()])
+            if precheck is not None:
+                precheck(kwargs, injected)
         except InspectError as exc:  # bad shared option (e.g. --device gpu): same boundary
             return command_errors(_raiser(exc))()
         return body(*args, **injected, **kwargs)
@@ -272,9 +278,21 @@ def model_command(*, inputs: bool = True, device_default: str = "auto",
         return {"opts": opts, "out": out}
 
     def deco(fn: F) -> F:
-        return _inject(fn, extra, ("opts", "out"), build, progress)  # type: ignore[return-value]
+        return _inject(fn, extra, ("opts", "out"), build, progress,  # type: ignore[return-value]
+                       _model_name_known)
 
     return deco
+
+
+def _model_name_known(kwargs: dict[str, Any], injected: dict[str, Any]) -> None:
+    """One MODEL naming no zoo or torchvision model: the did-you-mean error now, before the
+    command imports torch (several models: each fails on its own, the others still run)."""
+    given = kwargs.get("models") or kwargs.get("model")
+    texts = [given] if isinstance(given, str) else list(given or [])
+    if len(texts) == 1 and injected["opts"].arch is None:
+        from torchinspect.sources.resolve import check_model_text
+
+        check_model_text(texts[0])
 
 
 def output_command(fn: F | None = None, *, report_file: bool = True) -> Any:

@@ -36,8 +36,10 @@ ValuesOpt = Annotated[bool, typer.Option(
     "--values", help="also compare values (max abs diff, allclose); needs two checkpoint files.")]
 RtolOpt = Annotated[float, rtol_opt("relative tolerance for --values.")]
 AtolOpt = Annotated[float, atol_opt("absolute tolerance for --values.")]
-LimitOpt = Annotated[int, typer.Option("--limit", min=1, help="rows shown per list in table output "
-                                       "(JSON always has every key).")]
+LimitOpt = Annotated[int | None, typer.Option(
+    "--limit", min=1, show_default=False,
+    help="rows shown per list in table output (default 40; only the counts of missing and "
+    "unexpected keys when a prefix remap names the fix; JSON always has every key).")]
 
 AllowPartialOpt = Annotated[bool, allow_partial_opt(
     "exit 0 even when some of A's tensors get no value from B.")]
@@ -56,7 +58,7 @@ def diff(
     rtol: RtolOpt = 1e-5,
     atol: AtolOpt = 1e-8,
     trust_pickle: TrustOpt = False,
-    limit: LimitOpt = 40,
+    limit: LimitOpt = None,
     allow_partial: AllowPartialOpt = False,
     *,
     out: OutputOptions,

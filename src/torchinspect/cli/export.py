@@ -17,6 +17,7 @@ from torchinspect.cli.common import (
     model_command,
     rtol_opt,
 )
+from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.escape import printable
 from torchinspect.sources.case import ModelOptions
@@ -77,7 +78,7 @@ def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
                          dynamic=dynamic or (), verify=verify, atol=atol, rtol=rtol, force=force,
                          external_data=True if external_data else None, device=case.requested,
                          protect=protect, report=exporter_report, input_names=input_names,
-                         output_names=output_names)
+                         output_names=output_names, progress=current())
     result = as_written(result, out.output, "path", "data_path", "report_path")
     typer.echo(f"wrote {printable(str(result.path))}", err=True)
     emit(export_report(result, show_all=show_all), OutputOptions(out.format, None))

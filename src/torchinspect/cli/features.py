@@ -20,6 +20,7 @@ from torchinspect.cli.common import (
     as_written,
     dtype_opt,
     emit,
+    error_exit,
     model_command,
     shard_size_opt,
 )
@@ -216,8 +217,9 @@ def features(
     result = as_written(result, output, "output", "manifest")
     emit(features_report(result), out)
     if result.new_failed and not skip_unreadable:
-        typer.echo(f"error: {result.new_failed} input(s) could not be read (listed above); the "
-                   "others were saved (--skip-unreadable accepts this)", err=True)
+        raise error_exit(f"{result.new_failed} input(s) could not be read (listed above); the "
+                         "others were saved", "--skip-unreadable accepts them",
+                         int(result.status))
     raise typer.Exit(int(result.status))
 
 

@@ -37,8 +37,10 @@ LossOpt = Annotated[str, typer.Option(
     "--loss", metavar="sum|mean", help="the loss of the training step: the sum or mean of the "
     "model's first floating-point output.")]
 FitOpt = Annotated[str | None, typer.Option(
-    "--fit", metavar="SIZE|cuda", help="find the largest batch whose predicted peak fits SIZE "
-    "(80GB, 40GiB) or the free memory of the GPU that is there (cuda).", show_default=False)]
+    "--fit", metavar="SIZE|cuda", help="find the largest batch whose predicted peak fits a GPU "
+    "of SIZE (24GB: 24 GiB, as GPU memory is sold; 80GiB), less the CUDA context and the "
+    "allocator's reserve, or the free memory of the GPU that is there (cuda).",
+    show_default=False)]
 GpuOpt = Annotated[str | None, gpu_opt(
     "the GPU to predict for (h100, a100, l4, ...): its cuBLAS workspace and the SM count CUDA "
     "reductions stage for (default: the GPU that is there, else h100).",

@@ -2,7 +2,7 @@
 
 `command_reference("summary")` returns Markdown: the usage line, the arguments and every
 visible option with its help text and default, exactly as `inspect summary --help` knows
-them. The docs site's hook (docs/hooks.py) replaces ``<!-- inspect-options NAME -->`` with it.
+them. docs/hooks.py writes it under ``<!-- inspect-options NAME -->`` of each command page.
 """
 
 from __future__ import annotations

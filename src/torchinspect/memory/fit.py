@@ -13,7 +13,7 @@ from dataclasses import replace
 from torchinspect.arguments import ProgressFn
 from torchinspect.device import available_bytes
 from torchinspect.errors import InspectError
-from torchinspect.io.writers import parse_size
+from torchinspect.memory.budget import MemoryBudget, gpu_memory, measured_free
 from torchinspect.memory.predict import Target, predict_case
 from torchinspect.memory.result import FitProbe, FitResult, MemoryResult, MemorySweep
 from torchinspect.memory.step import StepConfig
@@ -22,17 +22,19 @@ from torchinspect.sources.case import ModelCase
 BATCH_LIMIT = 1 << 16
 
 
-def parse_budget(text: str) -> int:
-    """``80GB``, ``40GiB``, ``8e10`` or ``cuda`` (the free memory of the GPU that is there)."""
+def parse_budget(text: str) -> MemoryBudget:
+    """``24GB`` (a card sold as 24 GB: 24 GiB), ``40GiB``, ``25769803776`` (bytes) or
+    ``cuda`` (the free memory of the GPU that is there); see memory/budget.py for what of it
+    the search lets tensors use."""
     if text.strip().lower().startswith("cuda"):
         import torch
 
         if not torch.cuda.is_available():
             raise InspectError(f"--fit {text}: no CUDA device is available to measure",
-                               hint="give the memory as a size, e.g. --fit 80GB")
+                               hint="give the GPU's memory, e.g. --fit 80GB")
         free = available_bytes(text.strip().lower() if ":" in text else "cuda")
-        return int(free or 0)
-    return parse_size(text, option="--fit")
+        return measured_free(text, int(free or 0))
+    return gpu_memory(text, option="--fit")
 
 
 def sweep(case: ModelCase, cfg: StepConfig, target: Target, batches: Sequence[int | None], *,
@@ -70,7 +72,7 @@ def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
             probe = FitProbe(mode, batch, value, run.where, value != run.peak)
             probes.append(probe)
             if progress is not None:
-                progress(f"--fit: {mode} batch {batch:,} peaks at {value / 2**20:,.0f} MiB")
+                progress(f"--fit: {mode} batch {batch:,} peaks at {value / 1e9:,.2f} GB")
             return value
 
         found[mode], hit_limit = _search(peak, budget, limit)
@@ -103,10 +105,11 @@ def _search(peak: Callable[[int], int], budget: int, limit: int) -> tuple[int | 
 
 
 def sweep_with_fit(case: ModelCase, cfg: StepConfig, target: Target,
-                   batches: Sequence[int | None], budget: int | None, top: int = 10,
+                   batches: Sequence[int | None], budget: MemoryBudget | None, top: int = 10,
                    progress: ProgressFn | None = None) -> MemorySweep:
-    """Predictions at ``batches`` and, with a ``budget``, the fit search; ``progress`` hears
-    each batch predicted."""
-    results = sweep(case, cfg, target, batches, budget=budget, top=top, progress=progress)
-    found = fit(case, cfg, target, budget, progress=progress) if budget is not None else None
-    return MemorySweep(results, found)
+    """Predictions at ``batches`` and, with a ``budget``, the fit search within its usable
+    memory; ``progress`` hears each batch predicted."""
+    usable = budget.usable if budget is not None else None
+    results = sweep(case, cfg, target, batches, budget=usable, top=top, progress=progress)
+    found = fit(case, cfg, target, usable, progress=progress) if usable is not None else None
+    return MemorySweep(results, found, budget)

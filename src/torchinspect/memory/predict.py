@@ -18,7 +18,7 @@ from typing import Any
 from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.gpus import match_device_name
-from torchinspect.inputs import ExampleInputs, rebatch
+from torchinspect.inputs import ExampleInputs, batch_of, rebatch
 from torchinspect.memory import margins
 from torchinspect.memory import step as steps
 from torchinspect.memory.faking import (  # noqa: F401 - re-exported: fit, the CLI, benchmarks
@@ -121,7 +121,8 @@ def memory_result(case: ModelCase, example: Any, batch: int | None, cfg: StepCon
             margins.widen(run, kind)
         notes += [n for n in [margins.note(kinds)] if n]
     return MemoryResult(
-        case.name, _describe(example), batch, target.device, target.gpu, _config(cfg, target),
+        case.name, _describe(example), batch if batch is not None else batch_of(example),
+        target.device, target.gpu, _config(cfg, target),
         sizes["params"], sizes["weights"], sizes["buffers"], sizes["input"],
         runs["inference"][0] if "inference" in runs else None,
         runs["training"][0] if "training" in runs else None, notes=notes)

@@ -5,6 +5,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from torchinspect.memory.budget import MemoryBudget
+
 # the makeup of an allocated total, in this order everywhere
 CATEGORIES = ("weights", "buffers", "input", "gradients", "optimizer state", "activations",
               "temporaries", "workspace")
@@ -82,7 +84,7 @@ class MemoryResult:
     input_bytes: int
     inference: RunMemory | None
     training: RunMemory | None
-    budget: int | None = None  # --fit: bytes available
+    budget: int | None = None  # --fit: the bytes a peak may reach (the usable memory)
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -124,7 +126,7 @@ class FitProbe:
 class FitResult:
     """``--fit``: the largest batch whose predicted peak fits the budget, per mode."""
 
-    budget: int
+    budget: int  # the usable bytes the peaks are compared with
     inference: int | None  # None: not even batch 1 fits
     training: int | None
     probes: list[FitProbe]
@@ -165,7 +167,9 @@ class MemorySweep:
 
     results: list[MemoryResult]
     fit: FitResult | None = None
+    budget: MemoryBudget | None = None  # --fit: the memory given and what of it is usable
 
     def to_dict(self) -> dict[str, Any]:
         return {"results": [r.to_dict() for r in self.results],
-                "fit": self.fit.to_dict() if self.fit else None}
+                "fit": self.fit.to_dict() if self.fit else None,
+                "memory": self.budget.to_dict() if self.budget else None}

@@ -64,10 +64,24 @@ class Table:
     fit_hint: Callable[[list[str]], str] | None = None
     # text columns that never fold (shapes): the table leaves out columns or is printed wider
     nofold: list[str] = field(default_factory=list)
+    # footer lines about one column, shown only where that column is (a terminal may leave
+    # it out): {"Self MACs": "Self: the module's own."}
+    column_notes: dict[str, str] = field(default_factory=dict)
+    # columns of code to copy (a fix, a file:line): never folded; where keeping them would
+    # squeeze the text beside them, each goes on a line of its own under its row (in a
+    # terminal, or at WRAP_WIDTH for a table of sentences), as linters print a fix
+    code: list[str] = field(default_factory=list)
     # rows a reader can skip (unchanged against a baseline): Markdown (a pull-request comment)
     # folds them into a collapsed <details> block under the table; other formats show them
     quiet: list[bool] | None = None
     quiet_label: str = "unchanged"
+
+
+    def footer_for(self, shown: list[str]) -> list[str]:
+        """The footer under the table when ``shown`` are its columns: its first line, the
+        column notes of the columns shown (each note once), then its other lines."""
+        notes = [self.column_notes[c] for c in shown if c in self.column_notes]
+        return [*self.footer[:1], *dict.fromkeys(notes), *self.footer[1:]]
 
 
 @dataclass

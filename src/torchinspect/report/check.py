@@ -66,8 +66,15 @@ def _table(r: CheckResult, compare: bool) -> Table:
                          and x.value == x.baseline)
     align = ["left", "left", "right", *(["right", "right"] if compare else []), "right",
              "right", "left", "left"]
+    # in a narrow terminal: where each limit came from first, then the headroom (the
+    # limit minus the change, both still shown)
     return Table("Budgets", columns, rows, align=align, primary=True,
-                 quiet=quiet if any(quiet) else None, quiet_label="unchanged")
+                 quiet=quiet if any(quiet) else None, quiet_label="unchanged",
+                 optional=["Budget", "Headroom"], fit_hint=_fit_hint)
+
+
+def _fit_hint(left_out: list[str]) -> str:
+    return "A wider terminal, a pipe, --format markdown or --junit shows them."
 
 
 def _problems(r: CheckResult) -> list[str]:

@@ -52,9 +52,18 @@ def _key_table(result: DiffResult) -> Table:
                  primary=True)
 
 
-def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, limit: int = 40) -> Report:
-    """The Report for `inspect diff` (JSON: every list; table: grouped lists)."""
+# rows per list in table output when --limit is not given
+LIMIT = 40
+
+
+def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table,
+                limit: int | None = None) -> Report:
+    """The Report for `inspect diff` (JSON: every list; table: grouped lists, ``limit`` rows
+    each; without ``limit``, LIMIT, and only the count of missing and unexpected keys once a
+    prefix remap not applied names the fix: the keys it renames are the same list twice)."""
     data = result.to_dict()
+    named_fix = limit is None and bool(result.remaps) and result.applied_remap is None
+    limit = LIMIT if limit is None else limit
     if fmt is OutputFormat.csv:
         return Report("diff", data, [_key_table(result)])
     sections: list[Any] = []
@@ -95,10 +104,7 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
         rows = [[g.pattern, g.detail[2], g.detail[3]] for g in result.grouped("dtype_mismatches")[:limit]]
         sections.append(Table("Dtype mismatches (load_state_dict casts to A's dtype)",
                               ["key", "A dtype", "B dtype"], rows))
-    if result.missing:
-        sections.append(Text(_group_lines(result, "missing", limit), title="Missing (in A, not in B)"))
-    if result.unexpected:
-        sections.append(Text(_group_lines(result, "unexpected", limit), title="Unexpected (in B, not in A)"))
+    sections.extend(_key_lists(result, limit, named_fix))
     if result.values is not None:
         sections.extend(_values_sections(result, limit))
     notes: list[str] = []
@@ -126,6 +132,20 @@ def diff_report(result: DiffResult, *, fmt: OutputFormat = OutputFormat.table, l
     elif result.verdict.loads:
         sections.append(Text([f"no load line: {why_not}"]))
     return Report("diff", data, sections)
+
+
+def _key_lists(result: DiffResult, limit: int, named_fix: bool) -> list[Text]:
+    """The missing and the unexpected keys, grouped; only their counts once a prefix remap
+    names the fix (the same keys, renamed)."""
+    out = []
+    for which, title, keys in (("missing", "Missing (in A, not in B)", result.missing),
+                               ("unexpected", "Unexpected (in B, not in A)", result.unexpected)):
+        if keys and named_fix:
+            out.append(Text([f"{len(keys)} keys: the remap above names them (--limit "
+                             f"{LIMIT} lists them, --format json all)"], title=title))
+        elif keys:
+            out.append(Text(_group_lines(result, which, limit), title=title))
+    return out
 
 
 def _remap_sections(result: DiffResult) -> list[Any]:

@@ -27,7 +27,7 @@ def doctor_report(r: DoctorResult) -> Report:
             [[f.code, str(f.severity), f.module or "(model)",
               *([f.location or "-"] if located else []), f.what, f.fix] for f in r.findings],
             align=["left"] * (6 if located else 5), primary=True,
-            wrap=["Source", "What", "Fix"]))
+            wrap=["What"], code=["Fix", "Source"]))
         codes = list(dict.fromkeys(f.code for f in r.findings))
         sections.append(Text([f"{c} {RULES[c].name}: {RULES[c].why}" for c in codes],
                              title="Why it matters"))

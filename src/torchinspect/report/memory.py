@@ -7,6 +7,7 @@ from typing import TYPE_CHECKING, Any, cast
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes, pct
 
 if TYPE_CHECKING:
+    from torchinspect.memory.budget import MemoryBudget
     from torchinspect.memory.result import FitResult, MemoryResult, MemorySweep, RunMemory
     from torchinspect.memory.verify import Verification
 
@@ -122,7 +123,7 @@ def _saved(run: RunMemory) -> Table:
 
 def _sweep_report(s: MemorySweep) -> Report:
     first = s.results[0]
-    budget = first.budget
+    budget = first.budget  # the usable bytes
     train = bool(first.config["train"])
     rows = []
     for r in s.results:
@@ -136,18 +137,34 @@ def _sweep_report(s: MemorySweep) -> Report:
                    r.inference.where if r.inference is not None else "-")
         rows.append(row)
     columns = ["Batch", "Input", "Inference peak", *(["Training peak"] if train else []),
-               *(["Fits " + fmt_bytes(budget)] if budget is not None else []),
+               *([f"Fits {_memory(s.budget)}"] if s.budget is not None else
+                 ["Fits " + fmt_bytes(budget)] if budget is not None else []),
                "Training peak at" if train else "Inference peak at"]
     sections: list[Any] = [Text(_header(first)[1:2]),
                            Table(f"{first.model}: predicted peaks by batch", columns, rows,
                                  primary=True)]
     if s.fit is not None:
-        sections += _fit_sections(s.fit, train)
+        sections += _fit_sections(s.fit, train, s.budget)
     sections.append(Text([f"note: {n}" for n in first.notes], style="yellow"))
     return Report("memory", s.to_dict(), sections)
 
 
-def _fit_sections(f: FitResult, train: bool) -> list[Any]:
+def _memory(b: MemoryBudget) -> str:
+    """The memory given, as read: ``24 GiB``; the measured free memory in bytes."""
+    return b.size or fmt_bytes(b.total)
+
+
+def budget_items(b: MemoryBudget) -> list[tuple[str, Any]]:
+    """How the memory given was read, and what of it a peak may use (and why less)."""
+    given = _memory(b) + (f" ({fmt_bytes(b.total)})" if b.size else "")
+    context = (f"the CUDA context ({fmt_bytes(b.context)}, as PyTorch measured it with lazy "
+               "loading) and " if b.context else "")
+    return [("GPU memory", Shown(b.total, f"{given}: {b.read_as}" if b.read_as else given)),
+            ("Usable", Shown(b.usable, f"{fmt_bytes(b.usable)}: less {context}the caching "
+                             f"allocator's reserve ({b.reserve:.0%})"))]
+
+
+def _fit_sections(f: FitResult, train: bool, memory: MemoryBudget | None = None) -> list[Any]:
     """The largest batch per mode, the rows at it and one above, and which mode binds."""
     rows = []
     for mode in ("inference", "training") if train else ("inference",):
@@ -157,7 +174,8 @@ def _fit_sections(f: FitResult, train: bool) -> list[Any]:
                          Shown(p.peak, fmt_bytes(p.peak) + " (upper end)"),
                          Shown(left, ("" if left >= 0 else "-") + fmt_bytes(abs(left))),
                          "yes" if p.peak <= f.budget else "no", p.where])
-    items: list[tuple[str, Any]] = [("Budget", nbytes(f.budget))]
+    items: list[tuple[str, Any]] = (budget_items(memory) if memory is not None
+                                    else [("Budget", nbytes(f.budget))])
     for mode in ("inference", "training") if train else ("inference",):
         value = getattr(f, mode)
         items.append((f"Largest {mode} batch", value if value is not None else "none (batch 1 "
@@ -173,8 +191,8 @@ def _fit_sections(f: FitResult, train: bool) -> list[Any]:
     if f.capped:
         items.append(("Note", "the search stopped at its batch limit"))
     return [KeyValues("Largest batch that fits (doubling, then bisection)", items),
-            Table("The batch found and the next one up", ["Mode", "Batch", "Peak", "Left",
-                                                          "Fits", "Peak at"], rows,
+            Table("The batch found and the next one up", ["Mode", "Batch", "Peak",
+                                                          "Headroom", "Fits", "Peak at"], rows,
                   align=["left", "right", "right", "right", "left", "left"])]
 
 

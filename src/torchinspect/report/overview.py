@@ -268,15 +268,18 @@ def doctor_sections(m: ModelOverview, title: str) -> list[Any]:
                      style="yellow")]
     r = m.doctor.result
     out: list[Any] = []
-    lines = [f"checks run: {', '.join(r.checked) or 'none'}"]
+    lines = [f"checks run: {_codes(r.checked) or 'none'}"]
+    # one line per reason: 12 checks left out for one reason are one line naming them
+    by_reason: dict[str, list[str]] = {}
     for code, why in {**r.skipped, **m.doctor.left_out}.items():
-        lines.append(f"{code} not run: {why}")
+        by_reason.setdefault(why, []).append(code)
+    lines += [f"{_codes(codes)} not run: {why}" for why, codes in by_reason.items()]
     lines += [f"{code} could not finish: {why}" for code, why in r.broken.items()]
     if r.findings:
         rows = [[str(f.severity), f.code, f.name, f.module or "(model)", f.what, f.fix]
                 for f in r.findings]
         out.append(Table(title, ["Severity", "Code", "Check", "Module", "What", "Fix"], rows,
-                         align=["left"] * 6, footer=lines, wrap=["What", "Fix"]))
+                         align=["left"] * 6, footer=lines, wrap=["What"], code=["Fix"]))
     else:
         out.append(Text(["no findings", *lines], title=title))
     if r.notes:

@@ -142,7 +142,7 @@ def table_html(t: Table, sid: str) -> str:
                  f'<button type="button" class="lvl" data-level="all">all</button>'
                  '<span class="muted"> · click ▾ to collapse a block, a column header to sort'
                  '</span></div>')
-    footer = "".join(f'<p class="muted">{esc(line)}</p>' for line in t.footer)
+    footer = "".join(f'<p class="muted">{esc(line)}</p>' for line in t.footer_for(t.columns))
     kind = "data sortable tree" if depths else "data sortable"
     return (f'{tools}<div class="scroll"><table class="{kind}" id="{sid}-t"><thead><tr>{heads}'
             f'</tr></thead><tbody>{"".join(body)}</tbody></table></div>{footer}')

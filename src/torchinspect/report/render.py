@@ -10,7 +10,6 @@ import csv
 import io
 import re
 from collections.abc import Callable
-from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, TextIO
 
@@ -28,6 +27,8 @@ from torchinspect.report.base import (
 )
 from torchinspect.report.cells import cell_text, column_aligns
 from torchinspect.report.page import render_html
+from torchinspect.report.table_text import Line, key_value_lines, table_lines
+from torchinspect.report.wrap import wrap as wrap_text
 
 
 class OutputFormat(StrEnum):
@@ -139,7 +140,7 @@ def render_markdown(report: Report) -> str:
                 out += ["", f"<details><summary>{len(folded)} {markdown_text(s.quiet_label)} "
                         f"row(s)</summary>", "", *_md_rows(s, folded), "", "</details>"]
             out.append("")
-            out.extend(f"{markdown_text(line)}  " for line in s.footer)
+            out.extend(f"{markdown_text(line)}  " for line in s.footer_for(s.columns))
         elif isinstance(s, KeyValues):
             out.append("| | |")
             out.append("|:---|:---|")
@@ -158,8 +159,6 @@ def render_markdown(report: Report) -> str:
 # the width a table of sentences (``Table.wrap`` names its columns) folds to when neither a
 # terminal nor COLUMNS gives one: a CI log stays readable instead of 330 characters wide
 WRAP_WIDTH = 100
-# trailing spaces (and the colour codes after them) at the end of a rendered line
-_TRAILING = re.compile(r" +((?:\x1b\[[0-9;]*m)*)$", re.MULTILINE)
 
 
 def _is_terminal(stream: TextIO) -> bool:
@@ -181,183 +180,42 @@ def _wrap_width(stream: TextIO, width: int | None) -> int:
 
 
 def render_table(report: Report, stream: TextIO, width: int | None = None) -> None:
-    """Rich tables, key/value blocks and notes; no line ends in spaces."""
-    buf = io.StringIO()
-    _render_rich(report, buf, width, terminal=_is_terminal(stream), wrap=_wrap_width(stream, width))
-    stream.write(_TRAILING.sub(r"\1", buf.getvalue()))
-
-
-def _render_rich(report: Report, buf: TextIO, width: int | None, *, terminal: bool,
-                 wrap: int) -> None:
+    """Tables, key/value blocks and notes as text, laid out by ``report/table_text.py`` (one
+    folding rule, ``report/wrap.py``); colours only on a terminal; no line ends in spaces."""
+    lines = _text_lines(report, width, wrap=_wrap_width(stream, width))
+    if not _is_terminal(stream):
+        stream.write("".join(line.text + "\n" for line in lines))
+        return
     from rich.console import Console
-    from rich.table import Table as RichTable
     from rich.text import Text as RichText
 
-    def plain(v: str, style: str = "") -> RichText:
-        # names and paths are shown as they are: "[bold]" or "[/x]" in a ModuleDict key or a
-        # folder name is text, never rich markup
-        return RichText(printable(v), style=style)
+    console = Console(file=stream, width=1000, highlight=False, soft_wrap=True,
+                      force_terminal=True)
+    for line in lines:
+        console.print(RichText(line.text, style=line.style))
 
-    # Tables render at their natural width (like torchinfo): a layer table that wraps
-    # inside its cells is unreadable. An explicit width (COLUMNS) is honoured; tables of
-    # sentences (Table.wrap) fold their text columns to the terminal, or WRAP_WIDTH.
-    # Rendered into a buffer (colours kept on a terminal), then written without trailing spaces.
-    console = Console(file=buf, width=1000, highlight=False, soft_wrap=False,
-                      force_terminal=terminal or None)
-    first = True
+
+def _text_lines(report: Report, width: int | None, *, wrap: int) -> list[Line]:
+    """Every line of the report, in order. Tables render at their natural width (like
+    torchinfo: a layer table that wraps inside its cells is unreadable) unless ``width`` (the
+    terminal's, or COLUMNS) asks to fit it; tables of sentences (Table.wrap) fit the
+    terminal, or WRAP_WIDTH without one. Names and paths are shown as they are, escaped by
+    :func:`printable`."""
+    out: list[Line] = []
     for s in text_sections(report.sections):
-        if not first:
-            console.print()
-        first = False
+        if out:
+            out.append(Line(""))
         if isinstance(s, Table):
-            _print_table(console, s, width, wrap, plain, styled=terminal)
-        elif isinstance(s, KeyValues):
-            if s.title:
-                console.print(plain(s.title, "bold"))
-            # values next to their keys (left-aligned): a right-aligned column pushes every
-            # value out to the longest one, which wraps alone in a narrower terminal
-            t = RichTable(box=None, show_header=False, pad_edge=False)
-            t.add_column(justify="left", no_wrap=True)
-            t.add_column(justify="left", overflow="fold")
-            for k, v in s.items:
-                t.add_row(plain(str(k)), plain(cell_text(v)))
-            console.print(t, width=width)
-        else:
-            if s.title:
-                console.print(plain(s.title, "bold"))
-            for line in s.lines:  # code is never cut: a copied line must stay one line
-                console.print(plain(line, s.style or ""), soft_wrap=s.code, width=width)
-
-
-# a text column folds to no fewer characters than this (or its longest cell, if shorter)
-FOLD_MIN = 12
-# the space between two columns: 3 when it fits, 2 or 1 before a column is left out or folded
-GAPS = (3, 2, 1)
-
-
-@dataclass(frozen=True)
-class _Fit:
-    keep: list[int]  # the columns shown
-    left_out: list[str]  # the optional columns left out to fit
-    width: int | None  # the width to print at (None: natural)
-    gap: int  # spaces between columns
-
-
-def _fitted(s: Table, width: int | None) -> _Fit:
-    """The columns to show at ``width`` and how. In this order, until the table fits: the
-    space between columns narrows from 3 to 2; ``optional`` columns are left out (in their
-    order; a wider gap is kept when it leaves out no more); the gap narrows to 1 when that
-    makes the table fit whole; text columns fold down to FOLD_MIN (numbers and ``nofold``
-    columns never fold). A table that still doesn't fit is printed wider than ``width``
-    rather than folded into pieces."""
-    every = list(range(len(s.columns)))
-    if width is None:
-        return _Fit(every, [], None, GAPS[0])
-    texts = [[cell_text(v) for v in row] for row in s.rows]
-    aligns = column_aligns(s)
-
-    def natural(i: int) -> int:
-        return max([len(s.columns[i])] + [len(line) for r in texts if i < len(r)
-                                          for line in (r[i].splitlines() or [""])])
-
-    def least(i: int) -> int:
-        folds = aligns[i] != "right" and s.columns[i] not in s.nofold
-        return min(natural(i), FOLD_MIN) if folds else natural(i)
-
-    def need(keep: list[int], gap: int, fold: bool = False) -> int:
-        return sum(least(i) if fold else natural(i) for i in keep) + gap * (len(keep) - 1)
-
-    def leave_out(gap: int) -> tuple[list[int], list[str]]:
-        keep, left = list(every), []
-        for name in s.optional:
-            if need(keep, gap) <= width:
-                break
-            if name in s.columns and s.columns.index(name) in keep:
-                keep.remove(s.columns.index(name))
-                left.append(name)
-        return keep, left
-
-    wide, narrow = leave_out(GAPS[0]), leave_out(GAPS[1])
-    wide_fits = need(wide[0], GAPS[0]) <= width and len(wide[1]) <= len(narrow[1])
-    gap, (keep, left) = (GAPS[0], wide) if wide_fits else (GAPS[1], narrow)
-    if need(keep, gap) > width >= need(keep, GAPS[2]):  # closing up saves folding a column
-        gap = GAPS[2]
-    fold = need(keep, gap) > width
-    if need(keep, gap, fold=fold) > width >= need(keep, GAPS[2], fold=fold):
-        gap = GAPS[2]  # folded, it fits only with the narrowest gap
-    return _Fit(keep, left, max(width, need(keep, gap, fold=fold)), gap)
-
-
-def _unstyled_lines(s: Table, fit: _Fit, aligns: list[str]) -> list[str] | None:
-    """The lines rich prints for a table with no colours, where no cell folds and the title
-    fits on one line, made directly (rich takes ~0.3 s for a 70B model's 400 rows; tests
-    compare the two); None where rich is needed."""
-    from rich.cells import cell_len
-
-    if s.wrap:
-        return None
-    cells = [[printable(cell_text(row[i])) if i < len(row) else "" for i in fit.keep]
-             for row in s.rows]
-    heads = [printable(s.columns[i]) for i in fit.keep]
-    widths = [max([cell_len(h)] + [cell_len(r[j]) for r in cells]) for j, h in enumerate(heads)]
-    # _print_table's padding: left 1 at gap 3, right 1 at gaps 3 and 2; none at the edges
-    last = len(widths) - 1
-    pads = [(int(fit.gap == 3 and j > 0), int(fit.gap > 1 and j < last)) for j in range(last + 1)]
-    total = sum(widths) + sum(a + b for a, b in pads) + len(widths) - 1
-    title = printable(s.title) if s.title else ""
-    if total > (fit.width or 1000) or cell_len(title) > total:
-        return None
-
-    def line(texts: list[str]) -> str:
-        parts = []
-        for j, text in enumerate(texts):
-            gap = " " * (widths[j] - cell_len(text))
-            body = gap + text if aligns[fit.keep[j]] == "right" else text + gap
-            parts.append(" " * pads[j][0] + body + " " * pads[j][1])
-        return " ".join(parts)
-
-    return ([title] if title else []) + [line(heads), "─" * total] + [line(r) for r in cells]
-
-
-def _print_table(console: Any, s: Table, width: int | None, wrap: int,
-                 plain: Callable[..., Any], *, styled: bool = True) -> None:
-    from rich import box
-    from rich.table import Table as RichTable
-
-    fit = _Fit(list(range(len(s.columns))), [], None, GAPS[0]) if s.wrap else _fitted(s, width)
-    aligns = column_aligns(s)
-    lines = None if styled else _unstyled_lines(s, fit, aligns)
-    if lines is not None:
-        console.file.write("\n".join(lines) + "\n")
-        _print_footer(console, s, width, fit, plain)
-        return
-    # SIMPLE_HEAD puts one space between columns; the padding makes the rest of the gap
-    padding: tuple[int, int] | tuple[int, int, int, int] = (
-        (0, 1) if fit.gap == 3 else (0, 1, 0, 0) if fit.gap == 2 else (0, 0))
-    t = RichTable(title=plain(s.title, "bold") if s.title else None, box=box.SIMPLE_HEAD,
-                  title_justify="left", show_edge=False, pad_edge=False, padding=padding)
-    for i in fit.keep:
-        c, a = s.columns[i], aligns[i]
-        # numbers and shapes never wrap ("147,96" over "8"); text columns fold to a set width
-        folds = c in s.wrap or (width is not None and a != "right" and not s.wrap
-                                and c not in s.nofold)
-        t.add_column(plain(c), justify="right" if a == "right" else "left", overflow="fold",
-                     no_wrap=not folds)
-    for row in s.rows:
-        t.add_row(*[plain(cell_text(row[i])) if i < len(row) else "" for i in fit.keep])
-    console.print(t, width=wrap if s.wrap else fit.width)
-    _print_footer(console, s, width, fit, plain)
-
-
-def _print_footer(console: Any, s: Table, width: int | None, fit: _Fit,
-                  plain: Callable[..., Any]) -> None:
-    footer = list(s.footer)
-    if fit.left_out:
-        footer.append(f"Left out to fit {width} columns: {', '.join(fit.left_out)}.")
-        footer.append(s.fit_hint(fit.left_out) if s.fit_hint else
-                      "A wider terminal, a pipe or --format csv shows them.")
-    for line in footer:
-        console.print(plain(line), width=width)
+            out += table_lines(s, wrap if s.wrap else width, width, printable)
+            continue
+        if s.title:
+            out += [Line(t, "bold") for t in wrap_text(printable(s.title), width)]
+        if isinstance(s, KeyValues):
+            out += key_value_lines(s, width, lambda v: printable(str(v)))
+        else:  # code is never cut: a copied line must stay one line
+            out += [Line(t, s.style or "") for line in s.lines
+                    for t in ([printable(line)] if s.code else wrap_text(printable(line), width))]
+    return out
 
 
 @renderer("json")

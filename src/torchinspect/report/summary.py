@@ -88,9 +88,11 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
         owned = {r.name: r for r in s.rows if not r.recursive}
         rows = [[summary_cell(r, c, _owned(owned.get(r.name), c)) for c in cols] for r in s.rows]
         align = ["right" if c.value in _NUMERIC else "left" for c in cols]
-        selves = any(c.value.startswith("self_") for c in cols)
         footer = [("Params, MACs and FLOPs" if any(c.value == "flops" for c in cols) else "Params and MACs")
-                  + " include the modules inside" + ("; Self: the module's own." if selves else ".")]
+                  + " include the modules inside."]
+        # said only where a Self column is shown (a narrow terminal leaves Self MACs out)
+        selves = {HEADERS[c.value]: "Self: the module's own." for c in cols
+                  if c.value.startswith("self_")}
         if any(c.value == "output_bytes" for c in cols):
             footer.append("Output bytes: the tensors the module returns, at their dtype.")
         if any(r.recursive and getattr(owned.get(r.name), "params", None) != 0 for r in s.rows):
@@ -100,7 +102,8 @@ def summary_report(s: Summary, *, totals_only: bool = False) -> Report:
             footer.append("(×N): N identical consecutive blocks folded into one row; "
                           "rows under it show one block.")
         sections.append(Table(None, [HEADERS[c.value] for c in cols], rows, align=align,
-                              footer=footer, primary=True, depths=[r.depth for r in s.rows],
+                              footer=footer, column_notes=selves, primary=True,
+                              depths=[r.depth for r in s.rows],
                               **_fit_to_terminal(cols)))
     sections.append(totals_section(s.totals))
     sections.append(convention_notes())

@@ -34,6 +34,33 @@ _FILE_SUFFIXES = suffixes(holds=("weights", "model"))  # a MODEL text that names
 # ------------------------------------------------------------------ the sources
 
 
+def _source_of(spec: str, path: Path) -> str:
+    """Which source a MODEL text names, in the module docstring's order (nothing imported)."""
+    if spec.startswith(zoo.PREFIX):
+        return "zoo"
+    if spec.startswith(timmsrc.PREFIX):
+        return "timm"
+    if spec.startswith(hfsrc.PREFIX) or hfsrc.is_model_dir(path):
+        return "hf"
+    if pyspec.parse(spec) is not None and not (path.exists() and path.is_file()):
+        return "python"
+    if path.exists() or spec.endswith(_FILE_SUFFIXES):
+        return "file"
+    return "torchvision"
+
+
+def check_model_text(spec: str) -> None:
+    """The error :func:`load_model` would give for an unknown zoo or torchvision name, found
+    from the names alone, before torch is imported (a typo is answered in a blink, not after
+    seconds of imports). Other MODEL texts pass: their errors need the real thing."""
+    spec = spec.strip()
+    kind = _source_of(spec, Path(spec))
+    if kind == "zoo":
+        zoo.entry(spec[len(zoo.PREFIX):])
+    elif kind == "torchvision" and spec and spec not in tvsrc.registered_names():
+        raise tvsrc.unknown_model_error(spec, [zoo.PREFIX + n for n in zoo.names()])
+
+
 def _from_torchvision(tv: tvsrc.TorchvisionModel, kwargs: dict[str, Any], device: str,
                       weights_config: str | None, notes: list[str]) -> tuple[Callable[[str], Any], ExampleInputs | None, str]:
     example_override: ExampleInputs | None = None
@@ -97,36 +124,45 @@ def load_model(
         raise InspectError(f"--published/--weights-config applies to torchvision models, not {spec}",
                            hint="leave it out, or name a torchvision model (e.g. resnet50 --published)")
 
-    if spec.startswith(zoo.PREFIX):
+    kind = _source_of(spec, path)
+    if kind == "zoo":
         name = spec[len(zoo.PREFIX):]
         ent = zoo.entry(name)
         return finish(lambda dev: _build_with(ent.build, kwargs, dev, spec), spec, SourceKind.zoo,
                        zoo.example_of(ent.example), device, weights, key, strict, trust_pickle, [])
 
-    if spec.startswith(timmsrc.PREFIX):
+    if kind == "timm":
         name = timmsrc.check_name(spec[len(timmsrc.PREFIX):])
         loaded = finish(lambda dev: timmsrc.build(name, kwargs, dev), spec, SourceKind.timm, None,
                         device, weights, key, strict, trust_pickle, [])
         loaded.example = timmsrc.default_example(name, kwargs, loaded.model)
         return loaded
 
-    if spec.startswith(hfsrc.PREFIX) or hfsrc.is_model_dir(path):
+    if kind == "hf":
         return _from_hf(spec, path, kwargs, device, weights, key, strict, trust_pickle)
 
     ps = pyspec.parse(spec)
-    if ps is not None and not (path.exists() and path.is_file()):
+    if kind == "python" and ps is not None:
         module = pyspec.import_target(ps)
         obj = pyspec.resolve_attr(module, ps)
         example = zoo.example_of(pyspec.declared_example(obj, module))
         return finish(lambda dev: _instantiate(obj, kwargs, dev, spec), spec, SourceKind.python,
                        example, device, weights, key, strict, trust_pickle, [])
 
-    if path.exists() or spec.endswith(_FILE_SUFFIXES):
+    if kind == "file":
         if weights is not None:
             raise InspectError(f"--weights given with a file MODEL {spec}",
                                hint=f"load weights into an architecture: inspect summary ARCH --weights {spec}")
         return load_file(spec, key=key, trust_pickle=trust_pickle, device=device)
 
+    return _torchvision_model(spec, kwargs, device, weights, key, strict, trust_pickle,
+                              weights_config)
+
+
+def _torchvision_model(spec: str, kwargs: dict[str, Any], device: str, weights: str | None,
+                       key: str | None, strict: bool, trust_pickle: bool,
+                       weights_config: str | None) -> LoadedModel:
+    check_model_text(spec)  # an unknown name is answered from the names, before torch
     tv = tvsrc.lookup(spec)
     if tv is None:
         raise tvsrc.unknown_model_error(spec, [zoo.PREFIX + n for n in zoo.names()])

@@ -7,6 +7,7 @@ clips of 16 frames, two frames for optical flow, and a list of images for detect
 
 from __future__ import annotations
 
+import re
 import sys
 import warnings
 from dataclasses import dataclass
@@ -62,6 +63,37 @@ def list_names() -> list[str]:
     return list(torchvision_models().list_models())
 
 
+# ``@register_model()`` / ``@register_model(name="quantized_resnet18")``, other decorators,
+# then the builder's ``def NAME(`` (the first top-level def after it)
+_REGISTERED = re.compile(r"""^@register_model\((?:name\s*=\s*["']([\w.]+)["'])?\)[\s\S]*?^def (\w+)""",
+                         re.MULTILINE)
+
+
+def registered_names() -> list[str]:
+    """The names ``torchvision.models.list_models()`` gives, read from torchvision's source
+    files without importing it (and torch: ~2 s), so an unknown name is answered at once;
+    the import itself where torchvision is already loaded or its files can't be read."""
+    import importlib.util
+    from pathlib import Path
+
+    if "torchvision.models" not in sys.modules:
+        spec = importlib.util.find_spec("torchvision")
+        roots = list(spec.submodule_search_locations or []) if spec else []
+        names = [m.group(1) or m.group(2) for root in roots
+                 for path in sorted((Path(root) / "models").rglob("*.py"))
+                 for m in _REGISTERED.finditer(_read(path))]
+        if names:
+            return sorted(set(names))
+    return sorted(list_names())
+
+
+def _read(path: Any) -> str:
+    try:
+        return str(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError):
+        return ""
+
+
 def lookup(name: str) -> TorchvisionModel | None:
     tvm = torchvision_models()
 
@@ -89,7 +121,7 @@ def lookup(name: str) -> TorchvisionModel | None:
 
 
 def unknown_model_error(name: str, extra_names: list[str] | None = None) -> InspectError:
-    names = list_names() + (extra_names or [])
+    names = registered_names() + (extra_names or [])
     near = closest(name, names)
     hint = f"did you mean {', '.join(near)}?" if near else "see torchvision.models.list_models()"
     return InspectError(

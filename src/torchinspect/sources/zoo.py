@@ -27,9 +27,18 @@ def entry(name: str) -> Any:
         raise InspectError(
             f"unknown zoo model {PREFIX}{name}",
             hint=(f"did you mean {', '.join(PREFIX + n for n in near)}? " if near else "")
-            + f"zoo models: {', '.join(sorted(reg))}",
+            + f"zoo models: {listing(sorted(reg))} (each in docs/concepts/models.md)",
         )
     return reg[name]
+
+
+def listing(names: list[str]) -> str:
+    """The zoo's names, short: a family of more than three (``pitfall-*``) as one entry."""
+    families: dict[str, list[str]] = {}
+    for n in names:
+        families.setdefault(n.split("-")[0], []).append(n)
+    return ", ".join(f"{head}-*" if len(group) > 3 else ", ".join(group)
+                     for head, group in families.items())
 
 
 def example_of(declared: Any) -> ExampleInputs | None:

@@ -56,6 +56,16 @@ def is_called(call: CallRecord) -> bool:
     return call.index != UNCALLED
 
 
+def call_of(trace: Trace, call: CallRecord) -> str:
+    """`` (call 2/3)`` for one call of a module the forward ran several times (a shared
+    activation, a block reused in a loop), else nothing: summary's rows and graph's nodes
+    say it alike."""
+    info = trace.modules.get(call.name)
+    if not is_called(call) or info is None or info.calls <= 1:
+        return ""
+    return f" (call {call.call_number + 1}/{info.calls})"
+
+
 @dataclass
 class _Node:
     call: CallRecord

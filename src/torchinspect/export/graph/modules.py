@@ -125,11 +125,13 @@ def _add_cluster(view: _View, call: Any, parent: str | None) -> str:
 
 
 def _add_leaf(view: _View, node: Any, members: list[Any], cluster: str | None) -> None:
+    from torchinspect.trace.tree import call_of  # torch (package docstring)
+
     call, last = node.call, members[-1].call
     nid = f"m{len(view.graph.nodes)}"
     outs = _last_outputs(view.trace, last)
     fold_text = f" ×{len(members)}" if len(members) > 1 else ""
-    names = call.name or "(model)"
+    names = (call.name or "(model)") + call_of(view.trace, call)  # act (call 1/2), as summary
     site = view.flow.sites.get(call.index) if view.flow is not None else None
     if len(members) > 1:
         names = f"{_site(view, call)} … {_site(view, last)}"

@@ -7,7 +7,7 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from torchinspect.arguments import renamed_keywords
+from torchinspect.arguments import ProgressFn, renamed_keywords
 from torchinspect.export.onnx.describe import _check, _describe
 from torchinspect.export.onnx.plan import (
     ExportPlan,
@@ -31,7 +31,8 @@ def export_onnx(model: ModelLike, path: str | os.PathLike[str], inputs: Any = No
                 device: str = "cpu", protect: Sequence[str] = (), report: bool = False,
                 input_names: Sequence[str] | None = None,
                 output_names: Sequence[str] | None = None,
-                options: ModelOptions | None = None) -> ExportResult:
+                options: ModelOptions | None = None,
+                progress: ProgressFn | None = None) -> ExportResult:
     """Export to ONNX at ``path``, check it, and (``verify``) compare onnxruntime with PyTorch.
 
     ``verify=None`` verifies when onnxruntime is installed. ``external_data=None`` stores the
@@ -39,8 +40,10 @@ def export_onnx(model: ModelLike, path: str | os.PathLike[str], inputs: Any = No
     exporter's markdown report as ``<file stem>.export-report.md``. Inputs are named after
     the forward's parameters and outputs ``output`` (``output_0`` ...) unless
     ``input_names``/``output_names`` say otherwise. Never overwrites ``path``, its data file
-    or the report unless ``force``, nor any file in ``protect``.
+    or the report unless ``force``, nor any file in ``protect``. ``progress(text)`` hears
+    each phase as it starts (the exporter alone takes seconds to minutes).
     """
+    say = progress if progress is not None else _silent
     case = make_case(model, inputs, options=options)
     plan = plan_export(case, path, opset=opset, legacy=legacy, static=static, dynamic=dynamic,
                        verify=verify, atol=atol, rtol=rtol, force=force,
@@ -49,7 +52,9 @@ def export_onnx(model: ModelLike, path: str | os.PathLike[str], inputs: Any = No
     with model_kept(plan.model), training_mode(plan.model):  # attributes and buffers a forward sets are put back
         plan.dynamic_shapes, plan.marked = _dynamic_shapes(
             plan.model, plan.args, plan.kwargs, static=plan.static, extra=plan.extra)
+        say(f"exporting with torch.onnx ({plan.exporter}) and saving")
         data_path, report_path = write_onnx(plan)
+    say("checking the file (onnx.checker)")
     t0 = time.perf_counter()
     _check(plan.target)
     plan.seconds["check"] = time.perf_counter() - t0
@@ -57,6 +62,7 @@ def export_onnx(model: ModelLike, path: str | os.PathLike[str], inputs: Any = No
     result.report_path = str(report_path) if report_path else None
     _settle_dynamic(plan, result)
     if plan.verify:
+        say("verifying in onnxruntime against PyTorch")
         result.verify = verify_export(plan)
     result.seconds = plan.seconds
     result.weights = case.weights.to_dict()
@@ -64,6 +70,10 @@ def export_onnx(model: ModelLike, path: str | os.PathLike[str], inputs: Any = No
                              + (" (verified with them)" if plan.verify else ""))
     result.notes = [*plan.notes, *([note] if note else [])]
     return result
+
+
+def _silent(text: str, /, *, final: bool = False) -> None:
+    pass
 
 
 def _settle_dynamic(plan: ExportPlan, result: ExportResult) -> None:
