@@ -276,6 +276,7 @@ def test_resume_after_interrupt_gives_identical_rows(tmp_path):
 
 KILL_SCRIPT = """
 import os, sys, torch
+kill = os._exit  # the real one: torchinspect contains a model's os._exit, not this test's
 sys.path[:0] = [{src!r}, {root!r}, {tests!r}]
 from features_tiny import Tiny
 from torchinspect.features import extract_features
@@ -285,7 +286,7 @@ n = []
 def die(p):
     n.append(1)
     if len(n) == 3:
-        os._exit(9)   # killed: no flush, no cleanup
+        kill(9)   # killed: no flush, no cleanup
 extract_features(net, [{folder!r}], output={out!r}, layers=["relu"], resize=24, crop=20,
                  batch_size=2, workers=0, progress=die)
 """
@@ -561,13 +562,14 @@ def test_resume_refuses_other_weights_and_random_init_is_seeded(invoke, tmp_path
 
 DIE_IN_SHARD = """
 import os, sys
+kill = os._exit  # the real one: torchinspect contains a model's os._exit, not this test's
 sys.path[:0] = [{src!r}, {tests!r}]
 import torch
 from features_tiny import Tiny
 from torchinspect.features import extract_features, store
 real = store.write_shard
 def die(*a, **k):
-    os._exit(9)  # killed after the last part, before its shard and progress
+    kill(9)  # killed after the last part, before its shard and progress
 store.write_shard = die
 torch.manual_seed(0)
 extract_features(Tiny(), [{folder!r}], output={out!r}, layers=["relu"], resize=24, crop=20,
