@@ -728,7 +728,7 @@ def test_a_memory_budget_may_name_a_gpu(invoke, tmp_path, monkeypatch) -> None:
     assert on_a10 == infer_mb("--max-infer-mb", "100", "--gpu", "a10")[0]
     assert on_a10 < infer_mb("--max-infer-mb", "100", "--gpu", "h100")[0]  # 8 vs 32 MiB cuBLAS
     assert any(n.startswith("--max-infer-mb a10: the a10 (NVIDIA A10)") and
-               "as nvidia-smi reports it" in n and n.endswith("infer-mb is predicted for the a10")
+               "as nvidia-smi reports it" in n and n.endswith("the peaks are predicted for the a10")
                for n in notes), notes
     (tmp_path / "pyproject.toml").write_text(
         '[tool.torchinspect.check]\nmodels = ["zoo:mnist-net"]\nmax-infer-mb = "a10"\n')

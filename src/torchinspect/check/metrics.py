@@ -157,7 +157,7 @@ def budget_note(value: Any, metric: Metric | str, where: str | None = None) -> s
                   + (f" (sold as {b.size})" if b.read_as != "as sold" else ""))
     else:
         memory = f"{b.size}" + (f" ({b.read_as})" if b.read_as else "")
-    predicted = f"; {Metric(metric).value} is predicted for the {b.gpu.name}" if b.gpu else ""
+    predicted = f"; the peaks are predicted for the {b.gpu.name}" if b.gpu else ""
     return (f"{given}: {memory}, less the CUDA context ({b.context / 1e6:,.2f} MB, as PyTorch "
             f"measured it) and the caching allocator's reserve ({b.reserve:.0%}): "
             f"{b.usable / 1e6:,.2f} MB usable{predicted}")

@@ -56,8 +56,14 @@ def cli_limits(given: dict[Metric, Any]) -> dict[Metric, float]:
 
 
 def budget_notes(given: dict[Metric, Any]) -> list[str]:
-    """How the budgets given as a GPU's memory (``--max-train-mb 24GB``) were read."""
-    return [n for m, v in given.items() if v is not None for n in [budget_note(v, m)] if n]
+    """How the budgets given as a GPU or its memory (``--max-train-mb 24GB``) were read: one
+    note per value (``--max-infer-mb, --max-train-mb t4: ...``)."""
+    options: dict[str, list[Metric]] = {}
+    for m, v in given.items():
+        if isinstance(v, str):
+            options.setdefault(v, []).append(m)
+    notes = (budget_note(v, ms[0], ", ".join(m.option for m in ms)) for v, ms in options.items())
+    return [n for n in notes if n]
 
 
 def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | None = None,
