@@ -530,6 +530,14 @@ def test_cli_fit_names_a_known_gpu_or_says_which_it_meant(invoke, args, message,
     assert message in text and hint in text and "Traceback" not in res.output
 
 
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_cli_fit_cuda_needs_the_gpu_it_measures(invoke):
+    res = invoke("memory", "zoo:mnist-net", "--fit", "cuda", "--no-train")
+    assert res.exit_code == 2, res.output
+    assert "--fit cuda: no CUDA device is available to measure" in res.output
+    assert "--fit h100 or --fit 80GB" in " ".join(res.output.split())
+
+
 def test_cli_fit_and_gpu_may_name_the_same_card(invoke, monkeypatch):
     import torchinspect.memory.fit as fit
 
