@@ -701,3 +701,45 @@ def test_a_memory_budget_may_name_a_gpus_memory(invoke, tmp_path, monkeypatch) -
     limit = next(r["limit"] for m in data["models"] for r in m["results"] if r["metric"] == "train-mb")
     assert limit == pytest.approx(gpu_memory("1GB").usable / 1e6)
     assert any("--max-train-mb 1GB: 1 GiB (GB on a GPU are GiB" in n for n in data["notes"])
+
+
+def test_a_memory_budget_may_name_a_gpu(invoke, tmp_path, monkeypatch) -> None:
+    """--max-infer-mb a10 / max-train-mb = "a10": the card's usable memory, as --fit h100
+    reads it, and the GPU that model's peaks are predicted for (issue 42); a number is MB."""
+    from torchinspect.check.metrics import MemoryLimit, Metric, parse_budget
+    from torchinspect.gpus import CATALOGUE
+
+    limit = parse_budget("a10", Metric.train_mb)
+    assert isinstance(limit, MemoryLimit) and limit.budget.gpu is CATALOGUE["a10"]
+    assert limit == CATALOGUE["a10"].usable_bytes() / 1e6
+    assert parse_budget("NVIDIA H100 80GB HBM3", Metric.infer_mb) == (
+        CATALOGUE["h100"].usable_bytes() / 1e6)
+    four = parse_budget("4090", Metric.train_mb)  # 4,090 MB, not the card
+    assert four == 4090 and not isinstance(four, MemoryLimit)
+    monkeypatch.chdir(tmp_path)
+
+    def infer_mb(*args: str) -> tuple[float, list[str]]:
+        r = invoke("check", "zoo:mnist-net", *args, "--format", "json")
+        assert r.exit_code == 0, r.output
+        data = json.loads(r.output)
+        return data["models"][0]["readings"]["infer-mb"], data["notes"]
+
+    on_a10, notes = infer_mb("--max-infer-mb", "a10")
+    assert on_a10 == infer_mb("--max-infer-mb", "100", "--gpu", "a10")[0]
+    assert on_a10 < infer_mb("--max-infer-mb", "100", "--gpu", "h100")[0]  # 8 vs 32 MiB cuBLAS
+    assert any(n.startswith("--max-infer-mb a10: the a10 (NVIDIA A10)") and
+               "as nvidia-smi reports it" in n and n.endswith("the peaks are predicted for the a10")
+               for n in notes), notes
+    (tmp_path / "pyproject.toml").write_text(
+        '[tool.torchinspect.check]\nmodels = ["zoo:mnist-net"]\nmax-infer-mb = "a10"\n')
+    r = invoke("check", "--format", "json")
+    assert r.exit_code == 0, r.output
+    assert json.loads(r.stdout)["models"][0]["readings"]["infer-mb"] == on_a10
+    # --gpu, or another budget of the model, naming another card: a usage error
+    for args in (["--gpu", "h100"], ["--max-train-mb", "t4"]):
+        r = invoke("check", *args)
+        assert r.exit_code == 2, r.output
+        assert "name different GPUs" in r.output and "max-infer-mb a10" in r.output
+    assert invoke("check", "--gpu", "a10").exit_code == 0  # the same card: fine
+    r = invoke("check", "zoo:mnist-net", "--max-train-mb", "h10")
+    assert r.exit_code == 2 and "did you mean h100?" in r.output

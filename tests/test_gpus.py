@@ -11,8 +11,10 @@ import pytest
 
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.gpus import (
+    ALLOCATOR_RESERVE,
     CATALOGUE,
     CUDA_CONTEXT_BYTES,
+    CUDA_CONTEXT_SOURCE,
     GiB,
     MiB,
     catalogue_markdown,
@@ -60,7 +62,11 @@ def test_each_gpu_has_sourced_rates_and_a_plausible_shape(name: str) -> None:
     if g.reported_mib is not None:  # the driver shows a little less than the DRAM sold
         assert 0.9 * g.memory_gib * 1024 <= g.reported_mib <= g.memory_gib * 1024
         assert g.reported_source.startswith("https://")
-    assert g.budget_bytes() == (g.reported_bytes or g.memory_bytes) - CUDA_CONTEXT_BYTES
+    if g.cuda_total is not None:  # CUDA sees at most what nvidia-smi shows, and a source says
+        assert g.cuda_total <= (g.reported_bytes or g.memory_bytes) and g.cuda_source
+    # a budget starts from the driver's total (CUDA's, else nvidia-smi's), else the size sold
+    assert g.total_bytes == (g.cuda_total or g.reported_bytes or g.memory_bytes)
+    assert g.usable_bytes() == int(g.total_bytes * (1 - ALLOCATOR_RESERVE)) - CUDA_CONTEXT_BYTES
 
 
 def test_names_and_aliases_mean_one_gpu_each() -> None:
@@ -112,11 +118,41 @@ def test_the_measured_tables_are_the_ones_the_catalogue_lists() -> None:
 
 
 def test_the_cuda_context_figure_is_the_cited_one() -> None:
-    """400 MiB: "around 400MB" with lazy module loading (pytorch/pytorch#109888); PyTorch's own
-    lazy-loading test measured 287,047,680 bytes after a first tensor (pytorch/pytorch#86509)."""
-    assert 287_047_680 <= CUDA_CONTEXT_BYTES <= 420 * 1000 * 1000
-    assert CATALOGUE["h100"].budget_bytes() == 81559 * MiB - 400 * MiB
+    """One figure, one source, one method: 287,047,680 bytes, ``total - free`` of cudaMemGetInfo
+    after a first tensor with lazy module loading (pytorch/pytorch#86509); nowhere a second."""
+    import torchinspect.memory.budget as budget
+
+    assert CUDA_CONTEXT_BYTES == 287_047_680
+    assert CUDA_CONTEXT_SOURCE == "https://github.com/pytorch/pytorch/pull/86509"
+    assert not hasattr(budget, "CUDA_CONTEXT") and budget.CUDA_CONTEXT_BYTES is CUDA_CONTEXT_BYTES
+    figures = [p for p in (ROOT / "src/torchinspect").rglob("*.py")
+               if re.search(r"287_?047_?680|400 \* MiB", p.read_text(encoding="utf-8"))]
+    assert figures == [ROOT / "src/torchinspect/gpus.py"]
     assert CATALOGUE["a100"].memory_bytes == 80 * GiB
+
+
+def test_the_h100_total_is_what_cuda_reported_on_our_h100() -> None:
+    """The H100's total is the committed measurement (total_memory on this project's H100),
+    480 MiB below nvidia-smi's total in the public record (the memory the driver reserves)."""
+    results = ROOT / "benchmarks/results"
+    env = json.loads((results / "bench-accuracy-gpu.json").read_text())
+    measured = [v for k, v in _walk(env) if k == "gpu_memory"]
+    fit = json.loads((results / "fit-resnet50-h100.json").read_text())
+    h100 = CATALOGUE["h100"]
+    assert measured and set(measured) == {fit["total"]} == {h100.cuda_total}
+    assert "H100" in fit["device"] and h100.total_basis == "as CUDA reports it"
+    assert (h100.reported_bytes or 0) - h100.total_bytes == 480 * MiB
+    assert CATALOGUE["a10"].total_basis == "as nvidia-smi reports it"
+    assert CATALOGUE["h200"].total_basis == "as sold"
+
+
+def _walk(value: object) -> list[tuple[str, object]]:
+    """Every (key, value) pair of a JSON document, at any depth."""
+    if isinstance(value, dict):
+        return [pair for k, v in value.items() for pair in [(k, v), *_walk(v)]]
+    if isinstance(value, list):
+        return [pair for v in value for pair in _walk(v)]
+    return []
 
 
 def _block(name: str, text: str) -> str:

@@ -406,11 +406,13 @@ def test_cli_sweep_and_fit_rows(runner):
 def test_a_gpus_memory_is_read_as_it_is_sold():
     """--fit 24GB: a card sold as 24 GB holds 24 GiB; the output says how it read the size,
     and what of it tensors may use (the CUDA context and the allocator's reserve cited)."""
-    from torchinspect.memory.budget import ALLOCATOR_RESERVE, CUDA_CONTEXT, gpu_memory
+    from torchinspect.gpus import ALLOCATOR_RESERVE, CUDA_CONTEXT_BYTES
+    from torchinspect.memory.budget import gpu_memory
 
     card = gpu_memory("24GB")
     assert card.total == 24 * 2**30 and card.size == "24 GiB" and "GB on a GPU are GiB" in card.read_as
-    assert card.usable == int(24 * 2**30 * (1 - ALLOCATOR_RESERVE)) - CUDA_CONTEXT
+    assert card.usable == int(24 * 2**30 * (1 - ALLOCATOR_RESERVE)) - CUDA_CONTEXT_BYTES
+    assert card.gpu is None  # a size names no GPU
     assert gpu_memory("80GiB").read_as == "" and gpu_memory("80GiB").total == 80 * 2**30
     assert gpu_memory("512MB").total == 512 * 2**20
     assert gpu_memory("25769803776").total == 25769803776 and gpu_memory("25769803776").size == (
@@ -431,11 +433,128 @@ def test_cli_fit_says_how_it_read_the_size_and_what_is_usable(runner):
     from torchinspect.report.base import fmt_bytes
 
     card = gpu_memory("1GB")
-    assert f"Usable {fmt_bytes(card.usable)}: less the CUDA context ({fmt_bytes(card.context)}" in text
-    assert "caching allocator's reserve (1%)" in text and "Headroom" in text
+    assert (f"Usable {fmt_bytes(card.usable)} ({card.usable / 2**30:.2f} GiB): less the CUDA "
+            f"context ({fmt_bytes(card.context)}") in text
+    assert f"caching allocator's reserve (1%: {fmt_bytes(card.reserve_bytes)})" in text
+    assert "Headroom" in text and "Fits 1 GiB" in text
     # the first table shows the input's own batch, not "-"
     row = next(line for line in res.output.splitlines() if "1,1,28,28" in line)
     assert row.split()[0] == "1"
+
+
+def test_fit_h100_is_the_h100s_memory_as_cuda_reports_it_less_context_and_reserve():
+    """--fit h100: the catalogue's H100, as CUDA reported its total on this project's H100,
+    less the cited CUDA context and 1% for the caching allocator (issue 42)."""
+    from torchinspect.gpus import ALLOCATOR_RESERVE, CATALOGUE, CUDA_CONTEXT_BYTES
+    from torchinspect.memory.budget import memory_budget
+
+    h100 = CATALOGUE["h100"]
+    b = memory_budget("h100")
+    assert b.gpu is h100 and b.total == h100.cuda_total and b.read_as == "as CUDA reports it"
+    assert b.size == "80 GiB" and b.context == CUDA_CONTEXT_BYTES
+    assert b.usable == int(h100.cuda_total * (1 - ALLOCATOR_RESERVE)) - CUDA_CONTEXT_BYTES
+    assert b.usable == h100.usable_bytes() and b.reserve_bytes == b.total - int(b.total * 0.99)
+    # below a card sold as 80GB: the driver keeps its share, the context and reserve go too
+    assert b.usable < memory_budget("80GB").usable < 80 * 2**30
+    assert memory_budget(h100) == memory_budget("h100")  # a Gpu works as well as its name
+    assert b.to_dict()["gpu"] == "h100" and b.to_dict()["usable"] == b.usable
+
+
+def _names() -> list[tuple[str, str]]:
+    from torchinspect.gpus import CATALOGUE
+
+    return [(g.name, alias) for g in CATALOGUE.values() for alias in (g.name, *g.aliases)]
+
+
+@pytest.mark.parametrize(("name", "alias"), _names(), ids=[a for _, a in _names()])
+def test_every_catalogue_name_is_a_fit_target(name: str, alias: str):
+    from torchinspect.gpus import CATALOGUE
+    from torchinspect.memory.budget import memory_budget
+
+    for written in (alias, alias.upper(), alias.replace(" ", "-")):
+        b = memory_budget(written)
+        assert b.gpu is CATALOGUE[name] and b.usable == CATALOGUE[name].usable_bytes()
+
+
+@pytest.mark.parametrize("name", [n for n, a in _names() if n == a])
+def test_cli_fit_takes_every_catalogue_gpu_and_predicts_for_it(invoke, monkeypatch, name):
+    """``inspect memory --fit NAME`` for each card: the fit is held to its usable memory and
+    the prediction is for that card (the search itself is cut to one probe per mode here;
+    test_cli_sweep_and_fit_rows runs it whole)."""
+    import torchinspect.memory.fit as fit
+    from torchinspect.gpus import CATALOGUE
+
+    monkeypatch.setattr(fit, "_search", lambda peak, budget, limit: (
+        1 if peak(1) <= budget else None, False))
+    res = invoke("memory", "zoo:mnist-net", "--fit", name, "--no-train", "-f", "json")
+    assert res.exit_code == 0, res.output
+    data = json.loads(res.output)
+    card = CATALOGUE[name]
+    assert data["memory"]["gpu"] == name and data["memory"]["total"] == card.total_bytes
+    assert data["fit"]["budget"] == data["memory"]["usable"] == card.usable_bytes()
+    assert data["results"][0]["gpu"] == name and data["fit"]["inference"] == 1
+
+
+def test_cli_fit_h100_says_what_of_the_card_is_usable(invoke):
+    from torchinspect.gpus import CATALOGUE, CUDA_CONTEXT_BYTES
+    from torchinspect.report.base import fmt_bytes
+
+    res = invoke("memory", "zoo:mnist-net", "--fit", "NVIDIA H100 80GB HBM3", "--no-train",
+                 "--batch", "2")
+    assert res.exit_code == 0, res.output
+    text = " ".join(res.output.split())
+    h100 = CATALOGUE["h100"]
+    total, usable = h100.total_bytes, h100.usable_bytes()
+    assert (f"GPU memory h100 (NVIDIA H100 SXM5 80GB): {fmt_bytes(total)} "
+            f"({total / 2**30:.2f} GiB) as CUDA reports it; sold as 80 GiB") in text
+    assert (f"Usable {fmt_bytes(usable)} ({usable / 2**30:.2f} GiB): less the CUDA context "
+            f"({fmt_bytes(CUDA_CONTEXT_BYTES)}, as PyTorch measured it) and the caching "
+            f"allocator's reserve (1%: {fmt_bytes(total - int(total * 0.99))})") in text
+    assert "Fits h100" in text and "predicted for cuda (h100)" in text and "Headroom" in text
+    row = next(line for line in res.output.splitlines() if line.lstrip().startswith("2 "))
+    assert "yes" in row.split()
+
+
+@pytest.mark.parametrize(("args", "message", "hint"), [
+    (["--fit", "h100", "--gpu", "a10"], "--gpu a10 and --fit h100 name different GPUs",
+     "--fit h100 alone predicts for the h100"),
+    (["--fit", "h10"], "--fit 'h10': not a GPU this tool knows, nor a memory size",
+     "did you mean h100? known GPUs: h100"),
+    (["--fit", "a100-sxm5"], "--fit 'a100-sxm5': not a GPU", "did you mean a100?"),
+    (["--fit", "24XB"], "--fit '24XB': expected a GPU's memory", "or a GPU's name, like h100"),
+])
+def test_cli_fit_names_a_known_gpu_or_says_which_it_meant(invoke, args, message, hint):
+    res = invoke("memory", "zoo:mnist-net", "--no-train", *args)
+    assert res.exit_code == 2, res.output
+    text = " ".join(res.output.split())
+    assert message in text and hint in text and "Traceback" not in res.output
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the refusal without CUDA")
+def test_cli_fit_cuda_needs_the_gpu_it_measures(invoke):
+    res = invoke("memory", "zoo:mnist-net", "--fit", "cuda", "--no-train")
+    assert res.exit_code == 2, res.output
+    assert "--fit cuda: no CUDA device is available to measure" in res.output
+    assert "--fit h100 or --fit 80GB" in " ".join(res.output.split())
+
+
+def test_cli_fit_and_gpu_may_name_the_same_card(invoke, monkeypatch):
+    import torchinspect.memory.fit as fit
+
+    monkeypatch.setattr(fit, "_search", lambda peak, budget, limit: (1, False))
+    for gpu in ("h100", "NVIDIA H100 80GB HBM3", "H-100"):
+        res = invoke("memory", "zoo:mnist-net", "--fit", "h100", "--gpu", gpu, "--no-train",
+                     "-f", "json")
+        assert res.exit_code == 0, res.output
+        assert json.loads(res.output)["results"][0]["gpu"] == "h100"
+    # a size names no GPU: --gpu alone says what the prediction is for
+    res = invoke("memory", "zoo:mnist-net", "--fit", "24GB", "--gpu", "a10", "--no-train",
+                 "-f", "json")
+    data = json.loads(res.output)
+    assert data["results"][0]["gpu"] == "a10" and data["memory"]["gpu"] is None
+    # 4090 is the card, not 4,090 bytes
+    res = invoke("memory", "zoo:mnist-net", "--fit", "4090", "--no-train", "-f", "json")
+    assert json.loads(res.output)["memory"]["gpu"] == "rtx4090"
 
 
 def test_the_fit_progress_speaks_the_tables_unit():

@@ -24,8 +24,13 @@ CASES: list[tuple[str, list[str], list[str] | None]] = [
                         "params=0.5%,macs=5%", "--arg", "num_classes=12"],
      ["check", "zoo:convnet", "--save-baseline", "main.json"]),
     ("memory_fit", ["memory", "zoo:mnist-net", "--fit", "1GB"], None),
+    ("memory_fit_t4", ["memory", "resnet18", "--input", "3,64,64", "--fit", "t4", "--no-train"],
+     None),
+    ("memory_fit_h100", ["memory", "resnet50", "--fit", "h100"], None),
     ("flops_vit", ["flops", "vit_b_16", "--depth", "3"], None),
 ]
+# the question of issue 42 as a user asks it: about 45 s of CPU, run twice (pty and piped)
+SLOW = {"memory_fit_h100"}
 
 
 def _run(args: list[str], stream: io.TextIOBase | None, reports: list[Report]) -> str:
@@ -57,7 +62,8 @@ def _stable(text: str) -> str:
     return text.replace("models_zoo/", "torchinspect/zoo/")
 
 
-@pytest.mark.parametrize(("name", "args", "setup"), CASES, ids=[c[0] for c in CASES])
+@pytest.mark.parametrize(("name", "args", "setup"), [
+    pytest.param(*c, id=c[0], marks=[pytest.mark.slow] if c[0] in SLOW else []) for c in CASES])
 def test_first_commands_in_an_80_column_terminal(name: str, args: list[str],
                                                  setup: list[str] | None, golden,
                                                  monkeypatch: pytest.MonkeyPatch,

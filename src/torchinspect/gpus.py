@@ -3,7 +3,8 @@
 Each `Gpu` holds what the predictors read: the names users type for it, its compute
 capability, streaming multiprocessors and threads per SM (the cuBLAS workspace and the
 staging buffers of CUDA reductions depend on them: ``memory/``), its memory (as sold, and as
-the driver reports it where a public record says), its datasheet peak rates (dense, no
+the driver reports it where a record says: `Gpu.total_bytes`, what ``--fit h100`` starts
+from, `usable_bytes` what a peak may reach of it), its datasheet peak rates (dense, no
 sparsity: bf16/fp16 tensor cores, TF32, CUDA-core fp32, DRAM bandwidth) with their source,
 and which measured tables exist for it (``latency/tables/NAME.json``, the cuDNN workspace
 table of ``memory/data``). `find_gpu` is the one parser of ``--gpu``/``--predict``
@@ -26,24 +27,37 @@ T = 1e12  # FLOP/s and bytes/s per tera
 GiB = 1 << 30
 MiB = 1 << 20
 
-# What a process loses before its first tensor: the CUDA context (driver state, the kernels of
-# the libraries loaded so far). With lazy module loading (CUDA >= 11.7; PyTorch sets
-# CUDA_MODULE_LOADING=LAZY) it is "around 400MB" (PyTorch's CUDA maintainer,
-# https://github.com/pytorch/pytorch/issues/109888) and 287,047,680 bytes after a first
-# tensor in PyTorch's own test of lazy loading (https://github.com/pytorch/pytorch/pull/86509);
-# measure it on a machine as ``total - free`` of ``torch.cuda.mem_get_info()`` right after the
-# first CUDA tensor. It is not the caching allocator's and grows as libraries load (cuDNN,
-# cuBLAS handles' own state).
-CUDA_CONTEXT_BYTES = 400 * MiB
-# The caching allocator reserves more than it hands out (cached, partly free segments): near a
-# full GPU, reserved memory ran 0.6% above the allocated peak (resnet50 training on the H100,
-# benchmarks/results/fit-resnet50-h100.json, docs/concepts/memory.md): plan 1% on top of a
-# predicted (allocated) peak.
+# What a process loses before its first tensor: the CUDA context (the driver's state and the
+# kernels loaded so far; not the caching allocator's, so `max_memory_allocated` never sees it).
+# One figure, one source, one method: 287,047,680 bytes, measured in PyTorch's own test of lazy
+# module loading (PyTorch's default since 1.13) as ``total - free`` of ``cudaMemGetInfo`` right
+# after a first CUDA tensor (https://github.com/pytorch/pytorch/pull/86509; 666,632,192 bytes
+# loaded eagerly). Lazy loading adds each library's kernels at their first use (cuBLAS, cuDNN),
+# so a run's context is this or more: measure yours the same way after one step, less
+# ``torch.cuda.memory_reserved()`` (docs/concepts/gpus.md says how).
+CUDA_CONTEXT_BYTES = 287_047_680
+CUDA_CONTEXT_SOURCE = "https://github.com/pytorch/pytorch/pull/86509"
+# The caching allocator reserves more than it hands out (cached, partly free blocks), and the
+# limit a run hits is the reserved memory: resnet50 training on the H100 with the allocator
+# capped at 80e9 bytes fit at an allocated peak of 79.29 GB and ran out at 79.38 GB
+# (benchmarks/results/fit-resnet50-h100.json), 0.78-0.89% of the memory: keep 1% of it.
 ALLOCATOR_RESERVE = 0.01
 
-# nvidia-smi's totals from public records (the driver's visible memory: ECC and reserved regions
-# are not in it), cited once each
+# nvidia-smi's totals from public records (its "Total", which on recent drivers includes memory
+# the driver reserves for itself: CUDA sees less), cited once each
 _MODAL = "https://github.com/modal-labs/modal-client/pull/2797 (nvidia-smi totals of its GPUs)"
+# what CUDA reported as the total (``torch.cuda.get_device_properties(0).total_memory``, the
+# total of ``cudaMemGetInfo``) on this project's own GPUs, in committed raw data
+_OUR_H100 = ("this project's H100 80GB HBM3 (driver 580.159.04): gpu_memory in "
+             "benchmarks/results/bench-accuracy-gpu.json, total in fit-resnet50-h100.json")
+
+
+def usable_bytes(total: int, *, context: int = CUDA_CONTEXT_BYTES,
+                 reserve: float = ALLOCATOR_RESERVE) -> int:
+    """What a predicted (allocated) peak may reach on a GPU of ``total`` bytes: the total less
+    `ALLOCATOR_RESERVE` of it and the CUDA ``context`` (0 where ``total`` is a free memory
+    measured after the context). The one rule of ``--fit`` and of check's memory budgets."""
+    return max(0, int(total * (1 - reserve)) - context)
 
 
 @dataclass(frozen=True)
@@ -65,6 +79,8 @@ class Gpu:
     bf16: bool = True  # native bf16 (T4, V100: no; bf16 runs at the fp32 rate)
     reported_mib: int | None = None  # total memory nvidia-smi reports, where a record says
     reported_source: str = ""
+    cuda_total: int | None = None  # bytes CUDA reports as the total, where measured
+    cuda_source: str = ""
     measured: tuple[str, ...] = ()  # tables measured on this GPU: "latency", "cudnn-workspace"
 
     @property
@@ -77,11 +93,22 @@ class Gpu:
         """Total memory as the driver reports it (nvidia-smi, ``total_memory``), if known."""
         return self.reported_mib * MiB if self.reported_mib is not None else None
 
-    def budget_bytes(self) -> int:
-        """Memory a process can hand to the caching allocator: the driver's total (else the
-        sold size) less the CUDA context (`CUDA_CONTEXT_BYTES`). A predicted peak plus
-        `ALLOCATOR_RESERVE` must fit in it."""
-        return (self.reported_bytes or self.memory_bytes) - CUDA_CONTEXT_BYTES
+    @property
+    def total_bytes(self) -> int:
+        """The memory a process's budget starts from, as the driver reports it: the total CUDA
+        reports (all a process can ever allocate) where measured, else nvidia-smi's total from
+        a public record, else the size as sold (see `total_basis`)."""
+        return self.cuda_total or self.reported_bytes or self.memory_bytes
+
+    @property
+    def total_basis(self) -> str:
+        """Where `total_bytes` comes from, in words."""
+        return ("as CUDA reports it" if self.cuda_total else
+                "as nvidia-smi reports it" if self.reported_mib else "as sold")
+
+    def usable_bytes(self) -> int:
+        """What a predicted (allocated) peak may reach on this GPU (`usable_bytes`)."""
+        return usable_bytes(self.total_bytes)
 
     def peak(self, math: str) -> float:
         """The peak of ``math``: "tensor16", "tf32" or "fp32"."""
@@ -106,7 +133,8 @@ def _hopper(name: str, label: str, aliases: tuple[str, ...], memory_gib: int, ba
 CATALOGUE: dict[str, Gpu] = {g.name: g for g in (
     _hopper("h100", "NVIDIA H100 SXM5 80GB", ("h100-sxm", "h100-sxm5", "h100 80gb hbm3",
             "nvidia h100 80gb hbm3"), 80, 3.35 * T, _H100_SHEET, reported_mib=81559,
-            reported_source=_MODAL, measured=("latency", "cudnn-workspace")),
+            reported_source=_MODAL, cuda_total=85_017_493_504, cuda_source=_OUR_H100,
+            measured=("latency", "cudnn-workspace")),
     _hopper("h200", "NVIDIA H200 SXM 141GB", ("nvidia h200", "h200-sxm"), 141, 4.8 * T,
             "NVIDIA H200 Tensor Core GPU datasheet, SXM column, dense: "
             "https://www.nvidia.com/en-us/data-center/h200/"),
@@ -213,16 +241,28 @@ def gpu_names() -> list[str]:
     return list(CATALOGUE)
 
 
+def lookup_gpu(name: str) -> Gpu | None:
+    """The catalogue's GPU called ``name`` (a short name or an alias, any case, with or
+    without spaces, hyphens and underscores), or None."""
+    found = _NAMES.get(_key(name))
+    return CATALOGUE[found] if found is not None else None
+
+
+def did_you_mean(name: str) -> str:
+    """``did you mean h100? `` for a name close to one of the catalogue's, else ``""``."""
+    close = difflib.get_close_matches(_key(name), list(_NAMES), n=1)
+    return f"did you mean {_NAMES[close[0]]}? " if close else ""
+
+
 def find_gpu(name: str, *, option: str = "--gpu") -> Gpu:
     """``h100`` (an alias, a CUDA device name, any case, with or without hyphens) -> Gpu; an
     unknown name: did-you-mean and the known names, exit 2, naming ``option``."""
-    found = _NAMES.get(_key(name))
+    found = lookup_gpu(name)
     if found is not None:
-        return CATALOGUE[found]
-    close = difflib.get_close_matches(_key(name), list(_NAMES), n=1)
-    guess = f"did you mean {_NAMES[close[0]]}? " if close else ""
+        return found
     raise InspectError(f"{option} {name!r}: not a GPU this tool knows",
-                       hint=f"{guess}known: {', '.join(CATALOGUE)}", status=ExitStatus.USAGE)
+                       hint=f"{did_you_mean(name)}known: {', '.join(CATALOGUE)}",
+                       status=ExitStatus.USAGE)
 
 
 def match_device_name(device_name: str) -> Gpu | None:
@@ -268,8 +308,9 @@ def catalogue_markdown() -> str:
             "| bandwidth | measured |",
             "| --- | --- | --- | --- | ---: | ---: | ---: | ---: | ---: | ---: | --- |"]
     for g in CATALOGUE.values():
-        memory = f"{g.memory_gib} GiB" + (f" ({g.reported_mib:,} MiB reported)"
-                                          if g.reported_mib else "")
+        reported = [f"nvidia-smi {g.reported_mib:,} MiB"] if g.reported_mib else []
+        reported += [f"CUDA {g.cuda_total / MiB:,.0f} MiB"] if g.cuda_total else []
+        memory = f"{g.memory_gib} GiB" + (f" ({', '.join(reported)})" if reported else "")
         tensor = f"{g.tensor_16 / T:g}" + ("" if g.bf16 else " (fp16 only)")
         rows.append(
             f"| `{g.name}` | {g.label} | {', '.join(f'`{a}`' for a in g.aliases)} | {g.arch} "
@@ -282,6 +323,7 @@ def sources_markdown() -> str:
     """One line per GPU: where its rates and its reported memory come from."""
     lines = []
     for g in CATALOGUE.values():
-        reported = f"; reported memory: {g.reported_source}" if g.reported_source else ""
+        reported = f"; nvidia-smi's total: {g.reported_source}" if g.reported_source else ""
+        reported += f"; CUDA's total: {g.cuda_source}" if g.cuda_source else ""
         lines.append(f"- `{g.name}`: {g.source}{reported}")
     return "\n".join(lines) + "\n"

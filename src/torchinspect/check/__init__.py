@@ -52,7 +52,7 @@ def run_check(plan: CheckPlan, options: Any = None, progress: Any = None) -> Che
     for i, mb in enumerate(plan.models):
         if progress is not None:
             progress(f"checking {mb.model} ({i + 1}/{len(plan.models)})")
-        check = measure_model(mb, plan.metrics_for(mb), options, plan.gpu)
+        check = measure_model(mb, plan.metrics_for(mb), options, plan.gpu_for(mb))
         judge(check, mb, plan)
         checks.append(check)
     result = CheckResult(checks, plan.config, plan.baseline.path if plan.baseline else None)

@@ -17,6 +17,9 @@ from typing import TYPE_CHECKING, Any
 
 from torchinspect.errors import InspectError
 
+if TYPE_CHECKING:
+    from torchinspect.memory.budget import MemoryBudget
+
 
 class Unit(StrEnum):
     number = "count"  # SI suffixes: 25M, 5G (a member named `count` would hide str.count)
@@ -116,17 +119,31 @@ _NUMBER = re.compile(r"^\s*([0-9]*\.?[0-9]+(?:[eE][+-]?[0-9]+)?)\s*([KMGTB]?)\s*
 _PERCENT = re.compile(r"^\s*\+?([0-9]*\.?[0-9]+)\s*(%?)\s*$")
 
 
-def gpu_budget(value: Any, metric: Metric | str, where: str | None = None) -> Any:
-    """A GPU memory budget written as a GPU's memory (``"24GB"``, ``"80GiB"``), read as
-    ``inspect memory --fit`` reads it (memory/budget.py: GB on a GPU are GiB, less the CUDA
-    context and the allocator's reserve); None for any other value."""
-    metric = Metric(metric)
-    if metric.need is not Need.memory or not isinstance(value, str) \
-            or not value.strip().upper().endswith("B"):
-        return None
-    from torchinspect.memory.budget import gpu_memory
+class MemoryLimit(float):
+    """A GPU memory budget in MB that was given as a GPU (``"h100"``) or its memory
+    (``"24GB"``): the usable MB, keeping how it was read (``.budget``, memory/budget.py), so a
+    card it names is also the GPU its peaks are predicted for. It merges like any limit."""
 
-    return gpu_memory(value, option=where or metric.option, number="MB")
+    budget: MemoryBudget
+
+    def __new__(cls, budget: MemoryBudget) -> MemoryLimit:
+        limit = super().__new__(cls, budget.usable / 1e6)
+        limit.budget = budget
+        return limit
+
+
+def gpu_budget(value: Any, metric: Metric | str, where: str | None = None) -> MemoryBudget | None:
+    """A GPU memory budget written as a GPU of the catalogue (``"h100"``, ``"a10"``) or a GPU's
+    memory (``"24GB"``, ``"80GiB"``), read as ``inspect memory --fit`` reads it
+    (memory/budget.py: the card's memory as the driver reports it, GB on a GPU are GiB, less the
+    CUDA context and the allocator's reserve); None for any other value (a number is MB, so
+    ``"4090"`` is 4090 MB here: the card is ``rtx4090``)."""
+    metric = Metric(metric)
+    if metric.need is not Need.memory or not isinstance(value, str) or _NUMBER.match(value):
+        return None
+    from torchinspect.memory.budget import memory_budget
+
+    return memory_budget(value, option=where or metric.option, number="MB", here=False)
 
 
 def budget_note(value: Any, metric: Metric | str, where: str | None = None) -> str | None:
@@ -134,20 +151,27 @@ def budget_note(value: Any, metric: Metric | str, where: str | None = None) -> s
     b = gpu_budget(value, metric, where)
     if b is None:
         return None
-    why = f" ({b.read_as})" if b.read_as else ""
-    return (f"{where or Metric(metric).option} {b.text}: {b.size}{why}, less the CUDA context "
-            f"({b.context / 1e6:,.2f} MB, as PyTorch measured it with lazy loading) and the "
-            f"caching allocator's reserve ({b.reserve:.0%}): {b.usable / 1e6:,.2f} MB usable")
+    given = f"{where or Metric(metric).option} {b.text}"
+    if b.gpu is not None:
+        memory = (f"the {b.gpu.name} ({b.gpu.label}), {b.total / 1e6:,.2f} MB {b.read_as}"
+                  + (f" (sold as {b.size})" if b.read_as != "as sold" else ""))
+    else:
+        memory = f"{b.size}" + (f" ({b.read_as})" if b.read_as else "")
+    predicted = f"; the peaks are predicted for the {b.gpu.name}" if b.gpu else ""
+    return (f"{given}: {memory}, less the CUDA context ({b.context / 1e6:,.2f} MB, as PyTorch "
+            f"measured it) and the caching allocator's reserve ({b.reserve:.0%}): "
+            f"{b.usable / 1e6:,.2f} MB usable{predicted}")
 
 
 def parse_budget(value: Any, metric: Metric | str, *, where: str | None = None) -> float:
     """``"25M"`` -> 25e6, ``"1.5e9"`` -> 1.5e9, ``100`` -> 100 (suffixes only for counts); a
-    GPU memory budget may name a GPU's memory, ``"24GB"``: its usable MB (:func:`gpu_budget`)."""
+    GPU memory budget may name a GPU or its memory, ``"h100"``, ``"24GB"``: its usable MB, a
+    :class:`MemoryLimit` (:func:`gpu_budget`)."""
     metric = Metric(metric)
     label = where or metric.option
     gpu = gpu_budget(value, metric, where)
     if gpu is not None:
-        return float(gpu.usable) / 1e6
+        return MemoryLimit(gpu)
     if isinstance(value, bool):
         value = str(value)
     if isinstance(value, (int, float)):
@@ -156,7 +180,7 @@ def parse_budget(value: Any, metric: Metric | str, *, where: str | None = None) 
         m = _NUMBER.match(str(value))
         if not m or (m.group(2) and not metric.counted):
             example = ("25M, 5G, 1.5e9 or 30000000" if metric.counted else
-                       "100 or 12.5 (MB), or a GPU's memory: 24GB" if metric.need is Need.memory
+                       "100 or 12.5 (MB), or a GPU: h100, 24GB" if metric.need is Need.memory
                        else "100 or 12.5")
             raise InspectError(f"{label} {value!r} is not a budget",
                                hint=f"use a number like {example}")

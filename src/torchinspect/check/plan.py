@@ -9,7 +9,14 @@ from typing import Any
 
 from torchinspect.check.baseline import Baseline, read_baseline
 from torchinspect.check.config import CheckConfig, ModelBudget, load_config
-from torchinspect.check.metrics import Metric, Need, budget_note, parse_budget, parse_increases
+from torchinspect.check.metrics import (
+    MemoryLimit,
+    Metric,
+    Need,
+    budget_note,
+    parse_budget,
+    parse_increases,
+)
 from torchinspect.errors import InspectError
 
 
@@ -23,6 +30,15 @@ class CheckPlan:
     latency: bool = False  # time every model (--latency, a latency increase)
     gpu: str | None = None  # --gpu: predicted-ms is predicted for this GPU
     notes: list[str] = field(default_factory=list)  # how budgets were read (a GPU's memory)
+
+    def gpu_for(self, mb: ModelBudget) -> str | None:
+        """The GPU ``mb``'s numbers are predicted for: ``--gpu``, else the card its memory
+        budgets name (``max-train-mb = "h100"``), else None (the GPU here, else the default);
+        two different cards are a usage error."""
+        from torchinspect.memory.budget import prediction_gpu
+
+        named = [v.budget for v in mb.limits.values() if isinstance(v, MemoryLimit)]
+        return prediction_gpu(named, self.gpu)
 
     def metrics_for(self, mb: ModelBudget) -> set[Metric]:
         wanted = set(mb.limits)
@@ -40,8 +56,14 @@ def cli_limits(given: dict[Metric, Any]) -> dict[Metric, float]:
 
 
 def budget_notes(given: dict[Metric, Any]) -> list[str]:
-    """How the budgets given as a GPU's memory (``--max-train-mb 24GB``) were read."""
-    return [n for m, v in given.items() if v is not None for n in [budget_note(v, m)] if n]
+    """How the budgets given as a GPU or its memory (``--max-train-mb 24GB``) were read: one
+    note per value (``--max-infer-mb, --max-train-mb t4: ...``)."""
+    options: dict[str, list[Metric]] = {}
+    for m, v in given.items():
+        if isinstance(v, str):
+            options.setdefault(v, []).append(m)
+    notes = (budget_note(v, ms[0], ", ".join(m.option for m in ms)) for v, ms in options.items())
+    return [n for n in notes if n]
 
 
 def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | None = None,
@@ -63,6 +85,7 @@ def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | 
         raise InspectError("--max-predicted-ms: predicted for which GPU?",
                            hint="name one with --gpu (e.g. --gpu h100)")
     for mb in chosen:
+        plan.gpu_for(mb)  # its budgets and --gpu name one GPU, or none
         if not mb.limits and not plan.every_metric and not plan.latency:
             raise InspectError(f"{mb.model}: no budget to check",
                                hint="pass e.g. --max-params 25M --max-macs 5G, set them in "

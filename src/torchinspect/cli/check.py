@@ -38,11 +38,12 @@ MacsOpt = _opt("macs", "N multiply-accumulates per forward, e.g. 5G")
 SizeOpt = _opt("size-mb", "MB of weights (parameters + buffers, 1 MB = 10^6 bytes), e.g. 100")
 ActOpt = _opt("activation-mb", "MB of activations (leaf-module outputs of one forward)")
 InferOpt = _opt("infer-mb", "MB peak GPU memory of inference, predicted as `inspect memory` "
-               "does (no GPU needed); or a GPU's memory, 24GB, read as --fit reads it (GiB, "
-               "less the CUDA context and the allocator's reserve)")
+               "does (no GPU needed); or a GPU, h100 (also the GPU predicted for), or its "
+               "memory, 24GB (GiB), read as --fit reads them: less the CUDA context and the "
+               "allocator's reserve")
 TrainMbOpt = _opt("train-mb", "MB peak GPU memory of an AdamW training step (forward, "
-                  "backward, optimizer step), predicted as `inspect memory` does; or a GPU's "
-                  "memory, 24GB, as for --max-infer-mb")
+                  "backward, optimizer step), predicted as `inspect memory` does; or a GPU, "
+                  "h100, or its memory, 24GB, as for --max-infer-mb")
 LatencyOpt = _opt("latency-ms", "median ms per forward at the example input, measured like "
                   "`inspect bench` on --device (auto/meta: cpu; cuda for GPU budgets); a breach "
                   "inside the measurement noise is noted, not failed")
@@ -65,7 +66,7 @@ SaveOpt = Annotated[str | None, typer.Option(
     "(versioned JSON, atomic) for a later --baseline.")]
 GpuOpt = Annotated[str | None, gpu_opt(
     "the GPU (h100, a100, l4, ...) --max-infer-mb and --max-train-mb are predicted for "
-    "(default: the GPU here, else h100); with --max-latency-ms on a machine without CUDA: judge "
+    "(default: the GPU a memory budget names, else the GPU here, else h100); with --max-latency-ms on a machine without CUDA: judge "
     "the latency predicted for it (metric predicted-ms) instead of measuring; with CUDA present "
     "the latency is measured as usual.")]
 LatencyFlag = Annotated[bool, typer.Option(

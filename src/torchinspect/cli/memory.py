@@ -37,14 +37,15 @@ LossOpt = Annotated[str, typer.Option(
     "--loss", metavar="sum|mean", help="the loss of the training step: the sum or mean of the "
     "model's first floating-point output.")]
 FitOpt = Annotated[str | None, typer.Option(
-    "--fit", metavar="SIZE|cuda", help="find the largest batch whose predicted peak fits a GPU "
-    "of SIZE (24GB: 24 GiB, as GPU memory is sold; 80GiB), less the CUDA context and the "
-    "allocator's reserve, or the free memory of the GPU that is there (cuda).",
+    "--fit", metavar="GPU|SIZE|cuda", help="find the largest batch whose predicted peak fits a "
+    "GPU (h100, a10, 4090, ...: its memory as the driver reports it; also the GPU predicted "
+    "for) or a GPU of SIZE (24GB: 24 GiB, as GPU memory is sold; 80GiB), less the CUDA context "
+    "and the allocator's reserve, or the free memory of the GPU that is there (cuda).",
     show_default=False)]
 GpuOpt = Annotated[str | None, gpu_opt(
     "the GPU to predict for (h100, a100, l4, ...): its cuBLAS workspace and the SM count CUDA "
-    "reductions stage for (default: the GPU that is there, else h100).",
-    metavar="h100|a100|...")]
+    "reductions stage for (default: the GPU --fit names, else the GPU that is there, else "
+    "h100).", metavar="h100|a100|...")]
 CalibrateOpt = Annotated[bool | None, typer.Option(
     "--calibrate/--no-calibrate", help="measure each cuDNN convolution/RNN workspace on the GPU "
     "that is here, op by op (cached per GPU; default: when predicting for that GPU).",
@@ -91,7 +92,8 @@ def memory(
 ) -> None:
     """Peak GPU memory of inference and of a training step, predicted on fake tensors."""
     from torchinspect.cli.common import tolerance as check_tolerance
-    from torchinspect.memory.fit import parse_budget, sweep_with_fit
+    from torchinspect.memory.budget import memory_budget, prediction_gpu
+    from torchinspect.memory.fit import sweep_with_fit
     from torchinspect.memory.predict import check_checkpointing, make_target
     from torchinspect.memory.step import StepConfig
     from torchinspect.report.memory import memory_report, verification_report
@@ -101,8 +103,10 @@ def memory(
     dtype, amp_dtype = _amp(dtype, amp)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp_dtype,
                      checkpointing=checkpointing, loss=loss, fsdp=fsdp, fsdp_unit=fsdp_unit)
+    budget = memory_budget(fit) if fit is not None else None
+    if _semantics(opts.device) == "cuda":  # --fit h100 predicts for the H100 too
+        gpu = prediction_gpu([budget] if budget is not None else [], gpu)
     target = make_target(_semantics(opts.device), gpu, calibrate=calibrate)
-    budget = parse_budget(fit) if fit is not None else None
     check_tolerance(tolerance, "--tolerance")
     if verify:
         _require_single(batches, fit, fsdp)

@@ -1,4 +1,4 @@
-"""``--batch 1,8,32`` and ``--fit 80GB``: predictions over batch sizes.
+"""``--batch 1,8,32`` and ``--fit h100`` / ``--fit 80GB``: predictions over batch sizes.
 
 The fit search doubles the batch from 1 while the predicted peak fits, then bisects between
 the last fit and the first miss (as ``bench --max-batch`` does on the GPU, here on
@@ -11,30 +11,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from torchinspect.arguments import ProgressFn
-from torchinspect.device import available_bytes
 from torchinspect.errors import InspectError
-from torchinspect.memory.budget import MemoryBudget, gpu_memory, measured_free
+from torchinspect.memory.budget import MemoryBudget
 from torchinspect.memory.predict import Target, predict_case
 from torchinspect.memory.result import FitProbe, FitResult, MemoryResult, MemorySweep
 from torchinspect.memory.step import StepConfig
 from torchinspect.sources.case import ModelCase
 
 BATCH_LIMIT = 1 << 16
-
-
-def parse_budget(text: str) -> MemoryBudget:
-    """``24GB`` (a card sold as 24 GB: 24 GiB), ``40GiB``, ``25769803776`` (bytes) or
-    ``cuda`` (the free memory of the GPU that is there); see memory/budget.py for what of it
-    the search lets tensors use."""
-    if text.strip().lower().startswith("cuda"):
-        import torch
-
-        if not torch.cuda.is_available():
-            raise InspectError(f"--fit {text}: no CUDA device is available to measure",
-                               hint="give the GPU's memory, e.g. --fit 80GB")
-        free = available_bytes(text.strip().lower() if ":" in text else "cuda")
-        return measured_free(text, int(free or 0))
-    return gpu_memory(text, option="--fit")
 
 
 def sweep(case: ModelCase, cfg: StepConfig, target: Target, batches: Sequence[int | None], *,

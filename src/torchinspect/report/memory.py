@@ -150,18 +150,28 @@ def _sweep_report(s: MemorySweep) -> Report:
 
 
 def _memory(b: MemoryBudget) -> str:
-    """The memory given, as read: ``24 GiB``; the measured free memory in bytes."""
-    return b.size or fmt_bytes(b.total)
+    """The memory given, as read: ``h100``, ``24 GiB``; the measured free memory in bytes."""
+    return b.gpu.name if b.gpu is not None else b.size or fmt_bytes(b.total)
+
+
+def _gib(n: int) -> str:
+    return f"{fmt_bytes(n)} ({n / 2**30:,.2f} GiB)"
 
 
 def budget_items(b: MemoryBudget) -> list[tuple[str, Any]]:
     """How the memory given was read, and what of it a peak may use (and why less)."""
-    given = _memory(b) + (f" ({fmt_bytes(b.total)})" if b.size else "")
-    context = (f"the CUDA context ({fmt_bytes(b.context)}, as PyTorch measured it with lazy "
-               "loading) and " if b.context else "")
-    return [("GPU memory", Shown(b.total, f"{given}: {b.read_as}" if b.read_as else given)),
-            ("Usable", Shown(b.usable, f"{fmt_bytes(b.usable)}: less {context}the caching "
-                             f"allocator's reserve ({b.reserve:.0%})"))]
+    if b.gpu is not None:
+        given = (f"{b.gpu.name} ({b.gpu.label}): {_gib(b.total)} {b.read_as}"
+                 + (f"; sold as {b.size}" if b.read_as != "as sold" else ""))
+    else:
+        given = _memory(b) + (f" ({fmt_bytes(b.total)})" if b.size else "")
+        given = f"{given}: {b.read_as}" if b.read_as else given
+    context = f"the CUDA context ({fmt_bytes(b.context)}, as PyTorch measured it) and " \
+        if b.context else ""
+    return [("GPU memory", Shown(b.total, given)),
+            ("Usable", Shown(b.usable, f"{_gib(b.usable)}: less {context}the caching "
+                             f"allocator's reserve ({b.reserve:.0%}: "
+                             f"{fmt_bytes(b.reserve_bytes)})"))]
 
 
 def _fit_sections(f: FitResult, train: bool, memory: MemoryBudget | None = None) -> list[Any]:
