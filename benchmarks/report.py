@@ -20,6 +20,7 @@ from typing import Any
 from machine import load
 from pages_bench import bench_page, bench_summary
 from pages_features import features_page, features_summary
+from pages_latency import latency_page
 from pages_models import models_page, models_summary
 
 HERE = Path(__file__).resolve().parent
@@ -334,6 +335,7 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-features.md": features_page,
     "RESULTS-summary-features.md": features_summary,
     "RESULTS-models.md": models_page,
+    "RESULTS-latency.md": latency_page,
     "RESULTS-summary-models.md": models_summary,
 }
 

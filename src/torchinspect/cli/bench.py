@@ -13,13 +13,16 @@ from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     AmpOpt,
     ModelArg,
+    OptimizerOpt,
     OutputOptions,
+    amp_split,
     batches_opt,
     dtype_opt,
     emit,
     input_files,
     model_command,
     model_file_stem,
+    train_opt,
 )
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
@@ -91,6 +94,9 @@ PredictOpt = Annotated[str | None, typer.Option(
     help="predict the latency on this GPU (h100, a100, l4, rtx4090, ...: the GPU catalogue's "
     "names) from the CPU, no GPU needed: per layer type, graph replay and eager. With --device "
     "cuda the real run is measured too and shown beside the prediction.")]
+TrainStepOpt = Annotated[bool, train_opt(
+    "with --predict: predict an eager training step (forward and loss, backward, optimizer "
+    "step) instead of a forward; --amp --dtype bf16 for mixed precision.")]
 
 
 class _Progress:
@@ -162,6 +168,8 @@ def bench(
     save_samples: SamplesOpt = False,
     compare: CompareOpt = None,
     predict: PredictOpt = None,
+    train: TrainStepOpt = False,
+    optimizer: OptimizerOpt = "adamw",
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -180,6 +188,10 @@ def bench(
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
+    if train or optimizer != "adamw":
+        return _predict_train(model, predict, batch, dtype, amp, optimizer, opts, out,
+                              real=opts.device.startswith("cuda") or compile or cuda_graphs
+                              or max_batch or profile or bool(compare) or channels_last)
     if predict is not None and _predicts_only(
             predict, opts.device, compile=compile or compile_mode != CompileMode.default,
             amp=amp, max_batch=max_batch, profile=profile, compare=bool(compare),
@@ -266,6 +278,35 @@ def _predict_only(model: str, gpu: str, batch: str | None, dtype: str, tf32: boo
     emit(prediction_report(pred), out, inputs=[model, *opts.files()])
 
 
+def _predict_train(model: str, gpu: str | None, batch: str | None, dtype: str, amp: bool,
+                   optimizer: str, opts: ModelOptions, out: OutputOptions, *,
+                   real: bool) -> None:
+    """`inspect bench MODEL --predict GPU --train`: a training step, predicted, no device."""
+    from torchinspect.gpus import find_gpu
+    from torchinspect.latency import predict_train
+    from torchinspect.report.predict import train_report
+    from torchinspect.sources.case import make_case
+
+    if gpu is None:
+        raise InspectError("--train and --optimizer predict a training step: they need "
+                           "--predict GPU", hint="e.g. inspect bench MODEL --predict h100 --train")
+    find_gpu(gpu, option="--predict")
+    if real:
+        raise InspectError("--train is predicted, not measured: it takes no option of a real "
+                           "run (--device cuda, --cuda-graphs, --compile, --profile, ...)",
+                           hint="leave those out; `inspect memory MODEL --verify` runs real "
+                           "training steps on a GPU")
+    dtypes = [d.strip() for d in dtype.split(",") if d.strip()]
+    if len(dtypes) != 1:
+        raise InspectError(f"--dtype {dtype}: --train predicts one dtype at a time",
+                           hint="e.g. --amp --dtype bf16")
+    weights, autocast = amp_split(dtypes[0], amp)
+    case = make_case(model, options=opts, device="meta")
+    pred = predict_train(case, gpu, batches=parse_batches(batch), dtype=weights, amp=autocast,
+                         optimizer=optimizer)
+    emit(train_report(pred), out, inputs=[model, *opts.files()])
+
+
 def _against(old: dict[str, Any] | None, result: Any) -> tuple[Any, Any]:
     """(per-configuration changes, setup differences) against a saved result; (None, None)."""
     from torchinspect.bench.compare import compare_configs, setup_differences
@@ -280,6 +321,11 @@ def _exit_if_unmeasured(result: Any, model: str) -> None:
     if result.ok:
         return
     failed = [c for c in result.configs if c.status == "error"]
+    if failed and all("CUDA graph" in (c.error or "") or "CUDA-graph" in (c.error or "")
+                      for c in failed) and len(failed) == len(result.configs):
+        raise InspectError(f"{model}: {failed[0].error}",
+                           hint="run it without --cuda-graphs (eager), or --compile "
+                           "reduce-overhead")
     if failed and len(failed) == len(result.configs):  # the forward itself: an input error
         raise InspectError(f"{model}: the forward failed in every configuration: "
                            f"{failed[0].error}",

@@ -4,9 +4,16 @@ An eager forward on a GPU is two pipelines: the host (Python, ``nn.Module.__call
 dispatcher, the kernel launch) enqueues kernels, the GPU runs them. The host side is timed
 here on the CPU the tool runs on, without a GPU: a loop of tiny CPU ops under
 ``torch.inference_mode`` (the dispatcher path without the launch) and a loop of empty module
-calls. ``predict`` scales these by a factor fitted on a GPU host (launch cost included), so
-a faster CPU predicts a faster host. The probe takes about 0.1 s; its result is cached per
-machine and torch version in the user's cache folder.
+calls. ``eager.py`` scales these by a factor fitted on a GPU host (launch cost included), so
+a faster CPU predicts a faster host; the figure is the host's, whichever GPU is predicted.
+
+The probe takes about 0.1 s. Its result is kept in the user's cache (one entry per machine
+and torch version), with when it was measured, the machine's load then (``os.getloadavg``
+against the cores) and the spread of its trials. It is measured again when the cache is
+older than the installed torch, or when it was taken on a loaded machine and the machine is
+quiet now. A measurement that looks disturbed (load above ``LOADED`` per core, or a spread
+above ``NOISY``) is measured once more, and if it stays disturbed it is used but said so
+(``HostCost.disturbed``, a note in the output), never silently.
 """
 
 from __future__ import annotations
@@ -14,53 +21,102 @@ from __future__ import annotations
 import json
 import os
 import platform
+import statistics
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
+from typing import Any
 
-PROBE_VERSION = 1
+PROBE_VERSION = 2
+LOADED = 1.0  # load average per core above which a probe is taken as disturbed
+NOISY = 0.25  # (median - best) / best of the probe's trials above which it is disturbed
 
 
 @dataclass(frozen=True)
 class HostCost:
-    """Microseconds per dispatched aten op and per ``nn.Module`` call on this CPU."""
+    """Microseconds per dispatched aten op and per ``nn.Module`` call on this CPU, and the
+    circumstances of the measurement."""
 
     op_us: float
     module_us: float
     cpu: str
     cached: bool = False
+    measured_at: float = 0.0  # Unix time of the probe (0: given, not measured here)
+    load: float | None = None  # 1-minute load average when it was measured
+    cores: int = 0
+    spread: float = 0.0  # (median - best) / best over the probe's trials
+    torch: str = ""
+    note: str | None = None  # a cache entry refused or not saved (one line, for the notes)
+
+    @property
+    def disturbed(self) -> bool:
+        """Taken on a loaded machine, or with trials that disagree."""
+        busy = self.load is not None and self.cores > 0 and self.load / self.cores > LOADED
+        return busy or self.spread > NOISY
+
+    def describe(self) -> str:
+        """When, where and under what load it was measured, for the output."""
+        if not self.measured_at:
+            return f"given ({self.op_us:.2f} µs per op, {self.module_us:.2f} µs per module call)"
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.measured_at))
+        load = (f", load {self.load:.1f} on {self.cores} cores" if self.load is not None
+                else "")
+        text = (f"measured {'earlier' if self.cached else 'now'} on this CPU ({when}{load}): "
+                f"{self.op_us:.2f} µs per op, {self.module_us:.2f} µs per module call")
+        if self.disturbed:
+            text += (" — disturbed (a loaded machine or trials that disagree): the eager "
+                     "estimate may be high")
+        return text
 
     def to_dict(self) -> dict[str, object]:
-        return asdict(self)
+        out = asdict(self)
+        out.pop("note")
+        out["disturbed"] = self.disturbed
+        return out
 
 
-def _best_per_call(fn: object, calls: int, trials: int) -> float:
-    """Microseconds per call: the fastest of ``trials`` loops (the least disturbed one)."""
-    best = float("inf")
+def _trials(fn: object, calls: int, trials: int) -> list[float]:
+    """Microseconds per call of each of ``trials`` loops."""
+    out = []
     for _ in range(trials):
         t0 = time.perf_counter()
         for _ in range(calls):
             fn()  # type: ignore[operator]
-        best = min(best, time.perf_counter() - t0)
-    return best / calls * 1e6
+        out.append((time.perf_counter() - t0) / calls * 1e6)
+    return out
+
+
+def _load() -> float | None:
+    try:
+        return round(os.getloadavg()[0], 2)
+    except (OSError, AttributeError):  # no load average on this platform
+        return None
 
 
 def probe_host(calls: int = 2000, trials: int = 5) -> HostCost:
-    """Time the dispatcher and module-call paths on this CPU (one thread, ~0.1 s)."""
+    """Time the dispatcher and module-call paths on this CPU (one thread, ~0.1 s): the best
+    of ``trials`` loops (the least disturbed one), with their spread and the load."""
     import torch
     from torch import nn
 
     threads = torch.get_num_threads()
     a, b = torch.zeros(4), torch.ones(4)
     empty = nn.Identity()
+    load = _load()
     try:
         torch.set_num_threads(1)
         with torch.inference_mode():
-            op_us = _best_per_call(lambda: torch.add(a, b), calls, trials)
-            call_us = _best_per_call(lambda: empty(a), calls, trials)
+            ops = _trials(lambda: torch.add(a, b), calls, trials)
+            mods = _trials(lambda: empty(a), calls, trials)
     finally:
         torch.set_num_threads(threads)
-    return HostCost(op_us=round(op_us, 4), module_us=round(call_us, 4), cpu=cpu_name())
+    spread = max(statistics.median(t) / min(t) - 1 for t in (ops, mods))
+    after = _load()
+    if load is None or (after is not None and after > load):
+        load = after
+    return HostCost(op_us=round(min(ops), 4), module_us=round(min(mods), 4), cpu=cpu_name(),
+                    measured_at=round(time.time(), 1), load=load, cores=os.cpu_count() or 1,
+                    spread=round(spread, 4), torch=torch.__version__)
 
 
 def cpu_name() -> str:
@@ -75,31 +131,116 @@ def cpu_name() -> str:
     return platform.processor() or platform.machine() or "unknown"
 
 
-def _cache_file() -> Path:
-    base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
-    return Path(base) / "torchinspect" / "host-cost.json"
+def torch_installed_at() -> float:
+    """When the installed torch was installed (its package's modification time)."""
+    import torch
+
+    try:
+        return Path(torch.__file__).stat().st_mtime
+    except (OSError, TypeError):
+        return 0.0
+
+
+def _checked(data: Any) -> HostCost:
+    """A cached measurement, refused unless every value is what a probe gives."""
+    if not isinstance(data, dict):
+        raise ValueError("not an object")
+
+    def number(key: str, low: float, high: float) -> float:
+        value = data.get(key)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) \
+                or not low <= value <= high:
+            raise ValueError(f"{key} = {value!r} is not a number in [{low:g}, {high:g}]")
+        return float(value)
+
+    load = data.get("load")
+    cpu = data.get("cpu")
+    if not isinstance(cpu, str) or len(cpu) > 200:
+        raise ValueError("cpu is not a short string")
+    return HostCost(op_us=number("op_us", 1e-3, 1e4), module_us=number("module_us", 1e-3, 1e4),
+                    cpu=cpu, cached=True, measured_at=number("measured_at", 0.0, 1e11),
+                    load=None if load is None else number("load", 0.0, 1e5),
+                    cores=int(number("cores", 1, 1 << 20)), spread=number("spread", 0.0, 1e3),
+                    torch=str(data.get("torch", ""))[:100])
+
+
+def cache_entry() -> tuple[str, dict[str, Any]]:
+    """The cache entry's name and key: this machine and torch version (one entry each)."""
+    import torch
+
+    return "host-cost", {"host": platform.node(), "arch": platform.machine(),
+                         "cpu": cpu_name(), "torch": torch.__version__}
+
+
+def _cache(entry: str, key: dict[str, Any], value: HostCost | None = None) -> tuple[Any, str | None]:
+    """The one place this module touches the user's cache: read the entry (``value`` None)
+    or write ``value``; returns (data or None, a one-line note or None). Files are read as a
+    stranger's: one read, a size cap, JSON of this schema and key, values checked by
+    ``_checked``; written to a temporary file renamed over the entry.
+
+    (``torchinspect/cache.py``, the one user-cache module, replaces this function's body
+    once it is merged: ``cache.read(entry, version=PROBE_VERSION, key=key, check=_checked,
+    what="host-cost cache")`` and ``cache.write(...)``.)"""
+    base = os.environ.get("XDG_CACHE_HOME", "")
+    if not os.path.isabs(base):
+        base = os.path.join(os.path.expanduser("~"), ".cache")
+    path = Path(base) / "torchinspect" / f"{entry}.json"
+    schema = f"torchinspect-cache/{entry}"
+    if value is None:
+        try:
+            with open(path, "rb") as f:
+                raw = f.read(1 << 16)
+        except OSError:
+            return None, None
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            if not isinstance(doc, dict) or doc.get("schema") != schema \
+                    or doc.get("version") != PROBE_VERSION or doc.get("key") != key:
+                return None, None  # another machine, torch or schema: measured again
+            return _checked(doc.get("data")), None
+        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
+            return None, f"ignored the host-cost cache {path}: corrupt ({exc}); measured again"
+    data = {k: v for k, v in value.to_dict().items() if k not in ("cached", "disturbed")}
+    text = json.dumps({"schema": schema, "version": PROBE_VERSION, "key": key, "data": data})
+    tmp = path.with_name(f".{entry}.{os.getpid()}.{time.monotonic_ns()}.tmp")
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
+                     0o600)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.replace(tmp, path)
+    except OSError as exc:
+        tmp.unlink(missing_ok=True)
+        return None, f"did not save the host-cost cache {path}: {exc.strerror or exc}"
+    return None, None
+
+
+def _stale(cost: HostCost) -> bool:
+    """Measured again: older than the installed torch, or taken under load that has passed."""
+    if cost.measured_at < torch_installed_at():
+        return True
+    if cost.disturbed:
+        now = _load()
+        return now is None or cost.cores <= 0 or now / cost.cores <= LOADED
+    return False
 
 
 def host_cost(*, refresh: bool = False) -> HostCost:
-    """This machine's host cost, from the cache when it holds one for this CPU and torch."""
-    import torch
-
-    key = f"{PROBE_VERSION}|{platform.node()}|{cpu_name()}|{torch.__version__}"
-    path = _cache_file()
+    """This machine's host cost: from the cache when it holds one for this machine and torch
+    that is still good (see the module docstring), else measured (again, once, when the
+    measurement looks disturbed) and saved."""
+    entry, key = cache_entry()
+    note = None
     if not refresh:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-            if isinstance(data, dict) and data.get("key") == key:
-                return HostCost(float(data["op_us"]), float(data["module_us"]), str(data["cpu"]),
-                                cached=True)
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
+        found, note = _cache(entry, key)
+        if found is not None and not _stale(found):
+            return found
     cost = probe_host()
-    try:  # a cache that cannot be written only costs the next run 0.1 s
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(f".{os.getpid()}.tmp")
-        tmp.write_text(json.dumps({"key": key, **cost.to_dict()}), encoding="utf-8")
-        os.replace(tmp, path)
-    except OSError:
-        pass
-    return cost
+    if cost.disturbed:
+        again = probe_host()
+        cost = again if (again.spread, again.load or 0.0) < (cost.spread, cost.load or 0.0) \
+            else cost
+    _, saved = _cache(entry, key, cost)
+    notes = [n for n in (note, saved) if n]
+    return replace(cost, note="; ".join(notes)) if notes else cost
