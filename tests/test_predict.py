@@ -14,7 +14,6 @@ from torchinspect.latency import latency_gpu, predict_latency
 from torchinspect.latency.calibrated import LatencyGpu, load_table, parse_table
 from torchinspect.latency.ops import OpRecord, record_call, record_ops
 from torchinspect.latency.roofline import (
-    floor_of,
     group,
     interpolate,
     kernel_floor_us,

@@ -525,8 +525,8 @@ class _Functions(TorchFunctionMode):
             finally:
                 stack.fast.pop()
         name = getattr(func, "__name__", "")
-        if name in RNN_FUNCTIONS and func is getattr(torch._VF, name, None) \
-                and not rec.suppress and rec.rnn(name, args):
+        vf: Any = getattr(torch._VF, name, None) if name in RNN_FUNCTIONS else None
+        if vf is not None and func is vf and not rec.suppress and rec.rnn(name, args):
             with rec.quiet():
                 out = func(*args, **kwargs)
         else:
