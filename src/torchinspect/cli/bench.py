@@ -188,15 +188,11 @@ def bench(
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
-    if train or optimizer != "adamw":
-        return _predict_train(model, predict, batch, dtype, amp, optimizer, opts, out,
-                              real=opts.device.startswith("cuda") or compile or cuda_graphs
-                              or max_batch or profile or bool(compare) or channels_last)
-    if predict is not None and _predicts_only(
-            predict, opts.device, compile=compile or compile_mode != CompileMode.default,
-            amp=amp, max_batch=max_batch, profile=profile, compare=bool(compare),
-            channels_last=channels_last):
-        return _predict_only(model, predict, batch, dtype, tf32, opts, out)
+    real = {"compile": compile or compile_mode != CompileMode.default, "amp": amp,
+            "max_batch": max_batch, "profile": profile, "compare": bool(compare),
+            "channels_last": channels_last, "cuda_graphs": cuda_graphs}
+    if _predicted(model, predict, train, optimizer, batch, dtype, tf32, opts, out, real):
+        return
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
                            hint="use --device cpu or --device cuda[:N]")
@@ -217,10 +213,7 @@ def bench(
         on_oom=on_oom.value, max_batch=max_batch, profile=profile,
         profile_trace=_trace_path(trace, out.output, model) if profile else None,
         save_samples=save_samples, protect=protect)
-    if options.profile_trace:  # refused before any timing, like --output
-        from torchinspect.io.atomic import check_target
-
-        check_target(options.profile_trace, protect=protect)
+    _check_trace(options.profile_trace, protect)
     case = make_case(model, options=opts, device="meta")  # sized on meta; real_model builds it
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
@@ -230,6 +223,31 @@ def bench(
     _exit_if_unmeasured(result, model)
     _exit_if_slower(changes)
     sys.stderr.flush()
+
+
+def _check_trace(path: str | None, protect: Any) -> None:
+    """--profile's trace file: refused before any timing, like --output."""
+    if path:
+        from torchinspect.io.atomic import check_target
+
+        check_target(path, protect=protect)
+
+
+def _predicted(model: str, predict: str | None, train: bool, optimizer: str, batch: str | None,
+               dtype: str, tf32: bool | None, opts: ModelOptions, out: OutputOptions,
+               real: dict[str, bool]) -> bool:
+    """--predict (and --train): the prediction alone when nothing runs on a device; True when
+    it was made."""
+    if train or optimizer != "adamw":
+        amp = real.pop("amp")
+        _predict_train(model, predict, batch, dtype, amp, optimizer, opts, out,
+                       real=opts.device.startswith("cuda") or any(real.values()))
+        return True
+    real.pop("cuda_graphs")
+    if predict is not None and _predicts_only(predict, opts.device, **real):
+        _predict_only(model, predict, batch, dtype, tf32, opts, out)
+        return True
+    return False
 
 
 def _predicts_only(gpu: str, device: str, **real_run: bool) -> bool:
