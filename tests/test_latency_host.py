@@ -5,6 +5,7 @@ taken on a loaded machine, and a disturbed measurement is said, never silently u
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -22,7 +23,7 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     monkeypatch.setattr(hostmod, "torch_installed_at", lambda: 1.0e9)
     monkeypatch.setattr(hostmod, "_load", lambda: 0.3)
-    return tmp_path / "torchinspect" / "host-cost.json"
+    return tmp_path / "torchinspect" / f"{hostmod.cache_entry()[0]}.json"
 
 
 def test_a_measurement_is_cached_with_when_and_under_what_load(cache, monkeypatch):
@@ -32,7 +33,8 @@ def test_a_measurement_is_cached_with_when_and_under_what_load(cache, monkeypatc
     second = hostmod.host_cost()
     assert len(calls) == 1 and not first.cached and second.cached
     doc = json.loads(cache.read_text())
-    assert doc["schema"] == "torchinspect-cache/host-cost" and doc["version"] == 2
+    assert doc["schema"] == f"torchinspect-cache/{hostmod.cache_entry()[0]}"
+    assert doc["version"] == hostmod.PROBE_VERSION
     assert doc["data"]["load"] == 0.5 and doc["data"]["cores"] == 2
     text = second.describe()
     assert "measured earlier on this CPU" in text and "load 0.5 on 2 cores" in text
@@ -73,17 +75,31 @@ def test_a_cache_taken_under_load_is_replaced_once_the_machine_is_quiet(cache, m
 
 def test_a_corrupt_or_planted_cache_is_ignored_with_a_note(cache, monkeypatch):
     monkeypatch.setattr(hostmod, "probe_host", lambda: _probe())
-    cache.parent.mkdir(parents=True)
+    cache.parent.mkdir(mode=0o700, parents=True)
     cache.write_text("{not json")
     cost = hostmod.host_cost()
     assert cost.note and "corrupt" in cost.note and not cost.cached
     entry, key = hostmod.cache_entry()
-    doc = {"schema": f"torchinspect-cache/{entry}", "version": 2, "key": key,
+    doc = {"schema": f"torchinspect-cache/{entry}", "version": hostmod.PROBE_VERSION, "key": key,
            "data": {"op_us": -1, "module_us": 1.0, "cpu": "x", "measured_at": 2e9,
                     "load": 0.1, "cores": 2, "spread": 0.0, "torch": "2"}}
     cache.write_text(json.dumps(doc))
     again = hostmod.host_cost()
     assert again.op_us == 2.0 and "op_us" in (again.note or "")
+
+
+def test_a_planted_link_or_fifo_is_never_read(cache, monkeypatch, tmp_path):
+    monkeypatch.setattr(hostmod, "probe_host", lambda: _probe())
+    cache.parent.mkdir(mode=0o700, parents=True)
+    secret = tmp_path / "secret.json"
+    secret.write_text("{}")
+    cache.symlink_to(secret)
+    cost = hostmod.host_cost()
+    assert cost.note and "ignored the host-cost cache" in cost.note and not cost.cached
+    cache.unlink()
+    os.mkfifo(cache)
+    cost = hostmod.host_cost()  # returns: the FIFO is not waited on
+    assert not cost.cached and "is a FIFO, not a regular file" in (cost.note or "")
 
 
 def test_the_probe_measures_this_cpu_with_its_load():

@@ -6,6 +6,7 @@ Nothing here imports torch: the CLI imports this module at start-up.
 from __future__ import annotations
 
 import re
+import stat
 from enum import IntEnum
 
 
@@ -47,6 +48,21 @@ def is_out_of_memory(exc: BaseException) -> bool:
     (matched by name: no torch import here), or a RuntimeError carrying an allocator message."""
     return (isinstance(exc, MemoryError) or type(exc).__name__ == "OutOfMemoryError"
             or (isinstance(exc, RuntimeError) and any(s in str(exc) for s in _OOM_SIGNS)))
+
+
+def file_kind(mode: int) -> str:
+    """What a file that is not a regular file is, in words, from its ``st_mode``."""
+    for test, words in ((stat.S_ISDIR, "a folder"), (stat.S_ISFIFO, "a FIFO"),
+                        (stat.S_ISSOCK, "a socket"), (stat.S_ISCHR, "a device"),
+                        (stat.S_ISBLK, "a device"), (stat.S_ISLNK, "a symbolic link")):
+        if test(mode):
+            return words
+    return "a regular file" if stat.S_ISREG(mode) else "not a regular file"
+
+
+def not_regular(path: object, mode: int) -> str:
+    """``PATH is a FIFO, not a regular file`` (the one wording of every reader)."""
+    return f"{path} is {file_kind(mode)}, not a regular file"
 
 
 class InspectError(Exception):

@@ -320,8 +320,10 @@ def _predict_train(model: str, gpu: str | None, batch: str | None, dtype: str, a
                            hint="e.g. --amp --dtype bf16")
     weights, autocast = amp_split(dtypes[0], amp)
     case = make_case(model, options=opts, device="meta")
-    pred = predict_train(case, gpu, batches=parse_batches(batch), dtype=weights, amp=autocast,
-                         optimizer=optimizer)
+    with _Progress() as progress:
+        progress(f"{case.name}: a training step on fake tensors, priced for {gpu}")
+        pred = predict_train(case, gpu, batches=parse_batches(batch), dtype=weights,
+                             amp=autocast, optimizer=optimizer)
     emit(train_report(pred), out, inputs=[model, *opts.files()])
 
 

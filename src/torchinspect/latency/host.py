@@ -7,25 +7,28 @@ here on the CPU the tool runs on, without a GPU: a loop of tiny CPU ops under
 calls. ``eager.py`` scales these by a factor fitted on a GPU host (launch cost included), so
 a faster CPU predicts a faster host; the figure is the host's, whichever GPU is predicted.
 
-The probe takes about 0.1 s. Its result is kept in the user's cache (one entry per machine
-and torch version), with when it was measured, the machine's load then (``os.getloadavg``
-against the cores) and the spread of its trials. It is measured again when the cache is
-older than the installed torch, or when it was taken on a loaded machine and the machine is
-quiet now. A measurement that looks disturbed (load above ``LOADED`` per core, or a spread
-above ``NOISY``) is measured once more, and if it stays disturbed it is used but said so
-(``HostCost.disturbed``, a note in the output), never silently.
+The probe takes about 0.1 s. Its result is kept in the user's cache (``torchinspect.cache``,
+read back as a stranger's file; one entry per machine and torch version), with when it was
+measured, the machine's load then (``os.getloadavg`` against the cores) and the spread of its
+trials. It is measured again when the cache is older than the installed torch, or when it was
+taken on a loaded machine and the machine is quiet now. A measurement that looks disturbed
+(load above ``LOADED`` per core, or a spread above ``NOISY``) is measured once more, and if
+it stays disturbed it is used but said so (``HostCost.disturbed``, a note in the output),
+never silently.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
-import platform
 import statistics
 import time
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Any
+
+from torchinspect import cache
 
 PROBE_VERSION = 2
 LOADED = 1.0  # load average per core above which a probe is taken as disturbed
@@ -120,15 +123,8 @@ def probe_host(calls: int = 2000, trials: int = 5) -> HostCost:
 
 
 def cpu_name() -> str:
-    """The CPU model (from /proc/cpuinfo on Linux), else platform's processor string."""
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
+    """The CPU model (``torchinspect.cache.cpu_model``: /proc/cpuinfo on Linux)."""
+    return cache.cpu_model()
 
 
 def torch_installed_at() -> float:
@@ -141,79 +137,37 @@ def torch_installed_at() -> float:
         return 0.0
 
 
-def _checked(data: Any) -> HostCost:
-    """A cached measurement, refused unless every value is what a probe gives."""
+def _check(data: Any) -> HostCost:
+    """The cached measurement, refused (ValueError naming the value) unless every value is
+    what a probe gives: positive finite microseconds under 10 ms, a CPU name, a time, a load,
+    cores and a spread in their ranges."""
     if not isinstance(data, dict):
-        raise ValueError("not an object")
-
-    def number(key: str, low: float, high: float) -> float:
-        value = data.get(key)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) \
-                or not low <= value <= high:
-            raise ValueError(f"{key} = {value!r} is not a number in [{low:g}, {high:g}]")
-        return float(value)
-
+        raise ValueError("data is not an object")
     load = data.get("load")
-    cpu = data.get("cpu")
-    if not isinstance(cpu, str) or len(cpu) > 200:
-        raise ValueError("cpu is not a short string")
-    return HostCost(op_us=number("op_us", 1e-3, 1e4), module_us=number("module_us", 1e-3, 1e4),
-                    cpu=cpu, cached=True, measured_at=number("measured_at", 0.0, 1e11),
-                    load=None if load is None else number("load", 0.0, 1e5),
-                    cores=int(number("cores", 1, 1 << 20)), spread=number("spread", 0.0, 1e3),
-                    torch=str(data.get("torch", ""))[:100])
+    return HostCost(
+        op_us=cache.number(data.get("op_us"), "op_us", low=0.0, high=1e4, low_open=True),
+        module_us=cache.number(data.get("module_us"), "module_us", low=0.0, high=1e4,
+                               low_open=True),
+        cpu=cache.text(data.get("cpu"), "cpu"), cached=True,
+        measured_at=cache.number(data.get("measured_at"), "measured_at", low=0.0, high=1e11),
+        load=None if load is None else cache.number(load, "load", low=0.0, high=1e5),
+        cores=int(cache.number(data.get("cores"), "cores", low=1, high=1 << 20, integer=True)),
+        spread=cache.number(data.get("spread"), "spread", low=0.0, high=1e3),
+        torch=cache.text(data.get("torch", ""), "torch", most=100))
 
 
 def cache_entry() -> tuple[str, dict[str, Any]]:
     """The cache entry's name and key: this machine and torch version (one entry each)."""
     import torch
 
-    return "host-cost", {"host": platform.node(), "arch": platform.machine(),
-                         "cpu": cpu_name(), "torch": torch.__version__}
+    key = cache.machine_key(torch=torch.__version__)
+    digest = hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:16]
+    return f"host-cost-{digest}", key
 
 
-def _cache(entry: str, key: dict[str, Any], value: HostCost | None = None) -> tuple[Any, str | None]:
-    """The one place this module touches the user's cache: read the entry (``value`` None)
-    or write ``value``; returns (data or None, a one-line note or None). Files are read as a
-    stranger's: one read, a size cap, JSON of this schema and key, values checked by
-    ``_checked``; written to a temporary file renamed over the entry.
-
-    (``torchinspect/cache.py``, the one user-cache module, replaces this function's body
-    once it is merged: ``cache.read(entry, version=PROBE_VERSION, key=key, check=_checked,
-    what="host-cost cache")`` and ``cache.write(...)``.)"""
-    base = os.environ.get("XDG_CACHE_HOME", "")
-    if not os.path.isabs(base):
-        base = os.path.join(os.path.expanduser("~"), ".cache")
-    path = Path(base) / "torchinspect" / f"{entry}.json"
-    schema = f"torchinspect-cache/{entry}"
-    if value is None:
-        try:
-            with open(path, "rb") as f:
-                raw = f.read(1 << 16)
-        except OSError:
-            return None, None
-        try:
-            doc = json.loads(raw.decode("utf-8"))
-            if not isinstance(doc, dict) or doc.get("schema") != schema \
-                    or doc.get("version") != PROBE_VERSION or doc.get("key") != key:
-                return None, None  # another machine, torch or schema: measured again
-            return _checked(doc.get("data")), None
-        except (ValueError, UnicodeDecodeError, RecursionError) as exc:
-            return None, f"ignored the host-cost cache {path}: corrupt ({exc}); measured again"
-    data = {k: v for k, v in value.to_dict().items() if k not in ("cached", "disturbed")}
-    text = json.dumps({"schema": schema, "version": PROBE_VERSION, "key": key, "data": data})
-    tmp = path.with_name(f".{entry}.{os.getpid()}.{time.monotonic_ns()}.tmp")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | getattr(os, "O_NOFOLLOW", 0),
-                     0o600)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, path)
-    except OSError as exc:
-        tmp.unlink(missing_ok=True)
-        return None, f"did not save the host-cost cache {path}: {exc.strerror or exc}"
-    return None, None
+def _saved(cost: HostCost) -> dict[str, Any]:
+    """What the cache keeps of a measurement (``_check`` reads it back)."""
+    return {k: v for k, v in cost.to_dict().items() if k not in ("cached", "disturbed")}
 
 
 def _stale(cost: HostCost) -> bool:
@@ -233,14 +187,17 @@ def host_cost(*, refresh: bool = False) -> HostCost:
     entry, key = cache_entry()
     note = None
     if not refresh:
-        found, note = _cache(entry, key)
-        if found is not None and not _stale(found):
-            return found
+        found = cache.read(entry, version=PROBE_VERSION, key=key, check=_check,
+                           what="host-cost cache", limit=64 << 10)
+        if found.data is not None and not _stale(found.data):
+            return found.data
+        note = found.note
     cost = probe_host()
     if cost.disturbed:
         again = probe_host()
         cost = again if (again.spread, again.load or 0.0) < (cost.spread, cost.load or 0.0) \
             else cost
-    _, saved = _cache(entry, key, cost)
+    saved = cache.write(entry, _saved(cost), version=PROBE_VERSION, key=key,
+                        what="host-cost cache")
     notes = [n for n in (note, saved) if n]
     return replace(cost, note="; ".join(notes)) if notes else cost
