@@ -133,3 +133,39 @@ def test_check_max_step_ms_is_judged_on_the_predicted_step(invoke):
     loose = invoke("check", "zoo:convnet", "--max-step-ms", "100000", "--gpu", "a100")
     assert loose.exit_code == 0, loose.output
     assert "on a100" in loose.output
+
+
+class _Speech(nn.Module):
+    def __init__(self, proj: int) -> None:
+        super().__init__()
+        self.front = nn.Conv1d(40, 40, 3, padding=1)
+        self.rnn = nn.LSTM(40, 256, num_layers=2, batch_first=True, proj_size=proj)
+        self.head = nn.Linear(proj or 256, 10)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x = self.front(x.transpose(1, 2)).transpose(1, 2)
+        return self.head(self.rnn(x)[0])
+
+
+@pytest.mark.parametrize("proj", [0, 64], ids=["lstm", "lstm-proj"])
+def test_an_rnn_backward_is_cudnns_not_the_unrolled_cells(proj):
+    """The backward of an LSTM is cuDNN's (the recurrence again in reverse, then one GEMM
+    per weight over the sequence), not PyTorch's unrolled cells (with ``proj_size``: 30
+    steps x 2 layers x a dozen ops, each priced at its floor and its host dispatch) and not
+    nothing (without: the stand-in's allocations only)."""
+    case = make_case(_Speech(proj), "30,40", device="meta")
+    trace = record_step(case, case.example, gpu="h100", weights=None, amp="bf16")
+    backward = [o for o in trace.ops if o.phase == "backward" and o.layer == "LSTM"]
+    steps = [o for o in backward if o.kind == "rnn"]
+    forward = [o for o in trace.ops if o.phase == "forward" and o.kind == "rnn"]
+    assert len(steps) == 1 and steps[0].name == "lstm_backward_steps"
+    assert steps[0].kernels == forward[0].kernels and steps[0].flops == forward[0].flops
+    grads = [o for o in backward if o.kind == "matmul"]
+    # data and weight gradients of the input GEMMs, the recurrent (and projection) weights'
+    assert len(grads) == 2 * 2 + 2 * (2 if proj else 1)
+    assert {o.name for o in backward} <= {"lstm_backward_steps", "lstm_input_grad_gemm",
+                                          "lstm_weight_grad_gemm"}
+    # host dispatches: the head's, the casts', cuDNN's few; not a dozen per step and layer
+    assert trace.dispatched["backward"] < 30 * 2 * 3
+    # the layers before the RNN keep their own backward
+    assert any(o.name == "convolution_backward" for o in trace.ops if o.phase == "backward")

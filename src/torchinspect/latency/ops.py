@@ -221,6 +221,9 @@ class RnnWork:
     step_kernels: int
     step_flops: float
     step_bytes: float
+    #: (M, K, N) of the backward's weight-gradient GEMMs of the recurrent (and projection)
+    #: weights: one per layer and direction over the whole sequence
+    weight_gemms: list[tuple[int, int, int]] = field(default_factory=list)
 
 
 def rnn_work(name: str, args: tuple[Any, ...], itemsize: float) -> RnnWork | None:
@@ -240,6 +243,7 @@ def rnn_work(name: str, args: tuple[Any, ...], itemsize: float) -> RnnWork | Non
         steps, batch = (int(x.shape[1]), int(x.shape[0])) if batch_first else \
             (int(x.shape[0]), int(x.shape[1]))
     gemms: list[tuple[int, int, int]] = []
+    recurrent: list[tuple[int, int, int]] = []
     kernels, flops, nbytes = 0, 0.0, 0.0
     for i in range(layers * dirs):
         w_ih, w_hh = params[i * per], params[i * per + 1]
@@ -249,15 +253,17 @@ def rnn_work(name: str, args: tuple[Any, ...], itemsize: float) -> RnnWork | Non
         g_h = int(w_hh.shape[0])  # gates x hidden
         k_in = int(w_hh.shape[1])  # hidden, or proj_size
         step_f = 2.0 * batch * k_in * g_h + 10.0 * batch * g_h
+        recurrent.append((g_h, steps * batch, k_in))
         step_b = (g_h * k_in + 4 * batch * g_h) * itemsize
         kernels += steps * 2
         if w_hr is not None:
             step_f += 2.0 * batch * hidden * int(w_hr.shape[0])
             step_b += (hidden * int(w_hr.shape[0]) + batch * (hidden + int(w_hr.shape[0]))) * itemsize
             kernels += steps
+            recurrent.append((int(w_hr.shape[0]), steps * batch, hidden))
         flops += steps * step_f
         nbytes += steps * step_b
-    return RnnWork(gemms, kernels, flops, nbytes)
+    return RnnWork(gemms, kernels, flops, nbytes, recurrent)
 
 
 class _Stack:
@@ -360,6 +366,10 @@ class Recorder:
         self.host_tensors: set[int] = set()  # tensors kept on the host (optimizer steps)
         self.on_forward_output: Any = None  # called with each torch function's output
         self.layer_of: Any = None  # () -> (layer, module) where the stack cannot say (backward)
+        # autograd nodes of a cuDNN RNN call recorded as its kernels -> (node kept alive, the
+        # call's backward: [work, dtype, priced yet]); its backward is priced as cuDNN's
+        self.rnn_nodes: dict[int, tuple[Any, list[Any]]] = {}
+        self._node_now: Any = getattr(torch._C, "_current_autograd_node", None)
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -384,6 +394,8 @@ class Recorder:
     def record(self, func: Any, args: tuple[Any, ...], kwargs: dict[str, Any], out: Any) -> None:
         if not self.recording or self.hidden:
             return
+        if self.rnn_nodes and self._rnn_backward():
+            return  # the backward of a cuDNN RNN: priced as cuDNN's kernels, once
         self.trace.dispatched += 1
         self.dispatched_by_phase[self.phase] = self.dispatched_by_phase.get(self.phase, 0) + 1
         if self.suppress:
@@ -402,9 +414,6 @@ class Recorder:
             self.add(name, OpClass.eltwise, "foreach", flops, self._bytes(kind, name, ins, outs),
                      dtype=dtype, tensors=len(args[0]) if args and isinstance(args[0], list)
                      else len(ins))
-            return
-        if name == "_cudnn_rnn_backward":
-            self._rnn_backward(args, dtype)
             return
         nbytes = self._bytes(kind, name, ins, outs)
         flops = self._flops(func, kind, args, kwargs, out, ins, outs)
@@ -426,20 +435,54 @@ class Recorder:
             return
         self.add(name, kind, sub, flops, nbytes, dtype=dtype)
 
-    def _rnn_backward(self, args: tuple[Any, ...], dtype: str) -> None:
-        """cuDNN's RNN backward: per step the data gradient (recurrent GEMM, cell backward,
-        projection) in reverse, then the weight gradients over the whole sequence: twice
-        the forward's step kernels and GEMM work (its input GEMMs: data and weight grads)."""
-        weights = [w for w in (args[1] if len(args) > 1 else []) if isinstance(w, torch.Tensor)]
-        x = args[0] if args and isinstance(args[0], torch.Tensor) else None
-        if x is None or not weights:
+    def rnn_graph(self, name: str, args: tuple[Any, ...], out: Any) -> None:
+        """Remember the autograd nodes one recorded RNN call made (from its outputs back to
+        its inputs and weights): the ops their backward runs here (PyTorch's unrolled cells,
+        or a stand-in's allocations) are cuDNN's RNN backward on the GPU."""
+        ref = args[0] if args and isinstance(args[0], torch.Tensor) else None
+        item = self.pricer.itemsize or (ref.element_size() if ref is not None else 4)
+        work = rnn_work(name, args, item)
+        if work is None:
             return
-        item = x.element_size()
-        nbytes = 3.0 * sum(float(w.numel()) for w in weights) * item + 4.0 * x.numel() * item
-        steps = int(x.shape[0]) if x.dim() == 3 else 1
-        flops = 4.0 * sum(float(w.numel()) for w in weights) * x.numel() / max(int(x.shape[-1]), 1)
-        self.add("_cudnn_rnn_backward", OpClass.rnn, "rnn.step", flops, nbytes,
-                 kernels=max(4 * steps * max(len(weights) // 4, 1), 1), dtype=dtype)
+        # the inputs' own nodes (kept alive while walking: a node's Python object, and so
+        # its id, is the same only while one is held) end the walk
+        before = [t.grad_fn for t in tree_leaves(args)
+                  if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        stop = {id(n) for n in before}
+        call: list[Any] = [name, work, item, False]
+        todo = [t.grad_fn for t in tree_leaves(out)
+                if isinstance(t, torch.Tensor) and t.grad_fn is not None]
+        while todo:
+            node = todo.pop()
+            if node is None or id(node) in stop or id(node) in self.rnn_nodes \
+                    or type(node).__name__ == "AccumulateGrad":
+                continue
+            self.rnn_nodes[id(node)] = (node, call)
+            todo.extend(fn for fn, _ in node.next_functions if fn is not None)
+        del before
+
+    def _rnn_backward(self) -> bool:
+        """True when the running autograd node belongs to a recorded RNN call; its backward
+        is added the first time: cuDNN's backward-data (the recurrence again, step by step in
+        reverse, and the input GEMMs' data gradients), then backward-weights (the input,
+        recurrent and projection weights' gradients, each one GEMM over the sequence)."""
+        node = self._node_now() if self._node_now is not None else None
+        entry = self.rnn_nodes.get(id(node)) if node is not None else None
+        if entry is None:
+            return False
+        call = entry[1]
+        if call[3]:
+            return True
+        call[3] = True
+        name, work, item = call[0], call[1], call[2]
+        self.add(f"{name}_backward_steps", OpClass.rnn, "rnn.step", work.step_flops,
+                 work.step_bytes, kernels=work.step_kernels)
+        for what, gemms in (("input_grad", work.input_gemms), ("weight_grad", work.input_gemms),
+                            ("weight_grad", work.weight_gemms)):
+            for m, k, n in gemms:
+                self.add(f"{name}_{what}_gemm", OpClass.matmul, "matmul", 2.0 * m * k * n,
+                         float((m * k + k * n + m * n) * item))
+        return True
 
     def rnn(self, name: str, args: tuple[Any, ...]) -> bool:
         """A cuDNN RNN call recorded as its kernels (False: a form not modelled)."""
@@ -529,6 +572,8 @@ class _Functions(TorchFunctionMode):
         if vf is not None and func is vf and not rec.suppress and rec.rnn(name, args):
             with rec.quiet():
                 out = func(*args, **kwargs)
+            if _records_grad(args):
+                rec.rnn_graph(name, args, out)
         else:
             out = func(*args, **kwargs)
         if rec.on_forward_output is not None:
