@@ -1,7 +1,7 @@
 """Predicted against measured training steps on the GPU that is here (issue 40 item 3).
 
-Three development models at batch 1 and 32: the step is measured as
-``benchmarks/latency_measure.py`` measures it (fp32 weights, forward and loss under autocast
+Three development models (resnet18 at batch 32, zoo:gpt-tiny at 8, mobilenet_v2 at 1): the
+step is measured as ``benchmarks/latency_measure.py`` measures it (fp32 weights, forward and loss under autocast
 bf16, AdamW foreach, ``cudnn.benchmark``, CUDA events at the phase boundaries, median after
 warm-up) and predicted with ``predict_train`` for the GPU (its catalogue name), with this
 machine's own host probe. The bound is the development set's spread (90th percentile about
