@@ -106,3 +106,16 @@ def test_the_probe_measures_this_cpu_with_its_load():
     cost = hostmod.probe_host(calls=200, trials=3)
     assert 0 < cost.op_us < 1e3 and 0 < cost.module_us < 1e3
     assert cost.cores >= 1 and cost.measured_at > 0 and cost.spread >= 0
+
+
+@pytest.mark.parametrize("train", [False, True], ids=["predict", "train"])
+def test_a_refused_cache_is_said_in_the_output(cache, monkeypatch, invoke, train):
+    monkeypatch.setattr(hostmod, "probe_host", lambda: _probe())
+    cache.parent.mkdir(mode=0o700, parents=True)
+    os.mkfifo(cache)
+    r = invoke("bench", "zoo:mnist-net", "--predict", "h100", *(["--train"] if train else []),
+               "-f", "json")
+    assert r.exit_code == 0, r.output
+    doc = json.loads(r.stdout)["predicted"]
+    assert any("is a FIFO, not a regular file" in n for n in doc["notes"])
+    assert doc["host"]["op_us"] == 2.0 and not doc["host"]["cached"]

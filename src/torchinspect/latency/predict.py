@@ -212,6 +212,8 @@ def predict_latency(case: Any, gpu: str, *, dtypes: Sequence[str] = ("fp32",),
         for dtype in dtypes:
             trace = record_ops(case.model, ex, dtype=dtype)
             pred.results.append(price_trace(trace, target, dtype, batch, model, tf32))
+    if model.cost.note:  # the user's cache refused or not saved (torchinspect.cache)
+        pred.notes.append(model.cost.note)
     return pred
 
 

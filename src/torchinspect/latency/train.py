@@ -350,6 +350,8 @@ def predict_train(case: Any, gpu: str, *, batches: Sequence[int] | None = None,
                             optimizer=optimizer, loss=loss)
         batch = b if b is not None else _batch_of(ex)
         pred.results.append(price_step(trace, target, model, batch, factors))
+    if model.cost.note:  # the user's cache refused or not saved (torchinspect.cache)
+        pred.notes.append(model.cost.note)
     return pred
 
 
