@@ -644,7 +644,15 @@ def main(argv: list[str] | None = None) -> None:
                     "written: it is built from op sweeps and development fits only)")
     ap.add_argument("--models", default="", help="comma-separated specs: only these models "
                     "(writes nothing)")
+    ap.add_argument("--revise", default="", help="comma-separated specs: after a change made "
+                    "once the validation set was predicted, re-predict these models' training "
+                    "steps with the installed code and committed table (nothing fitted) into "
+                    "the last revision of revisions.json; predictions.json is left as first "
+                    "predicted")
     a = ap.parse_args(argv)
+    if a.revise:
+        revise(a.revise.split(","))
+        return
     started = time.perf_counter()
     traces = Traces()
     table, checks = build(a.gpu, traces.items)
@@ -701,6 +709,29 @@ def main(argv: list[str] | None = None) -> None:
     machine.save("latency-h100-v2/predictions", record)
     print(json.dumps({s: sets[s] for s in ("dev", "val", "train")}, indent=1))
     print(f"{time.perf_counter() - started:.0f} s", file=sys.stderr)
+
+
+def revise(models: list[str]) -> None:
+    """The training steps of ``models`` re-predicted now, and the validation set's training
+    summary with them in place of their first predictions, as the ``after`` of the last
+    entry of ``revisions.json`` (whose ``first`` holds what was first published)."""
+    from torchinspect.latency import latency_gpu
+
+    gpu = latency_gpu("h100")
+    after = predict_train_rows([t for t in data.train_rows() if t["model"] in models],
+                               Traces(), gpu, dict(gpu.table.train))
+    path = data.V2 / "revisions.json"
+    record = json.loads(path.read_text(encoding="utf-8"))
+    first = json.loads(OUT.read_text(encoding="utf-8"))["data"]["train_rows"]
+    new = {(r["model"], r["batch"]): r for r in after}
+    rows = [new.get((r["model"], r["batch"]), r) for r in first if r["set"] == "val"]
+    keep = ("model", "batch", "step_ms", "predicted_step_ms", "predicted_backward_ms", "error")
+    record["data"]["revisions"][-1]["after"] = {
+        "train_rows": [{k: r[k] for k in keep if k in r} for r in after],
+        "train_val_summary": summary(rows),
+        "command": " ".join(["latency_tables.py", *sys.argv[1:]])}
+    path.write_text(json.dumps(record, indent=1) + "\n", encoding="utf-8")
+    print(json.dumps(record["data"]["revisions"][-1]["after"], indent=1))
 
 
 def report_dev(rows: list[dict[str, Any]], train_rows: list[dict[str, Any]],
