@@ -18,6 +18,11 @@ rerun into the same folder skips what that folder holds already):
   eager and ``cuda_graphs=True``, batch 1 and each model's large batch, ``--dtypes``
   (default bf16), PyTorch's default TF32 settings, cuDNN autotuning on), plus one profiled
   eager forward per model and batch (kernels launched, their summed GPU time)*;
+* ``replays`` (issue 40 follow-up) one forward of each ``REPLAY_MODELS`` entry captured in a
+  CUDA graph and profiled kernel by kernel (``latency_kernels.measure_op``: every kernel's
+  duration and launch shape, the gaps between kernels) beside the eager forward's kernels
+  (``replays.jsonl``)*: where a Hugging Face encoder's graph replay spends the time its eager
+  kernels do not account for (development models only);
 * ``train``   one training step per model and batch (``train.jsonl``)*: fp32 weights, AdamW
   (PyTorch's default implementation for CUDA tensors: foreach), forward and loss under
   autocast bf16, ``cudnn.benchmark`` on, the loss the sum of the first floating output;
@@ -132,6 +137,10 @@ VALIDATION: list[tuple[str, str, str | None, list[str], int]] = [
     ("val", "hf:mistral", None, ["num_hidden_layers=4"], 16),
 ]
 MODELS = DEVELOPMENT + DEVELOPMENT_NEW + VALIDATION
+#: the ``replays`` phase: development models whose graph replay is far above their eager
+#: kernels' sum (Hugging Face encoders), and a CNN for comparison
+REPLAY_MODELS = [("hf:bert", None, [], 1), ("hf:distilbert", None, [], 1),
+                 ("hf:gpt2", None, [], 1), ("resnet50", None, [], 1)]
 SETS = {"dev": DEVELOPMENT, "dev-new": DEVELOPMENT_NEW, "val": VALIDATION}
 BATCHES = (1, 32)
 MODEL_DTYPES = ("bf16",)
@@ -423,6 +432,42 @@ def models(device: str, out: Path, deadline: float, chosen: list[Any],
             torch.cuda.empty_cache()
 
 
+def replays(device: str, out: Path, deadline: float, limit: int | None) -> None:
+    """The ``replays`` phase (see the module docstring), bf16, resumable."""
+    from torchinspect.inputs import rebatch
+    from torchinspect.sources.case import materialize
+
+    done = _done_models(out)
+    chosen = REPLAY_MODELS if limit is None else REPLAY_MODELS[:limit]
+    torch.backends.cudnn.benchmark = True
+    for spec, inputs, args, batch in chosen:
+        if spec in done:
+            continue
+        if time.monotonic() > deadline:
+            _write(out, {"run": HEADER, "stopped": "deadline"})
+            return
+        row: dict[str, Any] = {"run": HEADER, "model": spec, "batch": batch, "dtype": "bf16"}
+        try:
+            case = _case(spec, inputs, args)
+            model = case.real_model(device).to(torch.bfloat16).eval()
+            a, kw = materialize(rebatch(case.example, batch), device)
+            a = tuple(t.to(torch.bfloat16) if isinstance(t, torch.Tensor)
+                      and t.is_floating_point() else t for t in a)
+            with torch.inference_mode():
+                def forward(model: Any = model, a: Any = a, kw: Any = kw) -> Any:
+                    return model(*a, **kw)
+
+                row["graph"] = latency_kernels.measure_op(forward, device, max_reps=1,
+                                                          profile_calls=2)
+                row["eager"] = _profile(case, device, "bf16", batch)
+        except Exception as exc:  # noqa: BLE001 - one model must not end the phase
+            row["error"] = repr(exc)[:400]
+        _write(out, row)
+        print(f"replays: {spec} {row.get('error', '')[:80]}", flush=True)
+        if device.startswith("cuda"):
+            torch.cuda.empty_cache()
+
+
 def train_step_times(case: Any, device: str, batch: int) -> dict[str, Any]:
     """One training step's phases (see the module docstring), eager."""
     from torchinspect.inputs import rebatch
@@ -588,6 +633,9 @@ def main() -> None:
         kernel_counts(device, out / "kernels.jsonl",
                       min(time.monotonic() + a.kernels_budget, end))
         print(f"kernels done {time.monotonic() - start:.0f}s", flush=True)
+    if "replays" in phases:
+        replays(device, out / "replays.jsonl", end, limit)
+        print(f"replays done {time.monotonic() - start:.0f}s", flush=True)
     if a.isolate:
         isolate(a, end)
         return

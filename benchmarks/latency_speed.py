@@ -1,5 +1,6 @@
 """How long `inspect bench resnet50 --predict h100 --dtype bf16 --batch 1,32` takes on this
-CPU (whole process, the issue's target: under 3 s), beside `inspect summary resnet50` (the
+CPU (whole process, the issue's target: under 3 s) and `inspect bench resnet50 --predict h100
+--train --amp --dtype bf16` (a training step: under 6 s), beside `inspect summary resnet50` (the
 same start-up and model build, one meta trace) and `python -c "import torch"` (the floor
 every command pays) for scale. Interleaved runs (A B C A B C ...), medians, with the
 host-cost cache warm (the first --predict on a machine adds its ~0.1 s probe); wall and CPU
@@ -8,7 +9,8 @@ seconds of each child, every run kept in the raw data with the machine record
 One extra in-process run says which heavy modules the prediction imported (TorchDynamo:
 none; see ``src/torchinspect/nodynamo.py``).
 
-Writes ``benchmarks/results/latency/speed.json``; ``latency_tables.py`` puts it on the page.
+Writes ``benchmarks/results/latency-predict-speed.json`` (``machine.save``: the machine and its
+load); ``pages_latency.py`` puts it on RESULTS-latency.md.
 Usage: ``python benchmarks/latency_speed.py [--runs 7]``.
 """
 
@@ -29,10 +31,13 @@ INSPECT = [sys.executable, "-m", "torchinspect"]
 COMMANDS = {
     "predict": [*INSPECT, "bench", "resnet50", "--predict", "h100", "--dtype", "bf16",
                 "--batch", "1,32"],
+    "train": [*INSPECT, "bench", "resnet50", "--predict", "h100", "--train", "--amp", "--dtype",
+              "bf16"],
     "summary": [*INSPECT, "summary", "resnet50"],
     "import_torch": [sys.executable, "-c", "import torch"],
 }
 LABELS = {"predict": "inspect bench resnet50 --predict h100 --dtype bf16 --batch 1,32",
+          "train": "inspect bench resnet50 --predict h100 --train --amp --dtype bf16",
           "summary": "inspect summary resnet50", "import_torch": 'python -c "import torch"'}
 MODULES = ("torch._dynamo", "sympy", "triton", "transformers", "scipy")
 PROBE = ("import sys\nfrom torchinspect.cli.app import app\ntry:\n    app(sys.argv[1:])\n"
@@ -61,7 +66,7 @@ def imported_modules() -> list[str]:
 
 
 def main() -> None:
-    from machine import describe
+    from machine import describe, save
 
     ap = argparse.ArgumentParser()
     ap.add_argument("--runs", type=int, default=7)
@@ -74,17 +79,13 @@ def main() -> None:
             w, c = timed(cmd)
             runs[name].append({"round": i, "wall_s": round(w, 4), "cpu_s": round(c, 4)})
             print(f"{name:13s} round {i}: wall {w:.2f} s, CPU {c:.2f} s", flush=True)
-    out = {"machine": machine, "python": machine["python"], "torch": machine["torch"],
-           "runs": a.runs, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
-           "commands": LABELS,
-           "wall_s": {k: round(statistics.median(r["wall_s"] for r in v), 3)
-                      for k, v in runs.items()},
-           "cpu_s": {k: round(statistics.median(r["cpu_s"] for r in v), 3)
-                     for k, v in runs.items()},
-           "imported": imported_modules(), "raw": runs}
-    path = ROOT / "benchmarks" / "results" / "latency" / "speed.json"
-    path.write_text(json.dumps(out, indent=1) + "\n", encoding="utf-8")
-    print(json.dumps({k: out[k] for k in ("wall_s", "cpu_s", "imported")}, indent=1))
+    rows = [{"command": LABELS[k], "runs": a.runs,
+             "wall_s": round(statistics.median(r["wall_s"] for r in v), 3),
+             "cpu_s": round(statistics.median(r["cpu_s"] for r in v), 3), "raw": v}
+            for k, v in runs.items()]
+    save("latency-predict-speed", {"rows": rows, "imported": imported_modules(),
+                                   "load_after": round(os.getloadavg()[0], 1)}, machine=machine)
+    print(json.dumps([{k: r[k] for k in ("command", "wall_s", "cpu_s")} for r in rows], indent=1))
 
 
 if __name__ == "__main__":

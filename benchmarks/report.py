@@ -21,6 +21,7 @@ from doctor_pitfalls import page as pitfalls_page
 from machine import load
 from pages_bench import bench_page, bench_summary
 from pages_features import features_page, features_summary
+from pages_latency import latency_page
 from pages_models import models_page, models_summary
 
 HERE = Path(__file__).resolve().parent
@@ -336,6 +337,7 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-features.md": features_page,
     "RESULTS-summary-features.md": features_summary,
     "RESULTS-models.md": models_page,
+    "RESULTS-latency.md": latency_page,
     "RESULTS-summary-models.md": models_summary,
 }
 

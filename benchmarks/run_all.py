@@ -56,7 +56,7 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
     ("latency_measure.py", ["benchmarks/results/latency-rerun"], 1),
     # issue 40's campaign (benchmarks/results/latency-h100-v2/README.md says what each holds)
     ("latency_measure.py", ["benchmarks/results/latency-v2-rerun", "--phases",
-                            "probes,floors,tables,models,train", "--sweep", "3", "--sets",
+                            "probes,floors,tables,replays,models,train", "--sweep", "3", "--sets",
                             "val,dev-new,dev", "--isolate", "--budget", "3600"], 1),
     ("cudnn_rnn_memory.py", ["--proj", "benchmarks/results/cudnn-rnn-proj-rerun.jsonl"], 1),
     ("memory_validation.py", ["measure", "benchmarks/results/memory-validation-rerun.jsonl"], 1),

@@ -52,8 +52,8 @@ def test_each_generated_page_names_its_data_and_machine(page: str) -> None:
 
 def test_make_bench_runs_every_script() -> None:
     helpers = {"machine.py", "report.py", "run_all.py", "pages_bench.py", "pages_features.py",
-               "pages_models.py",
-               "latency_ops.py", "latency_zoo.py",
+               "pages_models.py", "pages_latency.py",
+               "latency_ops.py", "latency_zoo.py", "latency_data.py",
                "latency_kernels.py"}  # modules the latency scripts import
     scripts = {p.name for p in BENCH.glob("*.py")} - helpers
     assert scripts == {name for name, _, _ in run_all.SCRIPTS}

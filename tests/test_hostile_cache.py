@@ -198,14 +198,14 @@ def test_a_full_disk_is_a_note_naming_the_entry_and_the_bytes(tmp_path, monkeypa
 
 def test_bench_predict_ignores_a_crafted_host_cost_and_says_so(tmp_path, monkeypatch, invoke) -> None:
     """A crafted entry made ``bench --predict`` print a negative host time with exit 0."""
-    from torchinspect.latency.host import cache_entry
+    from torchinspect.latency.host import PROBE_VERSION, cache_entry
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     name, key = cache_entry()
     root = tmp_path / "torchinspect"
     root.mkdir(mode=0o700)
     (root / f"{name}.json").write_text(json.dumps({
-        "schema": f"torchinspect-cache/{name}", "version": 1, "key": key,
+        "schema": f"torchinspect-cache/{name}", "version": PROBE_VERSION, "key": key,
         "data": {"op_us": -1e6, "module_us": -1e6, "cpu": "x"}}))
     r = invoke("bench", "zoo:mnist-net", "--predict", "h100", "-f", "json")
     assert r.exit_code == 0, r.output

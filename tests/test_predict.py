@@ -14,15 +14,15 @@ from torchinspect.latency import latency_gpu, predict_latency
 from torchinspect.latency.calibrated import LatencyGpu, load_table, parse_table
 from torchinspect.latency.ops import OpRecord, record_call, record_ops
 from torchinspect.latency.roofline import (
-    DEFAULT_KERNEL_US,
     group,
     interpolate,
+    kernel_floor_us,
     math_for,
     price,
     price_ops,
 )
 
-H100 = LatencyGpu(CATALOGUE["h100"], None)  # datasheet only: no efficiency curves
+H100 = LatencyGpu(CATALOGUE["h100"], None)  # datasheet only: the reference table's curves
 
 
 def _op(kind: str, flops: float, nbytes: float, sub: str | None = None) -> OpRecord:
@@ -34,8 +34,16 @@ def test_compute_bound_matmul_is_priced_at_the_tensor_core_peak():
     assert t.compute_us == pytest.approx(2e12 / 989.4e12 * 1e6)  # 2021.4 µs
     assert t.memory_us == pytest.approx(1e6 / 3.35e12 * 1e6)
     assert t.bound == "compute"
-    assert not t.calibrated  # no table: roofline + one kernel's fixed cost, flagged
-    assert t.us == pytest.approx(t.compute_us + DEFAULT_KERNEL_US)
+    assert t.calibrated and t.us >= t.compute_us  # the reference curve: never under the roof
+
+
+def test_an_op_no_curve_covers_costs_its_roofline_plus_the_measured_floor():
+    """No fixed constant: the floor of the smallest measured element-wise call."""
+    table = load_table("h100")
+    t = price(_op("other", 1e6, 1e6), H100, "bf16")
+    assert not t.calibrated
+    assert t.us == pytest.approx(t.roofline_us + kernel_floor_us(table, "bf16"))
+    assert 0.5 < kernel_floor_us(table, "bf16") < 3.0  # about 1.4 µs on the H100
 
 
 def test_memory_bound_eltwise_is_priced_at_the_bandwidth():
@@ -110,8 +118,8 @@ def test_self_attention_without_weights_is_the_mha_fast_path():
 
 
 def _table(**extra: object) -> LatencyGpu:
-    data = {"format": 1, "gpu": "h100", "device_name": "x", "source": "test", "torch": "2",
-            "kernel_us": 1.0, "host_factor": 1.0,
+    data = {"format": 2, "gpu": "h100", "device_name": "x", "source": "test", "torch": "2",
+            "gap_us": 0.3, "host_factor": 1.0,
             "curves": {"matmul/bf16": [[-3, 0.5], [3, 0.5]],
                        "eltwise/bf16": [[-3, 0.25], [3, 0.25]]}, **extra}
     return LatencyGpu(CATALOGUE["h100"], parse_table(data, "test"))
@@ -124,12 +132,13 @@ def test_fast_path_ops_are_priced_together_by_the_measured_factor():
                           "fastpath.encoder/bf16": [[-3, 0.6], [3, 0.6]]})
     ops = [OpRecord("addmm", "matmul", "matmul", 2e9, 1e6, 1, "Linear", "a", fastpath="encoder#1"),
            OpRecord("addmm", "matmul", "matmul", 2e9, 1e6, 1, "Linear", "b")]
-    unscaled = price(ops[0], plain, "bf16", table=plain.table, scaled=False).us
+    unscaled = price(ops[0], plain, "bf16", table=plain.table, scaled=False)
+    scaled = unscaled.floor_us + 2.0 * (unscaled.us - unscaled.floor_us)  # above the floor
     times = price_ops(ops, fast, "bf16", table=fast.table)
-    assert times[0].us == pytest.approx(0.6 * unscaled)  # the factor, not the in-model scale
-    assert times[1].us == pytest.approx(2.0 * unscaled)  # outside a fast path: the scale
+    assert times[0].us == pytest.approx(0.6 * unscaled.us)  # the factor, not the scale
+    assert times[1].us == pytest.approx(scaled)  # outside a fast path: the scale
     assert [t.us for t in price_ops(ops, plain, "bf16", table=plain.table)] == \
-        pytest.approx([2.0 * unscaled] * 2)  # a table without the curve: as before
+        pytest.approx([scaled] * 2)  # a table without the curve: as before
 
 
 def test_measured_kernel_counts_replace_the_traced_ones():
@@ -147,7 +156,7 @@ def test_3d_convolutions_have_their_own_in_model_correction():
 
 def test_packaged_h100_table_loads_and_is_labelled():
     table = load_table("h100")
-    assert table is not None and table.kernel_us > 0 and table.host_factor > 0
+    assert table is not None and table.gap_us > 0 and table.host_factor > 0
     assert {"matmul/bf16", "conv.1x1/bf16", "eltwise/fp32"} <= set(table.curves)
     assert table.validation["median_abs_error"] is not None
     assert load_table("l4") is None
@@ -159,7 +168,7 @@ def test_a_malformed_table_is_refused_with_a_hint():
     with pytest.raises(InspectError, match="format"):
         parse_table({"format": 99}, "x.json")
     with pytest.raises(InspectError, match="malformed"):
-        parse_table({"format": 1, "gpu": "h100"}, "x.json")
+        parse_table({"format": 2, "gpu": "h100"}, "x.json")
 
 
 def test_unknown_gpu_names_the_known_ones():

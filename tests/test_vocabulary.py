@@ -151,6 +151,8 @@ MEANINGS: dict[str, dict[str, tuple[str, str, Any]]] = {
         "*": ("trace in training mode (default eval)", "trace in training mode", False),
         "memory": ("also predict a training step: on by default, the command's purpose",
                    "also predict a training step", True),
+        "bench": ("with --predict: predict a training step instead of a forward",
+                  "predict an eager training step", False),
     },
     "--gpu": {  # a GPU by name (h100, a100, ...) that a prediction is made for
         "memory": ("the GPU whose cuBLAS workspace size to count", "cuBLAS workspace", None),

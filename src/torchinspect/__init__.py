@@ -61,6 +61,8 @@ _LAZY = {
     "BenchResult": "torchinspect.bench",
     "predict_latency": "torchinspect.latency",
     "Prediction": "torchinspect.latency",
+    "predict_train": "torchinspect.latency",
+    "TrainPrediction": "torchinspect.latency",
     "extract_features": "torchinspect.features",
     "FeatureResult": "torchinspect.features",
     "FeatureFolder": "torchinspect.features",
@@ -104,7 +106,9 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.io.checkpoint import Checkpoint as Checkpoint
     from torchinspect.io.checkpoint import read_checkpoint as read_checkpoint
     from torchinspect.latency import Prediction as Prediction
+    from torchinspect.latency import TrainPrediction as TrainPrediction
     from torchinspect.latency import predict_latency as predict_latency
+    from torchinspect.latency import predict_train as predict_train
     from torchinspect.memory import MemoryResult as MemoryResult
     from torchinspect.memory import predict_memory as predict_memory
     from torchinspect.overview import Overview as Overview

@@ -274,6 +274,7 @@ class _Runner:
         self.cuda = device.startswith("cuda")
         self.progress, self.clock = progress, clock
         self.base_example = case.example
+        self.unusable: str | None = None  # the device broke (a failed graph capture): why
 
     def say(self, text: str, final: bool = False) -> None:
         if self.progress is not None:
@@ -343,25 +344,15 @@ class _Runner:
         return step
 
     def capture_graph(self, step: Callable[[], Any]) -> Callable[[], Any]:
-        """Warm up on a side stream, capture one forward in a CUDA graph, return its replay."""
-        torch = self.torch
-        side = torch.cuda.Stream(device=self.device)
-        side.wait_stream(torch.cuda.current_stream(self.device))
-        with torch.cuda.stream(side):
-            for _ in range(3):
-                step()
-        torch.cuda.current_stream(self.device).wait_stream(side)
-        self.sync()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
-            out = step()
-        self.sync()
+        """Warm up on a side stream, capture one forward in a CUDA graph, return its replay
+        (a failed capture is undone: ``bench/graphs.py``)."""
+        from torchinspect.bench.graphs import DeviceUnusable, capture
 
-        def replay() -> Any:
-            graph.replay()
-            return out
-
-        return replay
+        try:
+            return capture(self.torch, step, self.device)
+        except DeviceUnusable as exc:
+            self.unusable = str(exc)
+            raise
 
     def run_config(self, model: Any, fn: Any, dtype: str, batch: int | None,
                    profile: bool = False) -> tuple[ConfigResult, ProfileResult | None]:
@@ -372,6 +363,9 @@ class _Runner:
         label = row.label
         prof: ProfileResult | None = None
         error: BaseException | None = None
+        if self.unusable is not None:
+            row.status, row.error = "error", f"not run: {self.unusable}"
+            return row, None
         try:
             self.reset_peak()
             args, kwargs = self.inputs_for(batch, dtype)

@@ -63,7 +63,8 @@ def run_check(plan: CheckPlan, options: Any = None, progress: Any = None) -> Che
 def check_budgets(models: Any = None, *, max_params: Any = None, max_macs: Any = None,
                   max_size_mb: Any = None, max_activation_mb: Any = None,
                   max_latency_ms: Any = None, max_infer_mb: Any = None,
-                  max_train_mb: Any = None, config: str | None = None, options: Any = None,
+                  max_train_mb: Any = None, max_step_ms: Any = None,
+                  config: str | None = None, options: Any = None,
                   cwd: str | None = None, baseline: str | None = None,
                   max_increase: str | dict[Metric, float] | None = None, latency: bool = False,
                   save_baseline: str | None = None,
@@ -78,7 +79,8 @@ def check_budgets(models: Any = None, *, max_params: Any = None, max_macs: Any =
     """
     given = {Metric.params: max_params, Metric.macs: max_macs, Metric.size_mb: max_size_mb,
              Metric.activation_mb: max_activation_mb, Metric.latency_ms: max_latency_ms,
-             Metric.infer_mb: max_infer_mb, Metric.train_mb: max_train_mb}
+             Metric.infer_mb: max_infer_mb, Metric.train_mb: max_train_mb,
+             Metric.step_ms: max_step_ms}
     for key, value in (budgets or {}).items():
         given[metric_named(key, "budgets")] = value
     # one name or one module is one model (an nn.Sequential is iterable, over its layers)

@@ -98,6 +98,21 @@ def predict_forward(case: Any, gpu: str) -> Sample:
                    "gpu_ms": r.gpu_ms})
 
 
+def predict_step(case: Any, gpu: str | None) -> Sample:
+    """`inspect bench --predict GPU --train --amp --dtype bf16`'s training step at the
+    example's batch (no GPU): fp32 weights, forward and loss under autocast bf16, AdamW."""
+    from torchinspect.gpus import target_gpu
+    from torchinspect.latency import predict_train, validation_text
+
+    pred = predict_train(case, target_gpu(gpu).name, amp="bf16")
+    r = pred.results[0]
+    note = (f"step-ms: PREDICTED eager training step on {pred.gpu} (forward {r.forward_ms:.2f}, "
+            f"backward {r.backward_ms:.2f}, optimizer {r.optimizer_ms:.2f} ms; {r.binds} binds), "
+            f"not measured; {pred.source}; {validation_text(pred.validation, 'training steps')}")
+    return Sample({Metric.step_ms: Reading(r.step_ms, note=note)},
+                  {"predicted": pred.gpu, "table": pred.source, "binds": r.binds})
+
+
 def time_forward(case: Any, timing: Any = None) -> Sample:
     """Median forward latency (ms) at the example's batch with its noise, measured by
     `inspect bench`'s method (its warm-up and stopping rule unless ``timing`` is given) on
@@ -119,6 +134,7 @@ COLLECTORS: dict[Need, Callable[[Any, str | None], Sample]] = {
     Need.static: lambda case, gpu: _static(case),
     Need.trace: lambda case, gpu: _traced(case),
     Need.memory: predict_memory_peaks,
+    Need.step: predict_step,
     Need.timing: lambda case, gpu: time_forward(case),
 }
 

@@ -34,6 +34,7 @@ class Need(StrEnum):
     trace = "trace"  # one forward on meta (as `inspect summary`)
     memory = "memory"  # `inspect memory`'s prediction (fake tensors, CUDA caching allocator)
     prediction = "prediction"  # `inspect bench --predict GPU` (no GPU needed)
+    step = "step"  # `inspect bench --predict GPU --train`: a training step (no GPU needed)
     timing = "timing"  # real forwards timed like `inspect bench`
 
 
@@ -62,6 +63,8 @@ class Metric(StrEnum):
     latency_ms = "latency-ms", Unit.ms, Need.timing, "median ms per forward"
     predicted_ms = "predicted-ms", Unit.ms, Need.prediction, ("predicted ms per eager forward "
                                                               "on --gpu (no GPU here)")
+    step_ms = "step-ms", Unit.ms, Need.step, ("predicted ms per eager training step (AdamW, "
+                                              "autocast bf16) on --gpu (default h100)")
 
     @property
     def option(self) -> str:

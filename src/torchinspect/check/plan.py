@@ -44,7 +44,7 @@ class CheckPlan:
         wanted = set(mb.limits)
         if self.every_metric:
             wanted |= {m for m in Metric if m.need is not Need.timing
-                       and (m.need is not Need.prediction or self.gpu)}
+                       and (m.need not in (Need.prediction, Need.step) or self.gpu)}
         if self.latency:
             wanted.add(Metric.latency_ms)
         return wanted
@@ -99,7 +99,7 @@ def plan_check(models: list[Any], limits: dict[Metric, float], *, config: str | 
 # CUDA here the CLI judges it as predicted-ms; with CUDA it is measured, --gpu kept for CI
 # commands run on both kinds of runner)
 GPU_METRICS = frozenset({Metric.infer_mb, Metric.train_mb, Metric.predicted_ms,
-                         Metric.latency_ms})
+                         Metric.latency_ms, Metric.step_ms})
 
 
 def _check_gpu(plan: CheckPlan, gpu: str) -> None:
@@ -109,8 +109,9 @@ def _check_gpu(plan: CheckPlan, gpu: str) -> None:
     find_gpu(gpu)  # an unknown name: did-you-mean, exit 2
     if not any(GPU_METRICS & plan.metrics_for(mb) for mb in plan.models):
         raise InspectError(f"--gpu {gpu}: no number checked here is predicted for a GPU",
-                           hint="--gpu applies to --max-infer-mb, --max-train-mb and "
-                           "--max-latency-ms (predicted without CUDA); leave it out")
+                           hint="--gpu applies to --max-infer-mb, --max-train-mb, "
+                           "--max-step-ms and --max-latency-ms (predicted without CUDA); leave "
+                           "it out")
 
 
 def _choose(models: list[Any], limits: dict[Metric, float],

@@ -13,7 +13,9 @@ from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     AmpOpt,
     ModelArg,
+    OptimizerOpt,
     OutputOptions,
+    amp_split,
     batches_opt,
     dtype_opt,
     emit,
@@ -21,6 +23,7 @@ from torchinspect.cli.common import (
     input_files,
     model_command,
     model_file_stem,
+    train_opt,
 )
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
@@ -92,6 +95,9 @@ PredictOpt = Annotated[str | None, typer.Option(
     help="predict the latency on this GPU (h100, a100, l4, rtx4090, ...: the GPU catalogue's "
     "names) from the CPU, no GPU needed: per layer type, graph replay and eager. With --device "
     "cuda the real run is measured too and shown beside the prediction.")]
+TrainStepOpt = Annotated[bool, train_opt(
+    "with --predict: predict an eager training step (forward and loss, backward, optimizer "
+    "step) instead of a forward; --amp --dtype bf16 for mixed precision.")]
 
 
 class _Progress:
@@ -163,6 +169,8 @@ def bench(
     save_samples: SamplesOpt = False,
     compare: CompareOpt = None,
     predict: PredictOpt = None,
+    train: TrainStepOpt = False,
+    optimizer: OptimizerOpt = "adamw",
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -181,11 +189,11 @@ def bench(
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
-    if predict is not None and _predicts_only(
-            predict, opts.device, compile=compile or compile_mode != CompileMode.default,
-            amp=amp, max_batch=max_batch, profile=profile, compare=bool(compare),
-            channels_last=channels_last):
-        return _predict_only(model, predict, batch, dtype, tf32, opts, out)
+    real = {"compile": compile or compile_mode != CompileMode.default, "amp": amp,
+            "max_batch": max_batch, "profile": profile, "compare": bool(compare),
+            "channels_last": channels_last, "cuda_graphs": cuda_graphs}
+    if _predicted(model, predict, train, optimizer, batch, dtype, tf32, opts, out, real):
+        return
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
                            hint="use --device cpu or --device cuda[:N]")
@@ -206,10 +214,7 @@ def bench(
         on_oom=on_oom.value, max_batch=max_batch, profile=profile,
         profile_trace=_trace_path(trace, out.output, model) if profile else None,
         save_samples=save_samples, protect=protect)
-    if options.profile_trace:  # refused before any timing, like --output
-        from torchinspect.io.atomic import check_target
-
-        check_target(options.profile_trace, protect=protect)
+    _check_trace(options.profile_trace, protect)
     case = make_case(model, options=opts, device="meta")  # sized on meta; real_model builds it
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
@@ -219,6 +224,31 @@ def bench(
     _exit_if_unmeasured(result, model)
     _exit_if_slower(changes)
     sys.stderr.flush()
+
+
+def _check_trace(path: str | None, protect: Any) -> None:
+    """--profile's trace file: refused before any timing, like --output."""
+    if path:
+        from torchinspect.io.atomic import check_target
+
+        check_target(path, protect=protect)
+
+
+def _predicted(model: str, predict: str | None, train: bool, optimizer: str, batch: str | None,
+               dtype: str, tf32: bool | None, opts: ModelOptions, out: OutputOptions,
+               real: dict[str, bool]) -> bool:
+    """--predict (and --train): the prediction alone when nothing runs on a device; True when
+    it was made."""
+    if train or optimizer != "adamw":
+        amp = real.pop("amp")
+        _predict_train(model, predict, batch, dtype, amp, optimizer, opts, out,
+                       real=opts.device.startswith("cuda") or any(real.values()))
+        return True
+    real.pop("cuda_graphs")
+    if predict is not None and _predicts_only(predict, opts.device, **real):
+        _predict_only(model, predict, batch, dtype, tf32, opts, out)
+        return True
+    return False
 
 
 def _predicts_only(gpu: str, device: str, **real_run: bool) -> bool:
@@ -267,6 +297,37 @@ def _predict_only(model: str, gpu: str, batch: str | None, dtype: str, tf32: boo
     emit(prediction_report(pred), out, inputs=[model, *opts.files()])
 
 
+def _predict_train(model: str, gpu: str | None, batch: str | None, dtype: str, amp: bool,
+                   optimizer: str, opts: ModelOptions, out: OutputOptions, *,
+                   real: bool) -> None:
+    """`inspect bench MODEL --predict GPU --train`: a training step, predicted, no device."""
+    from torchinspect.gpus import find_gpu
+    from torchinspect.latency import predict_train
+    from torchinspect.report.predict import train_report
+    from torchinspect.sources.case import make_case
+
+    if gpu is None:
+        raise InspectError("--train and --optimizer predict a training step: they need "
+                           "--predict GPU", hint="e.g. inspect bench MODEL --predict h100 --train")
+    find_gpu(gpu, option="--predict")
+    if real:
+        raise InspectError("--train is predicted, not measured: it takes no option of a real "
+                           "run (--device cuda, --cuda-graphs, --compile, --profile, ...)",
+                           hint="leave those out; `inspect memory MODEL --verify` runs real "
+                           "training steps on a GPU")
+    dtypes = [d.strip() for d in dtype.split(",") if d.strip()]
+    if len(dtypes) != 1:
+        raise InspectError(f"--dtype {dtype}: --train predicts one dtype at a time",
+                           hint="e.g. --amp --dtype bf16")
+    weights, autocast = amp_split(dtypes[0], amp)
+    case = make_case(model, options=opts, device="meta")
+    with _Progress() as progress:
+        progress(f"{case.name}: a training step on fake tensors, priced for {gpu}")
+        pred = predict_train(case, gpu, batches=parse_batches(batch), dtype=weights,
+                             amp=autocast, optimizer=optimizer)
+    emit(train_report(pred), out, inputs=[model, *opts.files()])
+
+
 def _against(old: dict[str, Any] | None, result: Any) -> tuple[Any, Any]:
     """(per-configuration changes, setup differences) against a saved result; (None, None)."""
     from torchinspect.bench.compare import compare_configs, setup_differences
@@ -281,6 +342,11 @@ def _exit_if_unmeasured(result: Any, model: str) -> None:
     if result.ok:
         return
     failed = [c for c in result.configs if c.status == "error"]
+    if failed and all("CUDA graph" in (c.error or "") or "CUDA-graph" in (c.error or "")
+                      for c in failed) and len(failed) == len(result.configs):
+        raise InspectError(f"{model}: {failed[0].error}",
+                           hint="run it without --cuda-graphs (eager), or --compile "
+                           "reduce-overhead")
     if failed and len(failed) == len(result.configs):  # the forward itself: an input error
         raise InspectError(f"{model}: the forward failed in every configuration: "
                            f"{failed[0].error}",

@@ -28,7 +28,7 @@ MaybeModelsArg = Annotated[list[str] | None, typer.Argument(
 
 
 def _opt(name: str, units: str) -> object:
-    metavar = {"latency-ms": "MS"}.get(name, units.split()[0])
+    metavar = {"latency-ms": "MS", "step-ms": "MS"}.get(name, units.split()[0])
     return Annotated[str | None, typer.Option(f"--max-{name}", metavar=metavar,
                                               help=f"budget: {units}.")]
 
@@ -44,6 +44,9 @@ InferOpt = _opt("infer-mb", "MB peak GPU memory of inference, predicted as `insp
 TrainMbOpt = _opt("train-mb", "MB peak GPU memory of an AdamW training step (forward, "
                   "backward, optimizer step), predicted as `inspect memory` does; or a GPU, "
                   "h100, or its memory, 24GB, as for --max-infer-mb")
+StepOpt = _opt("step-ms", "ms per eager training step (AdamW, fp32 weights, forward under "
+               "autocast bf16) at the example input, PREDICTED for --gpu (default h100) as "
+               "`inspect bench --predict GPU --train --amp --dtype bf16` does (no GPU needed)")
 LatencyOpt = _opt("latency-ms", "median ms per forward at the example input, measured like "
                   "`inspect bench` on --device (auto/meta: cpu; cuda for GPU budgets); a breach "
                   "inside the measurement noise is noted, not failed")
@@ -65,8 +68,9 @@ SaveOpt = Annotated[str | None, typer.Option(
     "--save-baseline", metavar="FILE", help="write every metric of every model as a baseline "
     "(versioned JSON, atomic) for a later --baseline.")]
 GpuOpt = Annotated[str | None, gpu_opt(
-    "the GPU (h100, a100, l4, ...) --max-infer-mb and --max-train-mb are predicted for "
-    "(default: the GPU a memory budget names, else the GPU here, else h100); with --max-latency-ms on a machine without CUDA: judge "
+    "the GPU (h100, a100, l4, ...) --max-infer-mb, --max-train-mb and --max-step-ms are "
+    "predicted for (default: the GPU a memory budget names, else the GPU here, else h100); "
+    "with --max-latency-ms on a machine without CUDA: judge "
     "the latency predicted for it (metric predicted-ms) instead of measuring; with CUDA present "
     "the latency is measured as usual.")]
 LatencyFlag = Annotated[bool, typer.Option(
@@ -116,6 +120,7 @@ def check(
     max_latency_ms: LatencyOpt = None,  # type: ignore[valid-type]
     max_infer_mb: InferOpt = None,  # type: ignore[valid-type]
     max_train_mb: TrainMbOpt = None,  # type: ignore[valid-type]
+    max_step_ms: StepOpt = None,  # type: ignore[valid-type]
     config: ConfigOpt = None,
     junit: JunitOpt = None,
     baseline: BaselineOpt = None,
@@ -137,7 +142,7 @@ def check(
     given = {core.Metric.params: max_params, core.Metric.macs: max_macs,
              core.Metric.size_mb: max_size_mb, core.Metric.activation_mb: max_activation_mb,
              core.Metric.latency_ms: max_latency_ms, core.Metric.infer_mb: max_infer_mb,
-             core.Metric.train_mb: max_train_mb}
+             core.Metric.train_mb: max_train_mb, core.Metric.step_ms: max_step_ms}
     if gpu is not None:
         _predict_latency(given, gpu, opts)
     try:

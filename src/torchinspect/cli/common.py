@@ -33,10 +33,12 @@ from torchinspect.cli.options import (
     KeyOpt,
     ModelArg,
     ModelsArg,
+    OptimizerOpt,
     TrainOpt,
     TrustOpt,
     all_opt,
     allow_partial_opt,
+    amp_split,
     atol_opt,
     auto_prefix_opt,
     batches_opt,
@@ -58,8 +60,8 @@ from torchinspect.cli.output import (
 
 __all__ = [
     "DEBUG", "DEVICE_HELP", "MODEL_FORMS", "AmpOpt", "ArchOpt", "ArgOpt", "DepthOpt", "ForceOpt",
-    "KeyOpt", "ModelArg", "ModelRuns", "ModelsArg", "OutputOptions", "OutputPath", "TrainOpt", "TrustOpt",
-    "all_opt", "allow_partial_opt", "as_written", "atol_opt", "auto_prefix_opt", "batches_opt",
+    "KeyOpt", "ModelArg", "ModelRuns", "ModelsArg", "OptimizerOpt", "OutputOptions", "OutputPath",
+    "TrainOpt", "TrustOpt", "all_opt", "allow_partial_opt", "amp_split", "as_written", "atol_opt", "auto_prefix_opt", "batches_opt",
     "command_errors", "dtype_opt", "each_model", "emit", "gpu_opt",
     "emit_results", "error_exit", "exit_status", "input_files", "model_command",
     "model_file_stem", "output_command", "report_stdout", "rtol_opt", "shard_size_opt", "tolerance", "train_opt",

@@ -10,7 +10,9 @@ from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     AmpOpt,
     ModelArg,
+    OptimizerOpt,
     OutputOptions,
+    amp_split,
     batches_opt,
     dtype_opt,
     emit,
@@ -25,9 +27,6 @@ from torchinspect.sources.case import ModelOptions
 
 BatchesOpt = Annotated[str | None, batches_opt("batch sizes to predict, e.g. 1,8,32 (default: the input's own batch).")]
 TrainStepOpt = Annotated[bool, train_opt("also predict a training step (forward, backward, optimizer).")]
-OptimizerOpt = Annotated[str, typer.Option(
-    "--optimizer", metavar="adamw|adam|sgd|sgd-momentum|none",
-    help="the optimizer of the training step (PyTorch's defaults: foreach on CUDA).")]
 DtypeOpt = Annotated[str | None, dtype_opt("cast weights and float inputs to this dtype.")]
 CheckpointOpt = Annotated[str | None, typer.Option(
     "--checkpointing", metavar="MODULE_TYPE",
@@ -100,7 +99,7 @@ def memory(
     from torchinspect.sources.case import make_case
 
     batches = parse_batches(batch) or (None,)
-    dtype, amp_dtype = _amp(dtype, amp)
+    dtype, amp_dtype = amp_split(dtype, amp)
     cfg = StepConfig(train=train, optimizer=optimizer, dtype=dtype, amp=amp_dtype,
                      checkpointing=checkpointing, loss=loss, fsdp=fsdp, fsdp_unit=fsdp_unit)
     budget = memory_budget(fit) if fit is not None else None
@@ -146,9 +145,4 @@ def _require_single(batches: tuple[int | None, ...], fit: str | None, fsdp: int 
                            "list or --fit", hint="e.g. inspect memory MODEL --batch 8 --verify")
 
 
-def _amp(dtype: str | None, amp: bool) -> tuple[str | None, str | None]:
-    """(weights dtype, autocast dtype), the way bench reads --dtype and --amp: with --amp the
-    weights stay fp32 and --dtype names the autocast dtype (fp32 or none: fp16)."""
-    if not amp:
-        return dtype, None
-    return None, (dtype if dtype not in (None, "fp32") else "fp16")
+_amp = amp_split  # the one rule, in cli/options.py (bench --train reads it too)

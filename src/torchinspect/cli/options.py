@@ -138,6 +138,17 @@ def dtype_opt(help_text: str, *, sweep: bool = False, parser: Any = None) -> Any
 
 AmpOpt = Annotated[bool, typer.Option("--amp", help="fp32 weights, forward under torch.autocast "
                                       "(--dtype fp16/bf16; fp32 means fp16 on CUDA, bf16 on CPU).")]
+OptimizerOpt = Annotated[str, typer.Option(
+    "--optimizer", metavar="adamw|adam|sgd|sgd-momentum|none",
+    help="the optimizer of the training step (PyTorch's defaults: foreach on CUDA).")]
+
+
+def amp_split(dtype: str | None, amp: bool) -> tuple[str | None, str | None]:
+    """(weights dtype, autocast dtype) of a training step from --dtype and --amp: with --amp
+    the weights stay fp32 and --dtype names the autocast dtype (fp32 or none: fp16)."""
+    if not amp:
+        return dtype, None
+    return None, (dtype if dtype not in (None, "fp32") else "fp16")
 
 
 def batches_opt(help_text: str) -> Any:

@@ -1,7 +1,9 @@
 """Predicted latency on a named GPU, from a CPU (``inspect bench --predict``, summary's time
 column, ``check --max-latency-ms --gpu``, ``report --gpu``).
 
-``predict_latency(case, "h100", dtypes=("bf16",), batches=(1, 32))`` returns a
+``predict_train(case, "h100", amp="bf16")`` predicts an eager training step (forward,
+backward, optimizer; ``train.py``). ``predict_latency(case, "h100", dtypes=("bf16",),
+batches=(1, 32))`` returns a
 ``Prediction``: per dtype and batch, the CUDA-graph replay time (sum of per-op times from
 the roofline and measured efficiency curves), the eager estimate (host dispatch against GPU
 time, and which binds), per-layer-type rows with their roofline class. Every number is
@@ -20,6 +22,8 @@ from torchinspect.latency.predict import (
     module_times,
     predict_latency,
 )
+from torchinspect.latency.train import TrainBatch, TrainPrediction, predict_train
 
-__all__ = ["BatchPrediction", "HostModel", "LatencyGpu", "LayerRow", "Prediction", "host_model",
-           "latency_gpu", "model_dtype", "module_times", "predict_latency", "validation_text"]
+__all__ = ["BatchPrediction", "HostModel", "LatencyGpu", "LayerRow", "Prediction", "TrainBatch",
+           "TrainPrediction", "host_model", "latency_gpu", "model_dtype", "module_times",
+           "predict_latency", "predict_train", "validation_text"]

@@ -1,9 +1,11 @@
 """What was measured on a GPU for the latency prediction, and the GPU a prediction is for.
 
 A *calibrated* GPU has a table in ``tables/NAME.json`` (written by
-``benchmarks/latency_tables.py`` from measurements on that GPU): per-op efficiency curves, the
-per-kernel time under CUDA-graph replay, the host factor of eager runs, and the validation
-error of the prediction. The GPU's datasheet rates come from the one GPU catalogue
+``benchmarks/latency_tables.py`` from measurements on that GPU): per-op efficiency curves of
+what one call costs inside a CUDA graph (its kernels, the gaps between them, its floor at
+small sizes), the gap a graph leaves between kernels, the host factor of eager runs, the
+training step's constants, every constant's provenance, and the validation error of the
+prediction. The GPU's datasheet rates come from the one GPU catalogue
 (``torchinspect/gpus.py``, whose ``measured`` field says which GPUs have a table); a GPU
 without a table is predicted from its datasheet alone and labelled "uncalibrated".
 """
@@ -18,7 +20,7 @@ from typing import Any
 from torchinspect.errors import InspectError
 from torchinspect.gpus import CATALOGUE, Gpu, find_gpu
 
-TABLE_FORMAT = 1
+TABLE_FORMAT = 2
 REFERENCE = "h100"  # the table whose efficiency curves stand in for an uncalibrated GPU's
 
 
@@ -30,12 +32,16 @@ class GpuTable:
     device_name: str
     source: str  # the raw data it was built from
     torch: str
-    kernel_us: float  # one tiny kernel under CUDA-graph replay (launch gap included)
+    gap_us: float  # idle GPU time between two kernels of a CUDA graph
     host_factor: float  # eager host time / (dispatched ops x op_us + module calls x module_us)
     curves: dict[str, list[tuple[float, float]]]  # "matmul/bf16" -> [(log10 roofline us, eff)]
     scales: dict[str, float] = field(default_factory=dict)  # op group -> in-model correction
     kernels: dict[str, float] = field(default_factory=dict)  # curve key -> kernels per op
+    train: dict[str, float] = field(default_factory=dict)  # the training step's constants
+    provenance: list[dict[str, Any]] = field(default_factory=list)  # every constant's source
     validation: dict[str, Any] = field(default_factory=dict)
+    measured: str = ""  # when the GPU was measured (ISO date)
+    launch_factor: float = 0.0  # host time per kernel launched, x op_us
 
 
 @dataclass(frozen=True)
@@ -57,14 +63,18 @@ class LatencyGpu:
         return f"datasheet rates of the {self.spec.label} (uncalibrated)"
 
 
-def validation_text(validation: dict[str, Any]) -> str:
-    """The validation error of a table, as its results page states it."""
+def validation_text(validation: dict[str, Any], what: str = "") -> str:
+    """The validation error of a table, as its results page states it (``what``: of the
+    training steps, else of graph replays)."""
     if not validation or validation.get("median_abs_error") is None:
-        return "validation error: not measured for this GPU"
-    return (f"validation error on {validation.get('models')} models never tuned on: median "
-            f"{100 * validation['median_abs_error']:.0f}%, 90th percentile "
-            f"{100 * validation['p90_abs_error']:.0f}%, eager binding side right "
-            f"{100 * validation['binding_right']:.0f}% ({validation.get('page')})")
+        return ("validation error: UNKNOWN for this GPU: no table was measured on it (its "
+                "datasheet rates with the H100's measured efficiency curves)")
+    text = (f"validation error{' of ' + what if what else ''} on {validation.get('models')} "
+            f"models never tuned on: median {100 * validation['median_abs_error']:.0f}%, 90th "
+            f"percentile {100 * validation['p90_abs_error']:.0f}%")
+    if validation.get("binding_right") is not None:
+        text += f", eager binding side right {100 * validation['binding_right']:.0f}%"
+    return text + f" ({validation.get('page')})"
 
 
 def latency_gpu(name: str, *, option: str = "--predict") -> LatencyGpu:
@@ -99,12 +109,16 @@ def parse_table(data: Any, where: str) -> GpuTable:
                   for k, v in data["curves"].items()}
         return GpuTable(gpu=str(data["gpu"]), device_name=str(data["device_name"]),
                         source=str(data["source"]), torch=str(data["torch"]),
-                        kernel_us=float(data["kernel_us"]), host_factor=float(data["host_factor"]),
+                        gap_us=float(data["gap_us"]), host_factor=float(data["host_factor"]),
+                        launch_factor=float(data.get("launch_factor", 0.0)),
                         curves=curves,
                         scales={str(k): float(v) for k, v in (data.get("scales") or {}).items()},
                         kernels={str(k): float(v)
                                  for k, v in (data.get("kernels") or {}).items()},
-                        validation=dict(data.get("validation") or {}))
+                        train={str(k): float(v) for k, v in (data.get("train") or {}).items()},
+                        provenance=[dict(p) for p in data.get("provenance") or []],
+                        validation=dict(data.get("validation") or {}),
+                        measured=str(data.get("measured", "")))
     except (KeyError, TypeError, ValueError) as exc:
         raise InspectError(f"{where}: malformed latency table ({exc})",
                            hint="regenerate it with benchmarks/latency_tables.py") from None

@@ -167,10 +167,10 @@ def price_trace(trace: OpTrace, gpu: LatencyGpu, dtype: str, batch: int, host: H
         if not t.calibrated:
             uncal[op.name] = uncal.get(op.name, 0) + 1
             uncal_us += t.us
-    kernel_gap = table.kernel_us if table is not None else 0.0
+    kernel_gap = table.gap_us
     kernels = round(kernel_sum)  # measured kernels per op class where the table has them
     gpu_ms = total_us / 1e3
-    host_ms = host.ms(trace.dispatched, trace.module_calls)
+    host_ms = host.ms(trace.dispatched, trace.module_calls, kernel_sum)
     return BatchPrediction(
         dtype=dtype, batch=batch, gpu_ms=gpu_ms, gap_ms=kernels * kernel_gap / 1e3,
         kernels=kernels, host_ms=host_ms, eager_ms=max(gpu_ms, host_ms),
@@ -214,9 +214,6 @@ def predict_latency(case: Any, gpu: str, *, dtypes: Sequence[str] = ("fp32",),
             pred.results.append(price_trace(trace, target, dtype, batch, model, tf32))
     if model.cost.note:  # the user's cache refused or not saved (torchinspect.cache)
         pred.notes.append(model.cost.note)
-    if not target.calibrated:
-        pred.notes.append(f"{target.spec.name} has no measured table: datasheet peaks with the "
-                          "H100's measured efficiencies")
     return pred
 
 

@@ -1,21 +1,25 @@
-"""Roofline arithmetic: one op's time on one GPU from its FLOPs, bytes and an efficiency.
+"""Roofline arithmetic: one op's time on one GPU from its FLOPs, bytes and a measured curve.
 
 Roofline (Williams, Waterman, Patterson 2009): an op needs at least
 ``max(flops / peak, bytes / bandwidth)``; which term is larger says whether it is compute-
-or memory-bound. Real kernels reach a fraction of that bound that depends on the kind of op
-and its size (small kernels are dominated by launch and tail effects; tile and wave
-quantisation cost matmuls and convolutions). That fraction is read from the GPU's measured
-efficiency curve for the op's class and dtype (``eff`` against log10 of the roofline time,
-linear between measured points, flat beyond them). An op with no curve is priced at the
-roofline plus one kernel's fixed cost and flagged as not calibrated.
+or memory-bound. What one call really costs inside a CUDA graph is read from the GPU's
+measured curve for the op's class and dtype: ``eff`` (roofline time / measured time) against
+log10 of the roofline time, linear between measured points. The measured time is the call's
+kernels and the gaps after them (``benchmarks/latency_data.py``: ``in_graph_us``), so a
+convolution's layout transposes, a batch norm's three kernels and the launch gap are in it.
 
-Two measurements sit on top (table format 1 files without them price as before): an op
-launches the kernels measured for its class at batch 1 (``kernels``: a bf16 convolution on
-NCHW tensors is 3 to 5, layout transposes included; counted, not priced: a floor of that many
-tiny kernels was tried on the development set and made it worse, see
-``benchmarks/RESULTS-latency.md``); and the ops of one fast-path call (``OpRecord.fastpath``) cost their table prices summed times the factor measured
-between PyTorch's fast path and those ops (``fastpath.encoder`` / ``fastpath.mha`` curves,
-factor against log10 of the summed µs), in place of the in-model scales.
+Small kernels cost what they cost: below the smallest measured size a curve keeps its
+*time*, not its efficiency (the launch floor and the tail of a kernel that fills a fraction of
+one wave do not shrink with the work; sweep 4 measured them per op kind from one thread block
+up to a few waves, ``floors.jsonl``). Above the largest point the efficiency is kept. An op of
+a class no curve covers (``other``) costs its roofline plus the smallest measured call of any
+kind (the element-wise floor) per kernel, and is flagged as not calibrated.
+
+Two more measured pieces: cuDNN's recurrent step kernels (``rnn.step``) are priced per kernel
+(the op's roofline split over its step kernels, read on the ``rnn.step`` curve of sweep 3);
+and the ops of one fast-path call (``OpRecord.fastpath``) cost their table prices summed times
+the factor measured between PyTorch's fast path and those ops (``fastpath.encoder`` /
+``fastpath.mha`` curves, factor against log10 of the summed µs).
 """
 
 from __future__ import annotations
@@ -25,12 +29,23 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from torchinspect.errors import InspectError
 from torchinspect.gpus import CATALOGUE
 from torchinspect.latency.calibrated import REFERENCE, GpuTable, LatencyGpu, load_table
 from torchinspect.latency.ops import OpClass, OpRecord
 
-DEFAULT_KERNEL_US = 2.5  # fixed cost of one kernel when no table measured it
 TENSOR_KINDS = (OpClass.matmul, OpClass.conv, OpClass.attention)
+#: a foreach kernel (``multi_tensor_apply``) takes at most this many tensors per launch
+#: (``depth_to_max_tensors`` for the 4-list AdamW update: aten/src/ATen/native/cuda/
+#: MultiTensorApply.cuh), chunks of this many elements, this many chunks (blocks) per launch
+FOREACH_TENSORS, FOREACH_CHUNK, FOREACH_BLOCKS = 36, 65536, 320
+
+
+def foreach_kernels(op: OpRecord) -> int:
+    """Launches of one ``_foreach_*`` op over its tensors (``multi_tensor_apply``)."""
+    tensors = max(op.tensors, 1)
+    chunks = max(int(op.flops) // FOREACH_CHUNK, tensors)
+    return max(math.ceil(tensors / FOREACH_TENSORS), math.ceil(chunks / FOREACH_BLOCKS), 1)
 
 
 def math_for(kind: str, dtype: str, gpu: LatencyGpu, tf32: bool | None) -> str:
@@ -59,6 +74,7 @@ class OpTime:
     us: float
     calibrated: bool
     kernels: float = 1.0
+    floor_us: float = 0.0  # the part of ``us`` that is the class's small-kernel floor
 
     @property
     def roofline_us(self) -> float:
@@ -86,8 +102,18 @@ LN10 = math.log(10)
 
 def _at(curve: list[tuple[float, float]], roof: float, power: int) -> float:
     """µs of roofline time ``roof`` on a curve: ``roof * value**power``, ``power=-1`` for an
-    efficiency curve (roof / eff), ``1`` for a factor curve (roof x factor)."""
-    return roof * max(interpolate(curve, math.log10(max(roof, 1e-4))), 1e-6) ** power
+    efficiency curve (roof / eff; below the first point the first point's time: the floor),
+    ``1`` for a factor curve (roof x factor)."""
+    x = math.log10(max(roof, 1e-4))
+    if power == -1 and x < curve[0][0]:
+        return floor_of(curve)
+    return roof * max(interpolate(curve, x), 1e-6) ** power
+
+
+def floor_of(curve: list[tuple[float, float]]) -> float:
+    """The least time a call on an efficiency curve costs: its smallest measured point's."""
+    x0, eff0 = curve[0]
+    return 10 ** x0 / max(eff0, 1e-6)
 
 
 def _turns(curve: list[tuple[float, float]], lo: float, hi: float, power: int) -> list[float]:
@@ -143,36 +169,57 @@ def curve_for(table: GpuTable | None, sub: str, kind: str,
     return table.curves[key] if table is not None and key is not None else None
 
 
-def efficiency_table(gpu: LatencyGpu) -> GpuTable | None:
+def efficiency_table(gpu: LatencyGpu) -> GpuTable:
     """The curves used for ``gpu``: its own, else the reference GPU's (shape, not rates)."""
-    return gpu.table if gpu.table is not None else load_table(REFERENCE)
+    table = gpu.table if gpu.table is not None else load_table(REFERENCE)
+    if table is None:
+        raise InspectError(f"the latency table tables/{REFERENCE}.json is missing from this "
+                           "install", hint="reinstall torchinspect")
+    return table
+
+
+def kernel_floor_us(table: GpuTable, dtype: str) -> float:
+    """The least a kernel costs in a graph: the smallest measured element-wise call."""
+    curve = table.curves.get(f"eltwise/{dtype}") or table.curves.get("eltwise/bf16")
+    return floor_of(curve) if curve else table.gap_us
 
 
 def price(op: OpRecord, gpu: LatencyGpu, dtype: str, tf32: bool | None = None,
           table: GpuTable | None = None, *, scaled: bool = True) -> OpTime:
-    """Predicted time of one op (µs) on ``gpu`` in ``dtype`` (``scaled``: with the table's
-    in-model correction of its op group; the time is never under the class's floor)."""
+    """Predicted time of one op (µs) inside a CUDA graph on ``gpu`` in ``dtype`` (``scaled``:
+    with the table's in-model correction of its op group, where it has one)."""
+    table = table if table is not None else efficiency_table(gpu)
+    dtype = op.dtype or dtype
     peak = gpu.spec.peak(math_for(op.kind, dtype, gpu, tf32))
     compute = op.flops / peak * 1e6
     memory = op.bytes / gpu.spec.bandwidth * 1e6
     roof = max(compute, memory)
     if op.kernels == 0:  # fused into a neighbour: its bytes only, no kernel of its own
         return OpTime(compute, memory, roof, True, 0.0)
-    if op.sub == "matmul.rnn":  # cuDNN's persistent recurrent kernels: roofline + launch gap
-        fixed = table.kernel_us if table is not None else DEFAULT_KERNEL_US
-        return OpTime(compute, memory, 2 * roof + fixed, table is not None, op.kernels)
     key = curve_key(table, op.sub, op.kind, dtype) if op.kind is not OpClass.other else None
-    if key is None or table is None:
-        fixed = table.kernel_us if table is not None else DEFAULT_KERNEL_US
-        return OpTime(compute, memory, roof + fixed * op.kernels, False, op.kernels)
+    if key is None:
+        return OpTime(compute, memory, roof + kernel_floor_us(table, dtype) * op.kernels,
+                      False, op.kernels)
+    anchor = roofline_on(op, measured_on(table), dtype, tf32)
+    if op.kind is OpClass.rnn:  # per step kernel: the op's work split over its kernels
+        n = max(op.kernels, 1)
+        time = n * curve_time(table.curves[key], roof / n, anchor / n)
+        return OpTime(compute, memory, time, True, op.kernels)
     scale = table.scales.get(group(op.kind, op.sub), 1.0) if scaled else 1.0
     kernels = table.kernels.get(key, float(op.kernels))
-    time = curve_time(table.curves[key], roof, roofline_on(op, measured_on(table), dtype, tf32))
-    return OpTime(compute, memory, scale * time, True, kernels)
+    time = curve_time(table.curves[key], roof, anchor)
+    floor = min(floor_of(table.curves[key]), time)
+    if op.sub == "foreach":  # one launch per group of tensors, each at least the floor
+        kernels = float(foreach_kernels(op))
+        floor = kernels * kernel_floor_us(table, dtype)
+        time = max(time, floor)
+    # the in-model correction scales the work above the floor: a small kernel costs its floor
+    return OpTime(compute, memory, floor + scale * (time - floor), True, kernels, floor)
 
 
 def roofline_on(op: OpRecord, gpu: LatencyGpu, dtype: str, tf32: bool | None) -> float:
     """The roofline time (µs) of ``op`` on ``gpu``: the larger of compute and memory."""
+    dtype = op.dtype or dtype
     peak = gpu.spec.peak(math_for(op.kind, dtype, gpu, tf32))
     return max(op.flops / peak * 1e6, op.bytes / gpu.spec.bandwidth * 1e6)
 
@@ -185,18 +232,19 @@ def measured_on(table: GpuTable) -> LatencyGpu:
 def price_ops(ops: Sequence[OpRecord], gpu: LatencyGpu, dtype: str, tf32: bool | None = None,
               table: GpuTable | None = None) -> list[OpTime]:
     """Every op priced; the ops of each fast-path call together, by the fast path's factor."""
+    table = table if table is not None else efficiency_table(gpu)
     times = [price(op, gpu, dtype, tf32, table) for op in ops]
     calls: dict[str, list[int]] = {}
     for i, op in enumerate(ops):
         if op.fastpath:
             calls.setdefault(op.fastpath, []).append(i)
     for call, idx in calls.items():
-        curve = table.curves.get(f"fastpath.{call.split('#')[0]}/{dtype}") if table else None
+        curve = table.curves.get(f"fastpath.{call.split('#')[0]}/{dtype}")
         if not curve:
             continue
         raw = [price(ops[i], gpu, dtype, tf32, table, scaled=False) for i in idx]
         total = sum(t.us for t in raw)
-        on_table = measured_on(table) if table is not None else gpu
+        on_table = measured_on(table)
         anchor = sum(price(ops[i], on_table, dtype, tf32, table, scaled=False).us for i in idx)
         factor = curve_time(curve, total, anchor, power=1) / max(total, 1e-9)
         for i, t in zip(idx, raw, strict=True):

@@ -8,7 +8,7 @@ from torchinspect.latency.calibrated import validation_text
 from torchinspect.report.base import Report, Table, Text, fmt_si, si
 
 if TYPE_CHECKING:
-    from torchinspect.latency import Prediction
+    from torchinspect.latency import Prediction, TrainPrediction
 
 SCHEMA_VERSION = 1
 
@@ -17,8 +17,17 @@ def header(p: Prediction) -> list[str]:
     return [f"{p.model} on {p.gpu_label}: PREDICTED, not measured (input {p.inputs})",
             f"table: {p.source}",
             validation_text(p.validation),
-            f"host: {p.host.op_us:.2f} µs/op, {p.host.module_us:.2f} µs/module call measured on "
-            f"this CPU ({p.host.cpu}) x host factor {p.host_factor:.2f}"]
+            f"host: {p.host.describe()}; x host factor {p.host_factor:.2f}"]
+
+
+def train_header(p: TrainPrediction) -> list[str]:
+    mixed = f", forward under autocast {p.autocast}" if p.autocast else ""
+    factors = ", ".join(f"{k} {v:.2f}" for k, v in p.host_factors.items())
+    return [f"{p.model} on {p.gpu_label}: one eager training step, PREDICTED, not measured "
+            f"(input {p.inputs}; {p.weights} weights{mixed}; {p.optimizer}, foreach)",
+            f"table: {p.source}",
+            validation_text(p.validation, what="training steps"),
+            f"host: {p.host.describe()}; x host factors {factors}"]
 
 
 def _ms(x: float) -> str:
@@ -63,6 +72,44 @@ def prediction_report(p: Prediction) -> Report:
     for r in p.results:
         sections.append(layer_table(r))
     sections.append(Text([uncalibrated_line(r) for r in p.results]))
+    if p.notes:
+        sections.append(Text([f"note: {n}" for n in p.notes], style="yellow"))
+    return Report("bench-predict", {"predicted": p.to_dict()}, sections, version=SCHEMA_VERSION)
+
+
+def train_totals(p: TrainPrediction) -> Table:
+    rows = [[r.batch, _ms(r.step_ms), _ms(r.forward_ms), _ms(r.backward_ms), _ms(r.optimizer_ms),
+             _ms(sum(r.gpu_ms.values())), _ms(sum(r.host_ms.values())), r.binds, r.kernels]
+            for r in p.results]
+    return Table("Predicted training step (ms)",
+                 ["batch", "step", "forward", "backward", "optimizer", "GPU", "host", "binds",
+                  "kernels"], rows,
+                 align=["right", "right", "right", "right", "right", "right", "right", "left",
+                        "right"], primary=True,
+                 footer=["each phase as CUDA events at its boundaries measure it: host and GPU "
+                         "on one timeline (eager); GPU: the kernels alone; host: dispatch alone"])
+
+
+def train_layers(r: Any, top: int = 12) -> Table:
+    total = sum(row.us for row in r.layers) or 1.0
+    rows = [[row.layer, row.ops, _ms(row.us / 1e3), f"{100 * row.us / total:.0f}%",
+             si(row.flops, empty="0"), row.bound] for row in r.layers[:top]]
+    more = len(r.layers) - top
+    return Table(f"batch {r.batch}: forward + backward GPU time by layer type",
+                 ["layer", "ops", "ms", "%", "FLOPs", "bound"], rows,
+                 align=["left", "right", "right", "right", "right", "left"],
+                 footer=[f"{more} more layer types in the JSON"] if more > 0 else [],
+                 optional=["FLOPs"])
+
+
+def train_report(p: TrainPrediction) -> Report:
+    sections: list[Any] = [Text(train_header(p)), train_totals(p)]
+    sections += [train_layers(r) for r in p.results]
+    uncal = [f"batch {r.batch}: not calibrated: " + ", ".join(
+        f"{k} x{v}" for k, v in sorted(r.uncalibrated_ops.items(), key=lambda kv: -kv[1])[:5])
+        + " (roofline and the small-kernel floor)" for r in p.results if r.uncalibrated_ops]
+    if uncal:
+        sections.append(Text(uncal))
     if p.notes:
         sections.append(Text([f"note: {n}" for n in p.notes], style="yellow"))
     return Report("bench-predict", {"predicted": p.to_dict()}, sections, version=SCHEMA_VERSION)

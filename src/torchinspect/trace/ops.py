@@ -72,18 +72,30 @@ HAND_KINDS: dict[OpKind, frozenset[str]] = {kind: frozenset(names.split()) for k
     OpKind.matmul: """mm addmm bmm baddbmm addbmm addmv mv dot vdot matmul _addmm_activation
         _scaled_mm _int_mm _weight_int8pack_mm _grouped_mm _scaled_grouped_mm""",
     OpKind.conv: """convolution _convolution cudnn_convolution _conv_depthwise2d
-        mkldnn_convolution convolution_overrideable _slow_conv2d_forward slow_conv3d_forward""",
+        mkldnn_convolution convolution_overrideable _slow_conv2d_forward slow_conv3d_forward
+        convolution_backward convolution_backward_overrideable""",
     OpKind.attention: """scaled_dot_product_attention _scaled_dot_product_flash_attention
         _scaled_dot_product_efficient_attention _scaled_dot_product_cudnn_attention
-        _scaled_dot_product_flash_attention_for_cpu _native_multi_head_attention""",
+        _scaled_dot_product_flash_attention_for_cpu _native_multi_head_attention
+        _scaled_dot_product_flash_attention_backward
+        _scaled_dot_product_efficient_attention_backward
+        _scaled_dot_product_cudnn_attention_backward
+        _scaled_dot_product_flash_attention_for_cpu_backward""",
     OpKind.norm: """native_batch_norm _native_batch_norm_legit_no_training
         _native_batch_norm_legit _batch_norm_with_update _batch_norm_no_update cudnn_batch_norm
-        native_layer_norm native_group_norm _fused_rms_norm rms_norm""",
-    OpKind.reduction: "_softmax _log_softmax softmax log_softmax _safe_softmax cumsum cumprod topk sort",
+        native_layer_norm native_group_norm _fused_rms_norm rms_norm native_batch_norm_backward
+        cudnn_batch_norm_backward batch_norm_backward native_layer_norm_backward
+        native_group_norm_backward _fused_rms_norm_backward""",
+    OpKind.reduction: """_softmax _log_softmax softmax log_softmax _safe_softmax cumsum cumprod
+        topk sort _softmax_backward_data _log_softmax_backward_data""",
     OpKind.pool: """max_pool1d max_pool2d max_pool2d_with_indices max_pool3d_with_indices
         avg_pool1d avg_pool2d avg_pool3d adaptive_avg_pool2d _adaptive_avg_pool2d
-        _adaptive_avg_pool3d adaptive_max_pool1d adaptive_max_pool2d""",
-    OpKind.gather: "embedding embedding_bag _embedding_bag index_select gather index _unsafe_index",
+        _adaptive_avg_pool3d adaptive_max_pool1d adaptive_max_pool2d
+        max_pool2d_with_indices_backward max_pool3d_with_indices_backward avg_pool2d_backward
+        avg_pool3d_backward _adaptive_avg_pool2d_backward _adaptive_avg_pool3d_backward
+        adaptive_max_pool2d_backward""",
+    OpKind.gather: """embedding embedding_bag _embedding_bag index_select gather index
+        _unsafe_index embedding_dense_backward""",
     OpKind.copy: """clone _to_copy to copy contiguous _to_dense cat stack constant_pad_nd roll
         flip repeat pixel_shuffle pixel_unshuffle channel_shuffle native_channel_shuffle
         index_put _unsafe_index_put scatter scatter_add reflection_pad2d replication_pad2d
@@ -96,11 +108,16 @@ HAND_KINDS: dict[OpKind, frozenset[str]] = {kind: frozenset(names.split()) for k
     OpKind.compare: "eq ne lt le gt ge isnan isinf logical_not bitwise_not any all",
     OpKind.select: "where masked_fill tril triu",
     OpKind.elementwise: """dropout feature_dropout alpha_dropout native_dropout
+        hardswish_backward hardsigmoid_backward upsample_nearest2d_backward
+        upsample_bilinear2d_backward _foreach_add _foreach_mul _foreach_lerp _foreach_addcmul
+        _foreach_addcdiv _foreach_sqrt _foreach_div _foreach_sub _foreach_neg _foreach_maximum
+        _fused_adamw _fused_adam _fused_sgd
         upsample_nearest1d upsample_nearest2d upsample_nearest3d _upsample_nearest_exact1d
         _upsample_nearest_exact2d _upsample_nearest_exact3d upsample_linear1d
         upsample_bilinear2d _upsample_bilinear2d_aa upsample_bicubic2d upsample_trilinear3d
         grid_sampler_2d grid_sampler_3d""",
-    OpKind.rnn: """_cudnn_rnn miopen_rnn mkldnn_rnn_layer _lstm_mps lstm gru rnn_tanh rnn_relu
+    OpKind.rnn: """_cudnn_rnn _cudnn_rnn_backward miopen_rnn mkldnn_rnn_layer _lstm_mps lstm gru
+        rnn_tanh rnn_relu
         lstm_cell gru_cell rnn_tanh_cell rnn_relu_cell _thnn_fused_lstm_cell
         _thnn_fused_gru_cell""",
     OpKind.quantize: """quantize_per_tensor quantize_per_channel dequantize int_repr
