@@ -36,6 +36,12 @@ def choose(q: Any, k: Any, v: Any, mask: Any, gqa: bool, dtype: Any) -> str:
         return "math"
     if q.size(-1) % 8 or v.size(-1) != q.size(-1):
         return "math"
+    # the fused kernels read the last dimension of q, k, v and the mask with stride 1
+    # (sdp_utils: check_last_dim_stride_equals_1_dense): a mask permuted from (q, k, heads),
+    # as T5's position bias is, takes the math path
+    if any(t.stride(-1) != 1 and t.size(-1) != 1 for t in (q, k, v)) or (
+            mask is not None and mask.dim() > 0 and mask.stride(-1) != 1):
+        return "math"
     if dtype in (torch.float16, torch.bfloat16) and mask is None:
         return "flash"
     if gqa and k.size(-3) != q.size(-3):
