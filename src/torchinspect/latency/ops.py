@@ -7,8 +7,10 @@ pool, gather, copy, from the op's kind in the op table ``trace/ops.py``; ``view`
 that launch no kernel; ``other`` for ops with no efficiency data), its FLOPs (2 per MAC of
 the trace's own formula registry, ``trace/formulas.py``, where an op has one), the bytes it
 must move (inputs read once, outputs written once), and the innermost module that ran it.
-``F.scaled_dot_product_attention`` is one fused kernel on a GPU: it is recorded once at the
-function level, its meta decomposition is not. Inside ``nn.LSTM``/``GRU``/``RNN`` the pointwise gate math is fused (cuDNN): one
+``F.scaled_dot_product_attention`` is one fused kernel on a GPU where CUDA picks flash or
+memory-efficient attention (``trace/attention.py``): it is recorded once at the function
+level, its meta decomposition is not; where CUDA takes the math path, its matmuls, mask and
+softmax are recorded op by op.
 kernel per recurrent matmul.
 
 Eval ``nn.TransformerEncoderLayer`` and self-attention ``nn.MultiheadAttention`` calls
@@ -33,6 +35,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from torchinspect.dtypes import SHORT, SIZES
+from torchinspect.trace.attention import MATH, cuda_sdpa_kernel
 from torchinspect.trace.formulas import MacTable
 from torchinspect.trace.ops import OpKind, op_info, op_name
 
@@ -123,6 +126,7 @@ class Pricer:
 
     def __init__(self, dtype: str | None) -> None:
         self.itemsize = SIZES[SHORT[dtype]] if dtype else None
+        self.dtype = getattr(torch, SHORT[dtype]) if dtype else None
 
     def nbytes(self, t: torch.Tensor) -> float:
         size = self.itemsize if self.itemsize and _is_float(t) else t.element_size()
@@ -411,6 +415,13 @@ class _Functions(TorchFunctionMode):
             names = ("query", "key", "value")
             q, k, v = (list(args) + [kwargs.get(n) for n in names][len(args):])[:3]
             causal = bool(kwargs.get("is_causal", args[5] if len(args) > 5 else False))
+            mask = kwargs.get("attn_mask", args[3] if len(args) > 3 else None)
+            gqa = bool(kwargs.get("enable_gqa", False))
+            if cuda_sdpa_kernel(q, k, v, mask, gqa, self.rec.pricer.dtype or q.dtype) == MATH:
+                # CUDA's math path: the score matrix's matmuls, mask and softmax, op by op
+                return torch.ops.aten._scaled_dot_product_attention_math(
+                    q, k, v, mask, kwargs.get("dropout_p", 0.0), causal,
+                    scale=kwargs.get("scale"), enable_gqa=gqa)[0]
             flops, nbytes = sdpa_work(q, k, v, causal, self.rec.pricer)
             self.rec.add("scaled_dot_product_attention", OpClass.attention, "attention", flops,
                          nbytes)

@@ -29,24 +29,7 @@ from typing import Any
 
 import torch
 
-
-def choose(q: Any, k: Any, v: Any, mask: Any, gqa: bool, dtype: Any) -> str:
-    """flash, efficient or math, as a GPU of compute capability 8.0+ chooses."""
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.size(-1) > 256:
-        return "math"
-    if q.size(-1) % 8 or v.size(-1) != q.size(-1):
-        return "math"
-    # the fused kernels read the last dimension of q, k, v and the mask with stride 1
-    # (sdp_utils: check_last_dim_stride_equals_1_dense): a mask permuted from (q, k, heads),
-    # as T5's position bias is, takes the math path
-    if any(t.stride(-1) != 1 and t.size(-1) != 1 for t in (q, k, v)) or (
-            mask is not None and mask.dim() > 0 and mask.stride(-1) != 1):
-        return "math"
-    if dtype in (torch.float16, torch.bfloat16) and mask is None:
-        return "flash"
-    if gqa and k.size(-3) != q.size(-3):
-        return "math"
-    return "efficient" if dtype in (torch.float16, torch.bfloat16, torch.float32) else "math"
+from torchinspect.trace.attention import cuda_sdpa_kernel as choose
 
 
 def attention(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
