@@ -20,6 +20,7 @@ from typing import Any
 from machine import load
 from pages_bench import bench_page, bench_summary
 from pages_features import features_page, features_summary
+from pages_generate import generate_page
 from pages_models import models_page, models_summary
 
 HERE = Path(__file__).resolve().parent
@@ -335,6 +336,7 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-summary-features.md": features_summary,
     "RESULTS-models.md": models_page,
     "RESULTS-summary-models.md": models_summary,
+    "RESULTS-generate.md": generate_page,
 }
 
 

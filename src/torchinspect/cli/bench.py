@@ -12,6 +12,10 @@ import typer
 from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     AmpOpt,
+    CacheArgOpt,
+    CacheOpt,
+    GenerateOpt,
+    RecomputeOpt,
     ModelArg,
     OutputOptions,
     batches_opt,
@@ -162,6 +166,10 @@ def bench(
     save_samples: SamplesOpt = False,
     compare: CompareOpt = None,
     predict: PredictOpt = None,
+    generate: GenerateOpt = None,
+    cache: CacheOpt = "dynamic",
+    cache_arg: CacheArgOpt = None,
+    recompute: RecomputeOpt = False,
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -177,6 +185,16 @@ def bench(
     from torchinspect.report.bench import bench_report
     from torchinspect.sources.case import make_case
 
+    if generate is not None:
+        return _generate(model, generate, dtype, predict, cache, cache_arg, recompute, tf32, opts,
+                         out, refused={"--batch": batch is not None, "--amp": amp,
+                                       "--channels-last": channels_last,
+                                       "--compile": compile or compile_mode != CompileMode.default,
+                                       "--cuda-graphs": cuda_graphs, "--max-batch": max_batch,
+                                       "--profile": profile, "--compare": compare is not None})
+    if cache != "dynamic" or cache_arg is not None or recompute:
+        raise InspectError("--cache, --cache-arg and --recompute are options of --generate N",
+                           hint="e.g. --generate 128 --predict h100")
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
@@ -218,6 +236,22 @@ def bench(
     _exit_if_unmeasured(result, model)
     _exit_if_slower(changes)
     sys.stderr.flush()
+
+
+def _generate(model: str, new_tokens: int, dtype: str, predict: str | None, cache: str,
+              cache_arg: str | None, recompute: bool, tf32: bool | None, opts: ModelOptions,
+              out: OutputOptions, refused: dict[str, bool]) -> None:
+    """`inspect bench MODEL --generate N`: time to first token and per new token."""
+    from torchinspect.bench.run import parse_dtype
+    from torchinspect.cli.generation import bench_generate, check_generation
+    from torchinspect.gpus import find_gpu
+
+    check_generation(new_tokens, opts, cache, refused=refused)
+    if predict is not None:
+        find_gpu(predict, option="--predict")
+    dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in dtype.split(",") if d.strip()))
+    bench_generate(model, opts, out, new_tokens=new_tokens, dtypes=dtypes, predict=predict,
+                   cache=cache, cache_arg=cache_arg, recompute=recompute, tf32=tf32)
 
 
 def _predicts_only(gpu: str, device: str, **real_run: bool) -> bool:

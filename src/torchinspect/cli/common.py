@@ -28,11 +28,15 @@ from torchinspect.cli.options import (
     AmpOpt,
     ArchOpt,
     ArgOpt,
+    CacheArgOpt,
+    CacheOpt,
     DepthOpt,
     ForceOpt,
+    GenerateOpt,
     KeyOpt,
     ModelArg,
     ModelsArg,
+    RecomputeOpt,
     TrainOpt,
     TrustOpt,
     all_opt,
@@ -57,8 +61,8 @@ from torchinspect.cli.output import (
 )
 
 __all__ = [
-    "DEBUG", "DEVICE_HELP", "MODEL_FORMS", "AmpOpt", "ArchOpt", "ArgOpt", "DepthOpt", "ForceOpt",
-    "KeyOpt", "ModelArg", "ModelRuns", "ModelsArg", "OutputOptions", "OutputPath", "TrainOpt", "TrustOpt",
+    "DEBUG", "DEVICE_HELP", "MODEL_FORMS", "AmpOpt", "ArchOpt", "ArgOpt", "CacheArgOpt",
+    "CacheOpt", "DepthOpt", "ForceOpt", "GenerateOpt", "KeyOpt", "RecomputeOpt", "ModelArg", "ModelRuns", "ModelsArg", "OutputOptions", "OutputPath", "TrainOpt", "TrustOpt",
     "all_opt", "allow_partial_opt", "as_written", "atol_opt", "auto_prefix_opt", "batches_opt",
     "command_errors", "dtype_opt", "each_model", "emit", "gpu_opt",
     "emit_results", "error_exit", "exit_status", "input_files", "model_command",

@@ -9,6 +9,10 @@ import typer
 from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     AmpOpt,
+    CacheArgOpt,
+    CacheOpt,
+    GenerateOpt,
+    RecomputeOpt,
     ModelArg,
     OutputOptions,
     batches_opt,
@@ -38,7 +42,11 @@ LossOpt = Annotated[str, typer.Option(
     "model's first floating-point output.")]
 FitOpt = Annotated[str | None, typer.Option(
     "--fit", metavar="SIZE|cuda", help="find the largest batch whose predicted peak fits SIZE "
-    "(80GB, 40GiB) or the free memory of the GPU that is there (cuda).", show_default=False)]
+    "(80GB, 40GiB) or the free memory of the GPU that is there (cuda); with --generate also a "
+    "GPU's name (h100: its memory less the CUDA context).", show_default=False)]
+FitContextOpt = Annotated[bool, typer.Option(
+    "--fit-context", help="with --generate and --fit: the longest prompt that fits at the "
+    "input's batch, instead of the largest batch at its prompt.")]
 GpuOpt = Annotated[str | None, gpu_opt(
     "the GPU to predict for (h100, a100, l4, ...): its cuBLAS workspace and the SM count CUDA "
     "reductions stage for (default: the GPU that is there, else h100).",
@@ -83,11 +91,31 @@ def memory(
     tolerance: ToleranceOpt = 0.05,
     fsdp: FsdpOpt = None,
     fsdp_unit: FsdpUnitOpt = None,
+    generate: GenerateOpt = None,
+    cache: CacheOpt = "dynamic",
+    cache_arg: CacheArgOpt = None,
+    recompute: RecomputeOpt = False,
+    fit_context: FitContextOpt = False,
     *,
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """Peak GPU memory of inference and of a training step, predicted on fake tensors."""
+    """Peak GPU memory of inference and of a training step, predicted on fake tensors; with
+    --generate N, of a whole generate call (the KV cache, prefill and decode)."""
+    if generate is not None:
+        from torchinspect.cli.generation import check_generation, memory_generate
+
+        check_generation(generate, opts, cache, refused={
+            "--batch": batch is not None, "--amp": amp, "--checkpointing": bool(checkpointing),
+            "--fsdp": fsdp is not None, "--fsdp-unit": fsdp_unit is not None,
+            "--calibrate": bool(calibrate)})
+        check_tolerance_value(tolerance)
+        return memory_generate(model, opts, out, new_tokens=generate, dtype=dtype, gpu=gpu,
+                               device=_semantics(opts.device), cache=cache, cache_arg=cache_arg,
+                               recompute=recompute, fit=fit, fit_context=fit_context,
+                               verify=verify, tolerance=tolerance)
+    _require_generate(cache=cache != "dynamic", cache_arg=cache_arg is not None,
+                      recompute=recompute, fit_context=fit_context)
     from torchinspect.cli.common import tolerance as check_tolerance
     from torchinspect.memory.fit import parse_budget, sweep_with_fit
     from torchinspect.memory.predict import check_checkpointing, make_target
@@ -123,6 +151,22 @@ def memory(
         emit(verification_report(checked), OutputOptions(out.format, None))
         if not checked.ok:
             raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+
+
+def check_tolerance_value(value: float) -> None:
+    from torchinspect.cli.common import tolerance as check_tolerance
+
+    check_tolerance(value, "--tolerance")
+
+
+def _require_generate(**given: bool) -> None:
+    """The generation options mean nothing without --generate N."""
+    for name, on in given.items():
+        if on:
+            option = "--" + name.replace("_", "-")
+            raise InspectError(f"{option} is an option of --generate N",
+                               hint=f"e.g. --generate 128 {option}" + (
+                                   " static" if name == "cache" else ""))
 
 
 def _semantics(device: str) -> str:

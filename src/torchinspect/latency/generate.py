@@ -19,13 +19,23 @@ kernel pricing does:
   priced as graph replay: kernels only, no host. Where a CUDA graph cannot capture the step
   for the real model (a device value read on the host, a host-to-device copy:
   ``CaptureCheck``), it is not predicted and the reason is said.
+
+The host side of the eager figures is the latency predictor's `HostModel` (dispatched ops and
+module calls x this CPU's cost x the host factor) times one scale for generation,
+``tables/generate-host.json``: a decoder's forward dispatches many cheap ops (views, small
+element-wise ops), so the factor fitted on whole models over-prices them. The scale is the
+median of measured over predicted eager decode on the development set of
+``benchmarks/generate_measure.py``, fitted by ``benchmarks/generate_predict.py --fit-host``
+(never on the validation set).
 """
 
 from __future__ import annotations
 
 import time
 import warnings
+import json
 from dataclasses import dataclass, field
+from importlib import resources
 from typing import Any
 
 import torch
@@ -51,6 +61,33 @@ from torchinspect.trace.generation import (
     token_input,
     with_weights,
 )
+
+
+HOST_TABLE = "generate-host.json"
+
+
+@dataclass(frozen=True)
+class HostScale:
+    """The scale on the host model's time for a generate call, and where it comes from."""
+
+    scale: float
+    source: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"scale": self.scale, "source": self.source}
+
+
+def host_scale() -> HostScale:
+    """The packaged scale (1 with a note-worthy source where the table is missing or bad)."""
+    try:
+        data = json.loads(resources.files("torchinspect.latency").joinpath(
+            "tables", HOST_TABLE).read_text(encoding="utf-8"))
+        scale = float(data["host_scale"])
+        if not 0.05 <= scale <= 20:
+            raise ValueError(scale)
+        return HostScale(scale, f"tables/{HOST_TABLE}: {data.get('fitted_on', '')}".strip())
+    except (OSError, ValueError, KeyError, TypeError):
+        return HostScale(1.0, f"no valid tables/{HOST_TABLE}: the host model unscaled")
 
 
 @dataclass
@@ -106,6 +143,7 @@ class GenerateLatency:
     decoder: str
     host: HostCost
     host_factor: float
+    host_scale: HostScale
     prefill: Phase
     decode: Phase  # per step, averaged over the call's cache lengths
     graph: Phase | None  # a static-cache step under a CUDA graph (None: not capturable)
@@ -143,7 +181,8 @@ class GenerateLatency:
     def to_dict(self) -> dict[str, Any]:
         return {"predicted": True, "model": self.model, "inputs": self.inputs, "gpu": self.gpu,
                 "gpu_label": self.gpu_label, "table": self.source, "dtype": self.dtype,
-                "host": self.host.to_dict(), "host_factor": self.host_factor, "generate": {
+                "host": self.host.to_dict(), "host_factor": self.host_factor,
+                "host_scale": self.host_scale.to_dict(), "generate": {
                     "batch": self.batch, "prompt": self.prompt, "new_tokens": self.new_tokens,
                     "decoder": self.decoder,
                     "prefill_ms": self.prefill_ms, "prefill_binds": self.prefill.binds,
@@ -169,7 +208,7 @@ class LatencyConfig:
     cache: CacheKind = CacheKind.dynamic
     cache_arg: str | None = None
     recompute: bool = False
-    logits: str = "generate"  # "all": the prefill computes every position's logits
+    prefill: str = "generate"  # "forward": a plain forward over the prompt (see below)
     tf32: bool | None = None
 
 
@@ -187,7 +226,8 @@ def predict_generate_latency(model: Any, gpu: str, *, new_tokens: int, dtype: st
 
 
 def predict_case(case: Any, cfg: LatencyConfig, gpu: LatencyGpu, host: HostModel, *,
-                 batch: int | None = None, decoder: Decoder | None = None) -> GenerateLatency:
+                 batch: int | None = None, decoder: Decoder | None = None,
+                 scale: HostScale | None = None) -> GenerateLatency:
     """The three figures for one case (``batch`` overrides its input's)."""
     started = time.perf_counter()
     if cfg.dtype not in RUN:
@@ -200,7 +240,8 @@ def predict_case(case: Any, cfg: LatencyConfig, gpu: LatencyGpu, host: HostModel
     b, prompt, _ = token_input(case.require_example(), case.name)
     batch = batch or b
     check_context(decoder, prompt, cfg.new_tokens)
-    pricer = _Pricer(decoder, cfg, gpu, host, batch, prompt)
+    scale = scale if scale is not None else host_scale()
+    pricer = _Pricer(decoder, cfg, gpu, host, batch, prompt, scale.scale)
     prefill = pricer.prefill()
     decode = pricer.decode()
     graph, reason = pricer.graph()
@@ -213,7 +254,7 @@ def predict_case(case: Any, cfg: LatencyConfig, gpu: LatencyGpu, host: HostModel
                  "every step, so a step costs the larger of its host and GPU time")
     result = GenerateLatency(
         case.name, case.describe_inputs(), gpu.spec.name, gpu.spec.label, gpu.source, cfg.dtype,
-        batch, prompt, cfg.new_tokens, str(decoder.kind), host.cost, host.factor, prefill,
+        batch, prompt, cfg.new_tokens, str(decoder.kind), host.cost, host.factor, scale, prefill,
         decode, graph, reason, notes)
     result.seconds = time.perf_counter() - started
     return result
@@ -223,8 +264,9 @@ class _Pricer:
     """Traces one call of a generate at a time on meta weights of the priced dtype."""
 
     def __init__(self, decoder: Decoder, cfg: LatencyConfig, gpu: LatencyGpu, host: HostModel,
-                 batch: int, prompt: int) -> None:
+                 batch: int, prompt: int, scale: float = 1.0) -> None:
         self.decoder, self.cfg, self.gpu, self.host = decoder, cfg, gpu, host
+        self.scale = scale
         self.batch, self.prompt = batch, prompt
         self.state = meta_state(decoder.model, getattr(torch, SHORT[cfg.dtype]))
         self.padding_mask = True
@@ -236,14 +278,14 @@ class _Pricer:
         return Generation(self.decoder, self.batch, prompt, self.cfg.new_tokens, **kw)
 
     def _traced(self, make: Any, record: str, steps: int = 0) -> OpTrace:
-        """Run a generation on meta: its prefill, ``steps`` steps, then record ``record``
-        ("prefill" or "step": one more step)."""
+        """Run a generation on meta and record one call: "prefill", "forward" (a plain
+        forward over the prompt) or "step" (after the prefill and ``steps`` steps)."""
         out: list[OpTrace] = []
 
         def body() -> None:
             gen = make()
-            if record == "prefill":
-                out.append(record_call(gen.prefill))
+            if record in ("prefill", "forward"):
+                out.append(record_call(gen.prefill if record == "prefill" else gen.forward))
                 return
             gen.prefill()
             for _ in range(steps):
@@ -255,7 +297,9 @@ class _Pricer:
 
     def _run(self, body: Any) -> None:
         model = self.decoder.model
-        with warnings.catch_warnings(), forward_mode(model, False), torch.inference_mode():
+        # no_grad, not inference_mode: composite ops (linear) then reach the recorder as the
+        # kernels they run (mm), as in the forward predict_latency records
+        with warnings.catch_warnings(), forward_mode(model, False), torch.no_grad():
             warnings.simplefilter("ignore")
             try:
                 with_weights(model, self.state, body)
@@ -267,8 +311,10 @@ class _Pricer:
                                    hint="rerun with --debug for the traceback") from exc
 
     def _priced(self, trace: OpTrace) -> Phase:
-        return Phase.of(price_trace(trace, self.gpu, self.cfg.dtype, self.batch, self.host,
-                                    self.cfg.tf32))
+        phase = Phase.of(price_trace(trace, self.gpu, self.cfg.dtype, self.batch, self.host,
+                                     self.cfg.tf32))
+        phase.host_ms *= self.scale
+        return phase
 
     def _with_mask_fallback(self, fn: Any) -> Any:
         try:
@@ -282,9 +328,12 @@ class _Pricer:
             return fn()
 
     def prefill(self) -> Phase:
-        logits = self.cfg.logits
+        """Time to first token: generate's prefill (``cfg.prefill == "forward"``: a plain
+        forward over the prompt with ``use_cache=True`` and every position's logits, as
+        ``benchmarks/generate_measure.py`` times it)."""
+        record = "forward" if self.cfg.prefill == "forward" else "prefill"
         return self._priced(self._with_mask_fallback(lambda: self._traced(
-            lambda: self._generation(self.prompt, logits=logits), "prefill")))
+            lambda: self._generation(self.prompt), record)))
 
     def decode(self) -> Phase:
         """A decode step averaged over the call: priced at the first and the last cache

@@ -38,6 +38,7 @@ from __future__ import annotations
 
 import inspect
 import re
+import warnings
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -330,6 +331,23 @@ class Generation:
         """One new token: the last token through the model, reading and growing the cache."""
         with self.values:
             self._step()
+
+    def forward(self) -> Any:
+        """A plain forward over the prompt with ``use_cache=True`` (an encoder-decoder: the
+        encoder and one decoder position): every position's logits, no generate around it."""
+        with self.values:
+            ids, mask = self.ids, self._mask()
+            if self.decoder.kind is DecoderKind.seq2seq:
+                start = torch.zeros(self.batch, 1, dtype=self.decoder.token_dtype,
+                                    device=self.device)
+                return self.model(input_ids=ids, attention_mask=mask, decoder_input_ids=start,
+                                  use_cache=True)
+            if self.decoder.hf:
+                return self.model(input_ids=ids, attention_mask=mask, use_cache=True)
+            if self.decoder.kind is DecoderKind.custom:
+                return self.model(ids, **{self.decoder.cache_arg or DEFAULT_CACHE_ARG:
+                                          self._new_custom_cache()})
+            return self.model(ids)
 
     def _prefill(self) -> None:
         kind = self.decoder.kind
@@ -729,6 +747,47 @@ def meta_state(model: nn.Module, dtype: Any = None) -> dict[str, Any]:
                                                          dtype=dt, device="meta")
             state[name] = made
     return state
+
+
+# -- a decoder's KV bytes per token (summary)
+
+@dataclass(frozen=True)
+class KvPerToken:
+    """Bytes the KV cache of one sequence holds per token, read from the cache's tensors."""
+
+    decoded: int  # per token of the sequence (self-attention)
+    prompt: int = 0  # an encoder-decoder: per prompt token (cross-attention)
+
+    def to_dict(self) -> dict[str, int]:
+        return {"per_token": self.decoded, "per_prompt_token": self.prompt}
+
+
+def kv_per_token(case: Any) -> KvPerToken | None:
+    """A cached decoder's KV bytes per token, from the cache one prompt token leaves (a
+    prefill on meta in the model's own dtypes); None for anything else (no token input, no
+    cache, a forward that fails on meta)."""
+    from torchinspect.trace.engine import forward_mode
+
+    try:
+        decoder = find_decoder(case)
+    except InspectError:
+        return None
+    gen = Generation(decoder, 1, 1, 1)
+    try:
+        with warnings.catch_warnings(), forward_mode(decoder.model, False), torch.no_grad():
+            warnings.simplefilter("ignore")
+            with_weights(decoder.model, meta_state(decoder.model), gen.prefill)
+    except Exception:  # noqa: BLE001 - a summary line, never the summary's failure
+        return None
+    state = gen.state
+    if decoder.kind is DecoderKind.seq2seq and hasattr(state, "cross_attention_cache"):
+        return KvPerToken(_nbytes(unique_tensors(state.self_attention_cache)),
+                          _nbytes(unique_tensors(state.cross_attention_cache)))
+    return KvPerToken(_nbytes(unique_tensors(state)))
+
+
+def _nbytes(tensors: list[Any]) -> int:
+    return sum(t.numel() * t.element_size() for t in tensors)
 
 
 # -- what a CUDA graph cannot capture
