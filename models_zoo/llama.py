@@ -97,8 +97,9 @@ class KVCache:
 
 
 class Attention(nn.Module):
-    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype, index: int = 0) -> None:
         super().__init__()
+        self.index = index  # its layer's place in the KV cache
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         kv_dim = cfg.n_kv_heads * cfg.head_dim
         self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False, dtype=dtype)
@@ -107,14 +108,14 @@ class Attention(nn.Module):
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False, dtype=dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: KVCache | None = None, layer: int = 0, past: int = 0) -> torch.Tensor:
+                cache: KVCache | None = None, past: int = 0) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
         if cache is not None:
-            k, v = cache.update(layer, k, v)
+            k, v = cache.update(self.index, k, v)
         mask = None
         if past and t > 1:  # new tokens after cached ones: each sees the cache and its past
             mask = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(past)
@@ -137,16 +138,16 @@ class SwiGLU(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype, index: int = 0) -> None:
         super().__init__()
         self.input_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dtype)
-        self.attn = Attention(cfg, dtype)
+        self.attn = Attention(cfg, dtype, index)
         self.post_attn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dtype)
         self.mlp = SwiGLU(cfg, dtype)
 
     def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
-                cache: KVCache | None = None, layer: int = 0, past: int = 0) -> torch.Tensor:
-        x = x + self.attn(self.input_norm(x), cos, sin, cache, layer, past)
+                *cached: Any) -> torch.Tensor:
+        x = x + self.attn(self.input_norm(x), cos, sin, *cached)
         return x + self.mlp(self.post_attn_norm(x))
 
 
@@ -160,7 +161,7 @@ class Llama(nn.Module):
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"dtype={cfg.dtype!r} is not a floating-point torch dtype (e.g. bfloat16)")
         self.embed_tokens = embedding(cfg.vocab_size, cfg.d_model, dtype=dtype)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, i) for i in range(cfg.n_layers))
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dtype)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False, dtype=dtype)
         if cfg.tie_embeddings:
@@ -177,8 +178,9 @@ class Llama(nn.Module):
         past = cache.length if cache is not None else 0
         positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
         cos, sin = rope(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
-        for i, layer in enumerate(self.layers):
-            x = layer(x, cos, sin, cache, i, past)
+        cached = () if cache is None else (cache, past)  # the plain forward's calls unchanged
+        for layer in self.layers:
+            x = layer(x, cos, sin, *cached)
         logits = self.lm_head(self.norm(x))
         return logits if cache is None else (logits, cache)
 

@@ -31,9 +31,9 @@ median of measured over predicted eager decode on the development set of
 
 from __future__ import annotations
 
+import json
 import time
 import warnings
-import json
 from dataclasses import dataclass, field
 from importlib import resources
 from typing import Any
@@ -61,7 +61,6 @@ from torchinspect.trace.generation import (
     token_input,
     with_weights,
 )
-
 
 HOST_TABLE = "generate-host.json"
 

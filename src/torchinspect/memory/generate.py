@@ -42,15 +42,15 @@ from torchinspect.errors import InspectError
 from torchinspect.memory.faking import Target, _mark, _run_error, fake_state, make_target
 from torchinspect.memory.kernels import cuda_kernels
 from torchinspect.memory.modules import ForwardModules
-from torchinspect.memory.timeline import KV_CACHE, replay
+from torchinspect.memory.timeline import replay
 from torchinspect.memory.tracker import Alloc, Event, Log, Phase, StorageTracker
 from torchinspect.trace.engine import forward_mode
 from torchinspect.trace.generation import (
     CacheKind,
     Decoder,
     DecoderKind,
-    Generation,
     GenerateLoop,
+    Generation,
     HostRead,
     check_context,
     find_decoder,
@@ -193,8 +193,10 @@ def predict_case(case: Any, cfg: GenerateConfig, target: Target, *, batch: int |
     traced, written = steps, 0
     if steps < cfg.new_tokens - 1:
         written = cfg.new_tokens - 1 - steps
-        log = _written_out(run, log, written)
-        if log is None:  # the pattern does not hold to the end: trace every step
+        full = _written_out(run, log, written)
+        if full is not None:
+            log = full
+        else:  # the pattern does not hold to the end: trace every step
             run = _Run(decoder, cfg, target, batch, prompt)
             log, traced = run.trace(cfg.new_tokens - 1, all_steps=True)
             written = 0

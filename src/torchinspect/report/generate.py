@@ -95,8 +95,7 @@ def fit_sections(f: GenerateFit, r: GenerateMemory, gpu_text: str) -> list[Any]:
         peak = next((p for v, p in reversed(f.probes) if v == value), None)
         if peak is None or value < 1:
             continue
-        need = int(peak * (1 + f.reserve))
-        left = f.budget - need
+        left = f.budget - int(peak * (1 + f.reserve))
         rows.append([value, nbytes(peak), Shown(left, ("" if left >= 0 else "-")
                                                 + fmt_bytes(abs(left))),
                      "yes" if left >= 0 else "no"])
