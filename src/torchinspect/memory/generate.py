@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import contextlib
 import gc
+import math
 import time
 import warnings
 from collections.abc import Iterator
@@ -42,6 +43,7 @@ from torchinspect.errors import InspectError
 from torchinspect.memory.faking import Target, _mark, _run_error, fake_state, make_target
 from torchinspect.memory.kernels import cuda_kernels
 from torchinspect.memory.modules import ForwardModules
+from torchinspect.memory.step import DTYPES
 from torchinspect.memory.timeline import replay
 from torchinspect.memory.tracker import Alloc, Event, Log, Phase, StorageTracker
 from torchinspect.trace.engine import forward_mode
@@ -52,8 +54,10 @@ from torchinspect.trace.generation import (
     GenerateLoop,
     Generation,
     HostRead,
+    KvPerToken,
     check_context,
     find_decoder,
+    kv_per_token,
     token_input,
     with_weights,
 )
@@ -94,8 +98,8 @@ class GenerateMemory:
     buffer_bytes: int
     input_bytes: int
     workspace_bytes: int
-    kv_cache_bytes: int  # at its largest: every position of every sequence
-    kv_bytes_per_token: int  # per sequence, while every layer still grows
+    kv_cache_bytes: int  # at its largest (the end, or after a sliding window's prefill)
+    kv_bytes_per_token: int  # per sequence: what one token adds while every layer grows
     prefill_peak: int
     decode_peak: int
     phases: list[GeneratePhase]
@@ -172,12 +176,26 @@ def predict_generate(model: Any, inputs: Any = None, *, new_tokens: int, dtype: 
     return predict_case(case, cfg, make_target(device, gpu, fast=True))
 
 
+@dataclass
+class Shared:
+    """What the predictions of one --fit search share: the decoder, its KV bytes per token,
+    and (over batches at one prompt) whether the written-out steps were checked at the last
+    step's cache length, which does not depend on the batch."""
+
+    decoder: Decoder | None = None
+    per_token: KvPerToken | None = None
+    batches_only: bool = False
+    checked: bool = False
+
+
 def predict_case(case: Any, cfg: GenerateConfig, target: Target, *, batch: int | None = None,
-                 prompt: int | None = None, decoder: Decoder | None = None) -> GenerateMemory:
+                 prompt: int | None = None, shared: Shared | None = None) -> GenerateMemory:
     """The prediction for one case (``batch`` / ``prompt`` override its input's)."""
     started = time.perf_counter()
     check_new_tokens(cfg.new_tokens)
-    decoder = decoder or find_decoder(case, cache_arg=cfg.cache_arg, recompute=cfg.recompute)
+    shared = shared if shared is not None else Shared()
+    decoder = shared.decoder = shared.decoder or find_decoder(
+        case, cache_arg=cfg.cache_arg, recompute=cfg.recompute)
     b, p, _ = token_input(case.require_example(), case.name)
     batch, prompt = batch or b, prompt or p
     check_context(decoder, prompt, cfg.new_tokens)
@@ -193,14 +211,19 @@ def predict_case(case: Any, cfg: GenerateConfig, target: Target, *, batch: int |
     traced, written = steps, 0
     if steps < cfg.new_tokens - 1:
         written = cfg.new_tokens - 1 - steps
-        full = _written_out(run, log, written)
+        full = _written_out(run, log, written, check=not shared.checked)
         if full is not None:
             log = full
+            shared.checked = shared.batches_only
         else:  # the pattern does not hold to the end: trace every step
             run = _Run(decoder, cfg, target, batch, prompt)
             log, traced = run.trace(cfg.new_tokens - 1, all_steps=True)
             written = 0
-    result = _result(case, decoder, cfg, target, run, log, batch, prompt, traced, written)
+    if shared.per_token is None:
+        shared.per_token = kv_per_token(case, DTYPES[cfg.dtype] if cfg.dtype else None,
+                                        cfg.cache)
+    result = _result(case, decoder, cfg, target, run, log, batch, prompt, traced, written,
+                     shared.per_token)
     result.seconds = time.perf_counter() - started
     return result
 
@@ -281,10 +304,9 @@ class _Run:
         self.bounds.append((len(self.tracker.log.events), self.tracker._next))
 
     def _cached(self, gen: Generation) -> None:
-        tensors = gen.cache_tensors()
-        for t in tensors:
+        for t in gen.cache_tensors():
             _mark(self.tracker, t, "cache")
-        self.cache_sizes.append(sum(t.numel() * t.element_size() for t in tensors))
+        self.cache_sizes.append(gen.cache_bytes())
 
 
 @contextlib.contextmanager
@@ -366,13 +388,15 @@ def _pattern(run: _Run, log: Log) -> _Pattern | None:
     return _Pattern(refs[-1] or [], sizes[-1], growth, allocs)
 
 
-def _written_out(run: _Run, log: Log, more: int) -> Log | None:
+def _written_out(run: _Run, log: Log, more: int, *, check: bool = True) -> Log | None:
     """``log`` with ``more`` steps written out from its pattern; None when there is none or
-    the sizes it gives at the last step differ from a trace at that step's cache length."""
+    (``check``) the sizes it gives at the last step differ from a trace at that step's cache
+    length."""
     pattern = _pattern(run, log)
     if pattern is None:
         return None
-    if run.decoder.kind is not DecoderKind.seq2seq and not _last_step_agrees(run, pattern, more):
+    if check and run.decoder.kind is not DecoderKind.seq2seq and \
+            not _last_step_agrees(run, pattern, more):
         return None
     end = run.bounds[-1][0]
     events = list(log.events[:end])
@@ -413,7 +437,8 @@ def _last_step_agrees(run: _Run, pattern: _Pattern, more: int) -> bool:
 # -- the numbers
 
 def _result(case: Any, decoder: Decoder, cfg: GenerateConfig, target: Target, run: _Run,
-            log: Log, batch: int, prompt: int, traced: int, written: int) -> GenerateMemory:
+            log: Log, batch: int, prompt: int, traced: int, written: int,
+            per_token: KvPerToken | None) -> GenerateMemory:
     memory = replay(log, len(log.events), mode="generate", device=target.device,
                     root="", top=0)
     phases = [GeneratePhase(p.phase, p.peak, _module_name(p.module, decoder),
@@ -421,13 +446,16 @@ def _result(case: Any, decoder: Decoder, cfg: GenerateConfig, target: Target, ru
               for p in memory.phases if p.phase in ("prefill", "decode")]
     peak_of = {p.phase: p.peak for p in phases}
     workspace = max((p.breakdown.get("workspace", 0) for p in phases), default=0)
-    kv_end = _live_cache_bytes(log)
+    # at its largest: at the end, or after the prefill where a sliding window's view still
+    # holds the whole prompt
+    kv_largest = max(_live_cache_bytes(log), run.cache_sizes[0] if run.cache_sizes else 0)
     notes = _notes(decoder, cfg, target, traced, written)
     return GenerateMemory(
         case.name, case.describe_inputs(), batch, prompt, cfg.new_tokens, target.device,
         target.gpu, cfg.dtype, str(cfg.cache), str(decoder.kind), run.sizes["params"],
         run.sizes["weights"], run.sizes["buffers"], run.sizes["input"], workspace,
-        kv_end, kv_bytes_per_token(run), peak_of.get("prefill", 0),
+        kv_largest, per_token.decoded if per_token is not None else 0,
+        peak_of.get("prefill", 0),
         peak_of.get("decode", 0), phases, traced, written, notes=notes)
 
 
@@ -449,19 +477,6 @@ def _live_cache_bytes(log: Log) -> int:
         else:
             live.pop(ev.serial, None)
     return sum(live.values())
-
-
-def kv_bytes_per_token(run: _Run) -> int:
-    """Bytes the cache of one sequence adds per token at this context: its growth over the
-    last traced step (a sliding-window layer whose window is full adds none); a static
-    cache, preallocated: its bytes over its length."""
-    sizes = run.cache_sizes
-    if run.cfg.cache is CacheKind.static:
-        positions = run.prompt + run.cfg.new_tokens
-        return sizes[-1] // max(run.batch * positions, 1) if sizes else 0
-    if len(sizes) < 2:
-        return 0
-    return max(sizes[-1] - sizes[-2], 0) // run.batch
 
 
 def _notes(decoder: Decoder, cfg: GenerateConfig, target: Target, traced: int,
@@ -514,44 +529,68 @@ FIT_LIMIT = 1 << 20
 
 def fit_generate(case: Any, cfg: GenerateConfig, target: Target, budget: int, *,
                  reserve: float = 0.0, context: bool = False, progress: Any = None) -> GenerateFit:
-    """Doubling, then bisection, on the predicted peak (times 1 + ``reserve``) against
-    ``budget``: over the batch at the input's prompt, or (``context``) over the prompt at the
-    input's batch, up to the model's position limit."""
-    decoder = find_decoder(case, cache_arg=cfg.cache_arg, recompute=cfg.recompute)
+    """The largest batch at the input's prompt (or, ``context``, the longest prompt at its
+    batch, up to the model's position limit) whose predicted peak times 1 + ``reserve``
+    fits ``budget``: a search that guesses from the peaks it has (a peak grows about
+    linearly with the batch), then checks the guess and the value above it."""
+    shared = Shared(find_decoder(case, cache_arg=cfg.cache_arg, recompute=cfg.recompute),
+                    batches_only=not context)
     batch, prompt, _ = token_input(case.require_example(), case.name)
     limit = FIT_LIMIT
-    if context and decoder.position_limit is not None:
-        limit = decoder.position_limit - cfg.new_tokens
+    if context and shared.decoder is not None and shared.decoder.position_limit is not None:
+        limit = shared.decoder.position_limit - cfg.new_tokens
         if limit < 1:
-            check_context(decoder, 1, cfg.new_tokens)
+            check_context(shared.decoder, 1, cfg.new_tokens)
     probes: list[tuple[int, int]] = []
 
-    def fits(value: int) -> bool:
+    def peak_at(value: int) -> int:
         if progress is not None:
             progress(f"--fit: {'prompt' if context else 'batch'} {value:,}")
         r = predict_case(case, cfg, target, batch=None if context else value,
-                         prompt=value if context else None, decoder=decoder)
+                         prompt=value if context else None, shared=shared)
         probes.append((value, r.peak))
-        return r.peak * (1 + reserve) <= budget
+        return r.peak
 
-    found, capped = _search(fits, limit)
+    found, capped = search(peak_at, budget / (1 + reserve), limit)
     return GenerateFit(budget, reserve, "context" if context else "batch", found, probes,
                        batch if context else prompt, capped)
 
 
-def _search(fits: Any, limit: int) -> tuple[int | None, bool]:
+def search(peak_at: Any, allowed: float, limit: int) -> tuple[int | None, bool]:
+    """The largest value in [1, ``limit``] whose ``peak_at(value)`` is at most ``allowed``
+    (peaks grow with the value). After 1 and 2, each next value is read off the line through
+    the two known peaks nearest the boundary (a peak grows about linearly with the batch);
+    a value that fits where the line crosses is checked with the one above; where a line step
+    did not halve the interval, the next one halves it. -> (value, stopped at ``limit``);
+    None: 1 does not fit."""
+    known: dict[int, float] = {}
+
+    def fits(v: int) -> bool:
+        if v not in known:
+            known[v] = peak_at(v)
+        return known[v] <= allowed
+
     if not fits(1):
         return None, False
-    lo = 1
-    while lo * 2 <= limit and fits(lo * 2):
-        lo *= 2
-    if lo * 2 > limit:
-        if lo < limit and fits(limit):
-            return limit, True
-        hi = limit if lo < limit else lo + 1
-    else:
-        hi = lo * 2
+    if limit == 1 or not fits(2):
+        return 1, limit == 1
+    lo, hi = 2, limit + 1  # lo fits; hi: the smallest known miss (limit + 1: none yet)
+    halve = False
     while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+        other = hi if hi <= limit else max(v for v in known if v < lo)
+        slope = (known[other] - known[lo]) / (other - lo)
+        line = lo + int((allowed - known[lo]) / slope) if slope > 0 else 2 * lo
+        if halve:  # in log space over a wide interval (a peak that grows faster than linearly)
+            guess = int(math.sqrt(lo * hi)) if hi > 4 * lo else (lo + hi) // 2
+            guess = min(max(guess, lo + 1), hi - 1)
+        else:
+            guess = min(max(line, lo + 1), hi - 1)
+        width = hi - lo
+        if fits(guess):
+            lo = guess
+            if guess + 1 < hi and guess == line and slope > 0 and not fits(guess + 1):
+                hi = guess + 1
+        else:
+            hi = guess
+        halve = hi <= limit and hi - lo > width // 2 and not halve
     return lo, lo == limit

@@ -31,11 +31,21 @@ def memory_header(r: GenerateMemory) -> list[str]:
             f"{fmt_bytes(r.buffer_bytes)}, input {fmt_bytes(r.input_bytes)}"]
 
 
-def memory_items(r: GenerateMemory) -> list[tuple[str, Any]]:
+def _cache_text(r: GenerateMemory) -> str:
+    """``641.73 MB (8 x 2,176 positions)``; fewer held where sliding windows keep fewer."""
     positions = r.prompt + r.new_tokens - 1 if r.decoder != "seq2seq" else r.new_tokens
+    text = f"{fmt_bytes(r.kv_cache_bytes)} ({r.batch:,} x {positions:,} positions"
+    full = r.kv_bytes_per_token * r.batch * positions
+    if r.decoder != "seq2seq" and r.cache != "static" and r.kv_cache_bytes < 0.99 * full:
+        return text + ": sliding windows keep fewer)"
+    if r.decoder == "seq2seq":
+        return text + ", and the prompt's cross-attention)"
+    return text + ")"
+
+
+def memory_items(r: GenerateMemory) -> list[tuple[str, Any]]:
     return [("Peak allocated", nbytes(r.peak)), ("Where", r.where),
-            ("KV cache, largest", Shown(r.kv_cache_bytes, f"{fmt_bytes(r.kv_cache_bytes)} "
-                                        f"({r.batch:,} x {positions:,} positions)")),
+            ("KV cache, largest", Shown(r.kv_cache_bytes, _cache_text(r))),
             ("KV per token", Shown(r.kv_bytes_per_token, f"{fmt_bytes(r.kv_bytes_per_token)} "
                                    "per sequence")),
             ("Prefill peak", nbytes(r.prefill_peak)), ("Decode peak", nbytes(r.decode_peak))]
@@ -99,7 +109,7 @@ def fit_sections(f: GenerateFit, r: GenerateMemory, gpu_text: str) -> list[Any]:
         rows.append([value, nbytes(peak), Shown(left, ("" if left >= 0 else "-")
                                                 + fmt_bytes(abs(left))),
                      "yes" if left >= 0 else "no"])
-    return [KeyValues(f"Largest {what} that fits (doubling, then bisection)", items),
+    return [KeyValues(f"Largest {what} that fits (searched on the predicted peaks)", items),
             Table(f"The {what} found and the next one up", [what.capitalize(), "Peak", "Left",
                                                            "Fits"], rows,
                   align=["right", "right", "right", "left"])]

@@ -461,8 +461,13 @@ class Generation:
         greedy_tail(self, logits)
 
     def cache_tensors(self) -> list[Any]:
-        """The tensors the cache holds now, each once (by storage)."""
+        """The tensors the cache holds now, each storage once."""
         return unique_tensors(self.state)
+
+    def cache_bytes(self) -> int:
+        """Bytes of the storages the cache holds now (a sliding window's view of a longer
+        prefill keeps the whole prefill)."""
+        return storage_bytes(self.cache_tensors())
 
 
 def _quantized_cache(transformers: Any, config: Any) -> Any:
@@ -517,11 +522,12 @@ def greedy_tail(gen: Generation, logits: Any) -> None:
 
 
 def unique_tensors(value: Any, depth: int = 0) -> list[Any]:
-    """Every tensor reachable from a cache object (tuples, lists, dicts, attributes: a
-    transformers ``Cache``'s layers, a module's own cache class), each storage once."""
+    """Every tensor of two or more dimensions reachable from a cache object (tuples, lists,
+    dicts, attributes: a transformers ``Cache``'s layers, a module's own cache class), each
+    storage once; scalars and vectors (lengths, positions, scales) are bookkeeping."""
     found: dict[int, Any] = {}
     _walk(value, found, 0, set())
-    return list(found.values())
+    return [t for t in found.values() if t.dim() >= 2]
 
 
 def _walk(value: Any, found: dict[int, Any], depth: int, seen: set[int]) -> None:
@@ -762,32 +768,40 @@ class KvPerToken:
         return {"per_token": self.decoded, "per_prompt_token": self.prompt}
 
 
-def kv_per_token(case: Any) -> KvPerToken | None:
+def kv_per_token(case: Any, dtype: Any = None,
+                 cache: CacheKind = CacheKind.dynamic) -> KvPerToken | None:
     """A cached decoder's KV bytes per token, from the cache one prompt token leaves (a
-    prefill on meta in the model's own dtypes); None for anything else (no token input, no
-    cache, a forward that fails on meta)."""
+    prefill on meta, floating weights in ``dtype``, else the model's own; a static cache:
+    its bytes over its two positions); None for anything else (no token input, no cache, a
+    forward that fails on meta)."""
     from torchinspect.trace.engine import forward_mode
 
     try:
         decoder = find_decoder(case)
     except InspectError:
         return None
-    gen = Generation(decoder, 1, 1, 1)
     try:
+        gen = Generation(decoder, 1, 1, 1, cache=cache)
         with warnings.catch_warnings(), forward_mode(decoder.model, False), torch.no_grad():
             warnings.simplefilter("ignore")
-            with_weights(decoder.model, meta_state(decoder.model), gen.prefill)
-    except Exception:  # noqa: BLE001 - a summary line, never the summary's failure
+            with_weights(decoder.model, meta_state(decoder.model, dtype), gen.prefill)
+    except Exception:  # noqa: BLE001 - a figure of a summary, never its failure
         return None
     state = gen.state
+    per = 2 if CacheKind(cache) is CacheKind.static else 1
     if decoder.kind is DecoderKind.seq2seq and hasattr(state, "cross_attention_cache"):
-        return KvPerToken(_nbytes(unique_tensors(state.self_attention_cache)),
+        return KvPerToken(_nbytes(unique_tensors(state.self_attention_cache)) // per,
                           _nbytes(unique_tensors(state.cross_attention_cache)))
-    return KvPerToken(_nbytes(unique_tensors(state)))
+    return KvPerToken(_nbytes(unique_tensors(state)) // per)
 
 
 def _nbytes(tensors: list[Any]) -> int:
-    return sum(t.numel() * t.element_size() for t in tensors)
+    return storage_bytes(tensors)
+
+
+def storage_bytes(tensors: list[Any]) -> int:
+    """Bytes of the storages behind ``tensors`` (a view keeps all of its storage)."""
+    return sum(int(t.untyped_storage().nbytes()) for t in tensors)
 
 
 # -- what a CUDA graph cannot capture
