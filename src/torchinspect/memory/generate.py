@@ -98,13 +98,14 @@ class GenerateMemory:
     buffer_bytes: int
     input_bytes: int
     workspace_bytes: int
-    kv_cache_bytes: int  # at its largest (the end, or after a sliding window's prefill)
+    kv_cache_bytes: int  # at its largest (the end, or after the prefill: see _result)
     kv_bytes_per_token: int  # per sequence: what one token adds while every layer grows
     prefill_peak: int
     decode_peak: int
     phases: list[GeneratePhase]
     steps_traced: int = 0
     steps_written: int = 0
+    kv_cache_end_bytes: int = 0  # after the last step: every position of every sequence
     budget: int | None = None  # --fit: bytes the card leaves to the allocator
     notes: list[str] = field(default_factory=list)
     seconds: float = 0.0
@@ -137,6 +138,7 @@ class GenerateMemory:
                     "buffer_bytes": self.buffer_bytes, "input_bytes": self.input_bytes,
                     "workspace_bytes": self.workspace_bytes,
                     "kv_cache_bytes": self.kv_cache_bytes,
+                    "kv_cache_end_bytes": self.kv_cache_end_bytes,
                     "kv_bytes_per_token": self.kv_bytes_per_token,
                     "prefill_peak": self.prefill_peak, "decode_peak": self.decode_peak,
                     "phases": [p.to_dict() for p in self.phases],
@@ -241,7 +243,9 @@ class _Run:
                  prompt: int) -> None:
         self.decoder, self.cfg, self.target = decoder, cfg, target
         self.batch, self.prompt = batch, prompt
-        self.tracker = StorageTracker(workspace=target.workspace, device_type=target.fake_device,
+        # always meta tensors (no data, no FakeTensorMode): a generate call of a large model
+        # makes no tensor real, whichever allocator (cuda, cpu) the log is replayed through
+        self.tracker = StorageTracker(workspace=target.workspace, device_type="meta",
                                       cudnn=target.device == "cuda",
                                       gpu=target.gpu if target.device == "cuda" else None)
         self.bounds: list[tuple[int, int]] = []  # per step: (first event, first serial)
@@ -255,7 +259,7 @@ class _Run:
         model = self.decoder.model
         tracker = self.tracker
         with _no_warnings(), forward_mode(model, False):
-            state, kinds = fake_state(model, self.target.fake_device, self.cfg.dtype)
+            state, kinds = fake_state(model, "meta", self.cfg.dtype)
             for name, t in state.items():
                 tracker.register(t, kinds[name])
             self.sizes = {k: sum(t.numel() * t.element_size() for n, t in state.items()
@@ -263,7 +267,7 @@ class _Run:
             self.sizes["params"] = sum(t.numel() for n, t in state.items()
                                        if kinds[n] == "weights")
             gen = Generation(self.decoder, self.batch, self.prompt, self.cfg.new_tokens,
-                             device=self.target.fake_device, cache=self.cfg.cache,
+                             device="meta", cache=self.cfg.cache,
                              logits=self.cfg.logits, padding_mask=self.cfg.padding_mask)
             for t in (gen.ids, gen.mask):
                 if t is not None:
@@ -446,9 +450,11 @@ def _result(case: Any, decoder: Decoder, cfg: GenerateConfig, target: Target, ru
               for p in memory.phases if p.phase in ("prefill", "decode")]
     peak_of = {p.phase: p.peak for p in phases}
     workspace = max((p.breakdown.get("workspace", 0) for p in phases), default=0)
-    # at its largest: at the end, or after the prefill where a sliding window's view still
-    # holds the whole prompt
-    kv_largest = max(_live_cache_bytes(log), run.cache_sizes[0] if run.cache_sizes else 0)
+    # at its largest: at the end, or after the prefill, where the cache can be a view that
+    # keeps a larger storage (a sliding window's of the whole prompt, keys of a fused
+    # q/k/v projection) until the first step replaces it
+    kv_end = _live_cache_bytes(log)
+    kv_largest = max(kv_end, run.cache_sizes[0] if run.cache_sizes else 0)
     notes = _notes(decoder, cfg, target, traced, written)
     return GenerateMemory(
         case.name, case.describe_inputs(), batch, prompt, cfg.new_tokens, target.device,
@@ -456,7 +462,7 @@ def _result(case: Any, decoder: Decoder, cfg: GenerateConfig, target: Target, ru
         run.sizes["weights"], run.sizes["buffers"], run.sizes["input"], workspace,
         kv_largest, per_token.decoded if per_token is not None else 0,
         peak_of.get("prefill", 0),
-        peak_of.get("decode", 0), phases, traced, written, notes=notes)
+        peak_of.get("decode", 0), phases, traced, written, kv_end, notes=notes)
 
 
 def _module_name(module: str, decoder: Decoder) -> str:

@@ -31,24 +31,29 @@ def memory_header(r: GenerateMemory) -> list[str]:
             f"{fmt_bytes(r.buffer_bytes)}, input {fmt_bytes(r.input_bytes)}"]
 
 
-def _cache_text(r: GenerateMemory) -> str:
-    """``641.73 MB (8 x 2,176 positions)``; fewer held where sliding windows keep fewer."""
+def _end_text(r: GenerateMemory) -> str:
+    """``612.00 MB (8 x 2,176 positions)``; sliding windows named where they keep fewer."""
     positions = r.prompt + r.new_tokens - 1 if r.decoder != "seq2seq" else r.new_tokens
-    text = f"{fmt_bytes(r.kv_cache_bytes)} ({r.batch:,} x {positions:,} positions"
+    text = f"{fmt_bytes(r.kv_cache_end_bytes)} ({r.batch:,} x {positions:,} positions"
     full = r.kv_bytes_per_token * r.batch * positions
-    if r.decoder != "seq2seq" and r.cache != "static" and r.kv_cache_bytes < 0.99 * full:
-        return text + ": sliding windows keep fewer)"
     if r.decoder == "seq2seq":
         return text + ", and the prompt's cross-attention)"
+    if r.cache != "static" and r.kv_cache_end_bytes < 0.99 * full:
+        return text + "; sliding windows keep fewer)"
     return text + ")"
 
 
 def memory_items(r: GenerateMemory) -> list[tuple[str, Any]]:
-    return [("Peak allocated", nbytes(r.peak)), ("Where", r.where),
-            ("KV cache, largest", Shown(r.kv_cache_bytes, _cache_text(r))),
-            ("KV per token", Shown(r.kv_bytes_per_token, f"{fmt_bytes(r.kv_bytes_per_token)} "
-                                   "per sequence")),
-            ("Prefill peak", nbytes(r.prefill_peak)), ("Decode peak", nbytes(r.decode_peak))]
+    items: list[tuple[str, Any]] = [("Peak allocated", nbytes(r.peak)), ("Where", r.where)]
+    if r.kv_cache_bytes > r.kv_cache_end_bytes * 1.001:
+        items.append(("KV cache, largest", Shown(r.kv_cache_bytes, f"{fmt_bytes(r.kv_cache_bytes)}"
+                                                 " (after the prefill: views of larger "
+                                                 "tensors)")))
+    items += [("KV cache at the end", Shown(r.kv_cache_end_bytes, _end_text(r))),
+              ("KV per token", Shown(r.kv_bytes_per_token, f"{fmt_bytes(r.kv_bytes_per_token)} "
+                                     "per sequence")),
+              ("Prefill peak", nbytes(r.prefill_peak)), ("Decode peak", nbytes(r.decode_peak))]
+    return items
 
 
 def phase_table(r: GenerateMemory) -> Table:
@@ -110,7 +115,7 @@ def fit_sections(f: GenerateFit, r: GenerateMemory, gpu_text: str) -> list[Any]:
                                                 + fmt_bytes(abs(left))),
                      "yes" if left >= 0 else "no"])
     return [KeyValues(f"Largest {what} that fits (searched on the predicted peaks)", items),
-            Table(f"The {what} found and the next one up", [what.capitalize(), "Peak", "Left",
+            Table(f"The {what} found and the one above", [what.capitalize(), "Peak", "Left",
                                                            "Fits"], rows,
                   align=["right", "right", "right", "left"])]
 
@@ -129,7 +134,8 @@ def latency_header(p: GenerateLatency) -> list[str]:
     return [f"{p.model} on {p.gpu_label}: PREDICTED, not measured (input {p.inputs})",
             f"{_call(p.batch, p.prompt, p.new_tokens)}, {p.dtype}; table: {p.source}",
             f"host: {p.host.op_us:.2f} µs/op, {p.host.module_us:.2f} µs/module call measured "
-            f"on this CPU ({p.host.cpu}) x host factor {p.host_factor:.2f}"]
+            f"on this CPU ({p.host.cpu}) x host factor {p.host_factor:.2f} x generate scale "
+            f"{p.host_scale.scale:.2f}"]
 
 
 def latency_table(p: GenerateLatency, measured: dict[str, Any] | None = None) -> Table:

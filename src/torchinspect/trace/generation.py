@@ -770,29 +770,34 @@ class KvPerToken:
 
 def kv_per_token(case: Any, dtype: Any = None,
                  cache: CacheKind = CacheKind.dynamic) -> KvPerToken | None:
-    """A cached decoder's KV bytes per token, from the cache one prompt token leaves (a
-    prefill on meta, floating weights in ``dtype``, else the model's own; a static cache:
-    its bytes over its two positions); None for anything else (no token input, no cache, a
-    forward that fails on meta)."""
+    """A cached decoder's KV bytes per token: the cache after a one-token prompt and one
+    decode step (two positions, in the tensors a step leaves: a prefill's cache can be a view
+    of a larger projection), on meta, floating weights in ``dtype`` (else the model's own);
+    None for anything else (no token input, no cache, a forward that fails on meta)."""
     from torchinspect.trace.engine import forward_mode
 
     try:
         decoder = find_decoder(case)
     except InspectError:
         return None
+    gen = Generation(decoder, 1, 1, 2, cache=cache)
+
+    def run() -> None:
+        gen.prefill()
+        gen.step()
+
     try:
-        gen = Generation(decoder, 1, 1, 1, cache=cache)
         with warnings.catch_warnings(), forward_mode(decoder.model, False), torch.no_grad():
             warnings.simplefilter("ignore")
-            with_weights(decoder.model, meta_state(decoder.model, dtype), gen.prefill)
+            with_weights(decoder.model, meta_state(decoder.model, dtype), run)
     except Exception:  # noqa: BLE001 - a figure of a summary, never its failure
         return None
     state = gen.state
-    per = 2 if CacheKind(cache) is CacheKind.static else 1
+    positions = 3 if CacheKind(cache) is CacheKind.static else 2  # static: prompt + new
     if decoder.kind is DecoderKind.seq2seq and hasattr(state, "cross_attention_cache"):
-        return KvPerToken(_nbytes(unique_tensors(state.self_attention_cache)) // per,
+        return KvPerToken(_nbytes(unique_tensors(state.self_attention_cache)) // positions,
                           _nbytes(unique_tensors(state.cross_attention_cache)))
-    return KvPerToken(_nbytes(unique_tensors(state)) // per)
+    return KvPerToken(_nbytes(unique_tensors(state)) // positions)
 
 
 def _nbytes(tensors: list[Any]) -> int:
