@@ -61,6 +61,8 @@ _LAZY = {
     "BenchResult": "torchinspect.bench",
     "predict_latency": "torchinspect.latency",
     "Prediction": "torchinspect.latency",
+    "predict_generate_latency": "torchinspect.latency",
+    "GenerateLatency": "torchinspect.latency",
     "extract_features": "torchinspect.features",
     "FeatureResult": "torchinspect.features",
     "FeatureFolder": "torchinspect.features",
@@ -68,6 +70,8 @@ _LAZY = {
     "Overview": "torchinspect.overview",
     "predict_memory": "torchinspect.memory",
     "MemoryResult": "torchinspect.memory",
+    "predict_generate": "torchinspect.memory",
+    "GenerateMemory": "torchinspect.memory",
 }
 
 if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (same names as _LAZY)
@@ -103,9 +107,13 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.inputs import parse_inputs as parse_inputs
     from torchinspect.io.checkpoint import Checkpoint as Checkpoint
     from torchinspect.io.checkpoint import read_checkpoint as read_checkpoint
+    from torchinspect.latency import GenerateLatency as GenerateLatency
     from torchinspect.latency import Prediction as Prediction
+    from torchinspect.latency import predict_generate_latency as predict_generate_latency
     from torchinspect.latency import predict_latency as predict_latency
+    from torchinspect.memory import GenerateMemory as GenerateMemory
     from torchinspect.memory import MemoryResult as MemoryResult
+    from torchinspect.memory import predict_generate as predict_generate
     from torchinspect.memory import predict_memory as predict_memory
     from torchinspect.overview import Overview as Overview
     from torchinspect.overview import collect_overview as collect_overview

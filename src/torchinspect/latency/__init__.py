@@ -12,6 +12,7 @@ the GPU catalogue (``torchinspect/gpus.py``).
 
 from torchinspect.latency.calibrated import LatencyGpu, latency_gpu, validation_text
 from torchinspect.latency.eager import HostModel, host_model
+from torchinspect.latency.generate import GenerateLatency, predict_generate_latency
 from torchinspect.latency.predict import (
     BatchPrediction,
     LayerRow,
@@ -21,5 +22,6 @@ from torchinspect.latency.predict import (
     predict_latency,
 )
 
-__all__ = ["BatchPrediction", "HostModel", "LatencyGpu", "LayerRow", "Prediction", "host_model",
-           "latency_gpu", "model_dtype", "module_times", "predict_latency", "validation_text"]
+__all__ = ["BatchPrediction", "GenerateLatency", "HostModel", "LatencyGpu", "LayerRow",
+           "Prediction", "host_model", "latency_gpu", "model_dtype", "module_times",
+           "predict_generate_latency", "predict_latency", "validation_text"]

@@ -211,15 +211,18 @@ class LatencyConfig:
     tf32: bool | None = None
 
 
-def predict_generate_latency(model: Any, gpu: str, *, new_tokens: int, dtype: str = "bf16",
-                             cache: str = "dynamic", cache_arg: str | None = None,
-                             recompute: bool = False, host: HostCost | None = None,
+def predict_generate_latency(model: Any, gpu: str, inputs: Any = None, *, new_tokens: int,
+                             dtype: str = "bf16", cache: str = "dynamic",
+                             cache_arg: str | None = None, recompute: bool = False,
+                             host: HostCost | None = None,
                              options: Any = None) -> GenerateLatency:
-    """Predict ``generate`` of ``new_tokens`` tokens for the model's token input (batch x
-    prompt) on GPU ``gpu`` (a name of the GPU catalogue) in ``dtype``."""
+    """Predict ``generate`` of ``new_tokens`` tokens after the model's token input (``inputs``,
+    e.g. ``"long:8,2048"``: 8 prompts of 2,048 tokens) on GPU ``gpu`` (a name of the GPU
+    catalogue) in ``dtype``: time to first token, per new token eager and under a CUDA
+    graph. ``host``: the CPU's dispatch cost (default: this one's, probed)."""
     from torchinspect.sources.case import make_case
 
-    case = make_case(model, options=options, device="meta")
+    case = make_case(model, inputs, options=options, device="meta")
     cfg = LatencyConfig(new_tokens, dtype, CacheKind(cache), cache_arg, recompute)
     return predict_case(case, cfg, latency_gpu(gpu), host_model(host))
 

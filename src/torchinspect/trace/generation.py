@@ -391,7 +391,9 @@ class Generation:
     def _new_hf_cache(self) -> Any:
         import transformers
 
-        config = self.model.config
+        config = self.model.config  # generate's: the decoder's text config
+        config = config.get_text_config(decoder=True) if hasattr(
+            config, "get_text_config") else config
         max_len = self.prompt + self.new_tokens
         seq2seq = self.decoder.kind is DecoderKind.seq2seq
         if self.cache is CacheKind.static:
@@ -401,11 +403,10 @@ class Generation:
                     transformers.StaticCache(config=config, max_cache_len=self.prompt))
             return transformers.StaticCache(config=config, max_cache_len=max_len)
         if self.cache is CacheKind.quantized:
-            made = _quantized_cache(transformers, config)
-            if seq2seq:
-                return transformers.EncoderDecoderCache(made, transformers.DynamicCache(
-                    config=config))
-            return made
+            if seq2seq:  # as generate refuses it
+                raise InspectError("--cache quantized: transformers' generate offers no quantized "
+                                   "cache for an encoder-decoder", hint="leave out --cache")
+            return _quantized_cache(transformers, config)
         if seq2seq:
             return transformers.EncoderDecoderCache(transformers.DynamicCache(config=config),
                                                     transformers.DynamicCache(config=config))
