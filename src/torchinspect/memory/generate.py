@@ -223,7 +223,7 @@ def predict_case(case: Any, cfg: GenerateConfig, target: Target, *, batch: int |
             written = 0
     if shared.per_token is None:
         shared.per_token = kv_per_token(case, DTYPES[cfg.dtype] if cfg.dtype else None,
-                                        cfg.cache)
+                                        cfg.cache, decoder)
     result = _result(case, decoder, cfg, target, run, log, batch, prompt, traced, written,
                      shared.per_token)
     result.seconds = time.perf_counter() - started

@@ -769,16 +769,17 @@ class KvPerToken:
         return {"per_token": self.decoded, "per_prompt_token": self.prompt}
 
 
-def kv_per_token(case: Any, dtype: Any = None,
-                 cache: CacheKind = CacheKind.dynamic) -> KvPerToken | None:
+def kv_per_token(case: Any, dtype: Any = None, cache: CacheKind = CacheKind.dynamic,
+                 decoder: Decoder | None = None) -> KvPerToken | None:
     """A cached decoder's KV bytes per token: the cache after a one-token prompt and one
     decode step (two positions, in the tensors a step leaves: a prefill's cache can be a view
     of a larger projection), on meta, floating weights in ``dtype`` (else the model's own);
-    None for anything else (no token input, no cache, a forward that fails on meta)."""
+    None for anything else (no token input, no cache, a forward that fails on meta).
+    ``decoder``: the case's, where it was found with options (a custom model's --cache-arg)."""
     from torchinspect.trace.engine import forward_mode
 
     try:
-        decoder = find_decoder(case)
+        decoder = decoder or find_decoder(case)
     except InspectError:
         return None
     gen = Generation(decoder, 1, 1, 2, cache=cache)
