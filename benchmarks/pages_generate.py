@@ -23,6 +23,7 @@ HERE = Path(__file__).resolve().parent
 MEASURED = "generate-h100.jsonl"
 PREDICTED = "generate-predicted-h100.jsonl"
 SPEED = "generate-speed"
+SET_NAMES = {"dev": "development", "val": "validation"}
 SCALE = HERE.parent / "src" / "torchinspect" / "latency" / "tables" / "generate-host.json"
 TARGETS = {"peak": (0.05, 1.0), "prefill": (0.25, 0.9), "decode": (0.30, 0.9),
            "graph": (0.20, 1.0)}  # (relative error, share of cases)
@@ -130,6 +131,29 @@ def worst(rows: list[Any], key: str, n: int = 3) -> str:
                      for m, _, s in ranked) or "-"
 
 
+def noise_section(rows: list[dict[str, Any]]) -> str:
+    """What the measured timings' own runs say about their noise (from the runs kept)."""
+    first, pair = [], []
+    for r in rows:
+        runs = r.get("generate_129_runs_ms") or []
+        if len(runs) >= 3:
+            first.append(runs[0] / statistics.median(runs[1:]))
+            pair.append(max(runs[1:]) / min(runs[1:]) - 1)
+    if not first:
+        return ""
+    slow = [f for f in first if f > 2]
+    return (f"How noisy the measured eager decode is, from its own runs: in {len(slow)} of "
+            f"{len(first)} cases the first of the timed 129-token `generate` calls took "
+            f"{min(slow, default=0):.1f}-{max(slow, default=0):.1f}x the median of the others "
+            "(the warm-up generated 4 tokens: the first long call probably met the longer "
+            "cache lengths' allocations and kernels first), so the median of 3 is the "
+            "slower of the two other runs, which differ from each other by up to "
+            f"{100 * max(pair):.0f}% (median {100 * statistics.median(pair):.0f}%). A "
+            "host-bound prediction can come no closer than that. `bench/generate.py` now warms "
+            "up with a call of the full length; measuring again with `--repeats 7` would narrow "
+            "it. The scores above are of the data as measured.")
+
+
 def missing_section(measured: dict[Any, Any], predicted: dict[Any, Any]) -> str:
     want = [(name, b, p) for s, name, _, _ in DECODERS if s == "val"
             for b in BATCHES for p in PROMPTS]
@@ -142,7 +166,11 @@ def missing_section(measured: dict[Any, Any], predicted: dict[Any, Any]) -> str:
         models = sorted({k[0] for k in not_measured})
         lines.append(f"Not measured yet ({len(not_measured)} cases): " + ", ".join(
             f"{m} ({', '.join(f'b{b} p{p}' for n, b, p in not_measured if n == m)})"
-            for m in models) + ".")
+            for m in models) + f". On a GPU machine, `python benchmarks/generate_measure.py "
+            f"benchmarks/results/generate-h100.jsonl --sets val --models {','.join(models)}` "
+            "appends them (it skips what the file holds); then `generate_predict.py "
+            "benchmarks/results/generate-predicted-h100.jsonl --sets val` predicts them and "
+            "`make bench-report` renders this page again.")
     if not_predicted:
         lines.append("Measured, not predicted yet: " + ", ".join(
             f"{n} b{b} p{p}" for n, b, p in not_predicted) + " (run generate_predict.py "
@@ -180,16 +208,20 @@ def generate_page() -> tuple[str, list[str]]:
                 (m, p, scored(m, p, scale)))
     first_m = next(iter(measured.values()))["run"] if measured else None
     first_p = next(iter(predicted.values()))["run"] if predicted else None
+    runs_p: dict[str, Any] = {}  # each set's predictions: the run that made the first of them
+    for r in predicted.values():
+        runs_p.setdefault(r.get("set", "?"), r["run"])
     failed = [r for r in _jsonl(PREDICTED) if "error" in r]
     speed, speed_files = speed_section()
     machine = ""
     if first_m is not None and first_p is not None:
         from report import machine_line
 
-        machine = (f"Measured: {machine_line(first_m)} transformers "
-                   f"{first_m['versions'].get('transformers')}.\n\nPredicted: "
-                   f"{machine_line(first_p)} transformers "
-                   f"{first_p['versions'].get('transformers')}.")
+        machine = f"Measured: {machine_line(first_m)} transformers " \
+                  f"{first_m['versions'].get('transformers')}." + "".join(
+                      f"\n\nPredicted, {SET_NAMES.get(name, name)} set: {machine_line(run)} "
+                      f"transformers {run['versions'].get('transformers')}."
+                      for name, run in runs_p.items())
     ratios = [s["decode"][1] / (s["decode"][0] or 1) for _, _, s in by_set["development"]]
     text = f"""# Text generation: memory and latency predicted against an H100 (issue 43)
 
@@ -238,6 +270,8 @@ graph {worst(by_set['development'], 'graph')}.
 Largest errors, validation: peak {worst(by_set['validation'], 'peak')}; prefill
 {worst(by_set['validation'], 'prefill')}; decode {worst(by_set['validation'], 'decode')};
 graph {worst(by_set['validation'], 'graph')}.
+
+{noise_section(list(measured.values()))}
 
 {missing_section(measured, predicted)}
 {"" if not failed else chr(10) + "Predictions that failed: " + ", ".join(

@@ -130,7 +130,9 @@ def measure_generate(model: Any, batch: int, prompt: int, new: int, *, repeats: 
     inputs = random_inputs(model, batch, prompt, device)
     row: dict[str, Any] = {}
     with torch.inference_mode():
-        model.generate(**inputs, **generate_kwargs(model, 4))  # warm-up: kernels, allocator
+        # warm-up: kernels and allocator blocks at every cache length the timed calls reach
+        # (a 4-token warm-up left the first timed N-token call several times slower)
+        model.generate(**inputs, **generate_kwargs(model, new))
         pre_kw = prefill_kwargs(model, inputs, logits)
         if cuda:
             torch.cuda.synchronize()
