@@ -450,3 +450,16 @@ def test_report_serving_part_is_none_for_a_model_that_is_not_a_decoder():
     from torchinspect.overview.serving import serving_part
 
     assert serving_part(make_case("zoo:convnet", device="meta"), "h100") is None
+
+
+def test_measuring_generate_on_the_cpu_gives_every_figure():
+    """bench/generate.py (what generate_measure.py and --verify run) on a tiny decoder on the
+    CPU: every timing is there, generate made the tokens asked for, no CUDA graph off a GPU."""
+    from torchinspect.bench.generate import measure_generate
+
+    model = case_of("hf:LlamaForCausalLM", LLAMA_GQA, 2, 12).real_model("cpu").eval()
+    row = measure_generate(model, 2, 12, 4, repeats=1, device="cpu", logits="generate")
+    assert row["new_tokens"] == 4
+    assert row["prefill_ms"] > 0 and row["generate_1_ms"] > 0 and row["generate_4_ms"] > 0
+    assert row["decode_ms_per_token"] == (row["generate_4_ms"] - row["generate_1_ms"]) / 3
+    assert row["static_eager_ms_per_token"] > 0 and "graph_decode_ms_per_token" not in row
