@@ -183,17 +183,21 @@ def speed_section() -> tuple[str, list[str]]:
     if not path.exists():
         return "The 70B prediction's time and memory: not measured yet (`generate_speed.py`).", []
     r = load(SPEED)
-    rows = ["| command | wall s | CPU s | peak RSS | bar: < 30 s and < 2 GB |", "|---|---:|---:|---:|---|"]
+    rows = ["| command | wall s | CPU s | peak RSS | bar (< 30 s, < 2 GB) by wall time | "
+            "by CPU time |", "|---|---:|---:|---:|---|---|"]
     for run in r["data"]["runs"]:
-        ok = run["wall_s"] < 30 and run["peak_rss"] < 2e9 and run["exit"] == 0
+        fine = run["peak_rss"] < 2e9 and run["exit"] == 0
         rows.append(f"| `inspect {' '.join(run['args'])}` | {run['wall_s']:.1f} | "
                     f"{run['cpu_s']:.1f} | {run['peak_rss'] / 2**30:.2f} GiB | "
-                    f"{'yes' if ok else '**no**'} |")
+                    f"{'yes' if fine and run['wall_s'] < 30 else '**no**'} | "
+                    f"{'yes' if fine and run['cpu_s'] < 30 else '**no**'} |")
     from report import machine_line
 
     return ("Each command in a fresh process (`machine.run_cli`: wall time from here, the "
-            "child's CPU time and its own peak RSS, VmHWM).\n\n" + machine_line(r) + "\n\n"
-            + "\n".join(rows)), [f"{SPEED}.json"]
+            "child's CPU time and its own peak RSS, VmHWM), the median of the runs by wall "
+            "time. On a shared machine whose load is above its cores the wall time is mostly "
+            "waiting for a core; the CPU time is what the prediction costs.\n\n"
+            + machine_line(r) + "\n\n" + "\n".join(rows)), [f"{SPEED}.json"]
 
 
 def generate_page() -> tuple[str, list[str]]:
