@@ -94,6 +94,9 @@ def serving_part(case: Any, gpu: str | None = None) -> ServingPart | None:
     for b in BATCHES:
         part.decode.append(predict_latency(case, LatencyConfig(NEW_TOKENS, DTYPE), lat, host,
                                            batch=b, decoder=decoder))
+    part.notes.append("eager decode: generate's host work priced at this CPU's dispatch cost "
+                      "(probed here, so a busy machine reads slower); the CUDA-graph step is "
+                      "GPU time alone")
     if part.decode and part.decode[0].graph is None:
         part.notes.append(f"CUDA graph: {part.decode[0].graph_reason}")
     return part
