@@ -21,7 +21,7 @@ predict with the measuring host's, 5.17.0, which built those models; see below).
 predicts only the cases OUT lacks, so new measurements are predicted by running it again.
 The validation set is predicted once, at the end, and never tuned on.
 
-``--fit-host`` fits the generate host scale (``src/torchinspect/latency/tables/
+``--fit-host`` fits the generate host scale (``src/torchinspect/latency/data/
 generate-host.json``): the median of measured over unscaled predicted eager decode on the
 **development** set in OUT (refused for any other set).
 
@@ -46,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 HERE = Path(__file__).resolve().parent
 MEASURED = HERE / "results" / "generate-h100.jsonl"
 PROBES = HERE / "results" / "latency-h100-v2" / "probes.jsonl"
-HOST_TABLE = HERE.parent / "src" / "torchinspect" / "latency" / "tables" / "generate-host.json"
+HOST_TABLE = HERE.parent / "src" / "torchinspect" / "latency" / "data" / "generate-host.json"
 GPU = "h100"
 DTYPE = "bf16"
 

@@ -3,7 +3,7 @@
 Rendered from committed raw data only: ``results/generate-h100.jsonl`` (``generate_measure.py``
 on the GPU), ``results/generate-predicted-h100.jsonl`` (``generate_predict.py`` on a CPU),
 ``results/generate-speed.json`` (``generate_speed.py``: the 70B prediction's time and memory)
-and the generate host scale the package ships (``latency/tables/generate-host.json``, fitted
+and the generate host scale the package ships (``latency/data/generate-host.json``, fitted
 on the development set). A validation case measured but not yet predicted, or in the set but
 not yet measured, is listed as missing: rerunning the two scripts and ``report.py`` after new
 data arrives fills it in.
@@ -24,7 +24,7 @@ MEASURED = "generate-h100.jsonl"
 PREDICTED = "generate-predicted-h100.jsonl"
 SPEED = "generate-speed"
 SET_NAMES = {"dev": "development", "val": "validation"}
-SCALE = HERE.parent / "src" / "torchinspect" / "latency" / "tables" / "generate-host.json"
+SCALE = HERE.parent / "src" / "torchinspect" / "latency" / "data" / "generate-host.json"
 TARGETS = {"peak": (0.05, 1.0), "prefill": (0.25, 0.9), "decode": (0.30, 0.9),
            "graph": (0.20, 1.0)}  # (relative error, share of cases)
 
@@ -255,7 +255,7 @@ How each figure is scored:
 - **eager decode**: the time per new token of `generate` (129 minus 1 token, over 128);
   predicted as the larger of one step's GPU time (averaged over the first and the last
   cache length) and its host time, the host time scaled by the generate host scale
-  {scale} (`latency/tables/generate-host.json`, the median of measured over predicted on the
+  {scale} (`latency/data/generate-host.json`, the median of measured over predicted on the
   development set{f", {min(ratios):.2f}-{max(ratios):.2f} there" if ratios else ""}).
 - **graph decode**: a static-cache step captured in a CUDA graph and replayed; where the step
   cannot be captured for the real model (the tool says why), both sides should say so.

@@ -22,7 +22,7 @@ kernel pricing does:
 
 The host side of the eager figures is the latency predictor's `HostModel` (dispatched ops and
 module calls x this CPU's cost x the host factor) times one scale for generation,
-``tables/generate-host.json``: a decoder's forward dispatches many cheap ops (views, small
+``data/generate-host.json``: a decoder's forward dispatches many cheap ops (views, small
 element-wise ops), so the factor fitted on whole models over-prices them. The scale is the
 median of measured over predicted eager decode on the development set of
 ``benchmarks/generate_measure.py``, fitted by ``benchmarks/generate_predict.py --fit-host``
@@ -80,13 +80,13 @@ def host_scale() -> HostScale:
     """The packaged scale (1 with a note-worthy source where the table is missing or bad)."""
     try:
         data = json.loads(resources.files("torchinspect.latency").joinpath(
-            "tables", HOST_TABLE).read_text(encoding="utf-8"))
+            "data", HOST_TABLE).read_text(encoding="utf-8"))
         scale = float(data["host_scale"])
         if not 0.05 <= scale <= 20:
             raise ValueError(scale)
-        return HostScale(scale, f"tables/{HOST_TABLE}: {data.get('fitted_on', '')}".strip())
+        return HostScale(scale, f"data/{HOST_TABLE}: {data.get('fitted_on', '')}".strip())
     except (OSError, ValueError, KeyError, TypeError):
-        return HostScale(1.0, f"no valid tables/{HOST_TABLE}: the host model unscaled")
+        return HostScale(1.0, f"no valid data/{HOST_TABLE}: the host model unscaled")
 
 
 @dataclass
