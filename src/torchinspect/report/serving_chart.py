@@ -77,6 +77,18 @@ def batch_table(part: ServingPart) -> Table:
                  ["Batch", "Eager ms", "Binds", "CUDA graph ms", "Tokens/s (eager)"], rows)
 
 
+def _grid(top: float, label: Any) -> str:
+    """Five horizontal grid lines from 0 to ``top``, each labelled ``label(value)``."""
+    ph, out = H - TOP - BOTTOM, []
+    for k in range(5):
+        v = top * k / 4
+        y = TOP + ph * (1 - v / top)
+        out.append(f'<line x1="{LEFT:.1f}" x2="{W - RIGHT:.1f}" y1="{y:.1f}" y2="{y:.1f}" '
+                   f'stroke="#ccc" stroke-width="0.5"/><text x="{LEFT - 6:.1f}" '
+                   f'y="{y + 4:.1f}" text-anchor="end">{esc(label(v))}</text>')
+    return "".join(out)
+
+
 def memory_svg(part: ServingPart) -> str:
     """One stacked bar per prompt length; the card's usable memory as a line where it is in
     reach of the bars, else said in the corner."""
@@ -92,13 +104,8 @@ def memory_svg(part: ServingPart) -> str:
     def y(v: float) -> float:
         return TOP + ph * (1 - v / top)
 
-    parts = [svg_open(W, H, "peak memory of generate against the context length", font=True)]
-    for k in range(5):
-        v = top * k / 4
-        parts.append(f'<line x1="{LEFT:.1f}" x2="{LEFT + pw:.1f}" y1="{y(v):.1f}" '
-                     f'y2="{y(v):.1f}" stroke="#ccc" stroke-width="0.5"/><text '
-                     f'x="{LEFT - 6:.1f}" y="{y(v) + 4:.1f}" text-anchor="end">'
-                     f'{esc(fmt_bytes(v))}</text>')
+    parts = [svg_open(W, H, "peak memory of generate against the context length", font=True),
+             _grid(top, fmt_bytes)]
     for i, (m, s) in enumerate(zip(part.contexts, stacks, strict=True)):
         x0 = LEFT + slot * i + (slot - bar) / 2
         base = 0.0
@@ -150,12 +157,8 @@ def decode_svg(part: ServingPart) -> str:
     def y(v: float) -> float:
         return TOP + ph * (1 - v / top)
 
-    parts = [svg_open(W, H, "time per new token against the batch", font=True)]
-    for k in range(5):
-        v = top * k / 4
-        parts.append(f'<line x1="{LEFT:.1f}" x2="{LEFT + pw:.1f}" y1="{y(v):.1f}" '
-                     f'y2="{y(v):.1f}" stroke="#ccc" stroke-width="0.5"/><text '
-                     f'x="{LEFT - 6:.1f}" y="{y(v) + 4:.1f}" text-anchor="end">{v:.2f} ms</text>')
+    parts = [svg_open(W, H, "time per new token against the batch", font=True),
+             _grid(top, lambda v: f"{v:.2f} ms")]
     for b in batches:
         parts.append(f'<text x="{x(b):.1f}" y="{H - BOTTOM + 16:.1f}" '
                      f'text-anchor="middle">{b}</text>')
