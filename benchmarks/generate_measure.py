@@ -25,6 +25,13 @@ implementation transformers picks (``sdpa``). For each model, batch (1, 8) and p
   captured (a host sync in the model's code, e.g. mixture-of-experts routing), the error is
   kept and the eager static step stands alone.
 
+The measuring code is torchinspect's own (``torchinspect.bench.generate``: what ``inspect
+bench --generate`` and ``inspect memory --generate --verify`` run), with ``logits="all"``
+for the prefill. Between cases the caching allocator and the cuBLAS workspaces are released
+(``release``) and one side stream serves every capture: in the first campaign each capture's
+new stream kept a cuBLAS workspace of 32 MiB for the process, so ``allocated_before`` grew
+from case to case (``peak_above_before`` was not affected).
+
 One JSON line per (model, batch, prompt), appended as it goes, each with the run header
 (machine, versions incl. transformers); a rerun skips what its output holds. ``--dry-run``
 runs on the CPU with tiny prompts and few tokens (and reports whether a decode step would
@@ -38,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import statistics as st
 import sys
 import time
 import traceback
@@ -153,247 +159,6 @@ def build(spec: str, args: list[str], device: str) -> Any:
     return model
 
 
-class Clock:
-    """Synchronized wall time (CUDA) or plain wall time (CPU)."""
-
-    def __init__(self, device: str) -> None:
-        import torch
-
-        self.cuda = device.startswith("cuda")
-        self.torch = torch
-
-    def sync(self) -> None:
-        if self.cuda:
-            self.torch.cuda.synchronize()
-
-    def wall_ms(self, fn: Any) -> float:
-        self.sync()
-        t0 = time.perf_counter()
-        fn()
-        self.sync()
-        return (time.perf_counter() - t0) * 1e3
-
-    def event_ms(self, fn: Any) -> float:
-        if not self.cuda:
-            return self.wall_ms(fn)
-        torch = self.torch
-        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda.synchronize()
-        a.record()
-        fn()
-        b.record()
-        b.synchronize()
-        return a.elapsed_time(b)
-
-
-def _inputs(model: Any, batch: int, prompt: int, device: str) -> dict[str, Any]:
-    import torch
-
-    g = torch.Generator().manual_seed(batch * 100_000 + prompt)
-    vocab = model.config.get_text_config(decoder=True).vocab_size
-    ids = torch.randint(0, vocab, (batch, prompt), generator=g).to(device)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-
-
-def _start_token(model: Any) -> int:
-    """An encoder-decoder's first decoder token: the config's or generation config's
-    ``decoder_start_token_id``, else its pad token (T5's convention), else 0."""
-    for source in (model.config, getattr(model, "generation_config", None)):
-        value = getattr(source, "decoder_start_token_id", None)
-        if isinstance(value, int):
-            return value
-    pad = getattr(model.config, "pad_token_id", None)
-    return pad if isinstance(pad, int) else 0
-
-
-def _prefill_kwargs(model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
-    import torch
-
-    kw = dict(inputs)
-    if model.config.is_encoder_decoder:
-        start = _start_token(model)
-        kw["decoder_input_ids"] = torch.full((inputs["input_ids"].shape[0], 1), start,
-                                             dtype=torch.long, device=inputs["input_ids"].device)
-    return kw
-
-
-def _gen_kwargs(model: Any, new: int) -> dict[str, Any]:
-    pad = model.config.pad_token_id
-    if pad is None:
-        pad = model.config.eos_token_id if isinstance(model.config.eos_token_id, int) else 0
-    kw = {"do_sample": False, "max_new_tokens": new, "min_new_tokens": new, "pad_token_id": pad}
-    if model.config.is_encoder_decoder:
-        kw["decoder_start_token_id"] = _start_token(model)
-    return kw
-
-
-def measure_case(model: Any, batch: int, prompt: int, new: int, repeats: int,
-                 device: str) -> dict[str, Any]:
-    import torch
-
-    clock = Clock(device)
-    cuda = clock.cuda
-    inputs = _inputs(model, batch, prompt, device)
-    row: dict[str, Any] = {}
-    with torch.inference_mode():
-        model.generate(**inputs, **_gen_kwargs(model, 4))  # warm-up: kernels, allocator
-        pre_kw = _prefill_kwargs(model, inputs)
-        if cuda:
-            torch.cuda.synchronize()
-            base = torch.cuda.memory_allocated()
-            torch.cuda.reset_peak_memory_stats()
-        prefill = []
-        for i in range(repeats):
-            prefill.append(clock.event_ms(lambda: model(**pre_kw, use_cache=True)))
-            if i == 0 and cuda:
-                row["prefill_peak"] = torch.cuda.max_memory_allocated() - base
-        row["prefill_ms"] = st.median(prefill)
-        row["prefill_runs_ms"] = prefill
-        one = [clock.wall_ms(lambda: model.generate(**inputs, **_gen_kwargs(model, 1)))
-               for _ in range(repeats)]
-        full = []
-        for i in range(repeats):
-            if i == 0 and cuda:
-                torch.cuda.synchronize()
-                row["allocated_before"] = torch.cuda.memory_allocated()
-                torch.cuda.reset_peak_memory_stats()
-            out: list[Any] = []
-            full.append(clock.wall_ms(lambda out=out: out.append(  # type: ignore[misc]
-                model.generate(**inputs, **_gen_kwargs(model, new)))))
-            if i == 0:
-                # an encoder-decoder's output starts with the decoder start token
-                row["new_tokens"] = int(out[0].shape[1] - (1 if model.config.is_encoder_decoder
-                                                           else prompt))
-                if cuda:
-                    row["peak"] = torch.cuda.max_memory_allocated()
-                    row["peak_above_before"] = row["peak"] - row["allocated_before"]
-                    del out[:]
-                    torch.cuda.synchronize()
-                    row["allocated_after"] = torch.cuda.memory_allocated()
-    row.update({"generate_1_ms": st.median(one), "generate_1_runs_ms": one,
-                f"generate_{new}_ms": st.median(full), f"generate_{new}_runs_ms": full,
-                "decode_ms_per_token": (st.median(full) - st.median(one)) / (new - 1)})
-    row.update(static_decode(model, inputs, prompt, new, device))
-    return row
-
-
-def _static_step(model: Any, inputs: dict[str, Any], prompt: int, new: int) -> Any:
-    """A decode step over a StaticCache filled by a prefill: ``step()`` -> logits. Each call
-    first sets the cache's length back to the prompt's (``cumulative_length``, a device
-    tensor, and the host integer sliding-window layers keep), so every step, eager or
-    replayed, writes and attends at position ``prompt``."""
-    import torch
-    from transformers import EncoderDecoderCache, StaticCache
-
-    ids = inputs["input_ids"]
-    batch, device = ids.shape[0], ids.device
-    cfg = model.config
-    length = prompt + new + 1
-    if cfg.is_encoder_decoder:
-        cache: Any = EncoderDecoderCache(StaticCache(config=cfg, max_cache_len=length),
-                                         StaticCache(config=cfg, max_cache_len=prompt))
-        layers = cache.self_attention_cache.layers
-        enc = model.get_encoder()(input_ids=ids, attention_mask=inputs["attention_mask"])
-        start = torch.full((batch, 1), _start_token(model), dtype=torch.long, device=device)
-        out = model(encoder_outputs=enc, attention_mask=inputs["attention_mask"],
-                    decoder_input_ids=start, past_key_values=cache, use_cache=True)
-        at = 1
-        mask = inputs["attention_mask"]
-
-        def forward() -> Any:
-            return model(encoder_outputs=enc, attention_mask=mask, decoder_input_ids=tok,
-                         past_key_values=cache, use_cache=True).logits
-    else:
-        cache = StaticCache(config=cfg, max_cache_len=length)
-        layers = cache.layers
-        out = model(input_ids=ids, past_key_values=cache, use_cache=True)
-        at = prompt
-
-        def forward() -> Any:
-            return model(input_ids=tok, past_key_values=cache, use_cache=True).logits
-    tok = out.logits[:, -1:].argmax(-1)
-
-    def step() -> Any:
-        for layer in layers:
-            if isinstance(getattr(layer, "cumulative_length", None), torch.Tensor):
-                layer.cumulative_length.fill_(at)
-            if hasattr(layer, "cumulative_length_int"):
-                layer.cumulative_length_int = at
-        return forward()
-    return step
-
-
-def host_syncs(fn: Any) -> list[str]:
-    """The ops of one call of ``fn`` that read a device value on the host (they would fail
-    inside CUDA-graph capture)."""
-    import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
-
-    found: list[str] = []
-    syncing = {"aten::_local_scalar_dense", "aten::nonzero", "aten::is_nonzero",
-               "aten::item", "aten::equal", "aten::unique", "aten::_unique2"}
-
-    class Watch(TorchDispatchMode):
-        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
-            if func._schema.name in syncing:
-                found.append(func._schema.name)
-            return func(*args, **(kwargs or {}))
-
-    with torch.inference_mode(), Watch():
-        fn()
-    return sorted(set(found))
-
-
-def static_decode(model: Any, inputs: dict[str, Any], prompt: int, new: int,
-                  device: str) -> dict[str, Any]:
-    """Decode per token with a StaticCache: eager, and replayed as a CUDA graph."""
-    import torch
-
-    row: dict[str, Any] = {"graph_method": "StaticCache, one decode step captured with "
-                           "torch.cuda.graph (no torch.compile), replayed at position = prompt"}
-    clock = Clock(device)
-    try:
-        with torch.inference_mode():
-            step = _static_step(model, inputs, prompt, new)
-            for _ in range(3):
-                step()
-            eager = [clock.event_ms(step) for _ in range(10)]
-            row["static_eager_ms_per_token"] = st.median(eager)
-            row["host_syncs_in_step"] = host_syncs(step)
-            if not clock.cuda:
-                return row
-            if row["host_syncs_in_step"]:  # capture would fail (and may harm what follows)
-                row["graph_error"] = ("not captured: the step reads device values on the host "
-                                      f"({', '.join(row['host_syncs_in_step'])})")
-                return row
-            side = torch.cuda.Stream()
-            side.wait_stream(torch.cuda.current_stream())
-            with torch.cuda.stream(side):
-                for _ in range(2):
-                    step()
-            torch.cuda.current_stream().wait_stream(side)
-            graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
-                step()
-            for _ in range(3):
-                graph.replay()
-            torch.cuda.synchronize()
-            reps = 20
-
-            def replays(g: Any = graph) -> None:
-                for _ in range(reps):
-                    g.replay()
-            times = [clock.event_ms(replays) / reps for _ in range(5)]
-            row["graph_decode_ms_per_token"] = st.median(times)
-            row["graph_decode_runs_ms"] = times
-            del graph, replays
-    except Exception as exc:  # noqa: BLE001 - the eager numbers stand; say why
-        row["graph_error"] = f"{type(exc).__name__}: {exc}"[:400]
-        if clock.cuda:
-            torch.cuda.synchronize()
-    return row
-
-
 def describe(model: Any, spec: str, args: list[str]) -> dict[str, Any]:
     cfg = model.config
     text = cfg.get_text_config(decoder=True)
@@ -418,6 +183,8 @@ def main() -> None:
     a = ap.parse_args()
     import torch
 
+    from torchinspect.bench.generate import measure_generate, release
+
     deadline = time.monotonic() + a.budget
     device = "cpu" if a.dry_run else "cuda"
     batches, prompts, new = ((DRY["batches"], DRY["prompts"], DRY["new"]) if a.dry_run
@@ -427,6 +194,7 @@ def main() -> None:
     done = _done(out)
     header = run_header("transformers")
     header["device"] = torch.cuda.get_device_name() if device == "cuda" else "cpu (dry run)"
+    side = torch.cuda.Stream() if device == "cuda" else None  # one capture stream for the run
     sets = a.sets.split(",")
     only = [m for m in a.models.split(",") if m]
     chosen = [d for s in sets for d in DECODERS if d[0] == s and (not only or d[1] in only)]
@@ -452,7 +220,8 @@ def main() -> None:
                                    "batch": batch, "prompt": prompt, **info}
             t1 = time.monotonic()
             try:
-                row.update(measure_case(model, batch, prompt, new, a.repeats, device))
+                row.update(measure_generate(model, batch, prompt, new, repeats=a.repeats,
+                                            device=device, logits="all", side_stream=side))
             except Exception as exc:  # noqa: BLE001 - out of memory, a model's limit
                 row["error"] = f"{type(exc).__name__}: {exc}"[:400]
                 row["traceback"] = traceback.format_exc()[-1500:]
@@ -461,11 +230,9 @@ def main() -> None:
             print(f"{name} b{batch} p{prompt}: {row.get('decode_ms_per_token', '-')} ms/token "
                   f"graph {row.get('graph_decode_ms_per_token', row.get('graph_error', '-'))} "
                   f"({row['seconds']} s)", flush=True)
-            if device == "cuda":
-                torch.cuda.empty_cache()
+            release(device)
         del model
-        if device == "cuda":
-            torch.cuda.empty_cache()
+        release(device)
         print(f"{name}: {time.monotonic() - t0:.0f} s", flush=True)
 
 

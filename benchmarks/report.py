@@ -21,6 +21,7 @@ from doctor_pitfalls import page as pitfalls_page
 from machine import load
 from pages_bench import bench_page, bench_summary
 from pages_features import features_page, features_summary
+from pages_generate import generate_page
 from pages_latency import latency_page
 from pages_models import models_page, models_summary
 
@@ -339,6 +340,7 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-models.md": models_page,
     "RESULTS-latency.md": latency_page,
     "RESULTS-summary-models.md": models_summary,
+    "RESULTS-generate.md": generate_page,
 }
 
 

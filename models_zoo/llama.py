@@ -4,6 +4,11 @@ Built to be cheap to trace: no precomputed RoPE tables or causal masks (cos/sin 
 from the positions inside forward, attention is ``F.scaled_dot_product_attention`` with
 ``is_causal=True`` and ``enable_gqa=True``), so a 70B model costs nothing on the meta
 device and nothing large is allocated when a small preset is built on CPU.
+
+It generates with a KV cache of its own, by torchinspect's cache protocol (see the serving
+page of the docs): ``make_cache(batch, max_len)`` returns an empty `KVCache`, and
+``forward(ids, cache=cache)`` attends to what the cache holds, appends the new keys and
+values, and returns ``(logits, cache)``. Without ``cache`` the forward is the plain one.
 """
 
 from __future__ import annotations
@@ -70,9 +75,31 @@ def apply_rope(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.T
     return x * cos + torch.cat((-x2, x1), dim=-1) * sin
 
 
+class KVCache:
+    """Keys and values of every layer, (batch, n_kv_heads, tokens, head_dim) each, grown by
+    concatenation as tokens come (as transformers' ``DynamicCache`` grows)."""
+
+    def __init__(self, n_layers: int) -> None:
+        self.keys: list[torch.Tensor | None] = [None] * n_layers
+        self.values: list[torch.Tensor | None] = [None] * n_layers
+
+    @property
+    def length(self) -> int:
+        first = self.keys[0]
+        return 0 if first is None else int(first.shape[2])
+
+    def update(self, layer: int, k: torch.Tensor, v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        old_k, old_v = self.keys[layer], self.values[layer]
+        if old_k is not None and old_v is not None:
+            k, v = torch.cat([old_k, k], dim=2), torch.cat([old_v, v], dim=2)
+        self.keys[layer], self.values[layer] = k, v
+        return k, v
+
+
 class Attention(nn.Module):
-    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype, index: int = 0) -> None:
         super().__init__()
+        self.index = index  # its layer's place in the KV cache
         self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.n_kv_heads, cfg.head_dim
         kv_dim = cfg.n_kv_heads * cfg.head_dim
         self.q_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False, dtype=dtype)
@@ -80,14 +107,21 @@ class Attention(nn.Module):
         self.v_proj = nn.Linear(cfg.d_model, kv_dim, bias=False, dtype=dtype)
         self.o_proj = nn.Linear(cfg.d_model, cfg.d_model, bias=False, dtype=dtype)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                cache: KVCache | None = None, past: int = 0) -> torch.Tensor:
         b, t, _ = x.shape
         q = self.q_proj(x).view(b, t, self.n_heads, self.head_dim).transpose(1, 2)
         k = self.k_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         v = self.v_proj(x).view(b, t, self.n_kv_heads, self.head_dim).transpose(1, 2)
         q, k = apply_rope(q, cos, sin), apply_rope(k, cos, sin)
+        if cache is not None:
+            k, v = cache.update(self.index, k, v)
+        mask = None
+        if past and t > 1:  # new tokens after cached ones: each sees the cache and its past
+            mask = torch.ones(t, past + t, dtype=torch.bool, device=x.device).tril(past)
         y = F.scaled_dot_product_attention(
-            q, k, v, is_causal=True, enable_gqa=self.n_kv_heads != self.n_heads
+            q, k, v, attn_mask=mask, is_causal=past == 0 and t > 1,
+            enable_gqa=self.n_kv_heads != self.n_heads
         )
         return self.o_proj(y.transpose(1, 2).reshape(b, t, -1))
 
@@ -104,15 +138,16 @@ class SwiGLU(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype) -> None:
+    def __init__(self, cfg: LlamaConfig, dtype: torch.dtype, index: int = 0) -> None:
         super().__init__()
         self.input_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dtype)
-        self.attn = Attention(cfg, dtype)
+        self.attn = Attention(cfg, dtype, index)
         self.post_attn_norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dtype)
         self.mlp = SwiGLU(cfg, dtype)
 
-    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Tensor:
-        x = x + self.attn(self.input_norm(x), cos, sin)
+    def forward(self, x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor,
+                *cached: Any) -> torch.Tensor:
+        x = x + self.attn(self.input_norm(x), cos, sin, *cached)
         return x + self.mlp(self.post_attn_norm(x))
 
 
@@ -126,19 +161,28 @@ class Llama(nn.Module):
         if not isinstance(dtype, torch.dtype) or not dtype.is_floating_point:
             raise ValueError(f"dtype={cfg.dtype!r} is not a floating-point torch dtype (e.g. bfloat16)")
         self.embed_tokens = embedding(cfg.vocab_size, cfg.d_model, dtype=dtype)
-        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype) for _ in range(cfg.n_layers))
+        self.layers = nn.ModuleList(DecoderLayer(cfg, dtype, i) for i in range(cfg.n_layers))
         self.norm = nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps, dtype=dtype)
         self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False, dtype=dtype)
         if cfg.tie_embeddings:
             self.lm_head.weight = self.embed_tokens.weight
 
-    def forward(self, input_ids: torch.Tensor) -> torch.Tensor:
+    def make_cache(self, batch: int, max_len: int) -> KVCache:
+        """An empty cache for generating (the cache protocol; it grows, so neither the batch
+        nor the length is needed ahead)."""
+        return KVCache(len(self.layers))
+
+    def forward(self, input_ids: torch.Tensor,
+                cache: KVCache | None = None) -> torch.Tensor | tuple[torch.Tensor, KVCache]:
         x = self.embed_tokens(input_ids)
-        positions = torch.arange(input_ids.shape[1], device=input_ids.device)
+        past = cache.length if cache is not None else 0
+        positions = torch.arange(past, past + input_ids.shape[1], device=input_ids.device)
         cos, sin = rope(positions, self.config.head_dim, self.config.rope_theta, x.dtype)
+        cached = () if cache is None else (cache, past)  # the plain forward's calls unchanged
         for layer in self.layers:
-            x = layer(x, cos, sin)
-        return self.lm_head(self.norm(x))
+            x = layer(x, cos, sin, *cached)
+        logits = self.lm_head(self.norm(x))
+        return logits if cache is None else (logits, cache)
 
 
 def llama(preset: str = "llama-tiny", **overrides: Any) -> Llama:

@@ -52,7 +52,7 @@ def test_each_generated_page_names_its_data_and_machine(page: str) -> None:
 
 def test_make_bench_runs_every_script() -> None:
     helpers = {"machine.py", "report.py", "run_all.py", "pages_bench.py", "pages_features.py",
-               "pages_models.py", "pages_latency.py",
+               "pages_models.py", "pages_latency.py", "pages_generate.py",
                "latency_ops.py", "latency_zoo.py", "latency_data.py",
                "latency_kernels.py"}  # modules the latency scripts import
     scripts = {p.name for p in BENCH.glob("*.py")} - helpers

@@ -524,7 +524,7 @@ def test_aggregates_add_up_to_the_totals():
     from torchinspect.overview import collect_overview
 
     for spec in ("resnet18", "zoo:llama-tiny"):  # llama-tiny ties its embedding and LM head
-        m = collect_overview(spec, graph=False, doctor=False).models[0]
+        m = collect_overview(spec, graph=False, doctor=False, memory=False).models[0]
         t = m.summary.totals
         types = m.by_type()
         assert sum(x.params for x in types.values()) == t.params, spec

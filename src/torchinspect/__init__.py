@@ -63,6 +63,8 @@ _LAZY = {
     "Prediction": "torchinspect.latency",
     "predict_train": "torchinspect.latency",
     "TrainPrediction": "torchinspect.latency",
+    "predict_generate_latency": "torchinspect.latency",
+    "GenerateLatency": "torchinspect.latency",
     "extract_features": "torchinspect.features",
     "FeatureResult": "torchinspect.features",
     "FeatureFolder": "torchinspect.features",
@@ -70,6 +72,8 @@ _LAZY = {
     "Overview": "torchinspect.overview",
     "predict_memory": "torchinspect.memory",
     "MemoryResult": "torchinspect.memory",
+    "predict_generate": "torchinspect.memory",
+    "GenerateMemory": "torchinspect.memory",
 }
 
 if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (same names as _LAZY)
@@ -105,11 +109,15 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.inputs import parse_inputs as parse_inputs
     from torchinspect.io.checkpoint import Checkpoint as Checkpoint
     from torchinspect.io.checkpoint import read_checkpoint as read_checkpoint
+    from torchinspect.latency import GenerateLatency as GenerateLatency
     from torchinspect.latency import Prediction as Prediction
     from torchinspect.latency import TrainPrediction as TrainPrediction
+    from torchinspect.latency import predict_generate_latency as predict_generate_latency
     from torchinspect.latency import predict_latency as predict_latency
     from torchinspect.latency import predict_train as predict_train
+    from torchinspect.memory import GenerateMemory as GenerateMemory
     from torchinspect.memory import MemoryResult as MemoryResult
+    from torchinspect.memory import predict_generate as predict_generate
     from torchinspect.memory import predict_memory as predict_memory
     from torchinspect.overview import Overview as Overview
     from torchinspect.overview import collect_overview as collect_overview

@@ -148,6 +148,10 @@ class Totals:
     peak_training_bytes: int | None = None  # --memory train
     peak_training_at: str | None = None
     training_optimizer: str | None = None
+    # a decoder with a KV cache: bytes per token per sequence in its cache (trace/generation.py);
+    # an encoder-decoder also per prompt token (its cross-attention cache); None otherwise
+    kv_bytes_per_token: int | None = None
+    kv_bytes_per_prompt_token: int | None = None
 
     @property
     def activation_bytes(self) -> int:
@@ -455,4 +459,15 @@ def summarize(model: ModelLike, inputs: Any = None, *, depth: int = 3,
                                  memory=predicted)
     if gpu is not None:
         add_times(summary, case, gpu)
+    add_kv_per_token(summary, case)
     return summary
+
+
+def add_kv_per_token(summary: Summary, case: ModelCase) -> None:
+    """A decoder's KV bytes per token (``inspect memory --generate`` tells the whole call)."""
+    from torchinspect.trace.generation import kv_per_token
+
+    kv = kv_per_token(case)
+    if kv is not None:
+        summary.totals.kv_bytes_per_token = kv.decoded
+        summary.totals.kv_bytes_per_prompt_token = kv.prompt or None

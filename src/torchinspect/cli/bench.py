@@ -12,9 +12,13 @@ import typer
 from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     AmpOpt,
+    CacheArgOpt,
+    CacheOpt,
+    GenerateOpt,
     ModelArg,
     OptimizerOpt,
     OutputOptions,
+    RecomputeOpt,
     amp_split,
     batches_opt,
     dtype_opt,
@@ -171,6 +175,10 @@ def bench(
     predict: PredictOpt = None,
     train: TrainStepOpt = False,
     optimizer: OptimizerOpt = "adamw",
+    generate: GenerateOpt = None,
+    cache: CacheOpt = "dynamic",
+    cache_arg: CacheArgOpt = None,
+    recompute: RecomputeOpt = False,
     *,
     opts: ModelOptions,
     out: OutputOptions,
@@ -186,6 +194,8 @@ def bench(
     from torchinspect.report.bench import bench_report
     from torchinspect.sources.case import make_case
 
+    if generate is not None or cache != "dynamic" or cache_arg is not None or recompute:
+        return _generate(dict(locals()), opts, out)  # this command's options, by name
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
         _compare_saved(model, compare, out)
         return
@@ -194,13 +204,7 @@ def bench(
             "channels_last": channels_last, "cuda_graphs": cuda_graphs}
     if _predicted(model, predict, train, optimizer, batch, dtype, tf32, opts, out, real):
         return
-    if opts.device == "meta":
-        raise InspectError("--device meta: a benchmark needs a real device",
-                           hint="use --device cpu or --device cuda[:N]")
-    batches = parse_batches(batch)
-    if batches and max_batch:
-        raise InspectError("--batch and --max-batch exclude each other",
-                           hint="--max-batch searches the batch size itself")
+    batches = _run_batches(batch, max_batch, opts.device)
     dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in dtype.split(",") if d.strip()))
     old = load_bench_json(compare) if compare else None
     protect = input_files([model, *opts.files(), compare])
@@ -249,6 +253,42 @@ def _predicted(model: str, predict: str | None, train: bool, optimizer: str, bat
         _predict_only(model, predict, batch, dtype, tf32, opts, out)
         return True
     return False
+
+
+def _run_batches(batch: str | None, max_batch: bool, device: str) -> tuple[int, ...] | None:
+    """The batches of a real run (refused on meta, and beside --max-batch)."""
+    if device == "meta":
+        raise InspectError("--device meta: a benchmark needs a real device",
+                           hint="use --device cpu or --device cuda[:N]")
+    batches = parse_batches(batch)
+    if batches and max_batch:
+        raise InspectError("--batch and --max-batch exclude each other",
+                           hint="--max-batch searches the batch size itself")
+    return batches
+
+
+def _generate(v: dict[str, Any], opts: ModelOptions, out: OutputOptions) -> None:
+    """`inspect bench MODEL --generate N`: time to first token and per new token (``v``: the
+    command's options by name)."""
+    from torchinspect.bench.run import parse_dtype
+    from torchinspect.cli.generation import bench_generate, check_generation
+    from torchinspect.gpus import find_gpu
+
+    if v["generate"] is None:
+        raise InspectError("--cache, --cache-arg and --recompute are options of --generate N",
+                           hint="e.g. --generate 128 --predict h100")
+    check_generation(v["generate"], opts, v["cache"], refused={
+        "--batch": v["batch"] is not None, "--amp": v["amp"], "--profile": v["profile"],
+        "--channels-last": v["channels_last"], "--cuda-graphs": v["cuda_graphs"],
+        "--compile": v["compile"] or v["compile_mode"] != CompileMode.default,
+        "--max-batch": v["max_batch"], "--compare": v["compare"] is not None,
+        "--train": v["train"] or v["optimizer"] != "adamw"})
+    if v["predict"] is not None:
+        find_gpu(v["predict"], option="--predict")
+    dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in v["dtype"].split(",") if d.strip()))
+    bench_generate(v["model"], opts, out, new_tokens=v["generate"], dtypes=dtypes,
+                   predict=v["predict"], cache=v["cache"], cache_arg=v["cache_arg"],
+                   recompute=v["recompute"], tf32=v["tf32"])
 
 
 def _predicts_only(gpu: str, device: str, **real_run: bool) -> bool:

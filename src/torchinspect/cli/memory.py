@@ -9,9 +9,13 @@ import typer
 from torchinspect.arguments import parse_batches
 from torchinspect.cli.common import (
     AmpOpt,
+    CacheArgOpt,
+    CacheOpt,
+    GenerateOpt,
     ModelArg,
     OptimizerOpt,
     OutputOptions,
+    RecomputeOpt,
     amp_split,
     batches_opt,
     dtype_opt,
@@ -39,8 +43,12 @@ FitOpt = Annotated[str | None, typer.Option(
     "--fit", metavar="GPU|SIZE|cuda", help="find the largest batch whose predicted peak fits a "
     "GPU (h100, a10, 4090, ...: its memory as the driver reports it; also the GPU predicted "
     "for) or a GPU of SIZE (24GB: 24 GiB, as GPU memory is sold; 80GiB), less the CUDA context "
-    "and the allocator's reserve, or the free memory of the GPU that is there (cuda).",
+    "and the allocator's reserve, or the free memory of the GPU that is there (cuda); with "
+    "--generate: the largest batch at the input's prompt.",
     show_default=False)]
+FitContextOpt = Annotated[bool, typer.Option(
+    "--fit-context", help="with --generate and --fit: the longest prompt that fits at the "
+    "input's batch, instead of the largest batch at its prompt.")]
 GpuOpt = Annotated[str | None, gpu_opt(
     "the GPU to predict for (h100, a100, l4, ...): its cuBLAS workspace and the SM count CUDA "
     "reductions stage for (default: the GPU --fit names, else the GPU that is there, else "
@@ -85,11 +93,31 @@ def memory(
     tolerance: ToleranceOpt = 0.05,
     fsdp: FsdpOpt = None,
     fsdp_unit: FsdpUnitOpt = None,
+    generate: GenerateOpt = None,
+    cache: CacheOpt = "dynamic",
+    cache_arg: CacheArgOpt = None,
+    recompute: RecomputeOpt = False,
+    fit_context: FitContextOpt = False,
     *,
     opts: ModelOptions,
     out: OutputOptions,
 ) -> None:
-    """Peak GPU memory of inference and of a training step, predicted on fake tensors."""
+    """Peak GPU memory of inference and of a training step, predicted on fake tensors; with
+    --generate N, of a whole generate call (the KV cache, prefill and decode)."""
+    if generate is not None:
+        from torchinspect.cli.generation import check_generation, memory_generate
+
+        check_generation(generate, opts, cache, refused={
+            "--batch": batch is not None, "--amp": amp, "--checkpointing": bool(checkpointing),
+            "--fsdp": fsdp is not None, "--fsdp-unit": fsdp_unit is not None,
+            "--calibrate": bool(calibrate)})
+        check_tolerance_value(tolerance)
+        return memory_generate(model, opts, out, new_tokens=generate, dtype=dtype, gpu=gpu,
+                               device=_semantics(opts.device), cache=cache, cache_arg=cache_arg,
+                               recompute=recompute, fit=fit, fit_context=fit_context,
+                               verify=verify, tolerance=tolerance)
+    _require_generate(cache=cache != "dynamic", cache_arg=cache_arg is not None,
+                      recompute=recompute, fit_context=fit_context)
     from torchinspect.cli.common import tolerance as check_tolerance
     from torchinspect.memory.budget import memory_budget, prediction_gpu
     from torchinspect.memory.fit import sweep_with_fit
@@ -128,6 +156,22 @@ def memory(
         emit(verification_report(checked), OutputOptions(out.format, None))
         if not checked.ok:
             raise typer.Exit(int(ExitStatus.CHECK_FAILED))
+
+
+def check_tolerance_value(value: float) -> None:
+    from torchinspect.cli.common import tolerance as check_tolerance
+
+    check_tolerance(value, "--tolerance")
+
+
+def _require_generate(**given: bool) -> None:
+    """The generation options mean nothing without --generate N."""
+    for name, on in given.items():
+        if on:
+            option = "--" + name.replace("_", "-")
+            raise InspectError(f"{option} is an option of --generate N",
+                               hint=f"e.g. --generate 128 {option}" + (
+                                   " static" if name == "cache" else ""))
 
 
 def _semantics(device: str) -> str:

@@ -192,6 +192,25 @@ def shard_size_opt(help_text: str) -> Any:
     return typer.Option("--shard-size", metavar="SIZE", help=help_text)
 
 
+# text generation (inspect memory and inspect bench): trace/generation.py, docs/concepts/serving.md
+MAX_NEW_TOKENS = 1 << 20
+GenerateOpt = Annotated[int | None, typer.Option(
+    "--generate", metavar="N", min=1, max=MAX_NEW_TOKENS, show_default=False,
+    help="text generation of N new tokens after the token input (--input long:BATCH,PROMPT "
+    "--no-batch): a decoder's KV cache, prefill and decode.")]
+CacheOpt = Annotated[str, typer.Option(
+    "--cache", metavar="dynamic|static|quantized",
+    help="with --generate: the KV cache generate uses (transformers' cache_implementation; "
+    "quantized: the FP8 QuantizedCache).")]
+CacheArgOpt = Annotated[str | None, typer.Option(
+    "--cache-arg", metavar="NAME", show_default=False,
+    help="with --generate: the keyword a model of your own takes its cache by (default: cache; "
+    "its forward returns (logits, cache)).")]
+RecomputeOpt = Annotated[bool, typer.Option(
+    "--recompute", help="with --generate: a model without a KV cache runs the whole sequence "
+    "again for every new token; price that.")]
+
+
 def tolerance(value: float, option: str) -> float:
     """A --atol/--rtol value: finite and not negative (nan would make every comparison pass)."""
     if not value >= 0 or value == float("inf"):

@@ -14,6 +14,7 @@ the GPU catalogue (``torchinspect/gpus.py``).
 
 from torchinspect.latency.calibrated import LatencyGpu, latency_gpu, validation_text
 from torchinspect.latency.eager import HostModel, host_model
+from torchinspect.latency.generate import GenerateLatency, predict_generate_latency
 from torchinspect.latency.predict import (
     BatchPrediction,
     LayerRow,
@@ -24,6 +25,7 @@ from torchinspect.latency.predict import (
 )
 from torchinspect.latency.train import TrainBatch, TrainPrediction, predict_train
 
-__all__ = ["BatchPrediction", "HostModel", "LatencyGpu", "LayerRow", "Prediction", "TrainBatch",
-           "TrainPrediction", "host_model", "latency_gpu", "model_dtype", "module_times",
-           "predict_latency", "predict_train", "validation_text"]
+__all__ = ["BatchPrediction", "GenerateLatency", "HostModel", "LatencyGpu", "LayerRow",
+           "Prediction", "TrainBatch", "TrainPrediction", "host_model", "latency_gpu",
+           "model_dtype", "module_times", "predict_generate_latency", "predict_latency",
+           "predict_train", "validation_text"]

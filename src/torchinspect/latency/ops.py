@@ -14,7 +14,10 @@ What a GPU runs differently from the meta decomposition is recorded as the GPU r
   level, its meta decomposition (the math path: masks built with ``ones``/``tril``, casts,
   ``bmm``/``softmax``) is not. Inside ``nn.MultiheadAttention`` the function-level view is
   kept (the mode is re-entered), so a masked or cross attention records what the GPU runs:
-  the projections, the mask conversion, one attention kernel.
+  the projections, the mask conversion, one attention kernel. Where CUDA would take the
+  math path instead of flash or memory-efficient attention (``trace/attention.py``: head
+  size, strides, dtype, a grouped query without its flag), its matmuls, mask and softmax
+  are recorded op by op.
 * ``nn.LSTM``/``GRU``/``RNN`` (``torch._VF.lstm``...) run as cuDNN runs them: per layer and
   direction one input GEMM over the whole sequence, then per time step the recurrent GEMM,
   one fused cell kernel and, with ``proj_size``, the projection GEMM (``rnn_work``; the
@@ -44,6 +47,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 from torchinspect.dtypes import SHORT, SIZES
+from torchinspect.trace.attention import MATH, cuda_sdpa_kernel
 from torchinspect.trace.formulas import MacTable
 from torchinspect.trace.ops import OpKind, op_info, op_name
 
@@ -139,6 +143,7 @@ class Pricer:
 
     def __init__(self, dtype: str | None) -> None:
         self.itemsize = SIZES[SHORT[dtype]] if dtype else None
+        self.dtype = getattr(torch, SHORT[dtype]) if dtype else None
 
     def nbytes(self, t: torch.Tensor) -> float:
         size = self.itemsize if self.itemsize and _is_float(t) else t.element_size()
@@ -596,6 +601,11 @@ def _fused_attention(rec: Recorder) -> Any:
     def sdpa(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
              is_causal: bool = False, *, scale: float | None = None,
              enable_gqa: bool = False) -> Any:
+        if not rec.suppress and cuda_sdpa_kernel(q, k, v, attn_mask, enable_gqa,
+                                                 rec.pricer.dtype or q.dtype) == MATH:
+            # CUDA's math path: the score matrix's matmuls, mask and softmax, op by op
+            return torch.ops.aten._scaled_dot_product_attention_math(
+                q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
         if not rec.suppress:
             if isinstance(attn_mask, torch.Tensor) and attn_mask.dtype == torch.bool:
                 n = float(attn_mask.numel())

@@ -29,18 +29,7 @@ from typing import Any
 
 import torch
 
-
-def choose(q: Any, k: Any, v: Any, mask: Any, gqa: bool, dtype: Any) -> str:
-    """flash, efficient or math, as a GPU of compute capability 8.0+ chooses."""
-    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4 or q.size(-1) > 256:
-        return "math"
-    if q.size(-1) % 8 or v.size(-1) != q.size(-1):
-        return "math"
-    if dtype in (torch.float16, torch.bfloat16) and mask is None:
-        return "flash"
-    if gqa and k.size(-3) != q.size(-3):
-        return "math"
-    return "efficient" if dtype in (torch.float16, torch.bfloat16, torch.float32) else "math"
+from torchinspect.trace.attention import cuda_sdpa_kernel as choose
 
 
 def attention(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,

@@ -37,6 +37,12 @@ class ForwardModules:
                 self._name(child)
         return name
 
+    def transparent(self, module: Any) -> None:
+        """A wrapper that is no module of the model (the generate loop around it): its call
+        names nothing, and the model inside it is named by its class, as when called alone."""
+        self._names[module] = ""
+        self._seen.add(module)
+
     def _pre(self, mod: Any, _inputs: Any) -> None:
         name = self._name(mod)
         self._active[name] = self._active.get(name, 0) + 1

@@ -10,6 +10,7 @@ from torchinspect.memory.result import CATEGORIES, PhasePeak, RunMemory
 from torchinspect.memory.tracker import Alloc, Log
 
 TIMELINE_POINTS = 1000
+KV_CACHE = "kv cache"  # a category of generation only (memory/generate.py): not in CATEGORIES
 
 
 def category(a: Alloc) -> str | None:
@@ -24,7 +25,9 @@ def category(a: Alloc) -> str | None:
         return "gradients"
     if a.kind == "state":
         return "optimizer state"
-    if a.phase in ("forward", "inference"):
+    if a.kind == "cache":
+        return KV_CACHE
+    if a.phase in ("forward", "inference", "prefill", "decode"):
         return "activations"
     return "temporaries"
 
@@ -63,7 +66,7 @@ def replay(log: Log, end: int, *, mode: str, device: str, root: str, top: int = 
                 continue
             addr = allocator.malloc(nbytes)
             placed[ev.serial] = (addr, cat)
-            totals[cat] += allocator.size_of(addr)
+            totals[cat] = totals.get(cat, 0) + allocator.size_of(addr)
             key = (phase, step)
             if phase != "setup" and (key not in peaks or allocator.allocated > peaks[key].peak):
                 peaks[key] = PhasePeak(phase, step, allocator.allocated, _short(a.module, root),

@@ -37,6 +37,8 @@ class Phase(StrEnum):
     backward = "backward"
     optimizer = "optimizer"
     inference = "inference"
+    prefill = "prefill"  # generation: the prompt through the model (memory/generate.py)
+    decode = "decode"  # generation: the steps that add one token each
     end = "end"  # the mark after the last step
 
 
@@ -49,7 +51,8 @@ class Alloc:
     phase: Phase
     module: str
     step: int = 0  # training iteration (1, 2) or 0 for inference / before the run
-    kind: str = ""  # set after the run: grad, state, host (not on the device); cudnn
+    kind: str = ""  # set after the run: grad, state, cache (a KV cache), host (not on the
+    # device); cudnn
     problem: Any = None  # kind cudnn: the workspace's `workspace.Problem` (bytes set later)
 
 

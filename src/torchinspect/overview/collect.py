@@ -20,6 +20,7 @@ from torchinspect.arguments import ProgressFn, check_depth
 from torchinspect.errors import InspectError
 from torchinspect.overview import aggregate, parts
 from torchinspect.overview.memory import memory_part
+from torchinspect.overview.serving import serving_part
 from torchinspect.sources.case import ModelCase, ModelLike, ModelOptions, make_case
 from torchinspect.trace import trace_case
 
@@ -49,6 +50,7 @@ class ModelOverview:
     bench: Any | None = None  # torchinspect.bench.BenchResult
     memory: Any | None = None  # torchinspect.overview.memory.MemoryPart
     latency: Any | None = None  # torchinspect.latency.Prediction (report --gpu)
+    serving: Any | None = None  # torchinspect.overview.serving.ServingPart (a decoder)
     missing: dict[str, str] = field(default_factory=dict)
     seconds: dict[str, float] = field(default_factory=dict)
     weights: dict[str, Any] | None = None  # WeightsOrigin.to_dict() of the model
@@ -100,6 +102,7 @@ class ModelOverview:
             "bench": self.bench.to_dict() if self.bench is not None else None,
             "memory": self.memory.to_dict() if self.memory is not None else None,
             "latency": self.latency.to_dict() if self.latency is not None else None,
+            "serving": self.serving.to_dict() if self.serving is not None else None,
             "weights": self.weights, "missing": dict(self.missing),
             "seconds": {k: round(v, 3) for k, v in self.seconds.items()},
         }
@@ -217,6 +220,8 @@ def _one(spec: Any, case: ModelCase, *, depth: int, graph: bool, graph_depth: in
                                                                 trace=trace))
     if gpu is not None:
         view.latency = timed("latency", lambda: parts.latency_part(case, gpu))
+    if memory:  # a decoder: generate's peak by context and its decode time by batch
+        view.serving = timed("serving", lambda: serving_part(case, gpu))
     if bench:
         view.bench = timed("bench", lambda: parts.bench_part(case, device=real,
                                                              batches=bench_batches,

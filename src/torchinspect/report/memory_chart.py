@@ -22,7 +22,8 @@ PHASE_FILL = {"forward": "#dbe9f6", "backward": "#fde3cc", "optimizer": "#dcefd8
 # the stacked bar's colors, in result.CATEGORIES order
 CATEGORY_FILL = {"weights": "#4e79a7", "buffers": "#76b7b2", "input": "#bab0ac",
                  "gradients": "#f28e2b", "optimizer state": "#59a14f",
-                 "activations": "#e15759", "temporaries": "#b07aa1", "workspace": "#9c755f"}
+                 "activations": "#e15759", "temporaries": "#b07aa1", "workspace": "#9c755f",
+                 "kv cache": "#edc948"}
 W, H, LEFT, TOP, BOTTOM = 720.0, 240.0, 70.0, 24.0, 34.0
 
 

@@ -26,6 +26,7 @@ from torchinspect.report.base import (
 )
 from torchinspect.report.memory_chart import memory_sections
 from torchinspect.report.roofline_chart import roofline_sections
+from torchinspect.report.serving_chart import serving_sections
 from torchinspect.report.summary import summary_report, totals_section, trailer_sections
 from torchinspect.sources.origin import describe_weights
 
@@ -69,6 +70,7 @@ def single_sections(ov: Overview, m: ModelOverview) -> list[Any]:
     sections += memory_sections(m.memory.result if m.memory else None, m.missing.get("memory"))
     if m.latency is not None or "latency" in m.missing:
         sections += roofline_sections(m.latency, m.missing.get("latency"))
+    sections += serving_sections(m.serving, m.missing.get("serving"))
     sections.append(layers_table(m, "Layers"))
     sections += not_counted_sections(m, "FLOPs")
     sections += doctor_sections(m, "Doctor findings")

@@ -166,9 +166,20 @@ def totals_section(t: Totals) -> KeyValues:
     items += [
         ("Buffer memory", Shown(t.buffer_bytes, fmt_bytes(t.buffer_bytes))),
         ("Input size", Shown(t.input_bytes, fmt_bytes(t.input_bytes))),
-        *memory_items(t),
+        *memory_items(t), *kv_items(t),
     ]
     return KeyValues("Totals", items)
+
+
+def kv_items(t: Totals) -> list[tuple[str, Any]]:
+    """A decoder's KV cache line: bytes per token of one sequence (``inspect memory
+    --generate N`` predicts the whole generate call)."""
+    if t.kv_bytes_per_token is None:
+        return []
+    text = f"{fmt_bytes(t.kv_bytes_per_token)} per sequence"
+    if t.kv_bytes_per_prompt_token:
+        text += f", + {fmt_bytes(t.kv_bytes_per_prompt_token)} per prompt token (cross-attention)"
+    return [("KV cache per token", Shown(t.kv_bytes_per_token, text))]
 
 
 def memory_items(t: Totals) -> list[tuple[str, Any]]:
