@@ -45,6 +45,7 @@ TABLE = Path(__file__).resolve().parents[1] / "src/torchinspect/memory/data/cudn
 RESULTS = Path(__file__).resolve().parent / "results"
 OWNERS = RESULTS / "cudnn-workspace-models.json.gz"  # model -> its problem keys (step 1)
 RNN_RUN = RESULTS / "cudnn-rnn-h100.jsonl"  # cudnn_rnn_memory.py: RNN forwards, other shapes
+PROJ_RUN = RESULTS / "cudnn-rnn-proj-h100.jsonl"  # cudnn_rnn_memory.py --proj: LSTM proj_size
 
 
 def conv_problems(model: Any, shape: tuple[int, ...]) -> list[Any]:
@@ -179,7 +180,7 @@ def build(paths: list[str]) -> None:
     coverage = (f"{len(measured)} problems: the convolutions of {len(TABLE_MODELS)} torchvision "
                 f"models at batch {', '.join(map(str, sorted(BATCHES)))} in "
                 f"{', '.join(DTYPES)} (forward and backward), a grid of cuDNN RNN problems and "
-                f"{len(rnn)} RNN forwards of {RNN_RUN.name}")
+                f"{len(rnn)} RNN calls of {RNN_RUN.name} and {PROJ_RUN.name}")
     table = build_table(measured, info, coverage, owners(measured))
     TABLE.parent.mkdir(parents=True, exist_ok=True)
     data = json.dumps(table.to_dict(), separators=(",", ":")).encode()
@@ -189,23 +190,36 @@ def build(paths: list[str]) -> None:
 
 
 def rnn_run_rows(info: dict[str, Any]) -> dict[str, int]:
-    """The forward workspaces of `cudnn_rnn_memory.py`'s run (same H100, torch and cuDNN):
-    peak during the call minus what it keeps, as `calibrate.measure_problem` measures."""
-    from torchinspect.memory.workspace import rnn_problem
+    """The RNN workspaces of `cudnn_rnn_memory.py`'s runs (same H100, torch and cuDNN; LSTMs
+    with and without ``proj_size`` in the second): each forward's peak minus what it keeps,
+    as `calibrate.measure_problem` measures, and in training the backward workspace its
+    measured backward peak implies (`cudnn_rnn_memory.workspace_rows`). Only runs measured
+    on the table's GPU, cuDNN and torch count (the first run's rows carry no header)."""
+    from cudnn_rnn_memory import workspace_rows
 
     out: dict[str, int] = {}
-    if not RNN_RUN.exists():
-        return out
-    for line in RNN_RUN.read_text().splitlines():
-        r = json.loads(line)
-        if r.get("proj") or not line:
-            continue
-        problem = rnn_problem({"rnn": "rnn_tanh"}.get(r["kind"], r["kind"]), backward=False,
-                              input_size=r["input"], hidden=r["hidden"], layers=r["layers"],
-                              dirs=2 if r["bidir"] else 1, seq=r["seq"], batch=r["batch"],
-                              dtype=r["dtype"], train=r["train"], bias=True, batch_first=True)
-        out[problem.key] = max(0, r["fwd_peak"] - r["fwd_kept"])
+    for path in (RNN_RUN, PROJ_RUN):
+        if path.exists() and _same_machine(_header(path), info):
+            out.update(workspace_rows(path))
     return out
+
+
+def _header(path: Path) -> dict[str, Any] | None:
+    for line in path.read_text().splitlines():
+        row = json.loads(line) if line.strip() else {}
+        if "fwd_peak" in row:
+            return row.get("run")
+    return None
+
+
+def _same_machine(header: dict[str, Any] | None, info: dict[str, Any]) -> bool:
+    """Whether a run header names the table's GPU, cuDNN and torch (no header: the first
+    RNN run, made on the table's machine by the same session)."""
+    if header is None or not info:
+        return True
+    torch_version = str(info.get("torch", "")).split("+")[0]
+    return (header.get("device") == info.get("gpu") and header.get("cudnn") == info.get("cudnn")
+            and str(header.get("versions", {}).get("torch", "")) == torch_version)
 
 
 def owners(measured: dict[str, int]) -> dict[str, set[str]]:
@@ -222,8 +236,8 @@ def owners(measured: dict[str, int]) -> dict[str, set[str]]:
     for key in measured:
         if key.startswith("rnn"):
             p = problem_from_key(key).params
-            found[key] = {"rnn " + " ".join(f"{k}={p[k]}" for k in (
-                "kind", "input", "hidden", "layers", "dirs", "dtype", "bias", "bf"))}
+            found[key] = {"rnn " + " ".join(f"{k}={p.get(k, 0)}" for k in (
+                "kind", "input", "hidden", "proj", "layers", "dirs", "dtype", "bias", "bf"))}
     return found
 
 

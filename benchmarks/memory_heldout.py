@@ -381,12 +381,13 @@ def held_out_table(name: str, problems: list[Any]) -> Any:
                                          "cudnn-workspace-models.json.gz").read_bytes()))
     base = name.split("-b")[0]
     drop = set(models.get(base, ()))
-    shape = ("kind", "input", "hidden", "layers", "dirs", "dtype", "bias")
-    mine = {tuple(p.params[k] for k in shape) for p in problems if p.op.startswith("rnn")}
+    shape = ("kind", "input", "hidden", "proj", "layers", "dirs", "dtype", "bias")
+    mine = {tuple(p.params.get(k, 0) for k in shape) for p in problems if p.op.startswith("rnn")}
     for key in table.entries:
-        if key.startswith("rnn") and tuple(problem_from_key(key).params[k]
+        if key.startswith("rnn") and tuple(problem_from_key(key).params.get(k, 0)
                                            for k in shape) in mine:
             drop.add(key)
+    # no stored RNN model: it is refitted without the dropped configurations
     return WorkspaceTable(table.machine, {k: v for k, v in table.entries.items()
                                           if k not in drop}, table.envelopes, table.coverage)
 
