@@ -92,14 +92,23 @@ TABLE: tuple[Constant, ...] = (
     Constant("cudnn_rnn.reserve_extra", 256, "bytes", Provenance.measured, RNN_RUN, H100,
              "60 + 60 shapes, every one to the byte", "added to every reserve"),
     Constant("cudnn_rnn.proj_round", 16, "elements", Provenance.measured, PROJ_RUN, H100,
-             "60 LSTM shapes with proj_size, every one to the byte (one shape shows it)",
+             "60 LSTM training cases, 39 with proj_size, every one to the byte (one shows it)",
              "the projected part of the reserve (seq x batch x proj_size per layer and "
              "direction) rounds up to a multiple"),
     Constant("cudnn_rnn.dropout_state_per_sm", 48 * 1024, "bytes", Provenance.measured,
              "benchmarks/memory_optrace.py, results/memory-optrace-h100", H100,
              "cudnnDropoutGetStatesSize: 6,488,064 bytes on 132 SMs",
              "cuDNN's dropout states, kept for the process"),
-    # -- estimates of unmeasured cuDNN workspaces (memory/workspace.py)
+    *(Constant(f"cudnn_rnn.gate_rows.{kind}", rows, "x hidden rows per weight",
+               Provenance.source, "torch/nn/modules/rnn.py (gate_size)",
+               meaning="rows of an RNN cell's weight matrices, in hidden sizes")
+      for kind, rows in (("lstm", 4), ("gru", 3), ("rnn_tanh", 1), ("rnn_relu", 1))),
+    *(Constant(f"cudnn_rnn.small_hidden.{kind}", size, "hidden units", Provenance.source,
+               "aten/src/ATen/native/cudnn/RNN.cpp (use_rnn_persist_small_h)",
+               meaning="the largest hidden size cuDNN's persistent small-hidden kernel "
+                       "takes in a forward (a term of its own in the RNN workspace model)")
+      for kind, size in (("lstm", 192), ("gru", 192), ("rnn_tanh", 384), ("rnn_relu", 384))),
+    # -- estimates of unmeasured cuDNN workspaces (memory/workspace.py, rnn_workspace.py)
     Constant("workspace.neighbours.conv", 3, "problems", Provenance.fitted,
              "benchmarks/cudnn_workspace_sweep.py check", H100,
              "the sweep's 9,198 convolution problems, leave-one-model-out",
@@ -120,7 +129,8 @@ DATA_TABLES: tuple[Constant, ...] = (
              "benchmarks/cudnn_workspace_sweep.py build", H100,
              "convolutions of 27 torchvision models, an RNN grid, the RNN runs of "
              "cudnn_rnn_memory.py (with and without proj_size)",
-             "measured workspaces and each op's leave-one-out envelope"),
+             "measured workspaces, each op's leave-one-out envelope, and the RNN workspace "
+             "model's coefficients (fitted on the table's RNN entries: rnn_workspace.py)"),
     Constant("data/peak_margins.json", 0, "table", Provenance.fitted,
              "benchmarks/memory_validation.py margins", H100,
              "development sets only (memory_heldout.py dev, memory_validation.py rnnproj)",

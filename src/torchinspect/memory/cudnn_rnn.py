@@ -21,8 +21,9 @@ after the biases of each layer and direction, and the recurrent weight becomes
 ``4 hidden x P``; PyTorch keeps them in one flat buffer as without projection. The output
 is ``P`` wide per direction, ``h_n`` is ``P`` wide and ``c_n`` stays ``hidden`` wide. The
 reserve keeps, per layer, direction and time step, the unprojected hidden state and the
-projected one besides what the LSTM without projection keeps: 60 of 60 measured shapes
-(``benchmarks/results/cudnn-rnn-proj-h100.jsonl``, same H100) match
+projected one besides what the LSTM without projection keeps: all 60 measured training
+cases, 39 of them with projections (``benchmarks/results/cudnn-rnn-proj-h100.jsonl``, same
+H100), match
 
     reserve without projection + layers x directions x (seq x batch x hidden
                                  + round_up(seq x batch x P, 16)) x element size

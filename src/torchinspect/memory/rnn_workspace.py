@@ -29,8 +29,11 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from torchinspect.memory.constants import value
+
 MIB = 1 << 20
-GATE_ROWS = {"lstm": 4, "gru": 3, "rnn_tanh": 1, "rnn_relu": 1}
+KINDS = ("lstm", "gru", "rnn_tanh", "rnn_relu")
+GATE_ROWS = {kind: value(f"cudnn_rnn.gate_rows.{kind}") for kind in KINDS}
 TERMS = (
     "weights",
     "weights, half precision in eval (their per-call copy)",
@@ -42,9 +45,8 @@ TERMS = (
     "tokens x directions x proj_size",
     "tokens x directions x hidden, small-hidden kernel",
 )
-# cuDNN's persistent kernel for small hidden sizes (PyTorch's use_rnn_persist_small_h,
-# aten/src/ATen/native/cudnn/RNN.cpp: forward, plain RNN up to 384, LSTM and GRU up to 192)
-SMALL_HIDDEN = {"rnn_tanh": 384, "rnn_relu": 384, "lstm": 192, "gru": 192}
+# cuDNN's persistent kernel for small hidden sizes (PyTorch's use_rnn_persist_small_h)
+SMALL_HIDDEN = {kind: value(f"cudnn_rnn.small_hidden.{kind}") for kind in KINDS}
 
 
 def weight_bytes(p: dict[str, Any]) -> int:
