@@ -17,6 +17,9 @@ Three steps, the middle one on a GPU (about 5-20 minutes of GPU time, by coverag
     # 4. how close the point lands and how often the range holds the measurement (the same
     #    cross-validation, the envelope itself cross-validated too)
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py check benchmarks/results/cudnn-workspace-h100.jsonl.gz
+    # 5. the same for the RNN calls of the shipped table, the RNN workspace model against the
+    #    nearest measured problem (raw data of RESULTS-memory.md)
+    PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py rnn-check cudnn-rnn-workspace-cv
 
 Raw data: benchmarks/results/cudnn-workspace-h100.jsonl.gz (one line per problem, machine named).
 """
@@ -285,6 +288,73 @@ def check(paths: list[str]) -> None:
               f"left the model out too: {inside}/{len(rows)} ({100 * inside / len(rows):.1f}%)")
 
 
+def rnn_check() -> dict[str, Any]:
+    """The RNN workspace estimates of the shipped table, cross-validated: each RNN
+    configuration left out (every length, batch and mode of it), its problems estimated by the
+    RNN workspace model refitted without it and, for comparison, by the nearest measured
+    problem scaled by size (the estimate before it); the range with the envelope built
+    without that configuration's errors too. Per envelope key (op and cell)."""
+    import statistics
+
+    from torchinspect.memory.workspace import (
+        WorkspaceTable,
+        envelope,
+        held_out_errors,
+        shipped_table,
+    )
+
+    table = shipped_table()
+    measured = {k: v for k, v in table.entries.items() if k.startswith("rnn")}
+    who = owners(measured)
+    model = held_out_errors(measured, who)
+    nearest = {}
+    for key, rows in _held_out_nearest(measured, who).items():
+        nearest[key] = rows
+
+    def stats(rows: list[tuple[str, int, int, int]]) -> dict[str, Any]:
+        rel = sorted(abs(p - w) / w for _, _, w, p in rows if w)
+        return {"n": len(rel), "median": round(statistics.median(rel), 4),
+                "p90": round(rel[int(0.9 * (len(rel) - 1))], 4),
+                "within_5pct": sum(r <= 0.05 for r in rel),
+                "within_10pct": sum(r <= 0.10 for r in rel), "worst": round(rel[-1], 4)}
+
+    out: dict[str, Any] = {"table": table.machine, "entries": len(measured), "by": {}}
+    for key, rows in sorted(model.items()):
+        groups = sorted({g for k, *_ in rows for g in who.get(k, {k})})
+        inside = 0
+        for g in groups:
+            mine = [r for r in rows if min(who.get(r[0], {r[0]})) == g]
+            other = envelope([(s, w - p) for k, s, w, p in rows if g not in who.get(k, {k})])
+            inside += sum(p - other.at(s)[1] <= w <= p + other.at(s)[0] for _, s, w, p in mine)
+        out["by"][key] = {"model": stats(rows), "nearest": stats(nearest.get(key, [])),
+                          "configurations": len(groups), "inside_cv_envelope": inside}
+    out["model"] = WorkspaceTable({}, measured).rnn_fit()
+    return out
+
+
+def _held_out_nearest(measured: dict[str, int], who: dict[str, set[str]]) -> dict[
+        str, list[tuple[str, int, int, int]]]:
+    """`held_out_errors` with the nearest-neighbour estimate for RNN calls too."""
+    import functools
+
+    from torchinspect.memory.workspace import (
+        WorkspaceTable,
+        _owned_by,
+        envelope_key,
+        problem_from_key,
+    )
+
+    table = WorkspaceTable({}, dict(measured), rnn_model={})
+    out: dict[str, list[tuple[str, int, int, int]]] = {}
+    for key in sorted(measured):
+        problem = problem_from_key(key)
+        point = table.nearest(problem, functools.partial(_owned_by, who, who.get(key, {key})))
+        if point is not None:
+            out.setdefault(envelope_key(problem), []).append(
+                (key, problem.size, measured[key], point))
+    return out
+
+
 def _machine(paths: list[str]) -> dict[str, Any]:
     for path in paths:
         raw = Path(path).read_bytes()
@@ -317,6 +387,7 @@ def main() -> None:
     m.add_argument("--deadline", type=float, default=1200)
     sub.add_parser("build").add_argument("paths", nargs="+")
     sub.add_parser("check").add_argument("paths", nargs="+")
+    sub.add_parser("rnn-check").add_argument("out", help="the JSON to write")
     a = ap.parse_args()
     if a.step == "problems":
         problems(a.path)
@@ -324,6 +395,10 @@ def main() -> None:
         measure(a.problems, a.out, a.deadline)
     elif a.step == "check":
         check(a.paths)
+    elif a.step == "rnn-check":
+        from machine import save
+
+        save(Path(a.out).stem, rnn_check())
     else:
         build(a.paths)
 

@@ -393,9 +393,12 @@ class WorkspaceTable:
     def rnn_fit(self, held_out: Callable[[str], bool] | None = None) -> dict[
             str, tuple[float, ...]]:
         """The RNN workspace model: the stored one, else (or without the held-out rows)
-        fitted on the RNN entries (each fit made once)."""
+        fitted on the RNN entries (each fit made once); an empty stored model (``{}``: RNN
+        calls take the nearest measured problem, as convolutions do) stays empty."""
         from torchinspect.memory import rnn_workspace
 
+        if self.rnn_model == {}:
+            return {}
         keys = [k for k in self.entries if k.startswith("rnn")]
         out = frozenset(k for k in keys if held_out is not None and held_out(k))
         if not out and self.rnn_model is not None:
