@@ -252,17 +252,33 @@ def _modes(name: str) -> dict[str, str | None]:
 
 
 def _predicted(case: Any, mode: str, target: Any, checkpointing: str | None = None) -> dict[str, Any]:
+    """One mode predicted: the point, the range (``peak_low``-``peak_high``: without a GPU
+    widened by the shipped margins, as `inspect memory` shows it) and the range of the cuDNN
+    workspaces alone (``ws_low``-``ws_high``: a page widens it with the margins of the day)."""
+    from torchinspect.memory import margins
     from torchinspect.memory.predict import predict_case
 
     t0 = time.perf_counter()
     cfg = _cfg(mode, checkpointing)
-    r = predict_case(case, cfg, target, inference=not cfg.train)
+    shipped, original = margins.shipped_margins(), margins.shipped_margins
+    margins.shipped_margins = lambda: {}  # type: ignore[assignment]  # the range before margins
+    try:
+        r = predict_case(case, cfg, target, inference=not cfg.train)
+    finally:
+        margins.shipped_margins = original  # type: ignore[assignment]
     run = r.training if cfg.train else r.inference
     assert run is not None
-    return {"peak": run.peak, "peak_low": run.peak_low, "peak_high": run.peak_high,
-            "high_at": run.high_at, "where": run.where, "seconds": round(time.perf_counter() - t0, 2),
-            "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases},
-            "notes": [n for n in r.notes if "cuDNN" in n or "calibration" in n]}
+    out = {"peak": run.peak, "peak_low": run.peak_low, "peak_high": run.peak_high,
+           "ws_low": run.peak_low, "ws_high": run.peak_high,
+           "high_at": run.high_at, "where": run.where, "seconds": round(time.perf_counter() - t0, 2),
+           "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases},
+           "notes": [n for n in r.notes if "cuDNN" in n or "calibration" in n]}
+    kind = KIND[mode.removesuffix("-ckpt")]
+    if target.device == "cuda" and not target.calibrate and kind in shipped:
+        low, high = run.peak_low or run.peak, run.peak_high or run.peak
+        out["peak_low"], out["peak_high"] = shipped[kind].widen(low, high)
+        out["margins"] = {"kind": kind, "low": shipped[kind].low, "high": shipped[kind].high}
+    return out
 
 
 def measure_one(name: str, out: Path) -> None:
@@ -353,19 +369,14 @@ def calibrated_errors(measured_dir: Path, leave_out: str | None = None) -> dict[
 
 
 def write_margins(measured_dir: Path) -> None:
-    """data/peak_margins.json from the development set's calibrated errors."""
-    from torchinspect.memory.margins import margins_from
+    """data/peak_margins.json: written by memory_validation.py margins (this development set
+    and issue 40's LSTM-projection models; ``measured_dir`` is this set's GPU run)."""
+    from memory_validation import write_margins as write
 
-    errors = calibrated_errors(measured_dir)
-    found = margins_from(errors)
-    machine = next(json.loads(p.read_text())["gpu"] for p in sorted(measured_dir.glob("*.json")))
-    MARGINS.write_text(json.dumps({
-        "version": 1, "measured_on": machine, "source": str(measured_dir),
-        "set": f"development ({len(DEV)} models), calibrated peak / measured peak - 1",
-        "kinds": {k: {"low": round(m.low, 6), "high": round(m.high, 6), "n": m.n}
-                  for k, m in found.items()}}, indent=1) + "\n")
-    print(f"{MARGINS}: " + "; ".join(f"{k} {100 * m.low:+.2f}%..{100 * m.high:+.2f}% (n={m.n})"
-                                     for k, m in found.items()), file=sys.stderr)
+    if measured_dir.resolve() != (Path(__file__).parent / "results" / "memory-heldout-h100").resolve():
+        raise SystemExit("margins come from results/memory-heldout-h100 and "
+                         "memory_validation.py's files: run memory_validation.py margins")
+    write()
 
 
 def held_out_table(name: str, problems: list[Any]) -> Any:
@@ -422,9 +433,11 @@ def replay_logs(logs: Path, out: Path, cache: Path | None, cv: Path | None = Non
         for mode, (log, end, run_mode, target, root) in loaded.items():
             ws = Workspaces(table, True, calibrated=entries)
             run = replay_ranged(log, end, run_mode, target, root, 10, ws)
+            ws_low, ws_high = run.peak_low, run.peak_high
             if cache is None:
                 margins.widen(run, KIND[mode.removesuffix("-ckpt")], found)
             row[mode] = {"peak": run.peak, "peak_low": run.peak_low, "peak_high": run.peak_high,
+                         "ws_low": ws_low, "ws_high": ws_high,
                          "high_at": run.high_at, "where": run.where,
                          "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases}}
         (out / f"{name}.json").write_text(json.dumps(row, indent=1))

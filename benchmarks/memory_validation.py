@@ -235,13 +235,15 @@ def case(name: str) -> Any:
 
 
 def model_hash() -> str:
-    """A short hash of the memory model: src/torchinspect/memory/ (code and data)."""
+    """A short hash of the memory model: src/torchinspect/memory/ (code and data; not the
+    margins, which predictions store apart: ``ws_low``/``ws_high``)."""
     import hashlib
 
     root = HERE.parent / "src" / "torchinspect" / "memory"
     digest = hashlib.sha256()
     for path in sorted(root.rglob("*")):
-        if path.is_file() and path.suffix in (".py", ".json", ".gz"):
+        if path.is_file() and path.suffix in (".py", ".json", ".gz") and path.name != \
+                MARGINS.name:
             digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     return digest.hexdigest()[:12]
 
@@ -290,35 +292,14 @@ def dry_one(name: str, mode: str) -> dict[str, Any]:
 
 def predict_one(name: str, mode: str, calibrate: bool) -> dict[str, Any]:
     """In this (fresh) process: one mode predicted for an H100, without a GPU (the shipped
-    table; the workspace range, and the range widened by the shipped margins) or calibrated
-    on the GPU here."""
-    from torchinspect.memory import margins
-    from torchinspect.memory.predict import make_target, predict_case
+    table; the workspace range ``ws_low``-``ws_high``, and ``low``-``high`` widened by the
+    shipped margins) or calibrated on the GPU here (memory_heldout._predicted)."""
+    from torchinspect.memory.predict import make_target
 
-    c = case(name)
-    cfg = _cfg(mode)
     target = make_target("cuda", None if calibrate else "h100", calibrate=calibrate)
-    t0 = time.perf_counter()
-    shipped, original = margins.shipped_margins(), margins.shipped_margins
-    margins.shipped_margins = lambda: {}  # type: ignore[assignment]  # the range before margins
-    try:
-        r = predict_case(c, cfg, target, inference=not cfg.train)
-    finally:
-        margins.shipped_margins = original  # type: ignore[assignment]
-    run = r.training if cfg.train else r.inference
-    assert run is not None
-    out: dict[str, Any] = {
-        "peak": run.peak, "ws_low": run.peak_low, "ws_high": run.peak_high,
-        "where": run.where, "high_at": run.high_at,
-        "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases},
-        "notes": [n for n in r.notes if "cuDNN" in n or "calibration" in n],
-        "seconds": round(time.perf_counter() - t0, 2), "model_hash": model_hash(),
-        "gpu": target.gpu}
-    kind = KIND[mode]
-    if not calibrate and kind in shipped:
-        out["low"], out["high"] = shipped[kind].widen(run.peak_low or run.peak,
-                                                     run.peak_high or run.peak)
-        out["margins"] = {"kind": kind, "low": shipped[kind].low, "high": shipped[kind].high}
+    out = memory_heldout._predicted(case(name), mode, target)
+    out["low"], out["high"] = out.pop("peak_low"), out.pop("peak_high")
+    out["model_hash"], out["gpu"] = model_hash(), target.gpu
     if calibrate:
         import torch
 

@@ -29,12 +29,22 @@ H100), match
                                  + round_up(seq x batch x P, 16)) x element size
 
 to the byte (the rounding of the projected part to 16 elements shows in the one shape whose
-``seq x batch x P`` is not a multiple of 16). The constants are in `RESERVE` with their
-provenance.
+``seq x batch x P`` is not a multiple of 16). The constants are read from
+``memory/constants.py``, with their provenance.
 
-Under autocast the input, states and weights are cast down first, as autocast's kernel for
-``_cudnn_rnn`` does. The workspace (freed inside the call) is logged per call as a
-``workspace.Problem``: measured, looked up or bounded like a convolution's.
+**Weights.** PyTorch keeps an RNN's weights in one flat buffer once the module is on the GPU,
+for the dtypes cuDNN flattens (not bf16: ``torch.backends.cudnn.is_acceptable``); weights in
+separate storages are copied into a new buffer at every call, kept for the backward in
+training. Under autocast the input and states are cast down, and the weights copied into one
+new low-precision buffer (autocast's ``copy_weights_to_flat_buf_views``), as autocast's kernel
+for ``_cudnn_rnn`` does.
+
+**Workspaces** (freed inside the call) are logged per call as a ``workspace.Problem``:
+measured, looked up or estimated like a convolution's. The backward is two cuDNN calls
+(backward-data, then backward-weights once the time-major copy of a non-contiguous output
+gradient is freed and the weight gradient allocated), each with the training workspace: with
+that, the backward peak of all 120 measured training cases (with and without projections,
+LSTM, GRU and RNN) implies a backward workspace within 2 MiB of the training forward's.
 
 Handled: dense input (not packed sequences), with or without ``proj_size``; anything else
 keeps PyTorch's composite (the unrolled cells).
@@ -203,8 +213,8 @@ def _run(kind: str, x: Any, hx: Any, cx: Any, params: Any, has_biases: bool, lay
 def _flat_copy(params: Any, dtype: Any) -> list[Any]:
     """The weights copied into views of one new buffer of ``dtype`` (autocast's
     ``copy_weights_to_flat_buf_views``); the copies carry the gradient back to the weights."""
-    if all(w.dtype == dtype for w in params):
-        return list(params)
+    if dtype in FLATTENED and all(w.dtype == dtype for w in params):
+        return list(params)  # already the module's flat buffer
     buffer = params[0].new_empty(sum(w.numel() for w in params), dtype=dtype)
     views, start = [], 0
     for w in params:
