@@ -14,6 +14,14 @@ Three steps, the middle one on a GPU (about 5-20 minutes of GPU time, by coverag
     #    the models of each problem: results/cudnn-workspace-models.json.gz, written by step 1)
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py build benchmarks/results/cudnn-workspace-h100.jsonl.gz
 
+    # 1b. generic 1-D, 3-D and transposed convolutions (none in the table before issue 40),
+    #     measured the same way (about 5 minutes of GPU time; --dry-run checks the list)
+    PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py problems-nd nd.json
+    PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py measure nd.json \
+        benchmarks/results/cudnn-workspace-nd-h100.jsonl --deadline 420 [--dry-run]
+    #     then build from both: ... build benchmarks/results/cudnn-workspace-h100.jsonl.gz \
+    #     benchmarks/results/cudnn-workspace-nd-h100.jsonl
+
     # 4. how close the point lands and how often the range holds the measurement (the same
     #    cross-validation, the envelope itself cross-validated too)
     PYTHONPATH=src python benchmarks/cudnn_workspace_sweep.py check benchmarks/results/cudnn-workspace-h100.jsonl.gz
@@ -144,7 +152,92 @@ def problems(path: str) -> None:
     print(f"models of each problem -> {OWNERS}", file=sys.stderr)
 
 
-def measure(path: str, out: str, deadline: float) -> None:
+ND_OWNERS = RESULTS / "cudnn-workspace-nd-models.json"  # problems-nd: configuration -> keys
+
+
+def nd_grid() -> dict[str, tuple[Any, tuple[int, ...]]]:
+    """Generic 1-D, 3-D and transposed convolutions (issue 40: the table held none), each a
+    configuration named by its shape without the batch: (module, input shape at batch 1).
+    Shapes of common kinds (audio front-ends, dilated stacks, depthwise-separable stacks,
+    upsampling by transposed convolutions, video and volume CNNs), not any one model's."""
+    from torch import nn
+
+    grid: dict[str, tuple[Any, tuple[int, ...]]] = {}
+    for c in (64, 256, 512):
+        for length in (2048, 16000):
+            for k, d in ((3, 1), (3, 2), (3, 8), (3, 32), (5, 1), (11, 1)):
+                grid[f"conv1d c{c} L{length} k{k} d{d}"] = (
+                    nn.Conv1d(c, c, k, padding=d * (k - 1) // 2, dilation=d), (1, c, length))
+    for c in (128, 256, 512):
+        for length in (2048, 16000):
+            for k in (3, 11, 33):
+                grid[f"conv1d depthwise c{c} L{length} k{k}"] = (
+                    nn.Conv1d(c, c, k, padding=k // 2, groups=c), (1, c, length))
+    for cin, cout in ((512, 256), (256, 128)):
+        for length in (128, 1024):
+            for stride in (2, 4, 8):
+                grid[f"conv_transpose1d {cin}->{cout} L{length} s{stride}"] = (
+                    nn.ConvTranspose1d(cin, cout, 2 * stride, stride, stride // 2),
+                    (1, cin, length))
+    for cin, cout in ((512, 256), (256, 128), (128, 64)):
+        for size in (8, 32, 64):
+            for name, kw in (("k4s2", dict(kernel_size=4, stride=2, padding=1)),
+                             ("k2s2", dict(kernel_size=2, stride=2)),
+                             ("k3s2", dict(kernel_size=3, stride=2, padding=1,
+                                           output_padding=1))):
+                grid[f"conv_transpose2d {cin}->{cout} {size}px {name}"] = (
+                    nn.ConvTranspose2d(cin, cout, **kw), (1, cin, size, size))
+    for c in (32, 64, 128):
+        for vol in ((8, 56, 56), (16, 28, 28), (32, 64, 64)):
+            grid[f"conv3d c{c} {'x'.join(map(str, vol))} k3"] = (
+                nn.Conv3d(c, c, 3, padding=1), (1, c, *vol))
+    for cin, cout in ((128, 64), (64, 32)):
+        for vol in ((8, 16, 16), (16, 32, 32)):
+            grid[f"conv_transpose3d {cin}->{cout} {'x'.join(map(str, vol))} k2s2"] = (
+                nn.ConvTranspose3d(cin, cout, 2, 2), (1, cin, *vol))
+    return grid
+
+
+ND_BATCHES = (1, 4, 16)
+ND_DTYPES = ("fp32", "bf16")
+
+
+def problems_nd(path: str) -> None:
+    """The problems of `nd_grid` at batch 1, 4, 16 in fp32 and bf16 (forward, and the
+    backward training asks for), written as keys; `ND_OWNERS` maps each configuration to its
+    keys (build's leave-one-configuration-out)."""
+    owners: dict[str, list[str]] = {}
+    keys: list[str] = []
+    for name, (module, shape) in nd_grid().items():
+        base = conv_problems(module, shape)
+        mine = [with_batch_dtype(p, b, d).key for d in ND_DTYPES for b in ND_BATCHES
+                for p in base]
+        owners[name] = sorted(set(mine))
+        keys += mine
+    unique = list(dict.fromkeys(keys))
+    Path(path).write_text(json.dumps(unique))
+    ND_OWNERS.write_text(json.dumps(owners, indent=0, sort_keys=True) + "\n")
+    print(f"{len(unique)} problems of {len(owners)} configurations -> {path}; owners -> "
+          f"{ND_OWNERS}", file=sys.stderr)
+
+
+def measure(path: str, out: str, deadline: float, dry_run: bool = False) -> None:
+    if dry_run:  # on any machine: every key parses and names a problem calibrate can run
+        from torchinspect.memory.workspace import problem_from_key
+
+        keys = json.loads(Path(path).read_text())
+        kinds: dict[str, int] = {}
+        for key in keys:
+            fam = problem_from_key(key).family
+            kinds[fam] = kinds.get(fam, 0) + 1
+        done = 0
+        if Path(out).exists():
+            done = len({json.loads(line)["key"] for line in Path(out).read_text().splitlines()
+                        if line} & set(keys))
+        print(f"{len(keys)} problems ({done} already in {out}): "
+              + ", ".join(f"{k} {n}" for k, n in sorted(kinds.items())), file=sys.stderr)
+        return
+
     import torch
 
     from torchinspect.memory.calibrate import machine, measure_problem
@@ -233,6 +326,8 @@ def owners(measured: dict[str, int]) -> dict[str, set[str]]:
 
     found: dict[str, set[str]] = {}
     models = json.loads(gzip.decompress(OWNERS.read_bytes())) if OWNERS.exists() else {}
+    if ND_OWNERS.exists():  # the generic 1-D, 3-D and transposed configurations
+        models.update(json.loads(ND_OWNERS.read_text()))
     for name, keys in models.items():
         for key in keys:
             found.setdefault(key, set()).add(name)
@@ -385,6 +480,8 @@ def main() -> None:
     m.add_argument("problems")
     m.add_argument("out")
     m.add_argument("--deadline", type=float, default=1200)
+    m.add_argument("--dry-run", action="store_true", help="check the problem list, no GPU")
+    sub.add_parser("problems-nd").add_argument("path")
     sub.add_parser("build").add_argument("paths", nargs="+")
     sub.add_parser("check").add_argument("paths", nargs="+")
     sub.add_parser("rnn-check").add_argument("out", help="the JSON to write")
@@ -392,7 +489,9 @@ def main() -> None:
     if a.step == "problems":
         problems(a.path)
     elif a.step == "measure":
-        measure(a.problems, a.out, a.deadline)
+        measure(a.problems, a.out, a.deadline, a.dry_run)
+    elif a.step == "problems-nd":
+        problems_nd(a.path)
     elif a.step == "check":
         check(a.paths)
     elif a.step == "rnn-check":

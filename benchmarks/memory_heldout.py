@@ -9,8 +9,9 @@ output, two steps.
     # on the GPU: each model in a fresh process: the real peaks (verify.measure), then the
     # calibrated prediction (cuDNN workspaces measured op by op on that GPU)
     PYTHONPATH=src python benchmarks/memory_heldout.py measure --set all --out DIR --jobs 4
-    # the margins of a prediction without a GPU: the development set's calibrated errors
-    PYTHONPATH=src python benchmarks/memory_heldout.py margins benchmarks/results/memory-heldout-h100
+    # the margins of a prediction without a GPU: the development sets' calibrated errors
+    # (this one's and memory_validation.py's LSTM-projection models)
+    PYTHONPATH=src python benchmarks/memory_validation.py margins
     # on a CPU-only machine: the prediction without a GPU (shipped table, range); the logs
     # kept to replay them: cross-validated development set (own table problems and own
     # calibrated errors left out), or against a new table without a fake run
@@ -18,11 +19,11 @@ output, two steps.
         --out benchmarks/results/memory-heldout-predicted
     PYTHONPATH=src python benchmarks/memory_heldout.py replay LOGS \
         --cv benchmarks/results/memory-heldout-h100 --out benchmarks/results/memory-heldout-predicted-cv
-    # the tables (RESULTS-memory.md, docs/concepts/memory.md) from the committed raw data
+    # the tables, printed (RESULTS-memory.md and the summary in docs/concepts/memory.md are
+    # rendered by benchmarks/pages_memory.py: make bench-report)
     PYTHONPATH=src python benchmarks/memory_heldout.py report \
         benchmarks/results/memory-heldout-h100 benchmarks/results/memory-heldout-predicted \
-        --cv benchmarks/results/memory-heldout-predicted-cv \
-        --write benchmarks/RESULTS-memory.md docs/concepts/memory.md
+        --cv benchmarks/results/memory-heldout-predicted-cv
 """
 
 from __future__ import annotations
@@ -337,8 +338,10 @@ def predict_one(name: str, out: Path) -> None:
     if os.environ.get("HELDOUT_LOGS"):
         _keep_logs(Path(os.environ["HELDOUT_LOGS"]), name)
     case = find(name)()
+    from memory_validation import model_hash
+
     row: dict[str, Any] = {"model": name, "set": "dev" if name in DEV else "val",
-                           "machine": "CPU only (no CUDA device)"}
+                           "machine": "CPU only (no CUDA device)", "model_hash": model_hash()}
     for mode, ckpt in _modes(name).items():
         try:
             row[mode] = _predicted(case, mode, make_target("cuda", "h100", calibrate=False), ckpt)
@@ -418,7 +421,10 @@ def replay_logs(logs: Path, out: Path, cache: Path | None, cv: Path | None = Non
     entries = json.loads(cache.read_text())["entries"] if cache else None
     names = list(DEV) if cv else [n for models in SETS.values() for n in models]
     for name in names:
+        from memory_validation import model_hash
+
         row: dict[str, Any] = {"model": name, "set": "dev" if name in DEV else "val",
+                               "model_hash": model_hash(),
                                "machine": "replayed logs of a CPU-only machine" + (
                                    f", workspaces of {cache.name}" if cache else "") + (
                                    ", leave-one-model-out" if cv else "")}

@@ -20,6 +20,7 @@ from typing import Any
 from machine import load
 from pages_bench import bench_page, bench_summary
 from pages_features import features_page, features_summary
+from pages_memory import memory_page, memory_summary
 from pages_models import models_page, models_summary
 
 HERE = Path(__file__).resolve().parent
@@ -335,6 +336,8 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-summary-features.md": features_summary,
     "RESULTS-models.md": models_page,
     "RESULTS-summary-models.md": models_summary,
+    "RESULTS-memory.md": memory_page,
+    "RESULTS-summary-memory.md": memory_summary,
 }
 
 

@@ -116,7 +116,8 @@ TABLE: tuple[Constant, ...] = (
     Constant("workspace.neighbours.rnn", 1, "problems", Provenance.fitted,
              "benchmarks/cudnn_workspace_sweep.py check", H100,
              "the sweep's RNN problems, leave-one-configuration-out",
-             "an RNN call's point: its nearest measured problem"),
+             "an RNN call's point where its cell has no fitted workspace model "
+             "(rnn_workspace.py): its nearest measured problem"),
     Constant("workspace.envelope_quantile", 1.0, "share", Provenance.fitted,
              "benchmarks/cudnn_workspace_sweep.py check", H100,
              "the same cross-validation",

@@ -19,9 +19,9 @@ mode (`group`: the backward's workspace is the training forward's, as the measur
 peaks show, so they share a fit). The coefficients are fitted when the shipped table is
 built, from its RNN entries only, and stored in it; `fit` also serves cross-validation
 (refitted without a configuration's own problems). Leave-one-configuration-out over the
-table's RNN entries: LSTM median 1% (90% within 3.2%), GRU 2%, plain RNN 7%, where the
-nearest measured problem scaled by size was off by 21%, 13% and 10%
-(``cudnn_workspace_sweep.py check``).
+table's RNN entries it lands within 5% for about nine LSTM or GRU calls in ten, where the
+nearest measured problem scaled by size did for about one in ten (``cudnn_workspace_sweep.py
+rnn-check``; the table per op and cell is generated on benchmarks/RESULTS-memory.md).
 """
 
 from __future__ import annotations

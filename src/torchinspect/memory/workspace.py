@@ -554,7 +554,12 @@ class Workspaces:
         if self.estimated:
             where = (f"measured on {self.table.machine.get('gpu', '?')}" if self.table.entries
                      else "no table installed")
+            rnn = {p.op.startswith("rnn") for p in self.estimated.values()}
+            how = ("the nearest measured problem's, scaled" if rnn == {False} else
+                   "the RNN workspace model's (fitted on the measured calls)" if rnn == {True}
+                   else "a convolution's the nearest measured problem's, scaled, an RNN "
+                        "call's the RNN workspace model's")
             out.append(f"{len(self.estimated)} cuDNN workspace(s) not measured for {gpu} "
-                       f"(table {where}): each is the nearest measured problem's, scaled, "
-                       "within the spread cross-validation found for problems of its size")
+                       f"(table {where}): each is {how}, within the spread cross-validation "
+                       "found for problems of its size")
         return out
