@@ -41,6 +41,13 @@ RESUME = ("python benchmarks/memory_validation.py measure "
           "python benchmarks/memory_validation.py calibrate "
           "benchmarks/results/memory-validation-calibrated-h100.jsonl "
           "--sets rnnproj,val,heldout-rnn --jobs 4")
+ND_OWNERS = "cudnn-workspace-nd-models.json"  # cudnn_workspace_sweep.py problems-nd
+ND_MEASURED = "cudnn-workspace-nd-h100.jsonl"
+ND_RESUME = ("python benchmarks/cudnn_workspace_sweep.py problems-nd nd.json",
+             "python benchmarks/cudnn_workspace_sweep.py measure nd.json "
+             f"benchmarks/results/{ND_MEASURED} --deadline 420",
+             "python benchmarks/cudnn_workspace_sweep.py build "
+             f"benchmarks/results/cudnn-workspace-h100.jsonl.gz benchmarks/results/{ND_MEASURED}")
 
 
 # -- loading -------------------------------------------------------------------------------
@@ -255,6 +262,24 @@ def missing(rows: dict[str, list[dict[str, Any]]]) -> list[str]:
     return lines
 
 
+def nd_gap() -> list[str]:
+    """The generic 1-D, 3-D and transposed convolutions of the workspace sweep, while their
+    GPU run is missing: what the table lacks, and the commands that measure and add it."""
+    owners = RESULTS / ND_OWNERS
+    if (RESULTS / ND_MEASURED).exists() or not owners.exists():
+        return []
+    configs = json.loads(owners.read_text())
+    problems = len({k for keys in configs.values() for k in keys})
+    return [f"- the cuDNN workspace table, not measured yet: {problems:,} problems of "
+            f"{len(configs)} generic 1-D, 3-D and transposed convolution configurations "
+            "(`cudnn_workspace_sweep.py problems-nd`, listed in `results/" + ND_OWNERS + "`). "
+            "The shipped table holds no such convolution: their workspaces are estimated from "
+            "2-D problems (the rows below whose upper end a `conv1d`, `conv3d` or "
+            "`conv_transpose` sets). The list, the measurement (GPU), the table rebuilt; then "
+            "the sets are predicted again:", "",
+            *[f"    PYTHONPATH=src {c}" for c in ND_RESUME], ""]
+
+
 # -- the pages -----------------------------------------------------------------------------
 
 def _issue40(margins: dict[str, Any], header: dict[str, Any]) -> tuple[list[str], dict[str, Any]]:
@@ -289,6 +314,7 @@ def _issue40(margins: dict[str, Any], header: dict[str, Any]) -> tuple[list[str]
         lines += ["Not in the files yet (the page renders what they hold; both commands "
                   "append only what their file lacks):", "", *gaps, "",
                   *[f"    PYTHONPATH=src {c}" for c in RESUME], ""]
+    lines += nd_gap()
     lines += ["### Development: LSTMs with projections (`rnnproj`)", "",
               *row_table(rows["rnnproj"]), "",
               "### Validation (new, chosen before any measurement, never tuned on: `val`)", "",
@@ -388,7 +414,7 @@ def memory_page() -> tuple[str, list[str]]:
         "# inspect memory: predicted vs measured peak GPU memory", "",
         INTRO, "",
         "## Issue 40: LSTMs with projections and a new validation set", "",
-        ISSUE40_METHOD, "", *issue40,
+        ISSUE40_METHOD, "", *_machines(), *issue40,
         "## Issue 22/32: the development set and the earlier validation set", "",
         HELDOUT_METHOD, "", *_heldout_tables(found),
         "## cuDNN RNN: projections, weights, reserve, workspace", "", RNN_TEXT, "",
@@ -403,6 +429,18 @@ def memory_page() -> tuple[str, list[str]]:
              *HELDOUT, "cudnn-rnn-workspace-cv.json", "memory-optrace-h100",
              "fit-resnet50-h100.json", "memory-fsdp-h100x2.json"]
     return text, files
+
+
+def _machines() -> list[str]:
+    """The machine lines of issue 40's files (the run header of each file's first record)."""
+    from report import machine_line
+
+    lines = []
+    for name in (MEASURED, PREDICTED, CALIBRATED):
+        runs = [r["run"] for r in _lines(name) if "run" in r]
+        if runs:
+            lines += [f"`results/{name}`. {machine_line(runs[0])}", ""]
+    return lines
 
 
 def memory_summary() -> tuple[str, list[str]]:

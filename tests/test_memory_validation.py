@@ -114,13 +114,13 @@ def test_figures_count_what_the_files_hold():
     never counted; the targets say '-' where nothing is measured."""
     rows = [{"model": "a", "mode": "inference", "real": 100, "point": 104, "low": 90,
              "high": 110},
-            {"model": "a", "mode": "adamw-fp32", "real": 100, "point": 120, "low": 90,
-             "high": 110, "cal": 102},
+            {"model": "a", "mode": "adamw-fp32", "real": 100, "point": 95, "low": 80,
+             "high": 99, "cal": 102},
             {"model": "b", "mode": "inference", "real": None, "point": 50, "low": 40,
              "high": 60}]
     f = pages_memory.figures(rows)
-    assert (f["n"], f["measured"], f["inside"], f["within5"]) == (2, 2, 1, 1)
-    assert (f["cal_n"], f["cal3"]) == (1, 1) and f["median_width"] == pytest.approx(0.2)
+    assert (f["n"], f["measured"], f["inside"], f["within5"]) == (2, 2, 1, 2)
+    assert (f["cal_n"], f["cal3"]) == (1, 1) and f["median_width"] == pytest.approx(0.195)
     line = pages_memory.target_line(f)
     assert "every peak inside [low, high]: **no**" in line
     assert "calibrated within 3% for every peak: yes" in line
