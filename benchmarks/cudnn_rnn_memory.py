@@ -16,6 +16,14 @@ the CPU (no memory figures).
 
     PYTHONPATH=src:. python benchmarks/cudnn_rnn_memory.py > rnn.jsonl
     PYTHONPATH=src:. python benchmarks/cudnn_rnn_memory.py --proj OUT.jsonl [--dry-run]
+
+Without a GPU, `replay_case` runs a measured case through the memory model (the module on
+fake tensors under the tracker, CUDA's kernels, the caching allocator's replay) and
+`figures` gives the same quantities as the measurement: the forward's peak and what it
+keeps, the backward's peak and what is left after it. ``tests/test_memory_rnn.py`` compares
+them with every measured case, and `backward_workspace` finds the backward workspace the
+measured backward peak implies (the shipped workspace table takes it: the measurement
+records the peak of the whole backward, not the workspace alone).
 """
 
 from __future__ import annotations
@@ -175,6 +183,147 @@ def proj_main(out_path: str, dry_run: bool) -> None:
                 write(row)
             except Exception as exc:  # noqa: BLE001 - keep measuring the rest
                 write({"case": case, "error": repr(exc)[:300]})
+
+
+# -- the same cases through the memory model (no GPU)
+
+CASE_KEYS = ("kind", "layers", "input", "hidden", "seq", "batch", "dtype", "bidir", "train")
+
+
+def measured_rows(path) -> list[dict]:
+    """The measured cases of a run (the proj run's header lines and errors left out), each
+    with its case as one dict (``proj`` 0 where the run had none)."""
+    from pathlib import Path
+
+    rows = []
+    for line in Path(path).read_text().splitlines():
+        r = json.loads(line) if line.strip() else {}
+        if "fwd_peak" not in r:
+            continue
+        rows.append({**r, "case": {**{k: r[k] for k in CASE_KEYS}, "proj": r.get("proj") or 0}})
+    return rows
+
+
+def replay_case(case: dict):
+    """The memory model's log of one measured case (`one`'s steps on fake tensors: the module
+    in the case's dtype, its weights in one flat buffer where PyTorch flattens them, the
+    input batch-first; forward, then ``output.float().sum().backward()`` in training), with
+    the marks `figures` reads."""
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.func import functional_call
+
+    from torchinspect.memory.cudnn_rnn import FLATTENED
+    from torchinspect.memory.kernels import cuda_kernels
+    from torchinspect.memory.tracker import Event, StorageTracker
+
+    kw = {"proj_size": case["proj"]} if case.get("proj") else {}
+    dtype = DTYPES[case["dtype"]]
+    with torch.device("meta"):
+        module = KINDS[case["kind"]](case["input"], case["hidden"], case["layers"],
+                                     batch_first=True, bidirectional=case["bidir"], **kw)
+    tracker = StorageTracker(device_type="cpu", cudnn=True, gpu="h100")
+    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    with fake:
+        shapes = {n: p.shape for n, p in module.named_parameters()}
+        if dtype in FLATTENED:  # flatten_parameters: views of one buffer
+            flat = torch.empty(sum(s.numel() for s in shapes.values()), dtype=dtype)
+            state, start = {}, 0
+            for name, shape in shapes.items():
+                state[name] = flat[start:start + shape.numel()].view(shape)
+                start += shape.numel()
+        else:
+            state = {name: torch.empty(shape, dtype=dtype) for name, shape in shapes.items()}
+        state = {n: t.requires_grad_(case["train"]) for n, t in state.items()}
+        x = torch.empty(case["batch"], case["seq"], case["input"], dtype=dtype)
+    for t in state.values():
+        tracker.register(t, "weights")
+    tracker.register(x, "input")
+    events = tracker.log.events
+    with fake, tracker, cuda_kernels():
+        events.append(Event(0, True, "forward"))
+        module.train(case["train"])
+        if case["train"]:
+            out = functional_call(module, state, (x,))
+        else:
+            with torch.inference_mode():
+                out = functional_call(module, state, (x,))
+        events.append(Event(0, True, "kept"))
+        if case["train"]:
+            loss = out[0].float().sum()
+            events.append(Event(0, True, "backward"))
+            loss.backward()
+            events.append(Event(0, True, "after"))
+        del out
+    return tracker.log
+
+
+def figures(log, forward: int, backward: int = 0) -> dict:
+    """The case's measured quantities as the model predicts them, with these forward and
+    backward workspace bytes: ``fwd_peak``, ``fwd_kept`` (bytes above what existed before the
+    forward), ``bwd_peak``, ``bwd_after`` (above what existed before the backward)."""
+    from torchinspect.memory.allocator import CachingAllocator
+
+    allocator = CachingAllocator()
+    placed, level, peak, mark = {}, {}, {"": 0}, ""
+    for ev in log.events:
+        if ev.serial == 0:
+            level[ev.op] = allocator.allocated
+            mark = ev.op
+            peak[mark] = allocator.allocated
+            continue
+        alloc = log.allocs[ev.serial]
+        if ev.alloc:
+            nbytes = alloc.nbytes
+            if alloc.kind == "cudnn":
+                nbytes = backward if alloc.problem.op == "rnn_bwd" else forward
+            if nbytes:
+                placed[ev.serial] = allocator.malloc(nbytes)
+                peak[mark] = max(peak[mark], allocator.allocated)
+        elif ev.serial in placed:
+            allocator.free(placed.pop(ev.serial))
+    out = {"fwd_peak": peak["forward"] - level["forward"],
+           "fwd_kept": level["kept"] - level["forward"]}
+    if "backward" in level:
+        out["bwd_peak"] = peak["backward"] - level["backward"]
+        out["bwd_after"] = level["after"] - level["backward"]
+    return out
+
+
+def backward_workspace(log, forward: int, measured_peak: int) -> int:
+    """The smallest backward workspace (512-byte steps) at which the model's backward peak
+    reaches the measured one (0 when the peak is reached without any)."""
+    def peak(w: int) -> int:
+        return figures(log, forward, w)["bwd_peak"]
+
+    if peak(0) >= measured_peak:
+        return 0
+    low, high = 0, measured_peak
+    while high - low > 512:
+        mid = (low + high) // 1024 * 512
+        low, high = (low, mid) if peak(mid) >= measured_peak else (mid, high)
+    return high
+
+
+def workspace_rows(path) -> dict[str, int]:
+    """The RNN workspaces a run implies, by problem key: each case's forward (its peak minus
+    what it keeps, as the calibration measures) and, in training, its backward
+    (`backward_workspace`)."""
+    from torchinspect.memory.workspace import rnn_problem
+
+    out: dict[str, int] = {}
+    for r in measured_rows(path):
+        c = r["case"]
+        spec = dict(kind={"rnn": "rnn_tanh"}.get(c["kind"], c["kind"]), input_size=c["input"],
+                    hidden=c["hidden"], layers=c["layers"], dirs=2 if c["bidir"] else 1,
+                    seq=c["seq"], batch=c["batch"], dtype=c["dtype"], train=c["train"],
+                    bias=True, batch_first=True, proj=c["proj"])
+        forward = max(0, r["fwd_peak"] - r["fwd_kept"])
+        out[rnn_problem(backward=False, **spec).key] = forward
+        if c["train"] and "bwd_peak" in r:
+            log = replay_case(c)
+            out[rnn_problem(backward=True, **spec).key] = backward_workspace(log, forward,
+                                                                             r["bwd_peak"])
+    return out
 
 
 def main() -> None:

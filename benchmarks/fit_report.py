@@ -5,11 +5,12 @@ kept every probe's measured peak (``results/fit-MODEL-h100.json``). This script,
 
     PYTHONPATH=src:. python benchmarks/fit_report.py predict results/fit-resnet50-h100.json 3,224,224
     PYTHONPATH=src:. python benchmarks/fit_report.py report results/fit-resnet50-h100.json \\
-        results/fit-resnet50-predicted.json --write benchmarks/RESULTS-memory.md docs/concepts/memory.md
+        results/fit-resnet50-predicted.json --write docs/concepts/memory.md
 
 ``predict`` predicts the peak at every batch the GPU probed and runs ``inspect memory --fit``'s
 own search on predictions (raw data with the machine); ``report`` renders both into the
-page's ``<!-- fit:begin -->`` block.
+``<!-- fit:begin -->`` block of docs/concepts/memory.md (RESULTS-memory.md renders `render`
+itself: benchmarks/pages_memory.py).
 """
 
 from __future__ import annotations

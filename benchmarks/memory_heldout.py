@@ -9,8 +9,9 @@ output, two steps.
     # on the GPU: each model in a fresh process: the real peaks (verify.measure), then the
     # calibrated prediction (cuDNN workspaces measured op by op on that GPU)
     PYTHONPATH=src python benchmarks/memory_heldout.py measure --set all --out DIR --jobs 4
-    # the margins of a prediction without a GPU: the development set's calibrated errors
-    PYTHONPATH=src python benchmarks/memory_heldout.py margins benchmarks/results/memory-heldout-h100
+    # the margins of a prediction without a GPU: the development sets' calibrated errors
+    # (this one's and memory_validation.py's LSTM-projection models)
+    PYTHONPATH=src python benchmarks/memory_validation.py margins
     # on a CPU-only machine: the prediction without a GPU (shipped table, range); the logs
     # kept to replay them: cross-validated development set (own table problems and own
     # calibrated errors left out), or against a new table without a fake run
@@ -18,11 +19,11 @@ output, two steps.
         --out benchmarks/results/memory-heldout-predicted
     PYTHONPATH=src python benchmarks/memory_heldout.py replay LOGS \
         --cv benchmarks/results/memory-heldout-h100 --out benchmarks/results/memory-heldout-predicted-cv
-    # the tables (RESULTS-memory.md, docs/concepts/memory.md) from the committed raw data
+    # the tables, printed (RESULTS-memory.md and the summary in docs/concepts/memory.md are
+    # rendered by benchmarks/pages_memory.py: make bench-report)
     PYTHONPATH=src python benchmarks/memory_heldout.py report \
         benchmarks/results/memory-heldout-h100 benchmarks/results/memory-heldout-predicted \
-        --cv benchmarks/results/memory-heldout-predicted-cv \
-        --write benchmarks/RESULTS-memory.md docs/concepts/memory.md
+        --cv benchmarks/results/memory-heldout-predicted-cv
 """
 
 from __future__ import annotations
@@ -252,17 +253,33 @@ def _modes(name: str) -> dict[str, str | None]:
 
 
 def _predicted(case: Any, mode: str, target: Any, checkpointing: str | None = None) -> dict[str, Any]:
+    """One mode predicted: the point, the range (``peak_low``-``peak_high``: without a GPU
+    widened by the shipped margins, as `inspect memory` shows it) and the range of the cuDNN
+    workspaces alone (``ws_low``-``ws_high``: a page widens it with the margins of the day)."""
+    from torchinspect.memory import margins
     from torchinspect.memory.predict import predict_case
 
     t0 = time.perf_counter()
     cfg = _cfg(mode, checkpointing)
-    r = predict_case(case, cfg, target, inference=not cfg.train)
+    shipped, original = margins.shipped_margins(), margins.shipped_margins
+    margins.shipped_margins = lambda: {}  # type: ignore[assignment]  # the range before margins
+    try:
+        r = predict_case(case, cfg, target, inference=not cfg.train)
+    finally:
+        margins.shipped_margins = original  # type: ignore[assignment]
     run = r.training if cfg.train else r.inference
     assert run is not None
-    return {"peak": run.peak, "peak_low": run.peak_low, "peak_high": run.peak_high,
-            "high_at": run.high_at, "where": run.where, "seconds": round(time.perf_counter() - t0, 2),
-            "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases},
-            "notes": [n for n in r.notes if "cuDNN" in n or "calibration" in n]}
+    out = {"peak": run.peak, "peak_low": run.peak_low, "peak_high": run.peak_high,
+           "ws_low": run.peak_low, "ws_high": run.peak_high,
+           "high_at": run.high_at, "where": run.where, "seconds": round(time.perf_counter() - t0, 2),
+           "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases},
+           "notes": [n for n in r.notes if "cuDNN" in n or "calibration" in n]}
+    kind = KIND[mode.removesuffix("-ckpt")]
+    if target.device == "cuda" and not target.calibrate and kind in shipped:
+        low, high = run.peak_low or run.peak, run.peak_high or run.peak
+        out["peak_low"], out["peak_high"] = shipped[kind].widen(low, high)
+        out["margins"] = {"kind": kind, "low": shipped[kind].low, "high": shipped[kind].high}
+    return out
 
 
 def measure_one(name: str, out: Path) -> None:
@@ -321,8 +338,10 @@ def predict_one(name: str, out: Path) -> None:
     if os.environ.get("HELDOUT_LOGS"):
         _keep_logs(Path(os.environ["HELDOUT_LOGS"]), name)
     case = find(name)()
+    from memory_validation import model_hash
+
     row: dict[str, Any] = {"model": name, "set": "dev" if name in DEV else "val",
-                           "machine": "CPU only (no CUDA device)"}
+                           "machine": "CPU only (no CUDA device)", "model_hash": model_hash()}
     for mode, ckpt in _modes(name).items():
         try:
             row[mode] = _predicted(case, mode, make_target("cuda", "h100", calibrate=False), ckpt)
@@ -353,19 +372,14 @@ def calibrated_errors(measured_dir: Path, leave_out: str | None = None) -> dict[
 
 
 def write_margins(measured_dir: Path) -> None:
-    """data/peak_margins.json from the development set's calibrated errors."""
-    from torchinspect.memory.margins import margins_from
+    """data/peak_margins.json: written by memory_validation.py margins (this development set
+    and issue 40's LSTM-projection models; ``measured_dir`` is this set's GPU run)."""
+    from memory_validation import write_margins as write
 
-    errors = calibrated_errors(measured_dir)
-    found = margins_from(errors)
-    machine = next(json.loads(p.read_text())["gpu"] for p in sorted(measured_dir.glob("*.json")))
-    MARGINS.write_text(json.dumps({
-        "version": 1, "measured_on": machine, "source": str(measured_dir),
-        "set": f"development ({len(DEV)} models), calibrated peak / measured peak - 1",
-        "kinds": {k: {"low": round(m.low, 6), "high": round(m.high, 6), "n": m.n}
-                  for k, m in found.items()}}, indent=1) + "\n")
-    print(f"{MARGINS}: " + "; ".join(f"{k} {100 * m.low:+.2f}%..{100 * m.high:+.2f}% (n={m.n})"
-                                     for k, m in found.items()), file=sys.stderr)
+    if measured_dir.resolve() != (Path(__file__).parent / "results" / "memory-heldout-h100").resolve():
+        raise SystemExit("margins come from results/memory-heldout-h100 and "
+                         "memory_validation.py's files: run memory_validation.py margins")
+    write()
 
 
 def held_out_table(name: str, problems: list[Any]) -> Any:
@@ -381,12 +395,13 @@ def held_out_table(name: str, problems: list[Any]) -> Any:
                                          "cudnn-workspace-models.json.gz").read_bytes()))
     base = name.split("-b")[0]
     drop = set(models.get(base, ()))
-    shape = ("kind", "input", "hidden", "layers", "dirs", "dtype", "bias")
-    mine = {tuple(p.params[k] for k in shape) for p in problems if p.op.startswith("rnn")}
+    shape = ("kind", "input", "hidden", "proj", "layers", "dirs", "dtype", "bias")
+    mine = {tuple(p.params.get(k, 0) for k in shape) for p in problems if p.op.startswith("rnn")}
     for key in table.entries:
-        if key.startswith("rnn") and tuple(problem_from_key(key).params[k]
+        if key.startswith("rnn") and tuple(problem_from_key(key).params.get(k, 0)
                                            for k in shape) in mine:
             drop.add(key)
+    # no stored RNN model: it is refitted without the dropped configurations
     return WorkspaceTable(table.machine, {k: v for k, v in table.entries.items()
                                           if k not in drop}, table.envelopes, table.coverage)
 
@@ -406,7 +421,10 @@ def replay_logs(logs: Path, out: Path, cache: Path | None, cv: Path | None = Non
     entries = json.loads(cache.read_text())["entries"] if cache else None
     names = list(DEV) if cv else [n for models in SETS.values() for n in models]
     for name in names:
+        from memory_validation import model_hash
+
         row: dict[str, Any] = {"model": name, "set": "dev" if name in DEV else "val",
+                               "model_hash": model_hash(),
                                "machine": "replayed logs of a CPU-only machine" + (
                                    f", workspaces of {cache.name}" if cache else "") + (
                                    ", leave-one-model-out" if cv else "")}
@@ -421,9 +439,11 @@ def replay_logs(logs: Path, out: Path, cache: Path | None, cv: Path | None = Non
         for mode, (log, end, run_mode, target, root) in loaded.items():
             ws = Workspaces(table, True, calibrated=entries)
             run = replay_ranged(log, end, run_mode, target, root, 10, ws)
+            ws_low, ws_high = run.peak_low, run.peak_high
             if cache is None:
                 margins.widen(run, KIND[mode.removesuffix("-ckpt")], found)
             row[mode] = {"peak": run.peak, "peak_low": run.peak_low, "peak_high": run.peak_high,
+                         "ws_low": ws_low, "ws_high": ws_high,
                          "high_at": run.high_at, "where": run.where,
                          "phases": {f"{p.phase}:{p.step}": p.peak for p in run.phases}}
         (out / f"{name}.json").write_text(json.dumps(row, indent=1))

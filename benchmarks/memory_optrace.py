@@ -12,10 +12,10 @@ and what is allocated after it:
     # anywhere: the prediction's per-op replay (the GPU's calibration cache for cuDNN) and
     # the first ops where the two differ
     PYTHONPATH=src python benchmarks/memory_optrace.py compare DIR [--case NAME]
-    # the table in RESULTS-memory.md (measured, calibrated error before and after)
+    # the table (measured, calibrated error before and after); RESULTS-memory.md renders it
+    # with benchmarks/pages_memory.py (make bench-report)
     PYTHONPATH=src python benchmarks/memory_optrace.py report \
-        benchmarks/results/memory-optrace-h100 --before benchmarks/results/memory-optrace-h100-before \
-        --write benchmarks/RESULTS-memory.md
+        benchmarks/results/memory-optrace-h100 --before benchmarks/results/memory-optrace-h100-before
 
 The GPU's op list is what runs below autograd (the same level the prediction's tracker sees).
 """

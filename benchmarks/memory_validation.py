@@ -16,13 +16,34 @@ Method of benchmarks/memory_heldout.py (``torchinspect.memory.verify.measure``: 
 eval, inference_mode); AdamW fp32; AdamW with bf16 autocast (fp32 master weights); loss =
 sum of the first floating output; two steps), but each (model, mode) in a fresh process.
 One JSON line per (model, mode), appended by the parent as each child ends, with the run
-header (machine.run_header); a rerun measures only what the file lacks. No prediction is
-made here: the predictor's engineers predict these (without a GPU, and calibrated on one).
+header (machine.run_header); a rerun measures only what the file lacks.
+
+Predictions, each (model, mode) once, appended the same way (a rerun adds what is missing):
+
+* ``predict``: without a GPU (the shipped workspace table; any machine): the point, the
+  range of the unmeasured cuDNN workspaces (``ws_low``-``ws_high``) and that range widened by
+  the shipped margins (``low``-``high``); the page widens ``ws_low``-``ws_high`` again with the
+  margins of the day, so margins regenerated later need no new prediction;
+* ``calibrate``: on the GPU, every cuDNN workspace measured op by op (``calibrate=True``),
+  also for set ``heldout-rnn`` (the RNN models of memory_heldout.py, measured there);
+* ``margins``: data/peak_margins.json from the development sets' calibrated errors only
+  (memory_heldout.py's development set, GPU run 6, and this file's ``rnnproj`` with
+  ``heldout-rnn``'s development models where a calibrated run of today's code exists).
+
+Every prediction line names the memory model it was made with (``model``: a hash of
+src/torchinspect/memory/, code and data), so predictions of different code are never mixed
+unnoticed. ``benchmarks/pages_memory.py`` renders the RESULTS page from these files.
 
     PYTHONPATH=src python benchmarks/memory_validation.py measure OUT.jsonl \
         [--sets rnnproj,val] [--only NAME ...] [--jobs 4] [--budget S]
     PYTHONPATH=src python benchmarks/memory_validation.py measure OUT.jsonl --dry-run
         # on the CPU: every case built and run once per mode at its example size
+    PYTHONPATH=src python benchmarks/memory_validation.py predict \
+        benchmarks/results/memory-validation-predicted.jsonl --sets rnnproj,val --jobs 2
+    PYTHONPATH=src python benchmarks/memory_validation.py calibrate \
+        benchmarks/results/memory-validation-calibrated-h100.jsonl \
+        --sets rnnproj,val,heldout-rnn --jobs 4 [--dry-run]
+    PYTHONPATH=src python benchmarks/memory_validation.py margins
 
 A model's case: ``case(name)`` here (a Python user gets the same model and inputs).
 """
@@ -42,7 +63,8 @@ from typing import Any
 
 HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
-from memory_heldout import _cfg, _module, _tv, rnn_net  # noqa: E402 - stdlib-only at import
+import memory_heldout  # noqa: E402 - stdlib-only at import
+from memory_heldout import _cfg, _module, _tv, rnn_net  # noqa: E402
 
 MODES = ("inference", "adamw-fp32", "adamw-bf16amp")
 
@@ -192,7 +214,17 @@ VAL: dict[str, Callable[[], Any]] = {
     "regnet_x_3_2gf-b16": _tv("regnet_x_3_2gf", 224, 16),
     "vit-s16-b32": _built(vit_small, ((32, 3, 224, 224), F32)),
 }
-SETS = {"rnnproj": RNNPROJ, "val": VAL}
+# memory_heldout.py's RNN models (measured there): calibrated again with today's RNN model
+HELDOUT_RNN_DEV = ("lstm", "bigru")
+HELDOUT_RNN: dict[str, Callable[[], Any]] = {
+    n: memory_heldout.find(n) for n in (*HELDOUT_RNN_DEV, "lstm-bi3-bf", "gru-1", "rnn-tanh-2")}
+SETS = {"rnnproj": RNNPROJ, "val": VAL, "heldout-rnn": HELDOUT_RNN}
+RESULTS = HERE / "results"
+MEASURED = RESULTS / "memory-validation-h100.jsonl"
+PREDICTED = RESULTS / "memory-validation-predicted.jsonl"
+CALIBRATED = RESULTS / "memory-validation-calibrated-h100.jsonl"
+MARGINS = HERE.parent / "src/torchinspect/memory/data/peak_margins.json"
+KIND = {"inference": "inference", "adamw-fp32": "training", "adamw-bf16amp": "training-amp"}
 
 
 def case(name: str) -> Any:
@@ -200,6 +232,20 @@ def case(name: str) -> Any:
         if name in models:
             return models[name]()
     raise SystemExit(f"unknown model {name}")
+
+
+def model_hash() -> str:
+    """A short hash of the memory model: src/torchinspect/memory/ (code and data; not the
+    margins, which predictions store apart: ``ws_low``/``ws_high``)."""
+    import hashlib
+
+    root = HERE.parent / "src" / "torchinspect" / "memory"
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*")):
+        if path.is_file() and path.suffix in (".py", ".json", ".gz") and path.name != \
+                MARGINS.name:
+            digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
+    return digest.hexdigest()[:12]
 
 
 def _set_of(name: str) -> str:
@@ -244,15 +290,36 @@ def dry_one(name: str, mode: str) -> dict[str, Any]:
     return {"dry_run": True, "params": sum(p.numel() for p in model.parameters())}
 
 
+def predict_one(name: str, mode: str, calibrate: bool) -> dict[str, Any]:
+    """In this (fresh) process: one mode predicted for an H100, without a GPU (the shipped
+    table; the workspace range ``ws_low``-``ws_high``, and ``low``-``high`` widened by the
+    shipped margins) or calibrated on the GPU here (memory_heldout._predicted)."""
+    from torchinspect.memory.predict import make_target
+
+    target = make_target("cuda", None if calibrate else "h100", calibrate=calibrate)
+    out = memory_heldout._predicted(case(name), mode, target)
+    out["low"], out["high"] = out.pop("peak_low"), out.pop("peak_high")
+    out["model_hash"], out["gpu"] = model_hash(), target.gpu
+    if calibrate:
+        import torch
+
+        out["device"] = torch.cuda.get_device_name()
+        out["cudnn"] = torch.backends.cudnn.version()
+    return out
+
+
 def _done(out: Path) -> set[tuple[str, str]]:
     if not out.exists():
         return set()
     rows = [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
-    return {(r["model"], r["mode"]) for r in rows if "model" in r and "error" not in r}
+    return {(r["model"], r["mode"]) for r in rows
+            if "model" in r and "error" not in r and not r.get("dry_run")}
 
 
 def measure_all(out: Path, names: list[str], jobs: int, budget: float, dry_run: bool,
-                timeout: float) -> None:
+                timeout: float, step: str = "one") -> None:
+    """Each (model, mode) the file lacks in a child process (``step``: one, i.e. measure,
+    or predict/calibrate), one JSON line appended as each child ends."""
     from machine import run_header
 
     header = run_header("transformers")
@@ -266,7 +333,7 @@ def measure_all(out: Path, names: list[str], jobs: int, budget: float, dry_run: 
             return
         row: dict[str, Any] = {"run": header, "set": _set_of(name), "model": name, "mode": mode}
         t0 = time.monotonic()
-        cmd = [sys.executable, __file__, "one", name, mode] + ["--dry-run"] * dry_run
+        cmd = [sys.executable, __file__, step, name, mode] + ["--dry-run"] * dry_run
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
                                   env=os.environ.copy())
@@ -279,7 +346,7 @@ def measure_all(out: Path, names: list[str], jobs: int, budget: float, dry_run: 
         row["seconds"] = round(time.monotonic() - t0, 2)
         with out.open("a", encoding="utf-8") as fh:  # one write per line: no interleaving
             fh.write(json.dumps(row) + "\n")
-        peak = row.get("measured", {}).get("peak")
+        peak = (row.get("measured") or row.get("predicted") or {}).get("peak")
         print(f"{name} {mode}: {peak if peak is not None else row.get('error', 'dry run')} "
               f"({row['seconds']} s)", flush=True)
 
@@ -287,9 +354,63 @@ def measure_all(out: Path, names: list[str], jobs: int, budget: float, dry_run: 
         list(pool.map(one, todo))
 
 
+# -- the margins of a prediction without a GPU: development sets only
+
+
+def development_errors() -> dict[str, list[tuple[str, float]]]:
+    """Per kind of run: (model, calibrated peak / measured peak - 1) of every development
+    model: memory_heldout.py's development set (its GPU run), each RNN model of it and each
+    ``rnnproj`` model from the calibrated run of today's model where there is one."""
+    errors: dict[str, list[tuple[str, float]]] = {k: [] for k in KIND.values()}
+    calibrated = {(r["model"], r["mode"]): r["predicted"]["peak"] for r in _lines(CALIBRATED)
+                  if "predicted" in r and r["predicted"].get("model_hash") == model_hash()}
+    measured = {(r["model"], r["mode"]): r["measured"]["peak"] for r in _lines(MEASURED)
+                if "measured" in r}
+    for name in memory_heldout.DEV:
+        path = RESULTS / "memory-heldout-h100" / f"{name}.json"
+        row = json.loads(path.read_text()) if path.exists() else {}
+        for mode, kind in KIND.items():
+            real = row.get(mode, {}).get("measured", {}).get("peak")
+            cal = calibrated.get((name, mode), row.get(mode, {}).get("calibrated", {}).get("peak"))
+            if real and cal:
+                errors[kind].append((name, cal / real - 1))
+    for name in RNNPROJ:
+        for mode, kind in KIND.items():
+            real, cal = measured.get((name, mode)), calibrated.get((name, mode))
+            if real and cal:
+                errors[kind].append((name, cal / real - 1))
+    return errors
+
+
+def write_margins() -> None:
+    """data/peak_margins.json from `development_errors`."""
+    from torchinspect.memory.margins import margins_from
+
+    errors = development_errors()
+    found = margins_from({k: [e for _, e in v] for k, v in errors.items()})
+    models = sorted({n for v in errors.values() for n, _ in v})
+    MARGINS.write_text(json.dumps({
+        "version": 1, "measured_on": "NVIDIA H100 80GB HBM3",
+        "source": "benchmarks/results/memory-heldout-h100, "
+                  "benchmarks/results/memory-validation-calibrated-h100.jsonl",
+        "set": f"development ({len(models)} models: {', '.join(models)}), calibrated peak / "
+               "measured peak - 1",
+        "kinds": {k: {"low": round(m.low, 6), "high": round(m.high, 6), "n": m.n}
+                  for k, m in found.items()}}, indent=1) + "\n")
+    print(f"{MARGINS}: " + "; ".join(f"{k} {100 * m.low:+.2f}%..{100 * m.high:+.2f}% (n={m.n})"
+                                     for k, m in found.items()), file=sys.stderr)
+
+
+def _lines(path: Path) -> list[dict[str, Any]]:
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("step", choices=("measure", "one"))
+    ap.add_argument("step", choices=("measure", "one", "predict", "calibrate", "predict-one",
+                                     "calibrate-one", "margins"))
     ap.add_argument("args", nargs="*")
     ap.add_argument("--sets", default="rnnproj,val")
     ap.add_argument("--only", nargs="*")
@@ -302,10 +423,21 @@ def main() -> None:
         name, mode = a.args
         print(json.dumps((dry_one if a.dry_run else measure_one)(name, mode)))
         return
+    if a.step in ("predict-one", "calibrate-one"):
+        name, mode = a.args
+        # --dry-run calibrate: the same child without a GPU (calibrate=False), to prove it
+        calibrate = a.step == "calibrate-one" and not a.dry_run
+        print(json.dumps({"predicted": predict_one(name, mode, calibrate),
+                          **({"dry_run": True} if a.dry_run else {})}))
+        return
+    if a.step == "margins":
+        write_margins()
+        return
     names = [n for s in a.sets.split(",") for n in SETS[s] if not a.only or n in a.only]
     out = Path(a.args[0])
     out.parent.mkdir(parents=True, exist_ok=True)
-    measure_all(out, names, a.jobs, a.budget, a.dry_run, a.timeout)
+    step = {"measure": "one", "predict": "predict-one", "calibrate": "calibrate-one"}[a.step]
+    measure_all(out, names, a.jobs, a.budget, a.dry_run, a.timeout, step)
 
 
 if __name__ == "__main__":

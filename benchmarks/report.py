@@ -23,6 +23,7 @@ from pages_bench import bench_page, bench_summary
 from pages_features import features_page, features_summary
 from pages_generate import generate_page
 from pages_latency import latency_page
+from pages_memory import memory_page, memory_summary
 from pages_models import models_page, models_summary
 
 HERE = Path(__file__).resolve().parent
@@ -341,6 +342,8 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-latency.md": latency_page,
     "RESULTS-summary-models.md": models_summary,
     "RESULTS-generate.md": generate_page,
+    "RESULTS-memory.md": memory_page,
+    "RESULTS-summary-memory.md": memory_summary,
 }
 
 

@@ -745,9 +745,10 @@ def test_cuda_target_keeps_cudnns_reserve_for_backward(kind):
     assert gpu.training.saved_total >= reserve
     assert gpu.training.saved_total <= rounded + 4 * 512 * layers  # + hy (cy), no per-step cells
     assert cpu.training.saved_total != gpu.training.saved_total
-    # eval mode: no reserve
+    # eval mode: no reserve (what is allocated at the inference peak, workspace aside, is
+    # smaller than the reserve alone)
     inf = predict_case(case, StepConfig(train=False), make_target("cuda", "h100"))
-    assert inf.inference.peak < gpu.training.peak
+    assert inf.inference.breakdown["activations"] < reserve
 
 
 def test_forward_modules_name_and_nest_as_modtracker_does():

@@ -16,12 +16,14 @@ from __future__ import annotations
 import bisect
 from dataclasses import dataclass, field
 
-MIN_BLOCK = 512
-SMALL_SIZE = 1 << 20  # requests up to 1 MiB use the small pool
-SMALL_BUFFER = 2 << 20  # small-pool segment
-LARGE_BUFFER = 20 << 20  # segment for requests under 10 MiB
-MIN_LARGE_ALLOC = 10 << 20
-ROUND_LARGE = 2 << 20
+from torchinspect.memory.constants import value
+
+MIN_BLOCK = value("allocator.min_block")
+SMALL_SIZE = value("allocator.small_size")  # requests up to 1 MiB use the small pool
+SMALL_BUFFER = value("allocator.small_buffer")  # small-pool segment
+LARGE_BUFFER = value("allocator.large_buffer")  # segment for requests under 10 MiB
+MIN_LARGE_ALLOC = value("allocator.min_large_alloc")
+ROUND_LARGE = value("allocator.round_large")
 
 
 def round_size(nbytes: int) -> int:

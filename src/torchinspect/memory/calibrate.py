@@ -192,7 +192,9 @@ def _rnn(problem: Problem) -> Callable[[], Any]:
     dt = getattr(torch, SHORT[p["dtype"]])
     cls = {"lstm": torch.nn.LSTM, "gru": torch.nn.GRU, "rnn_tanh": torch.nn.RNN,
            "rnn_relu": torch.nn.RNN}[p["kind"]]
-    kw = {"nonlinearity": "relu"} if p["kind"] == "rnn_relu" else {}
+    kw: dict[str, Any] = {"nonlinearity": "relu"} if p["kind"] == "rnn_relu" else {}
+    if p.get("proj"):
+        kw["proj_size"] = p["proj"]
     module = cls(p["input"], p["hidden"], num_layers=p["layers"], bias=p["bias"],
                  bidirectional=p["dirs"] == 2, batch_first=p["bf"], **kw).to(device="cuda",
                                                                              dtype=dt)

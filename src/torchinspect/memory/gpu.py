@@ -15,9 +15,11 @@ import os
 import re
 
 from torchinspect.gpus import CATALOGUE, detect_gpu
+from torchinspect.memory.constants import value
 
-LT_WORKSPACE = 1 << 20  # cuBLASLt's workspace per handle (CUBLASLT_WORKSPACE_SIZE, KiB)
-_OTHER = 4096 * 1024 * 2 + 16 * 1024 * 8
+LT_WORKSPACE = value("cublaslt.workspace")  # per handle (CUBLASLT_WORKSPACE_SIZE, KiB)
+_HOPPER = value("cublas.workspace_sm90")
+_OTHER = value("cublas.workspace_other")
 
 
 def cublas_workspace(gpu: str) -> int:
@@ -26,7 +28,7 @@ def cublas_workspace(gpu: str) -> int:
     pairs = re.findall(r":(\d+):(\d+)", config)
     if pairs:
         return sum(int(size) * 1024 * int(count) for size, count in pairs)
-    return 32 * 1024 * 1024 if CATALOGUE[gpu].capability[0] >= 9 else _OTHER
+    return _HOPPER if CATALOGUE[gpu].capability[0] >= 9 else _OTHER
 
 
 def multiprocessors(gpu: str) -> tuple[int, int]:

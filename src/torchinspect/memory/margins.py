@@ -4,8 +4,9 @@ prediction made without a GPU.
 With every cuDNN workspace measured on the GPU (calibrated), what remains between the
 prediction and ``max_memory_allocated`` is the model of the rest: the allocator's rounding,
 staging buffers, kernels that allocate what the fake run does not see. Its size is measured
-on the development set of ``benchmarks/memory_heldout.py`` (each peak's calibrated error,
-per kind of run) and shipped as ``data/peak_margins.json`` (``memory_heldout.py margins``).
+on the development sets only (``benchmarks/memory_heldout.py``'s and the LSTM-projection
+models of ``benchmarks/memory_validation.py``: each peak's calibrated error, per kind of
+run) and shipped as ``data/peak_margins.json`` (``memory_validation.py margins``).
 A prediction without a GPU widens its workspace range by the extremes found there: with
 errors ``e = predicted / measured - 1`` between ``e_min`` and ``e_max``, the measurement of a
 prediction ``p`` lies between ``p / (1 + e_max)`` and ``p / (1 + e_min)``

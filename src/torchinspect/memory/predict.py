@@ -10,8 +10,10 @@ of its parameters and buffers, and train/eval flags and checkpoint wrappers are 
 from __future__ import annotations
 
 import contextlib
+import gc
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import asdict, replace
 from typing import Any
 
@@ -248,7 +250,7 @@ def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[
          name: str) -> None:
     autocast = autocast_factory(cfg.amp, target)
     kernels = cuda_kernels() if target.emulated else contextlib.nullcontext()
-    with fake, tracker, module_tracker(mode) as modules, kernels:
+    with fake, tracker, module_tracker(mode) as modules, kernels, collected_at_step_ends():
         tracker.modules = modules
         if mode == "inference":
             tracker.mark("inference")
@@ -263,8 +265,25 @@ def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[
             tracker.step = n
             steps.train_step(model, state, args, kwargs, optimizer=optimizer, loss=cfg.loss,
                              autocast=autocast, name=name, on_phase=tracker.mark)
+            gc.collect()  # the step's outputs are gone: what only a cycle kept goes now
             _mark_state(tracker, optimizer, target)
         tracker.mark("end")
+
+
+@contextlib.contextmanager
+def collected_at_step_ends() -> Iterator[None]:
+    """Python's cyclic garbage collector off for a run, so that tensors kept only by a
+    reference cycle (ModTracker's hooks around a graph nobody backpropagates, pytree's
+    closures) are released at the end of each step, not whenever a collection happens to
+    run: the same model predicts the same bytes whatever the process ran before it."""
+    gc.collect()
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
 
 
 def module_tracker(mode: str) -> Any:

@@ -21,10 +21,13 @@ from dataclasses import dataclass
 from math import prod
 from typing import Any
 
-MAX_THREADS = 512  # mnt_wrapper<T>::MAX_NUM_THREADS (complex double aside)
-WARP = 32
-INPUT_VEC = 4
-MIN_VALUES, MAX_VALUES = 16, 256
+from torchinspect.memory.constants import value
+
+MAX_THREADS = value("reduction.max_threads")  # mnt_wrapper<T>::MAX_NUM_THREADS
+WARP = value("reduction.warp")
+INPUT_VEC = value("reduction.input_vec")
+MIN_VALUES = value("reduction.min_values_per_thread")
+MAX_VALUES = value("reduction.max_values_per_thread")
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,14 @@ problem gets its bytes from, in order:
    cached on disk by GPU, cuDNN and torch versions);
 2. the shipped table (``data/cudnn_workspace.json.gz``: measured on an H100 for the problems
    of torchvision models at common batch sizes, ``benchmarks/cudnn_workspace_sweep.py``);
-3. an estimate with a range (`WorkspaceTable.estimate`): the point from the nearest measured
-   problem in shape space (`features`), scaled by the ratio of problem sizes; the range the
-   point minus and plus the op's **envelope** at that problem size: the 99th percentile of
-   how far measurements lay below and above such points when each torchvision model's
-   problems (each RNN configuration's) were left out of the table (`held_out_errors`,
-   docs/concepts/memory.md: "cuDNN workspaces").
+3. an estimate with a range (`WorkspaceTable.estimate`): the point, for a convolution from
+   the nearest measured problems in shape space (`features`), scaled by the ratio of problem
+   sizes, for an RNN call from a linear model in its shapes fitted on the table's RNN
+   entries (`rnn_workspace.py`); the range the point minus and plus the **envelope** of its
+   op (an RNN call: of its op and cell) at that problem size: how far measurements lay below
+   and above such points when each torchvision model's problems (each RNN configuration's)
+   were left out of the table (`held_out_errors`, docs/concepts/memory.md: "cuDNN
+   workspaces").
 
 The prediction is replayed with each problem's point, low and high bytes: ``peak`` and the
 ``peak_low``-``peak_high`` range around it (without a GPU, `margins.py` widens it further by
@@ -36,6 +38,7 @@ from importlib import resources
 from typing import Any
 
 from torchinspect.dtypes import short_of
+from torchinspect.memory.constants import real, value
 
 OPS = ("conv_fwd", "conv_bwd", "rnn_fwd", "rnn_bwd")
 TABLE_FILE = "cudnn_workspace.json.gz"
@@ -82,9 +85,9 @@ class Problem:
         """Bytes of the tensors the call reads and writes (input, output, weight)."""
         p = self.params
         elem = {"fp32": 4, "bf16": 2, "fp16": 2, "fp64": 8}.get(p["dtype"], 4)
-        if self.op.startswith("rnn"):
-            seq, batch, hidden, dirs = p["seq"], p["batch"], p["hidden"], p["dirs"]
-            return elem * seq * batch * (p["input"] + hidden * dirs * p["layers"])
+        if self.op.startswith("rnn"):  # input and every layer's output (projected, if so)
+            seq, batch, out, dirs = p["seq"], p["batch"], p.get("proj") or p["hidden"], p["dirs"]
+            return elem * seq * batch * (p["input"] + out * dirs * p["layers"])
         return elem * (_numel(p["x"]) + _numel(conv_output(p)) + _numel(p["w"]))
 
     def describe(self) -> str:
@@ -92,7 +95,8 @@ class Problem:
         p = self.params
         direction = "backward" if self.op.endswith("bwd") else "forward"
         if self.op.startswith("rnn"):
-            return (f"{p['kind']} {p['input']}->{p['hidden']} x{p['layers']}"
+            proj = f" proj {p['proj']}" if p.get("proj") else ""
+            return (f"{p['kind']} {p['input']}->{p['hidden']}{proj} x{p['layers']}"
                     f"{' bidirectional' if p['dirs'] == 2 else ''} {direction}, {p['dtype']}, "
                     f"seq {p['seq']} batch {p['batch']}")
         dims = len(p["x"]) - 2
@@ -179,10 +183,14 @@ def conv_problem(name: str, args: Any) -> Problem | None:
 
 def rnn_problem(kind: str, *, backward: bool, input_size: int, hidden: int, layers: int,
                 dirs: int, seq: int, batch: int, dtype: Any, train: bool, bias: bool,
-                batch_first: bool) -> Problem:
+                batch_first: bool, proj: int = 0) -> Problem:
+    """A cuDNN RNN call. ``proj``: an LSTM's ``proj_size`` (0: none; then not in the key, so
+    the keys of tables and caches written before projections were modelled still match)."""
     spec = {"kind": kind, "input": int(input_size), "hidden": int(hidden), "layers": int(layers),
             "dirs": int(dirs), "seq": int(seq), "batch": int(batch), "dtype": short_of(dtype),
             "train": bool(train), "bias": bool(bias), "bf": bool(batch_first)}
+    if proj:
+        spec["proj"] = int(proj)
     return Problem("rnn_bwd" if backward else "rnn_fwd", tuple(sorted(spec.items())))
 
 
@@ -225,13 +233,23 @@ def features(problem: Problem) -> tuple[float, ...]:
     if problem.op.startswith("rnn"):
         return (math.log(p["seq"] * p["batch"]), math.log(p["hidden"]), math.log(p["input"]),
                 math.log(p["layers"]), float(p["dirs"] - 1), float(p["train"]), float(p["bf"]),
-                float(p["bias"]), float(p["dtype"] == "fp16"))
+                float(p["bias"]), float(p["dtype"] == "fp16"),
+                math.log(p["hidden"] / (p.get("proj") or p["hidden"])))  # 0 without projection
     mask = p.get("mask") or [False, False, False]
     return (math.log(p["x"][0]), math.log(p["x"][1]), math.log(conv_output(p)[1]),
             math.log(max(_numel(p["w"][2:]), 1)), math.log(_numel(p["s"])),
             math.log(max(_numel(p["x"][2:]), 1)), math.log(p["g"]), math.log(_numel(p["d"])),
             float(len(p["x"]) - 2), float(p["t"]), *(float(m) for m in mask),
             float(p["layout"] == "cl"), float(p["b"]), float(p["dtype"] == "fp16"))
+
+
+def envelope_key(problem: Problem) -> str:
+    """The envelope that bounds a problem: its op; for an RNN call, its op and cell (the
+    cells' models err differently)."""
+    if problem.op.startswith("rnn"):
+        kind = problem.params["kind"]
+        return f"{problem.op}/{'rnn_tanh' if kind == 'rnn_relu' else kind}"
+    return problem.op
 
 
 def bucket(problem: Problem) -> str:
@@ -278,8 +296,9 @@ class Envelope:
         return above, below
 
 
-NEIGHBOURS = {"conv": 3, "rnn": 1}  # how many nearest problems the point is the median of
-QUANTILE = 1.0  # the share of held-out problems each envelope covers
+# how many nearest problems the point is the median of
+NEIGHBOURS = {"conv": value("workspace.neighbours.conv"), "rnn": value("workspace.neighbours.rnn")}
+QUANTILE = real("workspace.envelope_quantile")  # the share of held-out problems each covers
 
 
 def envelope(errors: list[tuple[int, int]], quantile: float = QUANTILE) -> Envelope:
@@ -312,8 +331,12 @@ class WorkspaceTable:
     entries: dict[str, int]
     envelopes: dict[str, Envelope] = field(default_factory=dict)
     coverage: str = ""
+    # the RNN workspace model's coefficients (rnn_workspace.py); None: fitted from `entries`
+    rnn_model: dict[str, tuple[float, ...]] | None = None
     _pools: dict[str, tuple[list[str], Any, Any, Any]] | None = field(default=None,
                                                                       repr=False)
+    _rnn_fits: dict[frozenset[str], dict[str, tuple[float, ...]]] = field(
+        default_factory=dict, repr=False)
 
     def lookup(self, problem: Problem) -> int | None:
         return self.entries.get(problem.key)
@@ -332,16 +355,25 @@ class WorkspaceTable:
         return Estimate(point, max(0, point - below), point + above, "estimate")
 
     def spread(self, problem: Problem) -> tuple[int, int]:
-        found = self.envelopes.get(problem.op)
+        found = self.envelopes.get(envelope_key(problem), self.envelopes.get(problem.op))
         return found.at(problem.size) if found is not None else (0, 0)
 
     def nearest(self, problem: Problem,
                 held_out: Callable[[str], bool] | None = None) -> int | None:
-        """The workspace of the nearest measured problem of its bucket (else of its op) in
-        `features` space, scaled by the ratio of problem sizes. ``held_out(key)``: rows to
-        ignore (cross-validation)."""
+        """The point for an unmeasured problem: an RNN call's from the RNN workspace model
+        (`rnn_workspace.py`, fitted on the table's RNN entries); a convolution's (and an RNN
+        call's without a fit for its cell) the workspace of the nearest measured problem of
+        its bucket (else of its op) in `features` space, scaled by the ratio of problem
+        sizes. ``held_out(key)``: rows to ignore (cross-validation: the model is refitted
+        without them)."""
         import numpy as np
 
+        if problem.op.startswith("rnn"):
+            from torchinspect.memory import rnn_workspace
+
+            found = rnn_workspace.predict(problem.params, self.rnn_fit(held_out))
+            if found is not None:
+                return found
         pools = self.pools()
         here = np.asarray(features(problem))
         for name in (bucket(problem), problem.op):
@@ -357,6 +389,24 @@ class WorkspaceTable:
                 scaled = sorted(nbytes[i] * problem.size / max(sizes[i], 1.0) for i in near)
                 return int(scaled[(len(scaled) - 1) // 2])  # the median (the lower of two)
         return None
+
+    def rnn_fit(self, held_out: Callable[[str], bool] | None = None) -> dict[
+            str, tuple[float, ...]]:
+        """The RNN workspace model: the stored one, else (or without the held-out rows)
+        fitted on the RNN entries (each fit made once); an empty stored model (``{}``: RNN
+        calls take the nearest measured problem, as convolutions do) stays empty."""
+        from torchinspect.memory import rnn_workspace
+
+        if self.rnn_model == {}:
+            return {}
+        keys = [k for k in self.entries if k.startswith("rnn")]
+        out = frozenset(k for k in keys if held_out is not None and held_out(k))
+        if not out and self.rnn_model is not None:
+            return self.rnn_model
+        if out not in self._rnn_fits:
+            self._rnn_fits[out] = rnn_workspace.fit(
+                (problem_from_key(k).params, self.entries[k]) for k in keys if k not in out)
+        return self._rnn_fits[out]
 
     def pools(self) -> dict[str, tuple[list[str], Any, Any, Any]]:
         """Per bucket (and per op): keys, and features, sizes and workspaces as arrays, of
@@ -382,7 +432,15 @@ class WorkspaceTable:
                 "quantile": QUANTILE,
                 "envelopes": {op: [list(row) for row in e.bins]
                               for op, e in sorted(self.envelopes.items())},
+                "rnn_model": _rnn_model_dict(self.rnn_fit()),
                 "entries": dict(sorted(self.entries.items()))}
+
+
+def _rnn_model_dict(model: dict[str, tuple[float, ...]]) -> dict[str, Any]:
+    from torchinspect.memory.rnn_workspace import TERMS
+
+    return {"terms": list(TERMS), "fitted_on": "the RNN entries of this table",
+            "groups": {name: list(coef) for name, coef in sorted(model.items())}}
 
 
 def table_from_dict(data: dict[str, Any]) -> WorkspaceTable:
@@ -396,15 +454,29 @@ def table_from_dict(data: dict[str, Any]) -> WorkspaceTable:
     envelopes = {str(op): Envelope(tuple((int(b), int(a), int(w)) for b, a, w in rows))
                  for op, rows in dict(data.get("envelopes", {})).items()}
     return WorkspaceTable(dict(data.get("machine", {})), dict(entries), envelopes,
-                          str(data.get("coverage", "")))
+                          str(data.get("coverage", "")), _rnn_model_from(data.get("rnn_model")))
+
+
+def _rnn_model_from(data: Any) -> dict[str, tuple[float, ...]] | None:
+    """The stored RNN workspace model (None: none stored, or for other terms: refitted)."""
+    from torchinspect.memory.rnn_workspace import TERMS
+
+    if not isinstance(data, dict) or data.get("terms") != list(TERMS):
+        return None
+    groups = data.get("groups")
+    if not isinstance(groups, dict) or not all(
+            isinstance(c, list) and len(c) == len(TERMS) and all(
+                isinstance(v, (int, float)) for v in c) for c in groups.values()):
+        raise ValueError("rnn_model groups must map names to one coefficient per term")
+    return {str(name): tuple(float(v) for v in c) for name, c in groups.items()}
 
 
 def held_out_errors(measured: dict[str, int], owners: dict[str, set[str]]) -> dict[
         str, list[tuple[str, int, int, int]]]:
     """Cross-validation: each measured problem estimated from the table without every
     problem whose owners (the models, or RNN configurations, it was measured for) all lie
-    among its own, as if none of its models had been swept. Per op: (key, size, measured,
-    point)."""
+    among its own, as if none of its models had been swept. Per `envelope_key`: (key, size,
+    measured, point)."""
     table = WorkspaceTable({}, dict(measured))
     out: dict[str, list[tuple[str, int, int, int]]] = {}
     for key in sorted(measured):
@@ -412,7 +484,8 @@ def held_out_errors(measured: dict[str, int], owners: dict[str, set[str]]) -> di
         mine = owners.get(key, {key})
         point = table.nearest(problem, functools.partial(_owned_by, owners, mine))
         if point is not None:
-            out.setdefault(problem.op, []).append((key, problem.size, measured[key], point))
+            out.setdefault(envelope_key(problem), []).append(
+                (key, problem.size, measured[key], point))
     return out
 
 
@@ -481,7 +554,12 @@ class Workspaces:
         if self.estimated:
             where = (f"measured on {self.table.machine.get('gpu', '?')}" if self.table.entries
                      else "no table installed")
+            rnn = {p.op.startswith("rnn") for p in self.estimated.values()}
+            how = ("the nearest measured problem's, scaled" if rnn == {False} else
+                   "the RNN workspace model's (fitted on the measured calls)" if rnn == {True}
+                   else "a convolution's the nearest measured problem's, scaled, an RNN "
+                        "call's the RNN workspace model's")
             out.append(f"{len(self.estimated)} cuDNN workspace(s) not measured for {gpu} "
-                       f"(table {where}): each is the nearest measured problem's, scaled, "
-                       "within the spread cross-validation found for problems of its size")
+                       f"(table {where}): each is {how}, within the spread cross-validation "
+                       "found for problems of its size")
         return out
