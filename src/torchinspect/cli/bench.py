@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import os
 import sys
-from enum import StrEnum
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 import typer
 
 from torchinspect.arguments import parse_batches
+from torchinspect.bench.modes import CompileMode, OnOom, Status
 from torchinspect.cli.common import (
     AmpOpt,
     ModelArg,
@@ -26,72 +27,107 @@ from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 
 
-class CompileMode(StrEnum):
-    default = "default"
-    reduce_overhead = "reduce-overhead"
-    max_autotune = "max-autotune"
-    max_autotune_no_cudagraphs = "max-autotune-no-cudagraphs"
+@dataclass
+class BenchArgs:
+    """The options of ``inspect bench``, each declared once, next to its field: Typer fills
+    this dataclass (``@model_command`` expands it into the command's options, in this order)
+    and :meth:`bench_options` turns it into the core's ``BenchOptions``."""
 
+    batch: Annotated[str | None, batches_opt(
+        "batch sizes to sweep, e.g. 1,8,32 (default: the input's own batch).")] = None
+    dtype: Annotated[str, dtype_opt(
+        "weights and float inputs cast to this dtype; a comma list benchmarks each. With --amp: "
+        "the autocast dtype.", sweep=True)] = "fp32"
+    amp: AmpOpt = False
+    channels_last: Annotated[bool, typer.Option(
+        "--channels-last", help="model and 4-D inputs in channels-last layout.")] = False
+    compile: Annotated[bool, typer.Option(
+        "--compile", help="run torch.compile(model); the first call (compilation) is reported "
+        "on its own.")] = False
+    compile_mode: Annotated[CompileMode, typer.Option(
+        "--compile-mode", case_sensitive=False, metavar="MODE",
+        help="torch.compile mode (implies --compile): "
+        + ", ".join(m.value for m in CompileMode) + ".")] = CompileMode.default
+    cuda_graphs: Annotated[bool, typer.Option(
+        "--cuda-graphs", help="capture the forward in a CUDA graph after warm-up (side stream) "
+        "and time its replay.")] = False
+    threads: Annotated[int | None, typer.Option(
+        "--threads", min=1, help="torch CPU threads (default: torch's own).")] = None
+    warmup: Annotated[float, typer.Option(
+        "--warmup", min=0.0, help="warm-up seconds (at least 5 calls).")] = 1.0
+    min_time: Annotated[float, typer.Option(
+        "--min-time", min=0.0, help="seconds to time at least.")] = 2.0
+    max_time: Annotated[float, typer.Option(
+        "--max-time", min=0.0, help="seconds after which timing stops, however many "
+        "--min-iters were asked for (it wins).")] = 6.0
+    min_iters: Annotated[int, typer.Option(
+        "--min-iters", min=1, help="iterations to time at least (unless --max-time comes "
+        "first).")] = 10
+    target: Annotated[float, typer.Option(
+        "--target", min=0.0, metavar="PCT",
+        help="stop once the median's relative standard error is below PCT percent.")] = 0.5
+    cudnn_benchmark: Annotated[bool, typer.Option(
+        "--cudnn-benchmark/--no-cudnn-benchmark", help="cuDNN autotuning (CUDA).")] = True
+    tf32: Annotated[bool | None, typer.Option(
+        "--tf32/--no-tf32", show_default=False,
+        help="CUDA fp32 matmuls and convolutions in TF32 (tensor cores) or IEEE fp32 (default: "
+        "PyTorch's settings, convolutions TF32 and matmuls IEEE unless changed; shown in the "
+        "output).")] = None
+    on_oom: Annotated[OnOom, typer.Option(
+        "--on-oom", case_sensitive=False,
+        help="after an out-of-memory batch: skip the larger ones, or try them anyway.")
+        ] = OnOom.skip
+    max_batch: Annotated[bool, typer.Option(
+        "--max-batch", help="search (doubling, then bisection) the largest batch that fits in "
+        "GPU memory, and time it.")] = False
+    profile: Annotated[bool, typer.Option(
+        "--profile", help="after timing, profile the last configuration: top operators and a "
+        "Chrome trace.")] = False
+    trace: Annotated[str | None, typer.Option(
+        "--trace", metavar="FILE", help="Chrome trace file for --profile (default: next to "
+        "--output, or MODEL-bench-trace.json).")] = None
+    save_samples: Annotated[bool, typer.Option(
+        "--save-samples", help="keep raw per-iteration times in the JSON.")] = False
+    compare: Annotated[str | None, typer.Option(
+        "--compare", metavar="OLD.json", help="compare with an earlier `--format json` result; "
+        "exit 1 if a configuration got slower beyond the noise. With MODEL a saved result "
+        "(NEW.json), compares the two files and runs nothing.")] = None
+    predict: Annotated[str | None, typer.Option(
+        "--predict", metavar="GPU",
+        help="predict the latency on this GPU (h100, a100, l4, rtx4090, ...: the GPU catalogue's "
+        "names) from the CPU, no GPU needed: per layer type, graph replay and eager. With "
+        "--device cuda the real run is measured too and shown beside the prediction.")] = None
 
-class OnOom(StrEnum):
-    skip = "skip"
-    try_ = "try"
+    @property
+    def compile_as(self) -> str | None:
+        """The torch.compile mode asked for (--compile or --compile-mode), else None."""
+        if self.compile or self.compile_mode != CompileMode.default:
+            return self.compile_mode.value
+        return None
 
+    def dtypes(self) -> tuple[str, ...]:
+        from torchinspect.bench.run import parse_dtype
 
-BatchesOpt = Annotated[str | None, batches_opt(
-    "batch sizes to sweep, e.g. 1,8,32 (default: the input's own batch).")]
-DtypeOpt = Annotated[str, dtype_opt(
-    "weights and float inputs cast to this dtype; a comma list benchmarks each. With --amp: the "
-    "autocast dtype.", sweep=True)]
-ChannelsLastOpt = Annotated[bool, typer.Option("--channels-last",
-                                               help="model and 4-D inputs in channels-last layout.")]
-CompileOpt = Annotated[bool, typer.Option("--compile", help="run torch.compile(model); the first "
-                                          "call (compilation) is reported on its own.")]
-CompileModeOpt = Annotated[CompileMode, typer.Option(
-    "--compile-mode", case_sensitive=False, metavar="MODE",
-    help="torch.compile mode (implies --compile): " + ", ".join(m.value for m in CompileMode) + ".")]
-GraphsOpt = Annotated[bool, typer.Option("--cuda-graphs", help="capture the forward in a CUDA "
-                                         "graph after warm-up (side stream) and time its replay.")]
-ThreadsOpt = Annotated[int | None, typer.Option("--threads", min=1,
-                                                help="torch CPU threads (default: torch's own).")]
-MinTimeOpt = Annotated[float, typer.Option("--min-time", min=0.0, help="seconds to time at least.")]
-MaxTimeOpt = Annotated[float, typer.Option("--max-time", min=0.0,
-                                           help="seconds after which timing stops, however many "
-                                           "--min-iters were asked for (it wins).")]
-MinItersOpt = Annotated[int, typer.Option("--min-iters", min=1, help="iterations to time at least "
-                                          "(unless --max-time comes first).")]
-WarmupOpt = Annotated[float, typer.Option("--warmup", min=0.0,
-                                          help="warm-up seconds (at least 5 calls).")]
-TargetOpt = Annotated[float, typer.Option(
-    "--target", min=0.0, metavar="PCT",
-    help="stop once the median's relative standard error is below PCT percent.")]
-CudnnOpt = Annotated[bool, typer.Option("--cudnn-benchmark/--no-cudnn-benchmark",
-                                        help="cuDNN autotuning (CUDA).")]
-Tf32Opt = Annotated[bool | None, typer.Option(
-    "--tf32/--no-tf32", show_default=False,
-    help="CUDA fp32 matmuls and convolutions in TF32 (tensor cores) or IEEE fp32 (default: "
-    "PyTorch's settings, convolutions TF32 and matmuls IEEE unless changed; shown in the output).")]
-OnOomOpt = Annotated[OnOom, typer.Option("--on-oom", case_sensitive=False,
-                                         help="after an out-of-memory batch: skip the larger "
-                                         "ones, or try them anyway.")]
-MaxBatchOpt = Annotated[bool, typer.Option("--max-batch", help="search (doubling, then bisection) "
-                                           "the largest batch that fits in GPU memory, and time it.")]
-ProfileOpt = Annotated[bool, typer.Option("--profile", help="after timing, profile the last "
-                                          "configuration: top operators and a Chrome trace.")]
-TraceOpt = Annotated[str | None, typer.Option(
-    "--trace", metavar="FILE", help="Chrome trace file for --profile (default: next to --output, "
-    "or MODEL-bench-trace.json).")]
-SamplesOpt = Annotated[bool, typer.Option("--save-samples",
-                                          help="keep raw per-iteration times in the JSON.")]
-CompareOpt = Annotated[str | None, typer.Option(
-    "--compare", metavar="OLD.json", help="compare with an earlier `--format json` result; "
-    "exit 1 if a configuration got slower beyond the noise. With MODEL a saved result "
-    "(NEW.json), compares the two files and runs nothing.")]
-PredictOpt = Annotated[str | None, typer.Option(
-    "--predict", metavar="GPU",
-    help="predict the latency on this GPU (h100, a100, l4, rtx4090, ...: the GPU catalogue's "
-    "names) from the CPU, no GPU needed: per layer type, graph replay and eager. With --device "
-    "cuda the real run is measured too and shown beside the prediction.")]
+        return tuple(dict.fromkeys(parse_dtype(d) for d in self.dtype.split(",") if d.strip())) \
+            or ("fp32",)
+
+    def bench_options(self, opts: ModelOptions, output: str | None, model: str,
+                      protect: tuple[str, ...]) -> Any:
+        """The core's ``BenchOptions`` (bench/run.py): what to measure and how."""
+        from torchinspect.bench.run import BenchOptions
+        from torchinspect.bench.timing import TimingConfig
+
+        return BenchOptions(
+            device=opts.device, batches=parse_batches(self.batch), dtypes=self.dtypes(),
+            amp=self.amp, channels_last=self.channels_last, compile=self.compile_as,
+            cuda_graphs=self.cuda_graphs, threads=self.threads,
+            cudnn_benchmark=self.cudnn_benchmark, tf32=self.tf32,
+            timing=TimingConfig(warmup_s=self.warmup, min_time=self.min_time,
+                                max_time=self.max_time, min_iters=self.min_iters,
+                                target_cov=self.target / 100),
+            on_oom=self.on_oom, max_batch=self.max_batch, profile=self.profile,
+            profile_trace=_trace_path(self.trace, output, model) if self.profile else None,
+            save_samples=self.save_samples, protect=protect)
 
 
 class _Progress:
@@ -139,73 +175,31 @@ def _trace_path(trace: str | None, output: str | None, model: str) -> str:
 
 @model_command(device_default="cpu", batch=False, progress=False,
                device_help="where to run: cpu (the default) or cuda[:N].")
-def bench(
-    model: ModelArg,
-    batch: BatchesOpt = None,
-    dtype: DtypeOpt = "fp32",
-    amp: AmpOpt = False,
-    channels_last: ChannelsLastOpt = False,
-    compile: CompileOpt = False,
-    compile_mode: CompileModeOpt = CompileMode.default,
-    cuda_graphs: GraphsOpt = False,
-    threads: ThreadsOpt = None,
-    warmup: WarmupOpt = 1.0,
-    min_time: MinTimeOpt = 2.0,
-    max_time: MaxTimeOpt = 6.0,
-    min_iters: MinItersOpt = 10,
-    target: TargetOpt = 0.5,
-    cudnn_benchmark: CudnnOpt = True,
-    tf32: Tf32Opt = None,
-    on_oom: OnOomOpt = OnOom.skip,
-    max_batch: MaxBatchOpt = False,
-    profile: ProfileOpt = False,
-    trace: TraceOpt = None,
-    save_samples: SamplesOpt = False,
-    compare: CompareOpt = None,
-    predict: PredictOpt = None,
-    *,
-    opts: ModelOptions,
-    out: OutputOptions,
-) -> None:
+def bench(model: ModelArg, *, args: BenchArgs, opts: ModelOptions, out: OutputOptions) -> None:
     """Latency and throughput: warm-up, synchronized timing until the median is stable.
 
     `inspect bench NEW.json --compare OLD.json` compares two saved results (`--format json`)
     by the same rule, without running anything.
     """
     from torchinspect.bench.compare import is_saved_result, load_bench_json
-    from torchinspect.bench.run import BenchOptions, parse_dtype, run_bench
-    from torchinspect.bench.timing import TimingConfig
+    from torchinspect.bench.run import run_bench
     from torchinspect.report.bench import bench_report
     from torchinspect.sources.case import make_case
 
     if is_saved_result(model) and not opts.arch:  # with --arch: a checkpoint's index
-        _compare_saved(model, compare, out)
+        _compare_saved(model, args.compare, out)
         return
-    if predict is not None and _predicts_only(
-            predict, opts.device, compile=compile or compile_mode != CompileMode.default,
-            amp=amp, max_batch=max_batch, profile=profile, compare=bool(compare),
-            channels_last=channels_last):
-        return _predict_only(model, predict, batch, dtype, tf32, opts, out)
+    if args.predict is not None and _predicts_only(args, opts.device):
+        return _predict_only(model, args, opts, out)
     if opts.device == "meta":
         raise InspectError("--device meta: a benchmark needs a real device",
                            hint="use --device cpu or --device cuda[:N]")
-    batches = parse_batches(batch)
-    if batches and max_batch:
+    protect = input_files([model, *opts.files(), args.compare])
+    options = args.bench_options(opts, out.output, model, protect)
+    if options.batches and options.max_batch:
         raise InspectError("--batch and --max-batch exclude each other",
                            hint="--max-batch searches the batch size itself")
-    dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in dtype.split(",") if d.strip()))
-    old = load_bench_json(compare) if compare else None
-    protect = input_files([model, *opts.files(), compare])
-    options = BenchOptions(
-        device=opts.device, batches=batches, dtypes=dtypes or ("fp32",), amp=amp,
-        channels_last=channels_last,
-        compile=compile_mode.value if (compile or compile_mode != CompileMode.default) else None,
-        cuda_graphs=cuda_graphs, threads=threads, cudnn_benchmark=cudnn_benchmark, tf32=tf32,
-        timing=TimingConfig(warmup_s=warmup, min_time=min_time, max_time=max_time,
-                            min_iters=min_iters, target_cov=target / 100),
-        on_oom=on_oom.value, max_batch=max_batch, profile=profile,
-        profile_trace=_trace_path(trace, out.output, model) if profile else None,
-        save_samples=save_samples, protect=protect)
+    old = load_bench_json(args.compare) if args.compare else None
     if options.profile_trace:  # refused before any timing, like --output
         from torchinspect.io.atomic import check_target
 
@@ -214,21 +208,24 @@ def bench(
     with _Progress() as progress:
         result = run_bench(case, options, progress=progress)
     changes, setup = _against(old, result)
-    report = _with_prediction(bench_report(result, changes, setup), case, predict, options, tf32, result)
-    emit(report, out, inputs=[model, *opts.files(), compare])
+    report = _with_prediction(bench_report(result, changes, setup), case, args, options, result)
+    emit(report, out, inputs=[model, *opts.files(), args.compare])
     _exit_if_unmeasured(result, model)
     _exit_if_slower(changes)
     sys.stderr.flush()
 
 
-def _predicts_only(gpu: str, device: str, **real_run: bool) -> bool:
+def _predicts_only(args: BenchArgs, device: str) -> bool:
     """--predict GPU: a GPU of the catalogue (an unknown name is refused before anything
     runs). Without --device cuda nothing runs: True, and options of a real run are refused."""
     from torchinspect.gpus import find_gpu  # kept out of `inspect --help`
 
-    find_gpu(gpu, option="--predict")
+    find_gpu(args.predict or "", option="--predict")
     if device.startswith("cuda"):
         return False
+    real_run = {"compile": args.compile_as is not None, "amp": args.amp,
+                "max_batch": args.max_batch, "profile": args.profile,
+                "compare": bool(args.compare), "channels_last": args.channels_last}
     real = [f"--{name.replace('_', '-')}" for name, on in real_run.items() if on]
     if real:
         raise InspectError(f"--predict runs nothing on a device: {real[0]} has no effect there",
@@ -237,33 +234,30 @@ def _predicts_only(gpu: str, device: str, **real_run: bool) -> bool:
     return True
 
 
-def _with_prediction(report: Any, case: Any, gpu: str | None, options: Any, tf32: bool | None,
-                     result: Any) -> Any:
+def _with_prediction(report: Any, case: Any, args: BenchArgs, options: Any, result: Any) -> Any:
     """With --predict: the prediction for the configurations just measured, side by side."""
-    if gpu is None:
+    if args.predict is None:
         return report
     from torchinspect.latency import predict_latency
     from torchinspect.report.base import Text
     from torchinspect.report.predict import against_measured, header
 
-    pred = predict_latency(case, gpu, dtypes=options.dtypes, batches=options.batches, tf32=tf32)
+    pred = predict_latency(case, args.predict, dtypes=options.dtypes, batches=options.batches,
+                           tf32=args.tf32)
     report.data["predicted"] = pred.to_dict()
     report.sections += [Text(header(pred)), against_measured(pred, result.to_dict())]
     return report
 
 
-def _predict_only(model: str, gpu: str, batch: str | None, dtype: str, tf32: bool | None,
-                  opts: ModelOptions, out: OutputOptions) -> None:
+def _predict_only(model: str, args: BenchArgs, opts: ModelOptions, out: OutputOptions) -> None:
     """`inspect bench MODEL --predict GPU`: the prediction alone, no device touched."""
-    from torchinspect.bench.run import parse_dtype
     from torchinspect.latency import predict_latency
     from torchinspect.report.predict import prediction_report
     from torchinspect.sources.case import make_case
 
-    dtypes = tuple(dict.fromkeys(parse_dtype(d) for d in dtype.split(",") if d.strip()))
     case = make_case(model, options=opts, device="meta")
-    pred = predict_latency(case, gpu, dtypes=dtypes or ("fp32",), batches=parse_batches(batch),
-                           tf32=tf32)
+    pred = predict_latency(case, args.predict or "", dtypes=args.dtypes(),
+                           batches=parse_batches(args.batch), tf32=args.tf32)
     emit(prediction_report(pred), out, inputs=[model, *opts.files()])
 
 
@@ -280,7 +274,7 @@ def _exit_if_unmeasured(result: Any, model: str) -> None:
     """No configuration measured: an input error when every forward failed, else exit 1."""
     if result.ok:
         return
-    failed = [c for c in result.configs if c.status == "error"]
+    failed = [c for c in result.configs if c.status == Status.error]
     if failed and len(failed) == len(result.configs):  # the forward itself: an input error
         raise InspectError(f"{model}: the forward failed in every configuration: "
                            f"{failed[0].error}",
