@@ -36,13 +36,13 @@ from torchinspect.export.graph.model import (
     GraphEdge,
     GraphKind,
     GraphNode,
-    _big_note,
+    big_note,
 )
 from torchinspect.export.graph.modules import module_graph
 
 __all__ = [
     "BIG_GRAPH", "FUNC", "INPUT", "OUTPUT", "READABLE_NODES", "RENDER_FORMATS", "WRITE_FORMATS", "Graph",
-    "GraphCluster", "GraphEdge", "GraphFile", "GraphKind", "GraphNode", "_big_note",
+    "GraphCluster", "GraphEdge", "GraphFile", "GraphKind", "GraphNode", "big_note",
     "autograd_graph", "build_graph", "dot_binary", "dot_quote", "graph_json", "module_flow",
     "module_graph", "output_format", "to_dot", "write_graph",
 ]

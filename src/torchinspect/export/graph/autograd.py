@@ -18,10 +18,10 @@ from torchinspect.export.graph.model import (
     GraphEdge,
     GraphKind,
     GraphNode,
-    _big_note,
-    _device_of,
-    _fmt_shape,
-    _shape,
+    big_note,
+    device_of,
+    fmt_shape,
+    shape_list,
 )
 from torchinspect.guard import training_mode
 from torchinspect.shapes import tensor_leaves
@@ -54,11 +54,11 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     # invalidate the tensors the graph saved (their version changes)
     with model_kept(model):
         out = _forward(model, prep)
-        graph = Graph(GraphKind.autograd, name or type(model).__name__, device=_device_of(out))
+        graph = Graph(GraphKind.autograd, name or type(model).__name__, device=device_of(out))
         walk = _Walk(graph, prep, saved)
         walk.run(out)
         del out, walk
-    _big_note(graph)
+    big_note(graph)
     return graph
 
 
@@ -149,8 +149,8 @@ class _Walk:
                                "that requires a gradient, so it has no autograd graph",
                                hint="use --kind module for the module graph")
         for i, t in enumerate(outputs):
-            onode = GraphNode(f"out{i}", f"output {i}\n{_fmt_shape(_shape(t))}", "output",
-                              f"output {i}", None, _shape(t))
+            onode = GraphNode(f"out{i}", f"output {i}\n{fmt_shape(shape_list(t))}", "output",
+                              f"output {i}", None, shape_list(t))
             self.graph.nodes.append(onode)
             if t.grad_fn is not None:
                 self.follow(t.grad_fn, onode.id)
@@ -190,12 +190,12 @@ class _Walk:
         if var is not None:  # AccumulateGrad: a leaf tensor
             pname = self.prep.names.get(id(var))
             if pname is not None:
-                node = GraphNode(nid, f"{pname} {_fmt_shape(_shape(var))}", "param", pname,
-                                 "Parameter", _shape(var))
+                node = GraphNode(nid, f"{pname} {fmt_shape(shape_list(var))}", "param", pname,
+                                 "Parameter", shape_list(var))
             else:
                 label = self.prep.input_names.get(id(var), "leaf tensor")
-                node = GraphNode(nid, f"{label}\n{_fmt_shape(_shape(var))}", "input", label,
-                                 None, _shape(var))
+                node = GraphNode(nid, f"{label}\n{fmt_shape(shape_list(var))}", "input", label,
+                                 None, shape_list(var))
             self.by_leaf[id(var)] = node
         else:
             kind = type(fn).__name__
@@ -215,6 +215,6 @@ class _Walk:
             if isinstance(val, torch.Tensor):
                 self.saved_count += 1
                 sid = f"s{self.saved_count}"
-                self.graph.nodes.append(GraphNode(sid, f"{attr[7:]}\n{_fmt_shape(_shape(val))}",
-                                                  "saved", attr[7:], "Tensor", _shape(val)))
+                self.graph.nodes.append(GraphNode(sid, f"{attr[7:]}\n{fmt_shape(shape_list(val))}",
+                                                  "saved", attr[7:], "Tensor", shape_list(val)))
                 self.add_edge(sid, here.id)
