@@ -271,7 +271,8 @@ def measure_one(name: str, out: Path) -> None:
     import torch
 
     from torchinspect.memory.calibrate import machine
-    from torchinspect.memory.predict import example_at, make_target
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import example_at
     from torchinspect.memory.verify import measure
 
     case = find(name)()
@@ -316,7 +317,7 @@ def _keep_logs(folder: Path, name: str) -> None:
 
 def predict_one(name: str, out: Path) -> None:
     """Without a GPU: the point, low and high peaks from the shipped table."""
-    from torchinspect.memory.predict import make_target
+    from torchinspect.memory.faking import make_target
 
     if os.environ.get("HELDOUT_LOGS"):
         _keep_logs(Path(os.environ["HELDOUT_LOGS"]), name)

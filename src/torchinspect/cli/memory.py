@@ -7,18 +7,9 @@ from typing import Annotated
 import typer
 
 from torchinspect.arguments import parse_batches
-from torchinspect.cli.common import (
-    AmpOpt,
-    ModelArg,
-    OutputOptions,
-    batches_opt,
-    dtype_opt,
-    emit,
-    gpu_opt,
-    input_files,
-    model_command,
-    train_opt,
-)
+from torchinspect.cli.command import model_command
+from torchinspect.cli.options import AmpOpt, ModelArg, batches_opt, dtype_opt, gpu_opt, train_opt
+from torchinspect.cli.output import OutputOptions, emit, input_files
 from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
@@ -90,9 +81,10 @@ def memory(
     out: OutputOptions,
 ) -> None:
     """Peak GPU memory of inference and of a training step, predicted on fake tensors."""
-    from torchinspect.cli.common import tolerance as check_tolerance
+    from torchinspect.cli.options import tolerance as check_tolerance
+    from torchinspect.memory.faking import make_target
     from torchinspect.memory.fit import parse_budget, sweep_with_fit
-    from torchinspect.memory.predict import check_checkpointing, make_target
+    from torchinspect.memory.predict import check_checkpointing
     from torchinspect.memory.step import StepConfig
     from torchinspect.report.memory import memory_report, verification_report
     from torchinspect.sources.case import make_case

@@ -258,7 +258,7 @@ def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, m
     """`predict.track` for ``cfg.fsdp`` ranks: FSDP2 on fake tensors, rank 0's log."""
     from torch._subclasses.fake_tensor import FakeTensorMode
 
-    from torchinspect.memory.faking import _run_error, fake_inputs
+    from torchinspect.memory.faking import fake_inputs, run_error
     from torchinspect.memory.timeline import replay
     from torchinspect.trace.engine import forward_mode
 
@@ -291,7 +291,7 @@ def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, m
                 except InspectError:
                     raise
                 except Exception as exc:
-                    raise _run_error(case.name, mode, exc) from exc
+                    raise run_error(case.name, mode, exc) from exc
         end = len(tracker.log.events)
     root = type(case.model).__name__
     _rename_root(tracker, type(model).__name__, root)
@@ -310,7 +310,7 @@ def _run(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: StepCon
          target: Any, tracker: ShardedTracker, fake: Any, mode: str, name: str) -> None:
     from torch.distributed._tools.mod_tracker import ModTracker
 
-    from torchinspect.memory.faking import _mark, _mark_state, autocast_factory
+    from torchinspect.memory.faking import autocast_factory, mark_kind, mark_state
     from torchinspect.memory.kernels import cuda_kernels
 
     autocast = autocast_factory(cfg.amp, target)
@@ -328,8 +328,8 @@ def _run(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: StepCon
             steps.train_step(model, {}, args, kwargs, optimizer=optimizer, loss=cfg.loss,
                              autocast=autocast, name=name, on_phase=tracker.mark)
             for p in model.parameters():  # FSDP2 sets the sharded .grad itself
-                _mark(tracker, p.grad, "grad")
-            _mark_state(tracker, optimizer, target)
+                mark_kind(tracker, p.grad, "grad")
+            mark_state(tracker, optimizer, target)
         tracker.mark("end")
 
 

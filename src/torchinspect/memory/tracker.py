@@ -132,10 +132,10 @@ class StorageTracker(TorchDispatchMode):
     # -- the dispatch hook
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func in _EXPLICIT:  # a composite the GPU runs too: its temporaries are real
+        if func in EXPLICIT_COMPOSITES:  # a composite the GPU runs too: its temporaries are real
             with self:
                 return func._op_dk(_CEA, *args, **kwargs)
-        if _composite(func):
+        if is_composite(func):
             # under inference_mode/no_grad a composite op (linear, layer_norm, the math
             # attention) reaches the mode whole: decompose it here so that its temporaries
             # pass through the tracker as they pass through the caching allocator
@@ -375,11 +375,11 @@ _CIA = torch._C.DispatchKey.CompositeImplicitAutograd
 _CEA = torch._C.DispatchKey.CompositeExplicitAutograd
 # ops with no CUDA kernel of their own whose composite allocates temporaries on the GPU too
 # (the math attention's softmax builds a full-size bool mask of -inf positions)
-_EXPLICIT = frozenset({torch.ops.aten._safe_softmax.default})
+EXPLICIT_COMPOSITES = frozenset({torch.ops.aten._safe_softmax.default})
 _COMPOSITE: dict[Any, bool] = {}
 
 
-def _composite(func: Any) -> bool:
+def is_composite(func: Any) -> bool:
     known = _COMPOSITE.get(func)
     if known is None:
         known = _COMPOSITE[func] = func.namespace == "aten" and \

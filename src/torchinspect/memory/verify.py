@@ -76,7 +76,7 @@ def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str,
         model = copy.deepcopy(model)
     dt = steps.DTYPES[cfg.dtype] if cfg.dtype else None
     model.to(device="cuda", dtype=dt) if dt else model.to("cuda")
-    args, kwargs = _inputs(example, dt)
+    args, kwargs = cuda_inputs(example, dt)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     model.train(mode == "training")
     peaks: dict[str, int] = {}
@@ -136,7 +136,7 @@ def verify(result: MemoryResult, case: ModelCase, example: Any, cfg: StepConfig,
     return out
 
 
-def _inputs(example: Any, dt: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def cuda_inputs(example: Any, dt: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     args, kwargs = materialize(example, "cpu")
 
     def move(t: Any) -> Any:

@@ -38,13 +38,14 @@ from torch import nn
 from torch.overrides import TorchFunctionMode
 from torch.utils._python_dispatch import _disable_current_modes
 
-from torchinspect.memory.faking import Target, _leaves, _sizes, fake_inputs, fake_state
+from torchinspect.memory.faking import Target, fake_inputs, fake_state, model_sizes
 from torchinspect.memory.kernels import attention, choose, cuda_kernels, rms_norm
 from torchinspect.memory.modules import ForwardModules
-from torchinspect.memory.predict import _notes, make_workspaces, memory_result, replay_ranged
+from torchinspect.memory.predict import make_workspaces, memory_result, replay_ranged, step_notes
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.tracker import StorageTracker
+from torchinspect.shapes import tensor_leaves
 from torchinspect.sources.case import ModelCase
 
 # modules whose prediction is a fused kernel that the counted forward must not take
@@ -170,9 +171,9 @@ class InferenceWatch:
                                      self.cfg.dtype)
         for name, t in state.items():
             self.tracker.register(t, kinds[name])
-        for t in _leaves((fargs, fkwargs)):
+        for t in tensor_leaves((fargs, fkwargs)):
             self.tracker.register(t, "input")
-        self.sizes = _sizes(state, kinds, fargs, fkwargs)
+        self.sizes = model_sizes(state, kinds, fargs, fkwargs)
         self.kept = (state, fargs, fkwargs)
         self.seconds += time.perf_counter() - started
         return state, fargs, fkwargs
@@ -211,7 +212,7 @@ class InferenceWatch:
         self.kept = ()
         example = self.case.require_example()
         result = memory_result(self.case, example, None, self.cfg, self.target,
-                               {"inference": (run, self.sizes)}, _notes(self.cfg, self.target),
+                               {"inference": (run, self.sizes)}, step_notes(self.cfg, self.target),
                                workspaces)
         result.seconds = self.seconds + time.perf_counter() - started
         return result
