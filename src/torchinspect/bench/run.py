@@ -24,12 +24,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchinspect import device as devices
+from torchinspect.arguments import ProgressFn
 from torchinspect.bench.environment import capture_environment, throttle_reasons
 from torchinspect.bench.modes import OnOom, Status
 from torchinspect.bench.precision import tf32_switch
 from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
-from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
+from torchinspect.bench.timing import Timing, TimingConfig, fmt_time, measure
 from torchinspect.dtypes import RUN, SHORT, short_name
 from torchinspect.errors import InspectError, first_line, is_out_of_memory
 from torchinspect.guard import model_code, training_mode

@@ -42,11 +42,11 @@ from torchinspect.features.plan import (
     plan_inputs,
 )
 from torchinspect.features.ranks import init_ranks, slowest
-from torchinspect.features.runner import Progress, Runner, channels_last, default_workers
+from torchinspect.features.runner import Progress, Runner, channels_last
 from torchinspect.sources.case import ModelLike, ModelOptions
 from torchinspect.trace.engine import model_kept
 
-__all__ = ["FeatureResult", "Progress", "default_workers", "extract_features"]
+__all__ = ["FeatureResult", "extract_features", "run_features"]
 
 
 @dataclass
