@@ -11,18 +11,10 @@ import typer
 
 from torchinspect.arguments import parse_batches
 from torchinspect.bench.modes import CompileMode, OnOom, Status
-from torchinspect.cli.common import (
-    AmpOpt,
-    ModelArg,
-    OutputOptions,
-    batches_opt,
-    dtype_opt,
-    emit,
-    error_exit,
-    input_files,
-    model_command,
-    model_file_stem,
-)
+from torchinspect.cli.boundary import error_exit
+from torchinspect.cli.command import model_command
+from torchinspect.cli.options import AmpOpt, ModelArg, batches_opt, dtype_opt
+from torchinspect.cli.output import OutputOptions, emit, input_files, model_file_stem
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
 

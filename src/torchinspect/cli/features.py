@@ -15,16 +15,10 @@ from typing import Annotated, Any
 
 import typer
 
-from torchinspect.cli.common import (
-    ModelArg,
-    OutputOptions,
-    as_written,
-    dtype_opt,
-    emit,
-    error_exit,
-    model_command,
-    shard_size_opt,
-)
+from torchinspect.cli.boundary import error_exit
+from torchinspect.cli.command import as_written, model_command
+from torchinspect.cli.options import ModelArg, dtype_opt, shard_size_opt
+from torchinspect.cli.output import OutputOptions, emit
 from torchinspect.errors import InspectError
 from torchinspect.report import OutputFormat
 from torchinspect.sources.case import ModelOptions
