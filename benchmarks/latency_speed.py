@@ -6,7 +6,7 @@ host-cost cache warm (the first --predict on a machine adds its ~0.1 s probe); w
 seconds of each child, every run kept in the raw data with the machine record
 (``benchmarks/machine.py``; a loaded machine is marked so: wall times are then upper bounds).
 One extra in-process run says which heavy modules the prediction imported (TorchDynamo:
-none; see ``src/torchinspect/nodynamo.py``).
+none; see ``src/torchinspect/privtorch.py``).
 
 Writes ``benchmarks/results/latency/speed.json``; ``latency_tables.py`` puts it on the page.
 Usage: ``python benchmarks/latency_speed.py [--runs 7]``.

@@ -449,7 +449,7 @@ def speed_lines(sp: dict[str, Any]) -> list[str]:
         lines += ["", "Heavy modules the prediction imported (of TorchDynamo, sympy, triton, "
                   f"transformers, scipy): {heavy}. TorchDynamo stays out: the meta build and "
                   "the trace run with a `torch._dynamo` stand-in "
-                  "(`src/torchinspect/nodynamo.py`), and torchvision's roi_align import of "
+                  "(`src/torchinspect/privtorch.py`), and torchvision's roi_align import of "
                   "it is deferred."]
     lines += ["", "Wall time above CPU time is the machine's other load.", ""]
     return lines

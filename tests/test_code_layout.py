@@ -261,8 +261,7 @@ def test_every_name_is_imported_from_its_home() -> None:
     submodule); a package's ``__init__`` and a module's ``__all__`` are declared doors."""
     homes = {m: _defines(p) for m, p in MODULES.items() if p.name != "__init__.py"}
     found = []
-    for module, path in [*_checked_files().items(),
-                         *((f"tests.{p.stem}", p) for p in sorted((ROOT / "tests").glob("*.py")))]:
+    for path in [*_checked_files().values(), *sorted((ROOT / "tests").glob("*.py"))]:
         for node in ast.walk(ast.parse(path.read_text(), str(path))):
             if not (isinstance(node, ast.ImportFrom) and node.module in homes):
                 continue

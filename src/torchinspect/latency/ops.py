@@ -29,10 +29,9 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from torchinspect.dtypes import SHORT, SIZES
+from torchinspect.privtorch import OpOverload, QuietDispatchMode, tree_leaves
 from torchinspect.trace.formulas import MacTable
 from torchinspect.trace.ops import OpKind, op_info, op_name
 
@@ -371,11 +370,7 @@ class _Recorder:
         return n_out
 
 
-class _Dispatch(TorchDispatchMode):
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # see trace/counting.py: importing dynamo costs a second
-
+class _Dispatch(QuietDispatchMode):
     def __init__(self, rec: _Recorder) -> None:
         super().__init__()
         self.rec = rec
@@ -384,7 +379,7 @@ class _Dispatch(TorchDispatchMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if isinstance(func, torch._ops.OpOverload):
+        if isinstance(func, OpOverload):
             self.rec.record(func, args, kwargs, out)
         return out
 

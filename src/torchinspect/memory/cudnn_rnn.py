@@ -29,6 +29,8 @@ from typing import Any
 
 import torch
 
+from torchinspect.privtorch import decomposition
+
 GATES = {"lstm": 5, "gru": 6, "rnn_tanh": 1, "rnn_relu": 1}
 RESERVE_EXTRA = 256
 # cudnnDropoutGetStatesSize: 48 KiB per streaming multiprocessor (6,488,064 bytes on an H100's
@@ -165,9 +167,7 @@ def register(lib: Any) -> None:
 
 
 def _decomposed(kind: str, *args: Any) -> Any:
-    from torch._decomp import decomposition_table
-
-    return decomposition_table[getattr(torch.ops.aten, kind).input](*args)
+    return decomposition(getattr(torch.ops.aten, kind).input)(*args)
 
 
 def _kernel(kind: str) -> Any:

@@ -42,6 +42,7 @@ from torchinspect.memory.step import StepConfig
 from torchinspect.memory.timeline import replay
 from torchinspect.memory.tracker import Log, StorageTracker
 from torchinspect.memory.workspace import Workspaces, shipped_table
+from torchinspect.privtorch import fake_tensor_mode, mod_tracker
 from torchinspect.shapes import tensor_leaves
 from torchinspect.sources.case import (
     ModelCase,
@@ -185,9 +186,7 @@ def _track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode:
     training = mode == "training"
     fake: Any = contextlib.nullcontext()
     if target.faked:  # imported here: the meta path (summary, check) never needs it
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        fake = FakeTensorMode(allow_non_fake_inputs=True)
+        fake = fake_tensor_mode(allow_non_fake_inputs=True)
     tracker = StorageTracker(workspace=target.workspace, device_type=target.fake_device,
                              cudnn=target.device == "cuda",
                              gpu=target.gpu if target.device == "cuda" else None)
@@ -271,10 +270,7 @@ def module_tracker(mode: str) -> Any:
     """Forward hooks for inference; ModTracker (forward and backward) for training."""
     if mode == "inference":
         return ForwardModules()
-    # imported here: it imports torch.distributed (seconds cold), which inference never needs
-    from torch.distributed._tools.mod_tracker import ModTracker
-
-    return ModTracker()
+    return mod_tracker()  # imports torch.distributed (seconds cold): inference never needs it
 
 
 def _describe(example: Any) -> str:

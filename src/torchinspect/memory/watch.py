@@ -29,22 +29,28 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import _disable_current_modes
 
 from torchinspect.memory.faking import Target, fake_inputs, fake_state, model_sizes
-from torchinspect.memory.kernels import attention, choose, cuda_kernels, rms_norm
+from torchinspect.memory.kernels import (
+    attention,
+    choose,
+    cuda_kernels,
+    in_prediction,
+    math_attention,
+    rms_norm,
+)
 from torchinspect.memory.modules import ForwardModules
 from torchinspect.memory.predict import make_workspaces, memory_result, replay_ranged, step_notes
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.tracker import StorageTracker
+from torchinspect.privtorch import aten_overrides, without_dispatch_modes
 from torchinspect.shapes import tensor_leaves
 from torchinspect.sources.case import ModelCase
 
@@ -65,7 +71,7 @@ class _Tracker(StorageTracker):
         if self.paused:
             return func(*args, **(kwargs or {}))
         if self.hidden:
-            with _disable_current_modes():
+            with without_dispatch_modes():
                 return super().__torch_dispatch__(func, types, args, kwargs)
         return super().__torch_dispatch__(func, types, args, kwargs)
 
@@ -131,16 +137,11 @@ def _attention_kernel(tracker: _Tracker) -> Any:
 @contextlib.contextmanager
 def _shared_kernels(tracker: _Tracker) -> Iterator[None]:
     """``cuda_kernels``, with attention and rms_norm run both ways."""
-    lib = torch.library.Library("aten", "IMPL")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-            lib.impl("scaled_dot_product_attention", _attention_kernel(tracker),
-                     "CompositeImplicitAutograd")
+    with aten_overrides(carried=in_prediction) as overrides:
+        overrides.impl("scaled_dot_product_attention", _attention_kernel(tracker),
+                       elsewhere=math_attention)
         with cuda_kernels(leave=SHARED_KERNELS), _RMSNormCalls(tracker):
             yield
-    finally:
-        lib._destroy()
 
 
 class InferenceWatch:

@@ -186,9 +186,9 @@ def _forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     """A forward that cannot change the model's buffers (they are copied for the call) nor
     the inputs: a forward that edits its input in place (``x.mul_(2)``) gets a copy, so two
     runs see the same values."""
-    from torch.utils import _pytree as pytree
+    from torchinspect.privtorch import tree_map_only
 
-    args, kwargs = pytree.tree_map_only(torch.Tensor, torch.clone, (tuple(args), dict(kwargs)))
+    args, kwargs = tree_map_only(torch.Tensor, torch.clone, (tuple(args), dict(kwargs)))
     if isinstance(model, torch.jit.ScriptModule):
         return model(*args, **kwargs)
     copies: dict[int, torch.Tensor] = {}

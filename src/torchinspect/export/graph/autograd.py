@@ -65,7 +65,8 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
 def _prepare(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
              state: dict[str, Any] | None) -> _Prepared:
     import torch
-    from torch.utils import _pytree as pytree
+
+    from torchinspect.privtorch import tree_map
 
     names = {id(p): n for n, p in model.named_parameters()}
     if state:
@@ -85,7 +86,7 @@ def _prepare(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
             return v.detach().clone().requires_grad_(True)
         return v
 
-    args, kwargs = pytree.tree_map(leafify, (tuple(args), dict(kwargs or {})))
+    args, kwargs = tree_map(leafify, (tuple(args), dict(kwargs or {})))
     input_names = {id(t): name for name, t in input_leaves(model, args, kwargs)}
     return _Prepared(args, kwargs, state, names, input_names)
 
@@ -94,7 +95,8 @@ def _forward(model: Any, prep: _Prepared) -> Any:
     """One forward with gradients in eval mode; a forward that edits an input in place gets
     a copy of the input leaf (a CloneBackward node after it in the graph)."""
     import torch
-    from torch.utils import _pytree as pytree
+
+    from torchinspect.privtorch import tree_map_only
 
     def forward(a: tuple[Any, ...], k: dict[str, Any]) -> Any:
         if prep.state:
@@ -109,7 +111,7 @@ def _forward(model: Any, prep: _Prepared) -> Any:
             except RuntimeError as exc:
                 if "leaf Variable that requires grad" not in str(exc):
                     raise
-                return forward(*pytree.tree_map_only(
+                return forward(*tree_map_only(
                     torch.Tensor, lambda t: t.clone() if t.requires_grad else t,
                     (tuple(args), dict(kwargs))))
         except (InspectError, MemoryError, KeyboardInterrupt):

@@ -6,6 +6,7 @@ names. :class:`ExportPlan` is the state that travels through the phases of
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Sequence
@@ -24,9 +25,10 @@ def export_leaves(value: Any) -> list[Any]:
     output names line up with the ONNX graph; shapes.tensor_leaves also opens dataclasses,
     which the exporter does not."""
     import torch
-    from torch.utils import _pytree as pytree
 
-    return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+    from torchinspect.privtorch import tree_leaves
+
+    return [v for v in tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 
 def bound_arguments(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
@@ -85,7 +87,8 @@ def dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
                     extra: list[tuple[str, int]]) -> tuple[Any, dict[str, list[int]]]:
     """torch.export dynamic_shapes (by forward parameter name) and the dims made dynamic."""
     import torch
-    from torch.utils import _pytree as pytree
+
+    from torchinspect.privtorch import tree_map
 
     bound = bound_arguments(model, args, kwargs)
     leaves = export_leaves((args, kwargs))
@@ -128,7 +131,7 @@ def dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *,
         if isinstance(value, torch.Tensor):
             spec[pname] = spec_for(pname, value)
         else:
-            spec[pname] = pytree.tree_map(lambda v, p=pname: spec_for(p, v), value)
+            spec[pname] = tree_map(functools.partial(spec_for, pname), value)
     if not marked:
         return None, marked
     return spec, marked

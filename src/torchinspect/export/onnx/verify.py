@@ -60,7 +60,8 @@ def _resized(t: Any, shape: list[int], gen: Any) -> Any:
 def _inputs_at(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, batch0: int,
                marked: dict[str, list[int]], extra: list[tuple[str, int]]) -> tuple[Any, Any]:
     import torch
-    from torch.utils import _pytree as pytree
+
+    from torchinspect.privtorch import tree_map
 
     if batch == batch0 and not extra:
         return args, kwargs
@@ -86,7 +87,7 @@ def _inputs_at(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], batch:
                     shape[d] = shape[d] - 1 if shape[d] > 2 else shape[d] + 1
         return _resized(v, shape, gen)
 
-    return pytree.tree_map(resize, (args, kwargs))
+    return tree_map(resize, (args, kwargs))
 
 
 def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -100,10 +101,10 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
     shown = ", ".join("(" + ", ".join(str(d) for d in t.shape) + ")" for t in leaves)
     run = VerifyRun(batch, shown)
     try:
-        from torch.utils import _pytree as pytree
+        from torchinspect.privtorch import tree_map_only
 
         # copies: a forward that edits its input in place must not change onnxruntime's feed
-        ca, ck = pytree.tree_map_only(torch.Tensor, torch.clone, (tuple(a), dict(k)))
+        ca, ck = tree_map_only(torch.Tensor, torch.clone, (tuple(a), dict(k)))
         with torch.no_grad():
             expected = [t.detach().cpu() for t in export_leaves(model(*ca, **ck))]
     except Exception as exc:  # noqa: BLE001 - the model's own forward at the moved sizes
