@@ -537,14 +537,11 @@ def report(measured_dir: Path, predicted_dir: Path, summary_only: bool = False,
 
 
 def write_block(path: Path, text: str, tag: str = "heldout") -> None:
-    """Replace the text between ``<!-- TAG:begin -->`` and ``<!-- TAG:end -->``."""
-    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
-    page = path.read_text()
-    if begin not in page or end not in page:
-        raise SystemExit(f"{path}: no {begin} ... {end} block to replace")
-    head, _, rest = page.partition(begin)
-    _, _, tail = rest.partition(end)
-    path.write_text(f"{head}{begin}\n{text.strip()}\n{end}{tail}")
+    """Replace the text between ``<!-- TAG:begin -->`` and ``<!-- TAG:end -->`` (benchmarks/
+    report.py renders the same blocks from the committed data and checks them)."""
+    from pagetext import with_block
+
+    path.write_text(with_block(path.read_text(), tag, text, where=str(path)))
 
 
 def main() -> None:

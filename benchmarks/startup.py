@@ -6,7 +6,9 @@ the parent, interpreter start and imports included. The trees compared are sourc
 ``PYTHONPATH`` (so one installed environment times both): ``--tree LABEL=PATH``, e.g. the
 working tree and a ``git archive`` of the commit before a change. The samples of all trees and
 commands are interleaved (round-robin), so a change in the machine's load falls on all of them
-alike; the load average is recorded before and after. The median of many runs is the figure;
+alike; the load average is recorded before and after. Bytecode is written and used, as in an
+installed package (``PYTHONDONTWRITEBYTECODE`` is dropped for the children; the warm-up round
+writes the ``.pyc`` files). The median of many runs is the figure;
 on a shared machine the minimum says what the code costs without the neighbours.
 
     git archive e957d20 | tar -x -C /tmp/before
@@ -35,14 +37,19 @@ def commands(src: Path) -> list[str]:
     """The subcommands of the tree at ``src`` (its table, cli/commands.py)."""
     code = "from torchinspect.cli.commands import COMMANDS; print(' '.join(c.name for c in COMMANDS))"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
-                         env={**os.environ, "PYTHONPATH": str(src)})
+                         env=_env(src))
     return out.stdout.split()
+
+
+def _env(src: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    return {**env, "PYTHONPATH": str(src), "COLUMNS": "80"}
 
 
 def sample(src: Path, args: list[str]) -> float:
     t0 = time.perf_counter()
     done = subprocess.run([sys.executable, "-c", CHILD, *args], capture_output=True, check=False,
-                          env={**os.environ, "PYTHONPATH": str(src), "COLUMNS": "80"})
+                          env=_env(src))
     seconds = time.perf_counter() - t0
     if done.returncode != 0:
         raise SystemExit(f"{src}: inspect {' '.join(args)} exited {done.returncode}: "
