@@ -24,7 +24,8 @@ print(json.dumps(sorted(sys.modules)))
 
 # heavy third-party packages, and our modules that pull them or read files
 FORBIDDEN_PACKAGES = ("torch", "torchvision", "numpy", "onnx", "onnxruntime", "graphviz",
-                      "safetensors", "transformers", "timm", "huggingface_hub", "PIL")
+                      "safetensors", "transformers", "timm", "huggingface_hub", "PIL",
+                      "pydantic")  # (typer imports it to coerce a non-bool value: app.py)
 FORBIDDEN_OURS = ("torchinspect.io", "torchinspect.sources.resolve", "torchinspect.sources.hf",
                   "torchinspect.sources.timm", "torchinspect.sources.torchvision",
                   "torchinspect.trace", "torchinspect.analysis", "torchinspect.memory",
