@@ -85,3 +85,24 @@ def fsdp() -> str:
                       f"`{RESULTS}/memory-fsdp-h100x2.json` (measured) and "
                       f"`{RESULTS}/memory-fsdp-predicted.json` (predicted).", "", *lines,
                       "", summary])
+
+
+def checkpointing() -> str:
+    """The --checkpointing check on the GPU: the verification table of ``inspect memory
+    --verify``'s output, kept whole in the raw data (a log, ``results/...-verify-h100.txt``)."""
+    name = "memory-checkpointing-verify-h100.txt"
+    lines = (ROOT / RESULTS / name).read_text().splitlines()
+    start = next(i for i, line in enumerate(lines) if line.startswith("Mode "))
+    rows = []
+    for line in lines[start + 2:]:
+        parts = line.split()
+        if len(parts) < 8 or not parts[-2].endswith("%"):
+            break
+        rows.append((parts[0], parts[1], float(parts[-2].rstrip("%")), parts[-1]))
+    phases = [r for r in rows if r[1] != "peak"]
+    worst = max(phases, key=lambda r: abs(r[2]))
+    peak = next(r for r in rows if r[:2] == ("training", "peak"))
+    ok = all(r[3] == "ok" for r in rows)
+    return (f"Now (`results/{name}`): {len(phases)} phases, every one within "
+            f"{abs(worst[2]):.2f}% of the GPU (largest: {worst[0]} {worst[1]}, {worst[2]:+.2f}%), "
+            f"training peak {peak[2]:+.2f}%; verification {'passed' if ok else 'FAILED'}.")

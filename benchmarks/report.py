@@ -6,7 +6,7 @@ Needs no GPU and runs nothing but the rendering. Besides ``PAGES`` (written whol
 "generated" line), ``WHOLE_PAGES`` are pages a measuring script renders whole with its own
 header (RESULTS-latency.md) and ``BLOCKS`` the generated blocks inside pages partly written by
 hand (``<!-- TAG:begin -->`` ... ``<!-- TAG:end -->``: the held-out, op-trace, --fit and FSDP
-tables of RESULTS-memory.md and docs/concepts/memory.md). ``--check`` renders all of them into
+tables and the --checkpointing check of RESULTS-memory.md and docs/concepts/memory.md). ``--check`` renders all of them into
 memory and exits 1 when a committed page or block differs (``tests/test_benchmarks.py`` runs
 it), so a hand edit or a data file without its page fails the suite.
 
@@ -68,6 +68,59 @@ views (the graph reuses the trace and adds one meta forward for its edges); the 
 static and trace checks run by default, its real-number checks only with `--doctor-run`.
 """
     return text, ["report-perf.json"]
+
+
+def startup_page() -> tuple[str, list[str]]:
+    r = load("startup-help")
+    d = r["data"]
+    trees, seconds = d["trees"], d["seconds"]
+    every = {t: [s for values in seconds[t].values() for s in values] for t in trees}
+    last = trees[-1]
+    rows = "\n".join(
+        f"| `{case}` | " + " | ".join(
+            f"{statistics.median(seconds[t][case]):.3f} (min {min(seconds[t][case]):.3f})"
+            for t in trees) + " |"
+        for case in seconds[last])
+    head = " | ".join(f"{t}: median (min), s" for t in trees)
+    overall = "; ".join(f"{t} {statistics.median(every[t]):.3f} s (min {min(every[t]):.3f})"
+                        for t in trees)
+    worst = max(statistics.median(v) for v in seconds[last].values())
+    text = f"""# Start-up: `inspect --help` and `inspect CMD --help`
+
+Bar (issue 39): `inspect --help` and every `inspect CMD --help` under 0.3 s median on a 2-core
+machine, kept by `tests/test_startup.py` (after every command's help, a fresh interpreter has
+imported no torch, no model source beyond the CLI's options and no io reader).
+
+Method: `benchmarks/startup.py` starts a fresh interpreter per sample running what the console
+script runs (`from torchinspect.cli.app import main; main()`), with bytecode written and used as
+in an installed package, and times it from the parent. Each tree is a source folder on
+`PYTHONPATH` ({", ".join(f"`{t}`" for t in trees)}); the samples of every tree and command are
+interleaved, {d['runs']} rounds after one warm-up round. Load average (1, 5, 15 min) before
+{d['load_average_before']}, after {d['load_average_after']}.
+
+{machine_line(r)}
+
+All commands: {overall}.
+
+| command | {head} |
+|---|{"---:|" * len(trees)}
+{rows}
+
+| bar | met |
+|---|---|
+| `{last}`: the slowest command's median < 0.3 s | {bar(worst < 0.3)} ({worst:.3f} s) |
+"""
+    if r["machine"].get("loaded"):
+        text += f"""
+**Not judged here**: the machine was shared (load average {r['machine']['load_average']} on
+{r['machine']['cores']} cores), so these medians time the neighbours as much as the code; the
+comparison holds (the trees were interleaved) but the bar needs an idle machine. The minimum
+of each row is the nearer figure for the code's own cost. To measure it:
+`git archive BASE | tar -x -C /tmp/before`, then
+`.venv/bin/python benchmarks/startup.py --tree before=/tmp/before/src --tree after=src --runs 21`
+and `make bench-report`.
+"""
+    return text, ["startup-help.json"]
 
 
 def doctor_page() -> tuple[str, list[str]]:
@@ -312,6 +365,7 @@ PAGES: dict[str, Callable[[], tuple[str, list[str]]]] = {
     "RESULTS-summary.md": summary_snippet,
     "RESULTS-report.md": report_page,
     "RESULTS-doctor.md": doctor_page,
+    "RESULTS-startup.md": startup_page,
     "RESULTS-doctor-pitfalls.md": lambda: pitfalls_page(machine_line),
     "RESULTS-trace.md": trace_page,
     "RESULTS-export.md": export_page,
@@ -350,6 +404,7 @@ BLOCKS: dict[tuple[str, str], Callable[[], str]] = {
     ("benchmarks/RESULTS-memory.md", "fit"): pages_memory.fit,
     ("docs/concepts/memory.md", "fit"): pages_memory.fit,
     ("benchmarks/RESULTS-memory.md", "fsdp"): pages_memory.fsdp,
+    ("benchmarks/RESULTS-memory.md", "checkpointing"): pages_memory.checkpointing,
 }
 
 
