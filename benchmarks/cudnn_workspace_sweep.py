@@ -434,8 +434,8 @@ def _held_out_nearest(measured: dict[str, int], who: dict[str, set[str]]) -> dic
 
     from torchinspect.memory.workspace import (
         WorkspaceTable,
-        _owned_by,
         envelope_key,
+        owned_by,
         problem_from_key,
     )
 
@@ -443,7 +443,7 @@ def _held_out_nearest(measured: dict[str, int], who: dict[str, set[str]]) -> dic
     out: dict[str, list[tuple[str, int, int, int]]] = {}
     for key in sorted(measured):
         problem = problem_from_key(key)
-        point = table.nearest(problem, functools.partial(_owned_by, who, who.get(key, {key})))
+        point = table.nearest(problem, functools.partial(owned_by, who, who.get(key, {key})))
         if point is not None:
             out.setdefault(envelope_key(problem), []).append(
                 (key, problem.size, measured[key], point))

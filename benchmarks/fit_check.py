@@ -18,7 +18,7 @@ import time
 import torch
 
 from torchinspect.io.writers import parse_size
-from torchinspect.memory.fit import _search
+from torchinspect.memory.fit import largest_fitting
 from torchinspect.memory.predict import example_at
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.verify import measure
@@ -47,7 +47,7 @@ def main() -> None:
         print(json.dumps(probes[-1]), file=sys.stderr, flush=True)
         return value
 
-    largest, _ = _search(peak, budget, 1 << 16)
+    largest, _ = largest_fitting(peak, budget, 1 << 16)
     print(json.dumps({"model": spec, "mode": mode, "budget": budget, "total": total,
                       "measured_largest": largest, "probes": probes,
                       "device": torch.cuda.get_device_name()}))

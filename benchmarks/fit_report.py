@@ -30,8 +30,9 @@ GB = 1e9
 
 
 def predict(measured_path: Path, inputs: str) -> Path:
+    from torchinspect.memory.faking import make_target
     from torchinspect.memory.fit import fit
-    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.predict import predict_case
     from torchinspect.memory.step import StepConfig
     from torchinspect.sources.case import make_case
 

@@ -7,7 +7,7 @@ host-cost cache warm (the first --predict on a machine adds its ~0.1 s probe); w
 seconds of each child, every run kept in the raw data with the machine record
 (``benchmarks/machine.py``; a loaded machine is marked so: wall times are then upper bounds).
 One extra in-process run says which heavy modules the prediction imported (TorchDynamo:
-none; see ``src/torchinspect/nodynamo.py``).
+none; see ``src/torchinspect/privtorch.py``).
 
 Writes ``benchmarks/results/latency-predict-speed.json`` (``machine.save``: the machine and its
 load); ``pages_latency.py`` puts it on RESULTS-latency.md.

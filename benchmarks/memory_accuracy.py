@@ -91,8 +91,9 @@ def worker(name: str, measure: bool) -> list[dict[str, Any]]:
     import torch
 
     from torchinspect.gpus import target_gpu
+    from torchinspect.memory.faking import Target
     from torchinspect.memory.gpu import cublas_workspace
-    from torchinspect.memory.predict import Target, predict_case
+    from torchinspect.memory.predict import predict_case
     from torchinspect.memory.step import StepConfig
 
     case = build_case(name)

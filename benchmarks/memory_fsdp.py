@@ -43,8 +43,9 @@ def config(mode: str, world: int) -> Any:
 
 
 def predict(names: list[str], world: int) -> list[dict[str, Any]]:
+    from torchinspect.memory.faking import make_target
     from torchinspect.memory.fsdp import choose_unit
-    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.predict import predict_case
 
     rows = []
     for name in names:
@@ -69,7 +70,7 @@ def measure(name: str, mode: str, mesh: Any) -> dict[str, int]:
 
     from torchinspect.memory import step as steps
     from torchinspect.memory.fsdp import choose_unit, make_optimizer, sharded_copy
-    from torchinspect.memory.verify import _inputs
+    from torchinspect.memory.verify import cuda_inputs
 
     gc.collect()  # FSDP's hooks make reference cycles: free the previous model's memory now
     torch.cuda.empty_cache()
@@ -77,7 +78,7 @@ def measure(name: str, mode: str, mesh: Any) -> dict[str, int]:
     case = build_case(name)
     cfg = config(mode, mesh.size())
     model, _ = sharded_copy(case.model, mesh, choose_unit(case, cfg), "cuda", cfg.dtype)
-    args, kwargs = _inputs(case.require_example(), None)
+    args, kwargs = cuda_inputs(case.require_example(), None)
     model.train(True)
     optimizer = make_optimizer(cfg.optimizer, model, cfg.foreach)
     autocast = (lambda: torch.autocast("cuda", dtype=steps.DTYPES[cfg.amp])) if cfg.amp else None

@@ -288,7 +288,8 @@ def measure_one(name: str, out: Path) -> None:
     import torch
 
     from torchinspect.memory.calibrate import machine
-    from torchinspect.memory.predict import example_at, make_target
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import example_at
     from torchinspect.memory.verify import measure
 
     case = find(name)()
@@ -333,7 +334,7 @@ def _keep_logs(folder: Path, name: str) -> None:
 
 def predict_one(name: str, out: Path) -> None:
     """Without a GPU: the point, low and high peaks from the shipped table."""
-    from torchinspect.memory.predict import make_target
+    from torchinspect.memory.faking import make_target
 
     if os.environ.get("HELDOUT_LOGS"):
         _keep_logs(Path(os.environ["HELDOUT_LOGS"]), name)
@@ -556,14 +557,11 @@ def report(measured_dir: Path, predicted_dir: Path, summary_only: bool = False,
 
 
 def write_block(path: Path, text: str, tag: str = "heldout") -> None:
-    """Replace the text between ``<!-- TAG:begin -->`` and ``<!-- TAG:end -->``."""
-    begin, end = f"<!-- {tag}:begin -->", f"<!-- {tag}:end -->"
-    page = path.read_text()
-    if begin not in page or end not in page:
-        raise SystemExit(f"{path}: no {begin} ... {end} block to replace")
-    head, _, rest = page.partition(begin)
-    _, _, tail = rest.partition(end)
-    path.write_text(f"{head}{begin}\n{text.strip()}\n{end}{tail}")
+    """Replace the text between ``<!-- TAG:begin -->`` and ``<!-- TAG:end -->`` (benchmarks/
+    report.py renders the same blocks from the committed data and checks them)."""
+    from pagetext import with_block
+
+    path.write_text(with_block(path.read_text(), tag, text, where=str(path)))
 
 
 def main() -> None:

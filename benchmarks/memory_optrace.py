@@ -246,7 +246,8 @@ def gpu(out: Path, only: list[str] | None) -> None:
     import torch
 
     from torchinspect.memory.calibrate import machine
-    from torchinspect.memory.predict import example_at, make_target, predict_case
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import example_at, predict_case
     from torchinspect.memory.verify import measure
 
     out.mkdir(parents=True, exist_ok=True)
@@ -297,7 +298,8 @@ def predicted_ops(name: str, mode: str, entries: dict[str, int | None]) -> list[
     measured cuDNN workspaces."""
     from torchinspect.memory import predict, tracker
     from torchinspect.memory.allocator import CachingAllocator
-    from torchinspect.memory.predict import example_at, make_target, track
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import example_at, track
     from torchinspect.memory.timeline import category
     from torchinspect.memory.workspace import Workspaces, shipped_table
 
@@ -310,7 +312,7 @@ def predicted_ops(name: str, mode: str, entries: dict[str, int | None]) -> list[
     def dispatch(self: Any, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         depth = len(marks)
         out = original(self, func, types, args, kwargs)
-        if func in tracker._EXPLICIT or tracker._composite(func):
+        if func in tracker.EXPLICIT_COMPOSITES or tracker.is_composite(func):
             return out  # its parts were logged (and marked) already
         marks.append((func.overloadpacket.__name__, len(self.log.events)))
         del depth

@@ -294,7 +294,7 @@ def predict_one(name: str, mode: str, calibrate: bool) -> dict[str, Any]:
     """In this (fresh) process: one mode predicted for an H100, without a GPU (the shipped
     table; the workspace range ``ws_low``-``ws_high``, and ``low``-``high`` widened by the
     shipped margins) or calibrated on the GPU here (memory_heldout._predicted)."""
-    from torchinspect.memory.predict import make_target
+    from torchinspect.memory.faking import make_target
 
     target = make_target("cuda", None if calibrate else "h100", calibrate=calibrate)
     out = memory_heldout._predicted(case(name), mode, target)

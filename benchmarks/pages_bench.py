@@ -13,6 +13,7 @@ import textwrap
 from typing import Any
 
 import machine
+from pagetext import bar, machine_line
 
 GPU, CPU, GAP = "bench-accuracy-gpu", "bench-accuracy-cpu", "graph-gap"
 
@@ -47,8 +48,6 @@ def _us(value: float) -> str:
 
 def conditions(record: dict[str, Any]) -> str:
     """The machine, the versions a GPU timing depends on, and the run's own notes."""
-    from report import machine_line
-
     data = record["data"]
     env = data.get("environment") or {}
     lines = [para(machine_line(record))]
@@ -68,8 +67,6 @@ def conditions(record: dict[str, Any]) -> str:
 
 
 def _row_line(row: dict[str, Any]) -> str:
-    from report import bar
-
     target = "info" if row["target_pct"] is None else f"{row['target_pct']:g}%"
     met = "-" if row["ok"] is None else bar(row["ok"])
     return (f"| {row['case']} | {row['reference']} | {row['ours_ms']:.4f} | "

@@ -13,6 +13,7 @@ from typing import Any
 
 import machine
 from pages_bench import conditions, have, para, wrap
+from pagetext import bar
 
 CPU, GPU, MEMORY = "features-cpu", "features-gpu", "features-memory"
 OUTSIDE_BAR = 25.0  # %: CPU, time outside the model's forward
@@ -22,8 +23,6 @@ GROWTH_BAR = 10.0  # %: memory, the largest folder's peak RSS against the smalle
 
 
 def _bar(ok: bool) -> str:
-    from report import bar
-
     return bar(ok)
 
 

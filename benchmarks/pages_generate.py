@@ -191,7 +191,7 @@ def speed_section() -> tuple[str, list[str]]:
                     f"{run['cpu_s']:.1f} | {run['peak_rss'] / 2**30:.2f} GiB | "
                     f"{'yes' if fine and run['wall_s'] < 30 else '**no**'} | "
                     f"{'yes' if fine and run['cpu_s'] < 30 else '**no**'} |")
-    from report import machine_line
+    from pagetext import machine_line
 
     return ("Each command in a fresh process (`machine.run_cli`: wall time from here, the "
             "child's CPU time and its own peak RSS, VmHWM), the median of the runs by wall "
@@ -219,7 +219,7 @@ def generate_page() -> tuple[str, list[str]]:
     speed, speed_files = speed_section()
     machine = ""
     if first_m is not None and first_p is not None:
-        from report import machine_line
+        from pagetext import machine_line
 
         machine = f"Measured: {machine_line(first_m)} transformers " \
                   f"{first_m['versions'].get('transformers')}." + "".join(

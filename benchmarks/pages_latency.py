@@ -105,7 +105,7 @@ def _revisions(doc: dict[str, Any]) -> list[str]:
 
 
 def latency_page() -> tuple[str, list[str]]:
-    from report import machine_line
+    from pagetext import machine_line
 
     record = machine.load(PREDICTIONS)
     d = record["data"]
@@ -252,7 +252,7 @@ def _missing(missing: dict[str, list[str]]) -> list[str]:
 
 
 def _speed(record: dict[str, Any]) -> list[str]:
-    from report import machine_line
+    from pagetext import machine_line
 
     d = record["data"]
     lines = ["## Speed of the prediction", "", machine_line(record), "",

@@ -433,7 +433,7 @@ def memory_page() -> tuple[str, list[str]]:
 
 def _machines() -> list[str]:
     """The machine lines of issue 40's files (the run header of each file's first record)."""
-    from report import machine_line
+    from pagetext import machine_line
 
     lines = []
     for name in (MEASURED, PREDICTED, CALIBRATED):
@@ -544,3 +544,16 @@ OTHER_TEXT = """- `pytest -m cuda` (GPU run 6): `results/cuda-tests-h100-session
 - Prediction time and the zoo:llama-70b step: `benchmarks/perf_predict.py`,
   `results/memory-predict-perf.json`; the memory line's cost in `inspect summary`:
   [the trace page](trace.md)."""
+
+
+def fit() -> str:
+    """The --fit block of docs/concepts/memory.md (``fit_report.py``'s table): --fit on
+    predictions against --fit on the GPU."""
+    import sys
+
+    sys.path.insert(0, str(HERE))
+    from fit_report import render
+
+    measured = json.loads((RESULTS / "fit-resnet50-h100.json").read_text())
+    predicted = json.loads((RESULTS / "fit-resnet50-predicted.json").read_text())
+    return render(measured, predicted)

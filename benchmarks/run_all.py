@@ -53,6 +53,7 @@ SCRIPTS: list[tuple[str, list[str], int]] = [
                            "benchmarks/results/memory-heldout-rerun"], 1),
     ("memory_optrace.py", ["gpu", "--out", "benchmarks/results/memory-optrace-rerun"], 1),
     ("latency_speed.py", [], 0),
+    ("startup.py", ["--tree", "now=src", "--out", "startup-help-rerun"], 0),
     ("latency_measure.py", ["benchmarks/results/latency-rerun"], 1),
     # issue 40's campaign (benchmarks/results/latency-h100-v2/README.md says what each holds)
     ("latency_measure.py", ["benchmarks/results/latency-v2-rerun", "--phases",

@@ -115,7 +115,7 @@ def mac_formula_table() -> str:
 
 
 def api_reference() -> str:
-    """``:::`` blocks for every public name of ``torchinspect._LAZY`` and the dataclass each
+    """``:::`` blocks for every public name of ``torchinspect.PUBLIC_NAMES`` and the dataclass each
     function returns, at their defining modules (so a moved function can't break the page,
     and a new one can't be left out)."""
     import typing
@@ -124,7 +124,7 @@ def api_reference() -> str:
 
     lines: list[str] = []
     seen: set[str] = set()
-    for name in torchinspect._LAZY:
+    for name in torchinspect.PUBLIC_NAMES:
         obj = getattr(torchinspect, name)
         targets = [obj]
         if not isinstance(obj, type):
@@ -135,7 +135,7 @@ def api_reference() -> str:
             targets += [t for t in (typing.get_args(returned) or (returned,))
                         if isinstance(t, type) and t.__module__.startswith("torchinspect.")]
         for target in targets:
-            path = _doc_path(target, name, torchinspect._LAZY[name])
+            path = _doc_path(target, name, torchinspect.PUBLIC_NAMES[name])
             if path in seen:
                 continue
             seen.add(path)

@@ -3,7 +3,9 @@ and `make bench` runs every script."""
 
 from __future__ import annotations
 
+import ast
 import json
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -70,7 +72,7 @@ def test_each_generated_page_names_its_data_and_machine(page: str) -> None:
 
 def test_make_bench_runs_every_script() -> None:
     helpers = {"machine.py", "report.py", "run_all.py", "pages_bench.py", "pages_features.py",
-               "pages_models.py", "pages_latency.py", "pages_generate.py", "pages_memory.py",
+               "pages_models.py", "pages_latency.py", "pages_generate.py", "pages_memory.py", "pagetext.py",
                "latency_ops.py", "latency_zoo.py", "latency_data.py",
                "latency_kernels.py"}  # modules the latency scripts import
     scripts = {p.name for p in BENCH.glob("*.py")} - helpers
@@ -82,6 +84,40 @@ def test_a_page_that_drifts_from_its_data_is_found(tmp_path, monkeypatch) -> Non
     monkeypatch.setattr(report, "HERE", tmp_path)
     (tmp_path / page).write_text(report.render(page).replace("Machine:", "Machine (edited):"))
     assert report.main(["--check"]) == 1
+
+
+ROOT = BENCH.parent
+KEPT_ELSEWHERE = {("docs/concepts/gpus.md", "gpus"), ("docs/concepts/gpus.md", "gpu-sources")}
+"""Generated blocks that tests/test_gpus.py regenerates (--update-golden) and checks."""
+
+
+def test_every_generated_block_is_registered_with_report() -> None:
+    """One `report.py --check` covers every generated block of the RESULTS pages and docs."""
+    found = set()
+    for path in [*BENCH.glob("*.md"), *(ROOT / "docs").rglob("*.md")]:
+        for tag in re.findall(r"<!-- ([a-z][a-z0-9-]*):begin -->", path.read_text()):
+            found.add((str(path.relative_to(ROOT)), tag))
+    assert found - KEPT_ELSEWHERE == set(report.BLOCKS)
+    assert set(report.WHOLE_PAGES) | set(report.PAGES) >= {p.name for p in BENCH.glob("RESULTS-*.md")}
+
+
+def test_a_block_that_drifts_from_its_data_is_found(monkeypatch) -> None:
+    key = ("docs/concepts/memory.md", "fit")
+    monkeypatch.setitem(report.BLOCKS, key, lambda: "an edited table")
+    monkeypatch.setattr(report, "PAGES", {})
+    monkeypatch.setattr(report, "WHOLE_PAGES", {})
+    assert report.main(["--check"]) == 1
+
+
+def test_no_page_module_imports_the_registry() -> None:
+    """report.py imports the page modules; none of them imports it back (no cycle)."""
+    for path in BENCH.glob("*.py"):
+        if path.name == "report.py":
+            continue
+        tree = ast.parse(path.read_text())
+        names = {a.name for n in ast.walk(tree) if isinstance(n, ast.Import) for a in n.names}
+        names |= {n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom) and n.module}
+        assert "report" not in names, path.name
 
 
 # ---- RESULTS-bench.md and RESULTS-features.md: every number from the data, misses said -------

@@ -550,7 +550,8 @@ def test_pre_commit_hook_names_a_real_command(invoke) -> None:
 
 def test_memory_budgets_are_inspect_memorys_predictions(invoke, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
-    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import predict_case
     from torchinspect.memory.step import StepConfig
     from torchinspect.sources.case import make_case
 

@@ -163,6 +163,115 @@ def test_no_two_modules_import_each_other() -> None:
     assert _cycles(graph) == []
 
 
+# Code that may not reach into another module's private names: the package and the zoo, the
+# benchmarks, the docs hooks and the tools. Tests are exempt: a test is white-box by design
+# (it pins a module's own helpers where they live, and a rename breaks it at once, in the
+# same commit), while production code that leans on another module's private name is what
+# breaks silently when that module changes.
+CHECKED_TREES = {"benchmarks": ROOT / "benchmarks", "docs": ROOT / "docs", "tools": ROOT / "tools"}
+
+
+def _checked_files() -> dict[str, Path]:
+    files = dict(MODULES)
+    for prefix, base in CHECKED_TREES.items():
+        for path in sorted(base.rglob("*.py")):
+            files[".".join([prefix, *path.relative_to(base).with_suffix("").parts])] = path
+    return files
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__")
+
+
+def _inside(module: str, owner: str) -> bool:
+    return module == owner or module.startswith(owner + ".")
+
+
+def _private_reaches(module: str, code: str) -> list[str]:
+    """``from torchinspect.x import _y`` and ``x._y`` (``x`` a module of ours, however it was
+    imported) in the source ``code`` of ``module``, where ``x`` is not ``module`` itself:
+    ``LINE: what``."""
+    tree = ast.parse(code)
+    aliases: dict[str, str] = {}  # local name -> our module it stands for
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("torchinspect"):
+            base = node.module or ""
+            for a in node.names:
+                if _private(a.name) and not _inside(module, base):
+                    found.append(f"{node.lineno}: from {base} import {a.name}")
+                if f"{base}.{a.name}" in MODULES:
+                    aliases[a.asname or a.name] = f"{base}.{a.name}"
+        elif isinstance(node, ast.Import):
+            for a in node.names:
+                if a.name.startswith("torchinspect"):
+                    aliases[a.asname or "torchinspect"] = a.name if a.asname else "torchinspect"
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Attribute) and _private(node.attr)):
+            continue
+        chain, base = [], node.value
+        while isinstance(base, ast.Attribute):
+            chain.append(base.attr)
+            base = base.value
+        if isinstance(base, ast.Name) and base.id in aliases:
+            owner = ".".join([aliases[base.id], *reversed(chain)])
+            if owner in MODULES and not _inside(module, owner):
+                found.append(f"{node.lineno}: {owner}.{node.attr}")
+    return found
+
+
+def test_the_private_name_reader_sees_both_forms() -> None:
+    code = ("from torchinspect.trace.ops import _x\nimport torchinspect.trace.ops as ops\n"
+            "from torchinspect.trace import formulas\nimport torchinspect\nops._y\n"
+            "formulas._z\nformulas.__doc__\ntorchinspect.trace.counting._w\n")
+    assert _private_reaches("benchmarks.probe", code) == [
+        "1: from torchinspect.trace.ops import _x", "5: torchinspect.trace.ops._y",
+        "6: torchinspect.trace.formulas._z", "8: torchinspect.trace.counting._w"]
+    assert _private_reaches("torchinspect.trace.ops", "from torchinspect.trace.ops import _x\n"
+                            "from torchinspect.trace import ops\nops._y\n") == []
+
+
+def test_no_module_reaches_into_another_modules_private_names() -> None:
+    found = [f"{path.relative_to(ROOT)}:{hit}" for module, path in _checked_files().items()
+             for hit in _private_reaches(module, path.read_text())]
+    assert found == [], ("private names used outside their module; give the helper a public "
+                         "name in its home:\n" + "\n".join(found))
+
+
+def _defines(path: Path) -> tuple[set[str], set[str]]:
+    """(names ``path`` defines at its top level, its ``__all__``)."""
+    tree = ast.parse(path.read_text(), str(path))
+    names: set[str] = set()
+    declared: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            for t in targets:
+                names |= {n.id for n in ast.walk(t) if isinstance(n, ast.Name)}
+            if any(isinstance(t, ast.Name) and t.id == "__all__" for t in targets) and \
+                    isinstance(node.value, (ast.List, ast.Tuple)):
+                declared = {e.value for e in node.value.elts if isinstance(e, ast.Constant)}
+    return names, declared
+
+
+def test_every_name_is_imported_from_its_home() -> None:
+    """One door per name: ``from torchinspect.x import y`` where x defines y (or y is a
+    submodule); a package's ``__init__`` and a module's ``__all__`` are declared doors."""
+    homes = {m: _defines(p) for m, p in MODULES.items() if p.name != "__init__.py"}
+    found = []
+    for path in [*_checked_files().values(), *sorted((ROOT / "tests").glob("*.py"))]:
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if not (isinstance(node, ast.ImportFrom) and node.module in homes):
+                continue
+            names, declared = homes[node.module]
+            found += [f"{path.relative_to(ROOT)}:{node.lineno}: {a.name} from {node.module}"
+                      for a in node.names if a.name not in names and a.name not in declared
+                      and f"{node.module}.{a.name}" not in MODULES]
+    assert found == [], "names imported through a second door:\n" + "\n".join(found)
+
+
 def _layers_contract() -> dict:
     config = tomllib.loads((ROOT / "pyproject.toml").read_text())
     return next(c for c in config["tool"]["importlinter"]["contracts"] if c["type"] == "layers")
@@ -234,7 +343,7 @@ def _type_checking_names() -> dict[str, str]:
 
 
 def test_every_lazy_name_is_typed_listed_and_importable() -> None:
-    lazy = torchinspect._LAZY
+    lazy = torchinspect.PUBLIC_NAMES
     assert _type_checking_names() == lazy
     assert set(torchinspect.__all__) == {"__version__", *lazy}
     for name in lazy:  # the lazy import and the static one name the same object

@@ -290,7 +290,7 @@ def test_reports_show_output_paths_as_written(invoke, tmp_path, monkeypatch):
 def test_as_written_maps_the_file_what_is_inside_and_what_is_beside():
     import dataclasses
 
-    from torchinspect.cli.common import OutputPath, as_written
+    from torchinspect.cli.command import OutputPath, as_written
 
     @dataclasses.dataclass
     class Wrote:

@@ -401,7 +401,7 @@ def test_api_page_documents_every_public_name() -> None:
     hooks = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(hooks)
     text = hooks.api_reference()
-    for name, module in torchinspect._LAZY.items():
+    for name, module in torchinspect.PUBLIC_NAMES.items():
         obj = getattr(torchinspect, name)
         if isinstance(obj, str):  # a type alias (ModelLike): documented where it is bound
             assert f"::: {module}.{name}\n" in text, name

@@ -419,7 +419,10 @@ def test_registry_refuses_a_taken_code_or_name_and_takes_a_new_check(monkeypatch
         doctor_check("TI099", "unregistered-submodule", "info", "static", **meta)(lambda ctx: [])
     with pytest.raises(ValueError, match="three digits"):
         doctor_check("X1", "bad-code", "info", "static", **meta)(lambda ctx: [])
-    assert "TI099" not in RULES and "X1" not in RULES
+    with pytest.raises(ValueError, match=r"needs='gpu', expected one of \('static', 'trace', 'run'\)"):
+        doctor_check("TI098", "bad-needs", "info", "gpu", **meta)(lambda ctx: [])
+    assert "TI099" not in RULES and "X1" not in RULES and "TI098" not in RULES
+    assert {type(r.needs) for r in RULES.values()} == {rules_module.Needs}  # a closed vocabulary
 
     monkeypatch.setattr(rules_module, "RULES", dict(RULES))  # the new check lives in the test
 

@@ -7,7 +7,7 @@ import pytest
 
 from torchinspect.checkpoints.plan import OutputKind, output_kind
 from torchinspect.checkpoints.sides import _WEIGHT_SUFFIXES
-from torchinspect.cli.common import model_file_stem
+from torchinspect.cli.output import model_file_stem
 from torchinspect.errors import InspectError
 from torchinspect.features.inputs import TENSOR_SUFFIXES
 from torchinspect.io import checkpoint  # noqa: F401 - registers the weights readers

@@ -16,8 +16,8 @@ from torchinspect.export.graph import (
     Graph,
     GraphEdge,
     GraphNode,
-    _big_note,
     autograd_graph,
+    big_note,
     build_graph,
     module_graph,
     to_dot,
@@ -161,7 +161,7 @@ def test_unicode_and_quoted_module_names_render(tmp_path) -> None:
 
 def test_big_graph_suggests_depth() -> None:
     g = Graph("module", "m", [GraphNode(f"n{i}", "x", "module") for i in range(BIG_GRAPH + 1)])
-    _big_note(g)
+    big_note(g)
     assert g.notes and "--depth" in g.notes[0]
 
 

@@ -19,7 +19,7 @@ from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.memory import StepConfig, predict_case, predict_memory
 from torchinspect.memory.allocator import CachingAllocator, round_size
-from torchinspect.memory.predict import make_target
+from torchinspect.memory.faking import make_target
 from torchinspect.sources.case import make_case
 
 F32 = 4

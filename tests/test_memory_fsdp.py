@@ -18,8 +18,8 @@ from torch import nn
 from torchinspect.errors import InspectError
 from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.memory import StepConfig, predict_case
+from torchinspect.memory.faking import make_target
 from torchinspect.memory.fsdp import choose_unit, default_unit, unit_modules
-from torchinspect.memory.predict import make_target
 from torchinspect.sources.case import make_case
 
 F32 = 4

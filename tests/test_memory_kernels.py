@@ -16,7 +16,8 @@ import pytest
 import torch
 from torch import nn
 
-from torchinspect.memory.predict import make_target, predict_case
+from torchinspect.memory.faking import make_target
+from torchinspect.memory.predict import predict_case
 from torchinspect.memory.reduction import Reduction, staging_bytes
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.tracker import StorageTracker, _conv_copies

@@ -155,7 +155,7 @@ def test_lstm_with_projections_takes_cudnns_path_in_a_prediction():
     backward, and the workspace problems carry proj_size."""
     from torchinspect.inputs import ExampleInputs, TensorSpec
     from torchinspect.memory import StepConfig, predict_case
-    from torchinspect.memory.predict import make_target
+    from torchinspect.memory.faking import make_target
     from torchinspect.sources.case import make_case
 
     class Net(nn.Module):
@@ -187,7 +187,8 @@ sys.path.insert(0, sys.argv[1])
 from memory_validation import case
 from memory_heldout import _cfg
 from torchinspect.memory import predict_case
-from torchinspect.memory.predict import example_at, make_target
+from torchinspect.memory.faking import make_target
+from torchinspect.memory.predict import example_at
 from torchinspect.memory.verify import measure
 name, mode = sys.argv[2], sys.argv[3]
 c, cfg = case(name), _cfg(mode)

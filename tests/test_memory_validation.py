@@ -70,7 +70,7 @@ def _id(r: dict[str, Any]) -> str:
 
 
 def _check(r: dict[str, Any]) -> None:
-    from torchinspect.memory.predict import make_target
+    from torchinspect.memory.faking import make_target
 
     margins, _ = pages_memory._margins()
     now = memory_heldout._predicted(r["build"](r["model"]), r["mode"],

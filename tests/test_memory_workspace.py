@@ -11,7 +11,7 @@ from torch import nn
 
 from torchinspect.inputs import ExampleInputs, TensorSpec
 from torchinspect.memory import StepConfig, predict_case, predict_memory
-from torchinspect.memory.predict import make_target
+from torchinspect.memory.faking import make_target
 from torchinspect.memory.workspace import (
     Estimate,
     Problem,
@@ -409,7 +409,8 @@ import json, sys
 sys.path.insert(0, sys.argv[1])
 from test_memory_workspace import gpu_case
 from torchinspect.memory import StepConfig, predict_case
-from torchinspect.memory.predict import example_at, make_target
+from torchinspect.memory.predict import example_at
+from torchinspect.memory.faking import make_target
 from torchinspect.memory.verify import measure
 name, cfg = sys.argv[2], StepConfig(**json.loads(sys.argv[3]))
 case = gpu_case(name)

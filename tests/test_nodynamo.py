@@ -1,4 +1,4 @@
-"""Commands that never compile keep TorchDynamo unimported (src/torchinspect/nodynamo.py,
+"""Commands that never compile keep TorchDynamo unimported (src/torchinspect/privtorch.py,
 sources/build.py, sources/torchvision.py): each check runs in a fresh interpreter, since
 this test process may have imported TorchDynamo already."""
 
@@ -34,7 +34,7 @@ def test_a_prediction_imports_no_dynamo_and_compiling_after_it_still_works():
 def test_the_stand_in_runs_functions_and_hands_other_names_to_the_real_module():
     out = _fresh(
         "import sys, torch\n"
-        "from torchinspect.nodynamo import deferred_dynamo\n"
+        "from torchinspect.privtorch import deferred_dynamo\n"
         "with deferred_dynamo():\n"
         "    d = sys.modules['torch._dynamo'].disable(lambda a: a + 1)\n"
         "    print(d(1), 'torch._dynamo.eval_frame' in sys.modules)\n"
@@ -64,7 +64,7 @@ def test_model_code_importing_a_dynamo_submodule_inside_the_block_gets_the_real_
     # is not a package, so the import must hand over to the real TorchDynamo, not fail
     out = _fresh(
         "import sys, torch\n"
-        "from torchinspect.nodynamo import deferred_dynamo\n"
+        "from torchinspect.privtorch import deferred_dynamo\n"
         "with deferred_dynamo():\n"
         "    import torch._dynamo.utils as u\n"
         "    from torch._dynamo.external_utils import is_compiling\n"

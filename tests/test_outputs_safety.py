@@ -12,7 +12,8 @@ import pytest
 import torch
 import typer
 
-from torchinspect.cli.common import command_errors, input_files
+from torchinspect.cli.boundary import command_errors
+from torchinspect.cli.output import input_files
 from torchinspect.errors import InspectError
 from torchinspect.io.atomic import atomic_write_text, check_target
 

@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from torchinspect.cli.common import model_file_stem
+from torchinspect.cli.output import model_file_stem
 
 FAST = ("--no-graph", "--no-doctor")
 

@@ -379,7 +379,8 @@ def test_report_memory_section_timeline_bar_and_json(convnet_page, invoke):
     """The memory section: inspect memory's prediction (the summary's numbers), a timeline
     with forward/backward/optimizer shaded and the peak marked, a stacked bar, and the whole
     breakdown in JSON."""
-    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import predict_case
     from torchinspect.memory.step import StepConfig
     from torchinspect.report.base import fmt_bytes
     from torchinspect.report.memory_chart import CATEGORY_FILL, PHASE_FILL

@@ -405,7 +405,8 @@ def test_shapes_are_exact_in_json_and_csv(invoke, tmp_path) -> None:
 
 def _predicted(spec: str, train: bool):
     """`inspect memory`'s own prediction (fake CPU tensors, the memory command's path)."""
-    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import predict_case
     from torchinspect.memory.step import StepConfig
     from torchinspect.sources.case import make_case
 
@@ -466,7 +467,8 @@ def test_memory_lines_fall_back_with_a_note() -> None:
 def test_summary_prediction_on_meta_matches_fake_tensors() -> None:
     """The summary predicts on plain meta tensors (fast); `inspect memory` on fake CPU
     tensors: the same log, so the same numbers, inference and training."""
-    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import predict_case
     from torchinspect.memory.step import StepConfig
     from torchinspect.sources.case import make_case
 

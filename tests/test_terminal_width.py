@@ -16,8 +16,7 @@ from torch import nn
 
 from ptys import run_in_pty, write_to_pty
 from torchinspect.cli.boundary import REPORT_STDOUT
-from torchinspect.cli.command import OutputOptions
-from torchinspect.cli.output import emit, terminal_width
+from torchinspect.cli.output import OutputOptions, emit, terminal_width
 from torchinspect.report.base import Report
 
 DEFAULT_HEADERS = ["Layer", "Type", "Input shape", "Output shape", "Kernel", "Params",

@@ -257,7 +257,7 @@ def test_deprecated_aliases_stay_hidden() -> None:
 
 
 def test_help_lists_every_command_whole(invoke) -> None:
-    from torchinspect.cli.app import COMMANDS
+    from torchinspect.cli.commands import COMMANDS
 
     result = invoke("--help", env={"COLUMNS": "80"})
     assert result.exit_code == 0

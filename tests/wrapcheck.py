@@ -5,9 +5,10 @@ the pty goldens and the docs walk (issue 42)."""
 
 from __future__ import annotations
 
+from torchinspect.escape import printable
 from torchinspect.report.base import Chart, Figure, KeyValues, Report, Table, Text
 from torchinspect.report.cells import cell_text
-from torchinspect.report.render import WRAP_WIDTH, printable, text_sections
+from torchinspect.report.render import WRAP_WIDTH, text_sections
 from torchinspect.report.table_text import FOLD_MIN, fit_columns
 
 

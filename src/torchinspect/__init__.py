@@ -2,7 +2,7 @@
 
 The Python API mirrors the CLI (`inspect summary` -> :func:`summarize`). Heavy modules are
 imported on first use, so `import torchinspect` stays cheap: every public name is in
-``_LAZY`` (name -> module) and, for type checkers, in the ``TYPE_CHECKING`` block below (a
+``PUBLIC_NAMES`` (name -> module) and, for type checkers, in the ``TYPE_CHECKING`` block below (a
 test keeps the two and ``__all__`` equal).
 """
 
@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 
 __version__ = "0.1.0"
 
-_LAZY = {
+PUBLIC_NAMES = {
     # errors and exit codes (torch-free)
     "InspectError": "torchinspect.errors",
     "ExitStatus": "torchinspect.errors",
@@ -76,7 +76,7 @@ _LAZY = {
     "GenerateMemory": "torchinspect.memory",
 }
 
-if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (same names as _LAZY)
+if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (same names as PUBLIC_NAMES)
     from torchinspect.analysis import FlopsResult as FlopsResult
     from torchinspect.analysis import ParamsResult as ParamsResult
     from torchinspect.analysis import Summary as Summary
@@ -134,17 +134,17 @@ if TYPE_CHECKING:  # what __getattr__ returns, spelled out for mypy/pyright (sam
     from torchinspect.trace.formulas import register_mac_formula as register_mac_formula
     from torchinspect.trace.formulas import unregister_mac_formula as unregister_mac_formula
 
-__all__ = ["__version__", *_LAZY]
+__all__ = ["__version__", *PUBLIC_NAMES]
 
 
 def __getattr__(name: str) -> Any:
-    if name in _LAZY:
+    if name in PUBLIC_NAMES:
         import importlib
 
-        return getattr(importlib.import_module(_LAZY[name]), name)
+        return getattr(importlib.import_module(PUBLIC_NAMES[name]), name)
     raise AttributeError(f"module 'torchinspect' has no attribute {name!r}")
 
 
 def __dir__() -> list[str]:
     """The lazy API too (tab completion, ``dir(torchinspect)``)."""
-    return sorted({*globals(), *_LAZY})
+    return sorted({*globals(), *PUBLIC_NAMES})

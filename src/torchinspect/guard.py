@@ -61,11 +61,11 @@ def _bound(t: Any) -> tuple[Switch, ...]:
     now (torch's C functions where torch has them): a model that later replaces
     ``torch.get_default_dtype`` or ``torch.set_num_threads`` changes neither what is read
     nor what puts it back."""
-    c = t._C
-    get_dtype, set_dtype = t.get_default_dtype, getattr(c, "_set_default_dtype", t.set_default_dtype)
+    from torchinspect.privtorch import c_switches
+
+    set_dtype, get_grad, set_grad = c_switches(t)
+    get_dtype = t.get_default_dtype
     get_device, set_device, cpu = t.get_default_device, t.set_default_device, t.device("cpu")
-    get_grad, set_grad = getattr(c, "is_grad_enabled", t.is_grad_enabled), \
-        getattr(c, "_set_grad_enabled", t.set_grad_enabled)
     get_anomaly, set_anomaly = t.is_anomaly_enabled, t.set_anomaly_enabled
     get_threads, set_threads = t.get_num_threads, t.set_num_threads
     get_interop, set_interop = t.get_num_interop_threads, t.set_num_interop_threads

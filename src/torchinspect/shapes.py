@@ -57,10 +57,9 @@ def dataclass_fields(value: Any) -> dict[str, Any] | None:
 def _pytree_children(value: Any) -> list[Any] | None:
     """The children of a container registered with ``torch.utils._pytree`` (deque,
     ``torch.return_types``, a library's own output classes); None for anything else."""
-    from torch.utils import _pytree as pytree
+    from torchinspect.privtorch import pytree_children  # torch: only for such a container
 
-    node = pytree.SUPPORTED_NODES.get(type(value))
-    return list(node.flatten_fn(value)[0]) if node is not None else None
+    return pytree_children(value)
 
 
 def tensor_leaves(value: Any, depth: int = 0) -> list[Any]:

@@ -18,7 +18,8 @@ from torchinspect.errors import InspectError
 from torchinspect.gpus import find_gpu
 from torchinspect.io.formats import CheckpointFormat, detect_format
 from torchinspect.io.torchscript import torchscript_refusal
-from torchinspect.memory.predict import make_target, predict_case
+from torchinspect.memory.faking import make_target
+from torchinspect.memory.predict import predict_case
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.watch import InferenceWatch

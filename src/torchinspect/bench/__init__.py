@@ -1,34 +1,45 @@
-"""Latency and throughput measurement (``inspect bench``; Python: ``benchmark``)."""
+"""Latency and throughput measurement (``inspect bench``; Python: ``benchmark``).
+
+The names below are imported on first use (``bench.modes``, the vocabularies the CLI
+declares its choices from, stays cheap to import at start-up).
+"""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from typing import Any
+import importlib
+from typing import TYPE_CHECKING, Any
 
-from torchinspect.bench.run import BenchOptions, BenchResult, ConfigResult, parse_dtype, run_bench
-from torchinspect.bench.stats import Stats, sample_stats
-from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, measure
-from torchinspect.sources.case import ModelLike, ModelOptions, make_case
+_LAZY = {
+    "BenchOptions": "torchinspect.bench.run", "BenchResult": "torchinspect.bench.run",
+    "ConfigResult": "torchinspect.bench.run", "benchmark": "torchinspect.bench.run",
+    "run_bench": "torchinspect.bench.run", "Stats": "torchinspect.bench.stats",
+    "sample_stats": "torchinspect.bench.stats", "Timing": "torchinspect.bench.timing",
+    "TimingConfig": "torchinspect.bench.timing", "measure": "torchinspect.bench.timing",
+    "CompileMode": "torchinspect.bench.modes", "OnOom": "torchinspect.bench.modes",
+    "Status": "torchinspect.bench.modes",
+}
+__all__ = sorted(_LAZY)
 
-__all__ = ["BenchOptions", "BenchResult", "ConfigResult", "Stats", "Timing", "TimingConfig",
-           "benchmark", "measure", "run_bench", "sample_stats"]
+if TYPE_CHECKING:
+    from torchinspect.bench.modes import CompileMode as CompileMode
+    from torchinspect.bench.modes import OnOom as OnOom
+    from torchinspect.bench.modes import Status as Status
+    from torchinspect.bench.run import BenchOptions as BenchOptions
+    from torchinspect.bench.run import BenchResult as BenchResult
+    from torchinspect.bench.run import ConfigResult as ConfigResult
+    from torchinspect.bench.run import benchmark as benchmark
+    from torchinspect.bench.run import run_bench as run_bench
+    from torchinspect.bench.stats import Stats as Stats
+    from torchinspect.bench.stats import sample_stats as sample_stats
+    from torchinspect.bench.timing import Timing as Timing
+    from torchinspect.bench.timing import TimingConfig as TimingConfig
+    from torchinspect.bench.timing import measure as measure
 
 
-def benchmark(model: ModelLike, inputs: Any = None, *, device: str = "cpu",
-              batch: int | Sequence[int] | None = None, dtype: str | Sequence[str] = "fp32",
-              options: ModelOptions | None = None, progress: ProgressFn | None = None,
-              **bench_options: Any) -> BenchResult:
-    """Benchmark a model (``nn.Module`` or a MODEL spec such as ``"resnet18"``).
-
-    ``inputs`` as for ``torchinspect.sources.case.make_case`` (``"3,224,224"``, a shape,
-    tensors); ``batch`` one size or a sweep; ``dtype`` ``fp32``/``fp16``/``bf16`` or several;
-    ``options`` a ``ModelOptions``; other keywords are
-    ``BenchOptions`` fields (``amp``, ``cuda_graphs``, ``timing=TimingConfig(...)``, ...).
-    The default device is the CPU, never a GPU.
-    """
-    batches = (batch,) if isinstance(batch, int) else (tuple(batch) if batch else None)
-    dtypes = (dtype,) if isinstance(dtype, str) else tuple(dtype)
-    case = make_case(model, inputs, options=options, device="meta")
-    opts = BenchOptions(device=device, batches=batches,
-                        dtypes=tuple(parse_dtype(d) for d in dtypes), **bench_options)
-    return run_bench(case, opts, progress=progress)
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'torchinspect.bench' has no attribute {name!r}")
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value
+    return value

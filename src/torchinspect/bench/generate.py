@@ -224,11 +224,12 @@ def host_syncs(fn: Callable[[], Any]) -> list[str]:
     """The ops of one call of ``fn`` that read a device value on the host (they would fail
     inside CUDA-graph capture)."""
     import torch
-    from torch.utils._python_dispatch import TorchDispatchMode
+
+    from torchinspect.privtorch import QuietDispatchMode
 
     found: list[str] = []
 
-    class Watch(TorchDispatchMode):
+    class Watch(QuietDispatchMode):
         def __torch_dispatch__(self, func: Any, types: Any, args: Any = (),
                                kwargs: Any = None) -> Any:
             if func._schema.name in SYNCING:
@@ -299,10 +300,12 @@ def release(device: str) -> None:
 
     import torch
 
+    from torchinspect.privtorch import clear_cublas_workspaces
+
     gc.collect()
     if device.startswith("cuda"):
         torch.cuda.synchronize()
-        torch._C._cuda_clearCublasWorkspaces()
+        clear_cublas_workspaces()
         torch.cuda.empty_cache()
 
 

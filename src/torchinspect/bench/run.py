@@ -24,22 +24,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from torchinspect import device as devices
+from torchinspect.arguments import ProgressFn
 from torchinspect.bench.environment import capture_environment, throttle_reasons
+from torchinspect.bench.modes import OnOom, Status
 from torchinspect.bench.precision import tf32_switch
 from torchinspect.bench.profile import ProfileResult, layout_hint, profile_step
 from torchinspect.bench.stats import PERCENTILE_METHOD
-from torchinspect.bench.timing import ProgressFn, Timing, TimingConfig, fmt_time, measure
+from torchinspect.bench.timing import Timing, TimingConfig, fmt_time, measure
 from torchinspect.dtypes import RUN, SHORT, short_name
 from torchinspect.errors import InspectError, first_line, is_out_of_memory
 from torchinspect.guard import model_code, training_mode
 from torchinspect.inputs import ExampleInputs, TensorSpec, rebatch
+from torchinspect.sources.case import ModelLike, ModelOptions, make_case
 
 DTYPES = {short: SHORT[short] for short in RUN}  # short name -> torch name (dtypes.py)
 NOISY_COV = 0.025  # CoV above which a row is flagged noisy
 LAUNCH_BOUND_RATIO = 0.8  # host enqueue time / device time above which a run is launch-bound
 MAX_BATCH_CAP = 1 << 16
 FAST_INPUT_BYTES = 64 << 20  # larger CUDA inputs are generated on the device
-OOM_CHOICES = ("skip", "try")
 
 
 def parse_dtype(text: str) -> str:
@@ -65,7 +67,7 @@ class BenchOptions:
     cudnn_benchmark: bool = True
     tf32: bool | None = None  # TF32 for fp32 matmuls and convolutions; None: PyTorch's settings
     timing: TimingConfig = field(default_factory=TimingConfig)
-    on_oom: str = "skip"  # after an OOM batch: skip the larger ones, or try them
+    on_oom: OnOom | str = OnOom.skip  # after an OOM batch: skip the larger ones, or try them
     max_batch: bool = False
     profile: bool = False
     profile_trace: str | None = None  # Chrome trace file written by --profile
@@ -86,7 +88,7 @@ class ConfigResult:
 
     dtype: str
     batch: int | None
-    status: str  # ok | oom | skipped | error
+    status: Status
     timing: Timing | None = None
     samples_per_iter: int = 1
     compile_s: float | None = None
@@ -144,7 +146,7 @@ class BenchResult:
 
     @property
     def ok(self) -> bool:
-        return any(c.status == "ok" for c in self.configs)
+        return any(c.status == Status.ok for c in self.configs)
 
     def to_dict(self) -> dict[str, Any]:
         o = self.options
@@ -247,8 +249,9 @@ def _check_options(opts: BenchOptions, device: str) -> None:
     if opts.max_batch and not cuda:
         raise InspectError("--max-batch searches GPU memory and needs a CUDA device",
                            hint="add --device cuda (on CPU it would exhaust the host's RAM)")
-    if opts.on_oom not in OOM_CHOICES:
-        raise InspectError(f"--on-oom {opts.on_oom!r} is not one of {', '.join(OOM_CHOICES)}",
+    if opts.on_oom not in set(OnOom):
+        raise InspectError(f"--on-oom {opts.on_oom!r} is not one of "
+                           f"{', '.join(m.value for m in OnOom)}",
                            hint="skip: larger batches are skipped after an OOM; try: tried anyway")
     if opts.amp and any(d == "fp32" for d in opts.dtypes) and len(opts.dtypes) > 1:
         raise InspectError("--amp with several --dtype values is ambiguous",
@@ -358,13 +361,13 @@ class _Runner:
                    profile: bool = False) -> tuple[ConfigResult, ProfileResult | None]:
         """Time one configuration; an OOM or a failing forward becomes the row's status."""
         row = ConfigResult(dtype=dtype, batch=batch if batch is not None else _batch_of(self.case.example),
-                           status="ok")
+                           status=Status.ok)
         row.samples_per_iter = row.batch or 1
         label = row.label
         prof: ProfileResult | None = None
         error: BaseException | None = None
         if self.unusable is not None:
-            row.status, row.error = "error", f"not run: {self.unusable}"
+            row.status, row.error = Status.error, f"not run: {self.unusable}"
             return row, None
         try:
             self.reset_peak()
@@ -406,7 +409,7 @@ class _Runner:
             raise
         except Exception as exc:  # noqa: BLE001 - every failure becomes the row's status
             error = exc
-            row.status = "oom" if is_out_of_memory(exc) else "error"
+            row.status = Status.oom if is_out_of_memory(exc) else Status.error
             row.error = first_line(exc, typed=True)
             row.timing = None
         if error is not None:
@@ -510,8 +513,8 @@ def _sweep(runner: _Runner, base: Any, owned: bool, result: BenchResult) -> None
                 continue
             oom_seen = False
             for bi, batch in enumerate(batches):
-                if oom_seen and opts.on_oom == "skip":
-                    result.configs.append(ConfigResult(dtype, batch, "skipped",
+                if oom_seen and opts.on_oom == OnOom.skip:
+                    result.configs.append(ConfigResult(dtype, batch, Status.skipped,
                                                        error="skipped after an OOM at a smaller batch"))
                     continue
                 last = di == len(opts.dtypes) - 1 and bi == len(batches) - 1
@@ -519,7 +522,7 @@ def _sweep(runner: _Runner, base: Any, owned: bool, result: BenchResult) -> None
                 result.configs.append(row)
                 if prof is not None:
                     result.profile = prof
-                oom_seen = oom_seen or row.status == "oom"
+                oom_seen = oom_seen or row.status == Status.oom
                 runner.say(_done_line(row), final=True)
         if opts.profile and result.profile is None and di == len(opts.dtypes) - 1:
             result.notes.append("--profile: the last configuration did not run, nothing profiled")
@@ -586,7 +589,27 @@ def _max_batch(runner: _Runner, model: Any, fn: Any, dtype: str) -> tuple[MaxBat
                 hi = mid
     found = MaxBatch(batch=lo or None, probes=probes, capped=capped)
     if not lo:
-        return found, ConfigResult(dtype, 1, "oom", error="batch 1 does not fit")
+        return found, ConfigResult(dtype, 1, Status.oom, error="batch 1 does not fit")
     row, _ = runner.run_config(model, fn, dtype, lo)
     runner.say(_done_line(row), final=True)
     return found, row
+
+
+def benchmark(model: ModelLike, inputs: Any = None, *, device: str = "cpu",
+              batch: int | Sequence[int] | None = None, dtype: str | Sequence[str] = "fp32",
+              options: ModelOptions | None = None, progress: ProgressFn | None = None,
+              **bench_options: Any) -> BenchResult:
+    """Benchmark a model (``nn.Module`` or a MODEL spec such as ``"resnet18"``).
+
+    ``inputs`` as for ``torchinspect.sources.case.make_case`` (``"3,224,224"``, a shape,
+    tensors); ``batch`` one size or a sweep; ``dtype`` ``fp32``/``fp16``/``bf16`` or several;
+    ``options`` a ``ModelOptions``; other keywords are
+    ``BenchOptions`` fields (``amp``, ``cuda_graphs``, ``timing=TimingConfig(...)``, ...).
+    The default device is the CPU, never a GPU.
+    """
+    batches = (batch,) if isinstance(batch, int) else (tuple(batch) if batch else None)
+    dtypes = (dtype,) if isinstance(dtype, str) else tuple(dtype)
+    case = make_case(model, inputs, options=options, device="meta")
+    opts = BenchOptions(device=device, batches=batches,
+                        dtypes=tuple(parse_dtype(d) for d in dtypes), **bench_options)
+    return run_bench(case, opts, progress=progress)

@@ -54,7 +54,8 @@ def predict_memory_peaks(case: Any, gpu: str | None = None) -> Sample:
     ``gpu`` (None: the GPU here, else the default): inference, and an AdamW training step when
     the model can train (a model whose training step cannot be predicted, e.g. no floating
     output, gets no train-mb reading)."""
-    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import predict_case
     from torchinspect.memory.step import StepConfig
 
     target = make_target("cuda", gpu, fast=True)

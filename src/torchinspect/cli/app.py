@@ -56,6 +56,17 @@ class InspectGroup(TyperGroup):
     """Usage errors (unknown option, bad --format value, --batch 0) in the same two-line
     ``error:``/``hint:`` form as every other error, exit 2; Ctrl-C exits 130."""
 
+    def get_params(self, ctx: Any) -> list[Any]:
+        """The group's options, the on/off flags among them defaulting to False: typer coerces a
+        value that is not a bool (the None that ``--help`` and the completion flags default to)
+        through its pydantic adapter, whose first use imports pydantic, which every `inspect
+        CMD --help` paid at start-up (tests/test_startup.py)."""
+        params: list[Any] = super().get_params(ctx)
+        for p in params:
+            if getattr(p, "is_bool_flag", False) and p.default is None:
+                p.default = False
+        return params
+
     def main(self, args: Sequence[str] | None = None, prog_name: str | None = None,
              complete_var: str | None = None, standalone_mode: bool = True,
              windows_expand_args: bool = True, **extra: Any) -> Any:

@@ -8,14 +8,9 @@ from typing import Annotated, Any
 
 import typer
 
-from torchinspect.cli.common import (
-    MODEL_FORMS,
-    OutputOptions,
-    emit,
-    gpu_opt,
-    input_files,
-    model_command,
-)
+from torchinspect.cli.command import model_command
+from torchinspect.cli.options import MODEL_FORMS, gpu_opt
+from torchinspect.cli.output import OutputOptions, emit, input_files
 from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.escape import printable

@@ -13,8 +13,8 @@ import dataclasses
 import functools
 import inspect
 import os
+import typing
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Annotated, Any, TypeVar
 
 import typer
@@ -41,50 +41,16 @@ from torchinspect.cli.options import (
     check_numbers,
     device_opt,
 )
-from torchinspect.cli.output import input_files
+from torchinspect.cli.output import OutputOptions, input_files, output_options
 from torchinspect.cli.progress import command_status
 from torchinspect.device import parse_device
 from torchinspect.errors import InspectError
-from torchinspect.report import OutputFormat
 from torchinspect.sources.case import ModelOptions
 
 F = TypeVar("F", bound=Callable[..., Any])
 R = TypeVar("R")
 # click's UsageError through typer's public ancestry (typer vendors click in newer versions)
 UsageError: type[Exception] = {c.__name__: c for c in typer.BadParameter.__mro__}["UsageError"]
-
-
-@dataclass
-class OutputOptions:
-    """``--format`` and ``--output`` of one command."""
-
-    format: OutputFormat = OutputFormat.table
-    output: str | None = None
-
-
-# the report format a --output FILE's extension asks for (without -f)
-FORMAT_BY_EXTENSION = {
-    ".json": OutputFormat.json, ".csv": OutputFormat.csv, ".md": OutputFormat.markdown,
-    ".markdown": OutputFormat.markdown, ".html": OutputFormat.html, ".htm": OutputFormat.html,
-    ".txt": OutputFormat.table, ".text": OutputFormat.table,
-}
-
-
-def output_options(fmt: OutputFormat | str | None, output: str | None, *,
-                   by_extension: bool = True) -> OutputOptions:
-    """--format/--output, one rule for every command: without -f, the extension of -o picks
-    the format (.json .csv .md .html; .txt or any other: a table); a -f that contradicts
-    .json .csv .md or .html is a usage error. ``by_extension=False`` where -o is the
-    command's product and the report goes to stdout (graph, export)."""
-    given = OutputFormat(fmt) if fmt is not None else None
-    implied = (FORMAT_BY_EXTENSION.get(os.path.splitext(output)[1].lower())
-               if output and by_extension else None)
-    loose = implied is OutputFormat.table  # a .txt may hold any text format
-    if given is not None and implied is not None and given is not implied and not loose:
-        raise InspectError(f"-f {given.value} contradicts -o {output} (a {implied.value} "
-                           "file name)", hint=f"leave out -f (the extension picks "
-                           f"{implied.value}), or name the file for {given.value}")
-    return OutputOptions(given or implied or OutputFormat.table, output)
 
 
 def _param(name: str, annotation: Any, default: Any) -> inspect.Parameter:
@@ -103,18 +69,51 @@ def _output_params(output_help: str | None) -> tuple[tuple[str, Any, Any], ...]:
     return (_OUTPUT_PARAMS[0], ("output", opt, None))
 
 
+def option_fields(cls: type) -> list[inspect.Parameter]:
+    """The options a command's options dataclass declares: one per field, in field order,
+    each ``name: Annotated[type, typer.Option(...)] = default``."""
+    hints = typing.get_type_hints(cls, include_extras=True)
+    params = []
+    for f in dataclasses.fields(cls):
+        if f.default is dataclasses.MISSING:
+            raise TypeError(f"{cls.__name__}.{f.name}: an option field needs a default")
+        params.append(_param(f.name, hints[f.name], f.default))
+    return params
+
+
+def _expand(own: list[inspect.Parameter]) -> tuple[list[inspect.Parameter], dict[str, type]]:
+    """``fn``'s own parameters with each one annotated by a dataclass (its options, e.g.
+    ``args: BenchArgs``) replaced by that dataclass's fields; and those groups by name."""
+    params: list[inspect.Parameter] = []
+    groups: dict[str, type] = {}
+    for p in own:
+        if isinstance(p.annotation, type) and dataclasses.is_dataclass(p.annotation):
+            groups[p.name] = p.annotation
+            params.extend(option_fields(p.annotation))
+        else:
+            params.append(p)
+    return params, groups
+
+
+def _pack(groups: dict[str, type], kwargs: dict[str, Any]) -> None:
+    """The fields Typer filled, each group's back into its dataclass (``kwargs`` in place)."""
+    for name, cls in groups.items():
+        kwargs[name] = cls(**{f.name: kwargs.pop(f.name) for f in dataclasses.fields(cls)
+                              if f.name in kwargs})
+
+
 def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tuple[str, ...],
             build: Callable[[dict[str, Any]], dict[str, Any]],
             progress: bool = True,
             precheck: Callable[[dict[str, Any], dict[str, Any]], None] | None = None,
             ) -> Callable[..., Any]:
-    """Wrap ``fn``: Typer sees ``fn``'s own parameters (less ``hidden``) plus ``extra``; the
-    wrapper turns the ``extra`` values into the hidden objects (``build``), runs
-    ``precheck(arguments, hidden objects)`` (errors found before the command's own imports)
-    and calls ``fn``, under a status line on a terminal (cli/progress.py) unless
-    ``progress=False``."""
+    """Wrap ``fn``: Typer sees ``fn``'s own parameters (less ``hidden``, and each options
+    dataclass as its fields) plus ``extra``; the wrapper turns the ``extra`` values into the
+    hidden objects (``build``), runs ``precheck(arguments, hidden objects)`` (errors found
+    before the command's own imports), fills the options dataclasses and calls ``fn``, under
+    a status line on a terminal (cli/progress.py) unless ``progress=False``."""
     sig = inspect.signature(fn, eval_str=True)
-    own = [p for p in sig.parameters.values() if p.name not in hidden]
+    own, groups = _expand([p for p in sig.parameters.values() if p.name not in hidden])
     extra = [*extra, _param("debug", DebugOpt, False)]
     names = [p.name for p in extra]
     body = command_errors(fn)
@@ -136,6 +135,7 @@ def _inject(fn: Callable[..., Any], extra: list[inspect.Parameter], hidden: tupl
                 precheck(kwargs, injected)
         except InspectError as exc:  # bad shared option (e.g. --device gpu): same boundary
             return command_errors(_raiser(exc))()
+        _pack(groups, kwargs)
         return body(*args, **injected, **kwargs)
 
     new_sig = sig.replace(parameters=[*own, *extra])

@@ -7,21 +7,20 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import (
+from torchinspect.cli.command import output_command
+from torchinspect.cli.options import (
     ArchOpt,
     ArgOpt,
     ForceOpt,
     KeyOpt,
-    OutputOptions,
     TrustOpt,
     all_opt,
     allow_partial_opt,
     auto_prefix_opt,
     dtype_opt,
-    emit,
-    output_command,
     shard_size_opt,
 )
+from torchinspect.cli.output import OutputOptions, emit
 
 InArg = Annotated[str, typer.Argument(metavar="IN", help="checkpoint to convert (never modified).",
                                       show_default=False)]

@@ -6,20 +6,19 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import (
+from torchinspect.cli.command import output_command
+from torchinspect.cli.options import (
     MODEL_FORMS,
     ArchOpt,
     ArgOpt,
     KeyOpt,
-    OutputOptions,
     TrustOpt,
     allow_partial_opt,
     atol_opt,
     auto_prefix_opt,
-    emit,
-    output_command,
     rtol_opt,
 )
+from torchinspect.cli.output import OutputOptions, emit
 from torchinspect.errors import ExitStatus
 
 SideArg = Annotated[str, typer.Argument(
@@ -73,7 +72,7 @@ def diff(
     """
     from torchinspect.checkpoints import diff_specs
     from torchinspect.checkpoints.diff import Verdict
-    from torchinspect.cli.common import tolerance
+    from torchinspect.cli.options import tolerance
     from torchinspect.report.diff import diff_report
     from torchinspect.sources.case import ModelOptions
 

@@ -6,8 +6,9 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import OutputOptions, emit, model_command
+from torchinspect.cli.command import model_command
 from torchinspect.cli.options import MODEL_FORMS
+from torchinspect.cli.output import OutputOptions, emit
 from torchinspect.errors import ExitStatus
 from torchinspect.sources.case import ModelOptions
 

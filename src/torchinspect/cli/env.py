@@ -6,7 +6,8 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import OutputOptions, emit, output_command
+from torchinspect.cli.command import output_command
+from torchinspect.cli.output import OutputOptions, emit
 
 RuntimeOpt = Annotated[bool | None, typer.Option(
     "--runtime/--no-runtime", show_default=False,

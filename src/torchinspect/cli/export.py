@@ -6,17 +6,9 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import (
-    ForceOpt,
-    ModelArg,
-    OutputOptions,
-    all_opt,
-    as_written,
-    atol_opt,
-    emit,
-    model_command,
-    rtol_opt,
-)
+from torchinspect.cli.command import as_written, model_command
+from torchinspect.cli.options import ForceOpt, ModelArg, all_opt, atol_opt, rtol_opt
+from torchinspect.cli.output import OutputOptions, emit
 from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.escape import printable
@@ -61,7 +53,8 @@ def export(model: ModelArg, opset: OpsetOpt = None, legacy: LegacyOpt = False,
            exporter_report: ExporterReportOpt = False, show_all: AllOpt = False,
            force: ForceOpt = False, *, opts: ModelOptions, out: OutputOptions) -> None:
     """Export to ONNX (-o FILE.onnx), run onnx.checker, verify in onnxruntime; exit 1 if it differs."""
-    from torchinspect.cli.common import input_files, tolerance
+    from torchinspect.cli.options import tolerance
+    from torchinspect.cli.output import input_files
     from torchinspect.export.onnx import export_onnx
     from torchinspect.report.export import export_report
     from torchinspect.sources.case import make_case

@@ -10,7 +10,7 @@ from typing import Any
 
 import typer
 
-from torchinspect.cli.common import OutputOptions, emit, input_files
+from torchinspect.cli.output import OutputOptions, emit, input_files
 from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions

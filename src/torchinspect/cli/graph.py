@@ -6,15 +6,9 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import (
-    ForceOpt,
-    ModelArg,
-    OutputOptions,
-    all_opt,
-    as_written,
-    emit,
-    model_command,
-)
+from torchinspect.cli.command import as_written, model_command
+from torchinspect.cli.options import ForceOpt, ModelArg, all_opt
+from torchinspect.cli.output import OutputOptions, emit
 from torchinspect.errors import InspectError
 from torchinspect.escape import printable
 from torchinspect.export.graph import GraphKind
@@ -51,7 +45,7 @@ def graph(model: ModelArg, kind: KindOpt = GraphKind.module, depth: GraphDepthOp
           show_all: AllOpt = False, force: ForceOpt = False, *,
           opts: ModelOptions, out: OutputOptions) -> None:
     """Draw the model: -o FILE picks the format by extension (.svg .png .pdf .dot .json)."""
-    from torchinspect.cli.common import input_files
+    from torchinspect.cli.output import input_files
     from torchinspect.export.graph import build_graph, output_format, write_graph
     from torchinspect.report.graph import graph_report
     from torchinspect.sources.case import make_case

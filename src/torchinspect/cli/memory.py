@@ -2,29 +2,27 @@
 
 from __future__ import annotations
 
-from typing import Annotated
+from typing import Annotated, Any
 
 import typer
 
 from torchinspect.arguments import parse_batches
-from torchinspect.cli.common import (
+from torchinspect.cli.command import model_command
+from torchinspect.cli.options import (
     AmpOpt,
     CacheArgOpt,
     CacheOpt,
     GenerateOpt,
     ModelArg,
     OptimizerOpt,
-    OutputOptions,
     RecomputeOpt,
     amp_split,
     batches_opt,
     dtype_opt,
-    emit,
     gpu_opt,
-    input_files,
-    model_command,
     train_opt,
 )
+from torchinspect.cli.output import OutputOptions, emit, input_files
 from torchinspect.cli.progress import current
 from torchinspect.errors import ExitStatus, InspectError
 from torchinspect.sources.case import ModelOptions
@@ -105,23 +103,14 @@ def memory(
     """Peak GPU memory of inference and of a training step, predicted on fake tensors; with
     --generate N, of a whole generate call (the KV cache, prefill and decode)."""
     if generate is not None:
-        from torchinspect.cli.generation import check_generation, memory_generate
-
-        check_generation(generate, opts, cache, refused={
-            "--batch": batch is not None, "--amp": amp, "--checkpointing": bool(checkpointing),
-            "--fsdp": fsdp is not None, "--fsdp-unit": fsdp_unit is not None,
-            "--calibrate": bool(calibrate)})
-        check_tolerance_value(tolerance)
-        return memory_generate(model, opts, out, new_tokens=generate, dtype=dtype, gpu=gpu,
-                               device=_semantics(opts.device), cache=cache, cache_arg=cache_arg,
-                               recompute=recompute, fit=fit, fit_context=fit_context,
-                               verify=verify, tolerance=tolerance)
+        return _generate(model, dict(locals()), opts, out)
     _require_generate(cache=cache != "dynamic", cache_arg=cache_arg is not None,
                       recompute=recompute, fit_context=fit_context)
-    from torchinspect.cli.common import tolerance as check_tolerance
+    from torchinspect.cli.options import tolerance as check_tolerance
     from torchinspect.memory.budget import memory_budget, prediction_gpu
+    from torchinspect.memory.faking import make_target
     from torchinspect.memory.fit import sweep_with_fit
-    from torchinspect.memory.predict import check_checkpointing, make_target
+    from torchinspect.memory.predict import check_checkpointing
     from torchinspect.memory.step import StepConfig
     from torchinspect.report.memory import memory_report, verification_report
     from torchinspect.sources.case import make_case
@@ -158,8 +147,23 @@ def memory(
             raise typer.Exit(int(ExitStatus.CHECK_FAILED))
 
 
+def _generate(model: str, v: dict[str, Any], opts: ModelOptions, out: OutputOptions) -> None:
+    """`inspect memory MODEL --generate N` (``v``: the command's options by name)."""
+    from torchinspect.cli.generation import check_generation, memory_generate
+
+    check_generation(v["generate"], opts, v["cache"], refused={
+        "--batch": v["batch"] is not None, "--amp": v["amp"],
+        "--checkpointing": bool(v["checkpointing"]), "--fsdp": v["fsdp"] is not None,
+        "--fsdp-unit": v["fsdp_unit"] is not None, "--calibrate": bool(v["calibrate"])})
+    check_tolerance_value(v["tolerance"])
+    memory_generate(model, opts, out, new_tokens=v["generate"], dtype=v["dtype"], gpu=v["gpu"],
+                    device=_semantics(opts.device), cache=v["cache"], cache_arg=v["cache_arg"],
+                    recompute=v["recompute"], fit=v["fit"], fit_context=v["fit_context"],
+                    verify=v["verify"], tolerance=v["tolerance"])
+
+
 def check_tolerance_value(value: float) -> None:
-    from torchinspect.cli.common import tolerance as check_tolerance
+    from torchinspect.cli.options import tolerance as check_tolerance
 
     check_tolerance(value, "--tolerance")
 

@@ -10,7 +10,7 @@ import dataclasses
 import os
 import re
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import typer
 
@@ -18,10 +18,40 @@ from torchinspect.cli.boundary import exit_status, report_stdout
 from torchinspect.cli.progress import pause, per_model
 from torchinspect.errors import InspectError
 from torchinspect.escape import printable
-from torchinspect.report import Report, render
+from torchinspect.report import OutputFormat, Report, render
 
-if TYPE_CHECKING:
-    from torchinspect.cli.command import OutputOptions
+
+@dataclasses.dataclass
+class OutputOptions:
+    """``--format`` and ``--output`` of one command."""
+
+    format: OutputFormat = OutputFormat.table
+    output: str | None = None
+
+
+# the report format a --output FILE's extension asks for (without -f)
+FORMAT_BY_EXTENSION = {
+    ".json": OutputFormat.json, ".csv": OutputFormat.csv, ".md": OutputFormat.markdown,
+    ".markdown": OutputFormat.markdown, ".html": OutputFormat.html, ".htm": OutputFormat.html,
+    ".txt": OutputFormat.table, ".text": OutputFormat.table,
+}
+
+
+def output_options(fmt: OutputFormat | str | None, output: str | None, *,
+                   by_extension: bool = True) -> OutputOptions:
+    """--format/--output, one rule for every command: without -f, the extension of -o picks
+    the format (.json .csv .md .html; .txt or any other: a table); a -f that contradicts
+    .json .csv .md or .html is a usage error. ``by_extension=False`` where -o is the
+    command's product and the report goes to stdout (graph, export)."""
+    given = OutputFormat(fmt) if fmt is not None else None
+    implied = (FORMAT_BY_EXTENSION.get(os.path.splitext(output)[1].lower())
+               if output and by_extension else None)
+    loose = implied is OutputFormat.table  # a .txt may hold any text format
+    if given is not None and implied is not None and given is not implied and not loose:
+        raise InspectError(f"-f {given.value} contradicts -o {output} (a {implied.value} "
+                           "file name)", hint=f"leave out -f (the extension picks "
+                           f"{implied.value}), or name the file for {given.value}")
+    return OutputOptions(given or implied or OutputFormat.table, output)
 
 
 def input_files(inputs: Sequence[str | None]) -> tuple[str, ...]:

@@ -2,14 +2,9 @@
 
 from __future__ import annotations
 
-from torchinspect.cli.common import (
-    DepthOpt,
-    ModelsArg,
-    OutputOptions,
-    each_model,
-    emit_results,
-    model_command,
-)
+from torchinspect.cli.command import model_command
+from torchinspect.cli.options import DepthOpt, ModelsArg
+from torchinspect.cli.output import OutputOptions, each_model, emit_results
 from torchinspect.sources.case import ModelOptions
 
 

@@ -8,17 +8,9 @@ from typing import Annotated
 import typer
 
 from torchinspect.arguments import parse_batches
-from torchinspect.cli.common import (
-    DepthOpt,
-    ForceOpt,
-    ModelsArg,
-    OutputOptions,
-    emit,
-    gpu_opt,
-    input_files,
-    model_command,
-    model_file_stem,
-)
+from torchinspect.cli.command import model_command
+from torchinspect.cli.options import DepthOpt, ForceOpt, ModelsArg, gpu_opt
+from torchinspect.cli.output import OutputOptions, emit, input_files, model_file_stem
 from torchinspect.cli.progress import current
 from torchinspect.errors import InspectError
 from torchinspect.escape import printable

@@ -6,16 +6,9 @@ from typing import Annotated
 
 import typer
 
-from torchinspect.cli.common import (
-    DepthOpt,
-    ModelsArg,
-    OutputOptions,
-    TrainOpt,
-    each_model,
-    emit_results,
-    gpu_opt,
-    model_command,
-)
+from torchinspect.cli.command import model_command
+from torchinspect.cli.options import DepthOpt, ModelsArg, TrainOpt, gpu_opt
+from torchinspect.cli.output import OutputOptions, each_model, emit_results
 from torchinspect.sources.case import ModelOptions
 
 ColumnsOpt = Annotated[str | None, typer.Option(

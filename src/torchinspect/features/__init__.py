@@ -5,8 +5,9 @@
 extractable module and FX node names.
 """
 
-from torchinspect.features.extract import FeatureResult, Progress, extract_features
+from torchinspect.features.extract import FeatureResult, extract_features
 from torchinspect.features.layers import LayerCapture, LayerInfo, LayerListing, list_layers
+from torchinspect.features.runner import Progress
 from torchinspect.features.store import FeatureFolder
 
 __all__ = ["FeatureFolder", "FeatureResult", "LayerCapture", "LayerInfo", "LayerListing",

@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any
 
 import torch
-from torch.utils._pytree import tree_leaves
 
 from torchinspect import device as devices
 from torchinspect.features.layers import LayerCapture
+from torchinspect.privtorch import tree_leaves
 
 MEMORY_SHARE = 0.5  # of the available memory, for one forward
 

@@ -42,11 +42,11 @@ from torchinspect.features.plan import (
     plan_inputs,
 )
 from torchinspect.features.ranks import init_ranks, slowest
-from torchinspect.features.runner import Progress, Runner, channels_last, default_workers
+from torchinspect.features.runner import Progress, Runner, channels_last
 from torchinspect.sources.case import ModelLike, ModelOptions
 from torchinspect.trace.engine import model_kept
 
-__all__ = ["FeatureResult", "Progress", "default_workers", "extract_features"]
+__all__ = ["FeatureResult", "extract_features", "run_features"]
 
 
 @dataclass
@@ -137,7 +137,6 @@ def extract_features(
     would take more than half the available memory). ``skip_unreadable``: unreadable inputs are listed,
     not a failure. Raises KeyboardInterrupt after flushing what was done when interrupted.
     """
-    t0 = time.perf_counter()
     opts = FeatureOptions(
         layers=[n.strip() for spec in as_list(layers) for n in str(spec).split(",") if n.strip()],
         output=Path(output), options=options, example=example, device=device,
@@ -146,8 +145,16 @@ def extract_features(
         crop=crop, mean=tuple(mean) if mean else None, std=tuple(std) if std else None,
         restart=restart, gpu_decode=gpu_decode, skip_unreadable=skip_unreadable,
         max_image_size=max_image_size, progress=progress)
+    return run_features(model, inputs, opts)
+
+
+def run_features(model: ModelLike, inputs: Sequence[str] | str | os.PathLike[str],
+                 opts: FeatureOptions) -> FeatureResult:
+    """:func:`extract_features` with its options in one :class:`FeatureOptions` (what the
+    CLI fills)."""
+    t0 = time.perf_counter()
     compute, save, pool_, shard_bytes, max_image = check_options(opts)
-    ranks = init_ranks(check_device(device))
+    ranks = init_ranks(check_device(opts.device))
     setup = ExtractSetup(opts, ranks, ranks.device, compute, save, pool_, shard_bytes, max_image)
     try:
         with _locked(setup):

@@ -21,7 +21,6 @@ from pathlib import Path
 
 from torchinspect.device import fmt_size
 from torchinspect.errors import InspectError, not_regular
-from torchinspect.io.layouts import read_hf_index
 
 
 def check_target(target: str | os.PathLike[str], *, force: bool = True,
@@ -104,6 +103,8 @@ def protected(target: Path, protect: Sequence[str | os.PathLike[str] | None]) ->
 
 def _index_files(index: str | os.PathLike[str]) -> set[str]:
     """The shard file names a Hugging Face ``*.index.json`` lists (empty if unreadable)."""
+    from torchinspect.io.layouts import read_hf_index  # the readers: not at start-up
+
     try:
         return set(read_hf_index(Path(index)).values())
     except InspectError:

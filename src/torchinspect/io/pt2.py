@@ -305,9 +305,10 @@ def _sympy_class(name: str) -> bool:
     if name.startswith("_"):
         return False
     import sympy
-    import torch.utils._sympy.functions as shape_functions
 
-    obj = getattr(shape_functions, name, None) or getattr(sympy, name, None)
+    from torchinspect.privtorch import shape_functions
+
+    obj = getattr(shape_functions(), name, None) or getattr(sympy, name, None)
     return isinstance(obj, type) and issubclass(obj, sympy.Basic)
 
 
@@ -416,7 +417,10 @@ def _tensors(layout: Pt2Layout, kind: str) -> dict[str, Any]:
     """The weights (``kind`` "weights") or constants of the program, built from the raw
     member bytes: each file once, views (aliases) kept, every view inside its file."""
     import torch
-    from torch._export.serde.serialize import _SERIALIZE_TO_TORCH_DTYPE
+
+    from torchinspect.privtorch import export_deserializer
+
+    dtypes = export_deserializer()[3]
 
     rel = f"data/{kind}/{_MODEL}_{kind}_config.json"
     if rel not in layout.members:
@@ -437,7 +441,7 @@ def _tensors(layout: Pt2Layout, kind: str) -> dict[str, Any]:
         if member not in layout.members:
             raise _unreadable(layout, where, f"naming a missing member {member}")
         raw_dtype = tm.get("dtype")
-        dtype = _SERIALIZE_TO_TORCH_DTYPE.get(raw_dtype) if isinstance(raw_dtype, int) else None
+        dtype = dtypes.get(raw_dtype) if isinstance(raw_dtype, int) else None
         sizes, strides = _ints(tm.get("sizes")), _ints(tm.get("strides"))
         offset = _int(tm.get("storage_offset", {"as_int": 0}))
         if dtype is None or sizes is None or strides is None or offset is None \
@@ -518,16 +522,17 @@ def load_exported_program(path: str) -> Any:
     if bad:
         raise RefusedArchiveError(path, bad)
     _check_versions(path, layout)
-    from torch._export.serde import schema
-    from torch._export.serde.serialize import ExportedProgramDeserializer, _dict_to_dataclass
+    from torchinspect.privtorch import export_deserializer
+
+    schema, deserializer, to_dataclass, _ = export_deserializer()
 
     program = _json(layout, f"models/{_MODEL}.json")
     state_dict = _tensors(layout, "weights")
     constants = _tensors(layout, "constants")
     sample = _sample_inputs(layout)
     try:
-        serialized = _dict_to_dataclass(schema.ExportedProgram, program)
-        return ExportedProgramDeserializer(None).deserialize(serialized, state_dict, constants, sample)
+        serialized = to_dataclass(schema.ExportedProgram, program)
+        return deserializer(None).deserialize(serialized, state_dict, constants, sample)
     except Exception as exc:
         raise InspectError(f"{path}: not a loadable torch.export program ({type(exc).__name__}: "
                            f"{str(exc).splitlines()[0][:160] if str(exc) else ''})",

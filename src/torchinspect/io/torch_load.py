@@ -105,7 +105,7 @@ def scan_pickle_globals(data: bytes, max_pickles: int = 4) -> list[str]:
 
 def unsafe_globals(path: Path, fmt: CheckpointFormat) -> list[str]:
     """Globals in the checkpoint that a weights-only load does not allow."""
-    from torch import _weights_only_unpickler as wou
+    from torchinspect.privtorch import weights_only_allowed
 
     if fmt is CheckpointFormat.torch_zip:
         archive = open_zip(path)
@@ -115,7 +115,7 @@ def unsafe_globals(path: Path, fmt: CheckpointFormat) -> list[str]:
         data = archive.read(prefix + "data.pkl", limit=MAX_PICKLE_BYTES)
     else:
         data = path.read_bytes()[: 64 * 1024 * 1024]
-    allowed = set(wou._get_allowed_globals()) | set(wou._get_user_allowed_globals())
+    allowed = weights_only_allowed()
     allowed |= set(HARMLESS_GLOBALS)
     return sorted(g for g in scan_pickle_globals(data) if g not in allowed)
 

@@ -43,10 +43,16 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 from torchinspect.dtypes import SHORT, SIZES
+from torchinspect.privtorch import (
+    OpOverload,
+    QuietDispatchMode,
+    aten_overrides,
+    current_autograd_node,
+    tree_leaves,
+    vf_function,
+)
 from torchinspect.trace.attention import MATH, cuda_sdpa_kernel
 from torchinspect.trace.formulas import MacTable
 from torchinspect.trace.ops import OpKind, op_info, op_name
@@ -374,7 +380,7 @@ class Recorder:
         # autograd nodes of a cuDNN RNN call recorded as its kernels -> (node kept alive, the
         # call's backward: [work, dtype, priced yet]); its backward is priced as cuDNN's
         self.rnn_nodes: dict[int, tuple[Any, list[Any]]] = {}
-        self._node_now: Any = getattr(torch._C, "_current_autograd_node", None)
+        self._node_now: Any = current_autograd_node()
 
     @contextlib.contextmanager
     def quiet(self) -> Iterator[None]:
@@ -534,11 +540,7 @@ class Recorder:
         return n_out
 
 
-class _Dispatch(TorchDispatchMode):
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # see trace/counting.py: importing dynamo costs a second
-
+class _Dispatch(QuietDispatchMode):
     def __init__(self, rec: Recorder) -> None:
         super().__init__()
         self.rec = rec
@@ -547,7 +549,7 @@ class _Dispatch(TorchDispatchMode):
                            kwargs: dict[str, Any] | None = None) -> Any:
         kwargs = kwargs or {}
         out = func(*args, **kwargs)
-        if isinstance(func, torch._ops.OpOverload):
+        if isinstance(func, OpOverload):
             self.rec.record(func, args, kwargs, out)
         return out
 
@@ -573,7 +575,7 @@ class _Functions(TorchFunctionMode):
             finally:
                 stack.fast.pop()
         name = getattr(func, "__name__", "")
-        vf: Any = getattr(torch._VF, name, None) if name in RNN_FUNCTIONS else None
+        vf: Any = vf_function(name) if name in RNN_FUNCTIONS else None
         if vf is not None and func is vf and not rec.suppress and rec.rnn(name, args):
             with rec.quiet():
                 out = func(*args, **kwargs)
@@ -633,28 +635,23 @@ class Recording:
         self.stack = _Stack(names)
         self.rec = Recorder(Pricer(dtype), self.stack)
         self._modes = (_Functions(self.rec), _Dispatch(self.rec))
-        self._lib: Any = None
+        self._held = contextlib.ExitStack()  # the aten override, removed on exit
 
     def __enter__(self) -> Recorder:
-        import warnings
-
-        self._lib = torch.library.Library("aten", "IMPL")  # removed on exit
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-            self._lib.impl("scaled_dot_product_attention", _fused_attention(self.rec),
-                           "CompositeImplicitAutograd")
-        self.stack.__enter__()
-        for mode in self._modes:
-            mode.__enter__()
+        with contextlib.ExitStack() as held:
+            overrides = held.enter_context(aten_overrides())
+            overrides.impl("scaled_dot_product_attention", _fused_attention(self.rec))
+            self.stack.__enter__()
+            held.callback(self.stack.__exit__, None, None, None)
+            for mode in self._modes:
+                held.enter_context(mode)
+            self._held = held.pop_all()
         return self.rec
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, *exc: Any) -> None:
         try:
-            for mode in reversed(self._modes):
-                mode.__exit__(*exc)
+            self._held.__exit__(*exc)
         finally:
-            self.stack.__exit__(*exc)
-            self._lib._destroy()
             self.rec.trace.module_calls = self.stack.calls
 
 

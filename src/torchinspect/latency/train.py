@@ -117,17 +117,18 @@ class _Nodes:
     node to the innermost module running; the backward asks which node runs now."""
 
     def __init__(self, rec: Any) -> None:
-        import torch
+        from torchinspect.privtorch import current_autograd_node
 
         self.rec = rec
         self.layers: dict[int, tuple[str, str]] = {}
-        self.current = getattr(torch._C, "_current_autograd_node", None)
+        self.current = current_autograd_node()
         self.seen: set[int] = set()
         self.last: tuple[str, str] = ("", "")
 
     def forward_output(self, value: Any) -> None:
         import torch
-        from torch.utils._pytree import tree_leaves
+
+        from torchinspect.privtorch import tree_leaves
 
         for t in tree_leaves(value):
             node = getattr(t, "grad_fn", None) if isinstance(t, torch.Tensor) else None
@@ -145,23 +146,22 @@ class _Nodes:
 def record_step(case: Any, example: Any, *, gpu: str, weights: str | None, amp: str | None,
                 optimizer: str = "adamw", loss: str = "sum") -> StepTrace:
     """One training step of ``case`` on fake CPU tensors with CUDA's routes, recorded."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
     from torchinspect.memory import step as steps
     from torchinspect.memory.faking import (
         Target,
-        _run_error,
         autocast_factory,
         fake_inputs,
         fake_state,
+        run_error,
     )
     from torchinspect.memory.kernels import cuda_kernels
+    from torchinspect.privtorch import fake_tensor_mode
     from torchinspect.trace.engine import forward_mode, model_kept
 
     cfg = steps.StepConfig(optimizer=optimizer, dtype=weights, amp=amp, loss=loss)
     target = Target("cuda", gpu, 0, "cpu")
     model = case.model
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    fake = fake_tensor_mode(allow_non_fake_inputs=True)
     recording = Recording(model, None)
     rec = recording.rec
     nodes = _Nodes(rec)
@@ -195,7 +195,7 @@ def record_step(case: Any, example: Any, *, gpu: str, weights: str | None, amp: 
         except InspectError:
             raise
         except Exception as exc:
-            raise _run_error(case.name, "training", exc) from exc
+            raise run_error(case.name, "training", exc) from exc
     out.ops = rec.trace.ops
     out.dispatched = dict(rec.dispatched_by_phase)
     out.module_calls = recording.stack.calls

@@ -14,11 +14,13 @@ AutocastCUDA registrations of the installed torch.
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
+
+from torchinspect.memory.kernels import in_prediction
+from torchinspect.privtorch import aten_overrides, autocast_cpu_excluded
 
 LOWER = (
     "_convolution", "_convolution.deprecated", "convolution", "conv1d", "conv2d", "conv3d",
@@ -58,9 +60,6 @@ UNCHANGED = (
     "max_unpool3d", "fractional_max_pool2d", "fractional_max_pool3d", "_addmm_activation",
 )
 
-_EXCLUDE = torch._C.DispatchKeySet(torch._C.DispatchKey.AutocastCPU)
-
-
 def _eligible(x: Any) -> bool:
     return isinstance(x, torch.Tensor) and x.is_floating_point() and x.dtype != torch.float64
 
@@ -94,7 +93,7 @@ def _kernel(op: Any, policy: str, cache: dict[int, Any]) -> Any:
     dtype_at = names.index("dtype") if "dtype" in names else None
 
     def kernel(*args: Any, **kwargs: Any) -> Any:
-        with torch._C._ExcludeDispatchKeyGuard(_EXCLUDE):
+        with autocast_cpu_excluded():
             if policy == "lower":
                 low = torch.get_autocast_dtype("cpu")
                 args = _cast(args, low, cache)
@@ -136,17 +135,14 @@ def policies() -> dict[str, str]:
 @contextlib.contextmanager
 def cuda_autocast_on_cpu(dtype: torch.dtype) -> Iterator[None]:
     """CPU autocast to ``dtype`` with CUDA's op lists, for the duration of the block."""
-    lib = torch.library.Library("aten", "IMPL")
     cache: dict[int, Any] = {}
     try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
+        with aten_overrides(carried=in_prediction) as overrides:
             for name, policy in policies().items():
                 op = _resolve(name)
                 if op is not None:
-                    lib.impl(op, _kernel(op, policy, cache), "AutocastCPU")
-        with torch.autocast("cpu", dtype=dtype):
-            yield
+                    overrides.impl(op, _kernel(op, policy, cache), "AutocastCPU")
+            with torch.autocast("cpu", dtype=dtype):
+                yield
     finally:
         cache.clear()
-        lib._destroy()

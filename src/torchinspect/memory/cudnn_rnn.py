@@ -57,6 +57,7 @@ from typing import Any
 import torch
 
 from torchinspect.memory.constants import value
+from torchinspect.privtorch import decomposition
 
 GATES = {kind: value(f"cudnn_rnn.reserve_units.{kind}") for kind in (
     "lstm", "gru", "rnn_tanh", "rnn_relu")}
@@ -233,9 +234,7 @@ def register(lib: Any) -> None:
 
 
 def _decomposed(kind: str, *args: Any) -> Any:
-    from torch._decomp import decomposition_table
-
-    return decomposition_table[getattr(torch.ops.aten, kind).input](*args)
+    return decomposition(getattr(torch.ops.aten, kind).input)(*args)
 
 
 def _kernel(kind: str) -> Any:

@@ -6,7 +6,7 @@ state and inputs, the kinds the tracker marks, autocast, and the error a failed 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,13 +72,13 @@ def make_target(device: str = "cuda", gpu: str | None = None, *, fast: bool = Fa
     return Target("cuda", name, cublas_workspace(name), "meta" if fast else "cpu", auto)
 
 
-def _mark(tracker: StorageTracker, tensor: Any, kind: str) -> None:
+def mark_kind(tracker: StorageTracker, tensor: Any, kind: str) -> None:
     serial = tracker.storage_serial(tensor)
     if serial is not None:
         tracker.log.allocs[serial].kind = kind
 
 
-def _mark_state(tracker: StorageTracker, optimizer: Any, target: Target) -> None:
+def mark_state(tracker: StorageTracker, optimizer: Any, target: Target) -> None:
     """Optimizer state is state; a step counter the real optimizer keeps on the host is not
     device memory (non-fused, non-capturable Adam/AdamW)."""
     if optimizer is None:
@@ -88,7 +88,7 @@ def _mark_state(tracker: StorageTracker, optimizer: Any, target: Target) -> None
     for entry in optimizer.state.values():
         for key, value in entry.items():
             kind = "host" if key == "step" and host_steps else "state"
-            _mark(tracker, value, kind)
+            mark_kind(tracker, value, kind)
 
 
 def fake_state(model: Any, device: str, dtype: str | None) -> tuple[dict[str, Any], dict[str, str]]:
@@ -157,23 +157,19 @@ def autocast_factory(amp: str | None, target: Target) -> Callable[[], Any]:
     return lambda: torch.autocast(target.fake_device, dtype=dt)
 
 
-def _leaves(value: Any) -> Iterator[Any]:
-    yield from tensor_leaves(value)
-
-
-def _sizes(state: dict[str, Any], kinds: dict[str, str], args: Any, kwargs: Any) -> dict[str, int]:
+def model_sizes(state: dict[str, Any], kinds: dict[str, str], args: Any, kwargs: Any) -> dict[str, int]:
     nbytes = {k: sum(t.numel() * t.element_size() for n, t in state.items() if kinds[n] == k)
               for k in ("weights", "buffers")}
     return {"params": sum(t.numel() for n, t in state.items() if kinds[n] == "weights"),
             "weights": nbytes["weights"], "buffers": nbytes["buffers"],
-            "input": sum(t.numel() * t.element_size() for t in _leaves((args, kwargs)))}
+            "input": sum(t.numel() * t.element_size() for t in tensor_leaves((args, kwargs)))}
 
 
 class TrainingNeedsBatch(InspectError):
     """BatchNorm refuses to train on one value per channel (a batch of 1 at the end)."""
 
 
-def _run_error(name: str, mode: str, exc: Exception) -> InspectError:
+def run_error(name: str, mode: str, exc: Exception) -> InspectError:
     text = first_line(exc)
     if mode == "training" and "more than 1 value per channel" in text:
         return TrainingNeedsBatch(f"{name}: BatchNorm cannot train on this batch ({text})",

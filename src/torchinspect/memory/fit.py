@@ -13,7 +13,8 @@ from dataclasses import replace
 from torchinspect.arguments import ProgressFn
 from torchinspect.errors import InspectError
 from torchinspect.memory.budget import MemoryBudget
-from torchinspect.memory.predict import Target, predict_case
+from torchinspect.memory.faking import Target
+from torchinspect.memory.predict import predict_case
 from torchinspect.memory.result import FitProbe, FitResult, MemoryResult, MemorySweep
 from torchinspect.memory.step import StepConfig
 from torchinspect.sources.case import ModelCase
@@ -59,12 +60,12 @@ def fit(case: ModelCase, cfg: StepConfig, target: Target, budget: int,
                 progress(f"--fit: {mode} batch {batch:,} peaks at {value / 1e9:,.2f} GB")
             return value
 
-        found[mode], hit_limit = _search(peak, budget, limit)
+        found[mode], hit_limit = largest_fitting(peak, budget, limit)
         capped = capped or hit_limit
     return FitResult(budget, found.get("inference"), found.get("training"), probes, capped)
 
 
-def _search(peak: Callable[[int], int], budget: int, limit: int) -> tuple[int | None, bool]:
+def largest_fitting(peak: Callable[[int], int], budget: int, limit: int) -> tuple[int | None, bool]:
     """Doubling then bisection on ``peak(batch) <= budget``; (largest fit, stopped at limit)."""
 
     def fits(batch: int) -> bool:

@@ -36,6 +36,7 @@ from torchinspect.memory import step as steps
 from torchinspect.memory.result import RunMemory
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.tracker import Event, Phase, StorageTracker
+from torchinspect.privtorch import fake_store, fake_tensor_mode, mod_tracker
 from torchinspect.shapes import tensor_leaves
 from torchinspect.sources.case import ModelCase
 
@@ -137,12 +138,12 @@ def fake_mesh(world_size: int) -> Iterator[Any]:
         raise InspectError("--fsdp predicts with a fake process group of its own, and this "
                            "process already has one", hint="predict outside torchrun")
     try:
-        from torch.testing._internal.distributed.fake_pg import FakeStore  # registers "fake"
+        store = fake_store()  # its import registers the "fake" backend
     except ImportError as exc:
         raise InspectError(f"--fsdp needs torch's fake process group, which this torch lacks "
                            f"({exc})", hint="install a torch build with torch.distributed") from exc
 
-    dist.init_process_group("fake", store=FakeStore(), rank=0, world_size=world_size)
+    dist.init_process_group("fake", store=store, rank=0, world_size=world_size)
     try:
         yield init_device_mesh("cpu", (world_size,))
     finally:
@@ -256,16 +257,14 @@ def sharded_copy(model: Any, mesh: Any, unit: str | None, device: str,
 def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, mode: str,
                   top: int) -> tuple[RunMemory, dict[str, int]]:
     """`predict.track` for ``cfg.fsdp`` ranks: FSDP2 on fake tensors, rank 0's log."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    from torchinspect.memory.faking import _run_error, fake_inputs
+    from torchinspect.memory.faking import fake_inputs, run_error
     from torchinspect.memory.timeline import replay
     from torchinspect.trace.engine import forward_mode
 
     unit = choose_unit(case, cfg)
     if cfg.fsdp is None:
         raise InspectError("a sharded prediction needs --fsdp N", hint="e.g. --fsdp 2")
-    fake = FakeTensorMode(allow_non_fake_inputs=True)
+    fake = fake_tensor_mode(allow_non_fake_inputs=True)
     tracker = ShardedTracker(workspace=target.workspace, device_type=target.fake_device,
                              gpu=target.gpu)
     training = mode == "training"
@@ -291,7 +290,7 @@ def track_sharded(case: ModelCase, example: Any, cfg: StepConfig, target: Any, m
                 except InspectError:
                     raise
                 except Exception as exc:
-                    raise _run_error(case.name, mode, exc) from exc
+                    raise run_error(case.name, mode, exc) from exc
         end = len(tracker.log.events)
     root = type(case.model).__name__
     _rename_root(tracker, type(model).__name__, root)
@@ -308,14 +307,12 @@ def _rename_root(tracker: ShardedTracker, fsdp_root: str, root: str) -> None:
 
 def _run(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: StepConfig,
          target: Any, tracker: ShardedTracker, fake: Any, mode: str, name: str) -> None:
-    from torch.distributed._tools.mod_tracker import ModTracker
-
-    from torchinspect.memory.faking import _mark, _mark_state, autocast_factory
+    from torchinspect.memory.faking import autocast_factory, mark_kind, mark_state
     from torchinspect.memory.kernels import cuda_kernels
 
     autocast = autocast_factory(cfg.amp, target)
     kernels = cuda_kernels() if target.emulated else contextlib.nullcontext()
-    with fake, tracker, storage_resizes(tracker), ModTracker() as modules, kernels:
+    with fake, tracker, storage_resizes(tracker), mod_tracker() as modules, kernels:
         tracker.modules = modules
         if mode == "inference":
             tracker.mark("inference")
@@ -328,8 +325,8 @@ def _run(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], cfg: StepCon
             steps.train_step(model, {}, args, kwargs, optimizer=optimizer, loss=cfg.loss,
                              autocast=autocast, name=name, on_phase=tracker.mark)
             for p in model.parameters():  # FSDP2 sets the sharded .grad itself
-                _mark(tracker, p.grad, "grad")
-            _mark_state(tracker, optimizer, target)
+                mark_kind(tracker, p.grad, "grad")
+            mark_state(tracker, optimizer, target)
         tracker.mark("end")
 
 

@@ -24,6 +24,8 @@ import torch
 from torch import nn
 from torch.nn import functional as F  # noqa: N812 - PyTorch's own spelling
 
+from torchinspect.privtorch import overriding_here
+
 
 def _autocast() -> bool:
     return any(torch.is_autocast_enabled(d) for d in ("cpu", "cuda"))
@@ -126,13 +128,14 @@ def native_attention(attn: Any, x: Any, mask: Any, need_weights: bool,
 @contextlib.contextmanager
 def fast_path() -> Iterator[None]:
     """CUDA's encoder-layer and multi-head-attention fast paths for fake tensors, for the
-    duration of the block."""
+    duration of the block, in the predicting thread (privtorch.overriding_here: any other
+    thread runs the classes' own forward)."""
     cls, mha = nn.TransformerEncoderLayer, nn.MultiheadAttention
     original, original_mha = cls.forward, mha.forward
 
     def forward(self: Any, src: Any, src_mask: Any = None, src_key_padding_mask: Any = None,
                 is_causal: bool = False) -> Any:
-        if takes_fast_path(self, src):
+        if overriding_here() and takes_fast_path(self, src):
             mask, _ = self.self_attn.merge_masks(src_mask, src_key_padding_mask, src)
             return encoder_layer(self, src, mask)
         return original(self, src, src_mask, src_key_padding_mask, is_causal)
@@ -140,7 +143,7 @@ def fast_path() -> Iterator[None]:
     def mha_forward(self: Any, query: Any, key: Any, value: Any, key_padding_mask: Any = None,
                     need_weights: bool = True, attn_mask: Any = None,
                     average_attn_weights: bool = True, is_causal: bool = False) -> Any:
-        if mha_takes_fast_path(self, query, key, value):
+        if overriding_here() and mha_takes_fast_path(self, query, key, value):
             mask, _ = self.merge_masks(attn_mask, key_padding_mask, query)
             return native_attention(self, query, mask, need_weights, average_attn_weights)
         return original_mha(self, query, key, value, key_padding_mask, need_weights, attn_mask,

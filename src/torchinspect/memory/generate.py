@@ -40,7 +40,7 @@ from typing import Any
 import torch
 
 from torchinspect.errors import InspectError
-from torchinspect.memory.faking import Target, _mark, _run_error, fake_state, make_target
+from torchinspect.memory.faking import Target, fake_state, make_target, mark_kind, run_error
 from torchinspect.memory.kernels import cuda_kernels
 from torchinspect.memory.modules import ForwardModules
 from torchinspect.memory.step import DTYPES
@@ -299,7 +299,7 @@ class _Run:
             except (InspectError, HostRead):
                 raise
             except Exception as exc:
-                raise _run_error(self.decoder.name, "generate", exc) from exc
+                raise run_error(self.decoder.name, "generate", exc) from exc
             log = Log(tracker.log.allocs, list(tracker.log.events), tracker.log.ops)
         return log, todo
 
@@ -309,7 +309,7 @@ class _Run:
 
     def _cached(self, gen: Generation) -> None:
         for t in gen.cache_tensors():
-            _mark(self.tracker, t, "cache")
+            mark_kind(self.tracker, t, "cache")
         self.cache_sizes.append(gen.cache_bytes())
 
 

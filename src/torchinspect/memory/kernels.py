@@ -23,12 +23,12 @@ caller (Python, ``nn.MultiheadAttention``, C++ composites) gets it:
 from __future__ import annotations
 
 import contextlib
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 
+from torchinspect.privtorch import aten_overrides
 from torchinspect.trace.attention import cuda_sdpa_kernel as choose
 
 
@@ -88,25 +88,48 @@ def rms_norm(x: Any, shape: Any, weight: Any = None, eps: float | None = None) -
     return _FusedRMSNorm.apply(x, weight, len(shape))
 
 
+def math_attention(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
+                   is_causal: bool = False, *, scale: float | None = None,
+                   enable_gqa: bool = False) -> Any:
+    """``scaled_dot_product_attention`` by its math route, the reference every other kernel
+    is checked against: what another thread computes while the overrides are in place."""
+    return torch.ops.aten._scaled_dot_product_attention_math(
+        q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+
+
+def composite_rms_norm(x: Any, shape: Any, weight: Any = None, eps: float | None = None) -> Any:
+    """``rms_norm`` as torch's composite computes it (in fp32 for half types): what another
+    thread computes while the overrides are in place."""
+    acc = torch.float32 if x.dtype in (torch.float16, torch.bfloat16) else x.dtype
+    up = x.to(acc)
+    eps = torch.finfo(acc).eps if eps is None else eps
+    out = up.mul(torch.rsqrt(up.pow(2).mean(tuple(range(-len(shape), 0)), keepdim=True) + eps))
+    out = out.type_as(x)
+    return out if weight is None else out.mul(weight)
+
+
+def in_prediction() -> bool:
+    """A prediction's tracker runs in this thread (autograd's worker threads carry it)."""
+    from torchinspect.memory.tracker import active_tracker
+
+    return active_tracker() is not None
+
+
 @contextlib.contextmanager
 def cuda_kernels(*, leave: frozenset[str] = frozenset()) -> Iterator[None]:
-    """The GPU's route for dropout, rms_norm and attention, for the duration of the block.
+    """The GPU's route for dropout, rms_norm and attention, for the duration of the block
+    (in the predicting thread: any other runs torch's own, privtorch.aten_overrides).
     ``leave``: ops not registered here (summary's shared forward registers its own for
     ``scaled_dot_product_attention`` and ``rms_norm``, ``memory/watch.py``)."""
-    lib = torch.library.Library("aten", "IMPL")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-            for name, kernel in (("scaled_dot_product_attention", attention),
-                                 ("dropout", dropout), ("rms_norm", rms_norm)):
-                if name not in leave:
-                    lib.impl(name, kernel, "CompositeImplicitAutograd")
-            from torchinspect.memory.cudnn_rnn import register
+    from torchinspect.memory.cudnn_rnn import register
+    from torchinspect.memory.fused import fast_path
 
-            register(lib)
-        from torchinspect.memory.fused import fast_path
-
+    with aten_overrides(carried=in_prediction) as overrides:
+        for name, kernel, elsewhere in (("scaled_dot_product_attention", attention, math_attention),
+                                        ("dropout", dropout, None),
+                                        ("rms_norm", rms_norm, composite_rms_norm)):
+            if name not in leave:
+                overrides.impl(name, kernel, elsewhere=elsewhere)
+        register(overrides)
         with fast_path():
             yield
-    finally:
-        lib._destroy()

@@ -23,20 +23,19 @@ from torchinspect.gpus import match_device_name
 from torchinspect.inputs import ExampleInputs, batch_of, rebatch
 from torchinspect.memory import margins
 from torchinspect.memory import step as steps
-from torchinspect.memory.faking import (  # noqa: F401 - re-exported: fit, the CLI, benchmarks
+from torchinspect.memory.faking import (
     FakeRunFailed,
     Target,
     TrainingNeedsBatch,
-    _leaves,
-    _mark,
-    _mark_state,
-    _run_error,
-    _sizes,
     autocast_factory,
     blame,
     fake_inputs,
     fake_state,
     make_target,
+    mark_kind,
+    mark_state,
+    model_sizes,
+    run_error,
 )
 from torchinspect.memory.kernels import cuda_kernels
 from torchinspect.memory.modules import ForwardModules
@@ -45,6 +44,8 @@ from torchinspect.memory.step import StepConfig
 from torchinspect.memory.timeline import replay
 from torchinspect.memory.tracker import Log, StorageTracker
 from torchinspect.memory.workspace import Workspaces, shipped_table
+from torchinspect.privtorch import fake_tensor_mode, mod_tracker
+from torchinspect.shapes import tensor_leaves
 from torchinspect.sources.case import (
     ModelCase,
     ModelLike,
@@ -91,7 +92,7 @@ def predict_case(case: ModelCase, cfg: StepConfig, target: Target, *, batch: int
         target = replace(target, fake_device="cpu")
     case = _sized_lazy(case)
     example = example_at(case, batch)
-    notes = _notes(cfg, target)
+    notes = step_notes(cfg, target)
     if cfg.fsdp:
         from torchinspect.memory.fsdp import describe
 
@@ -187,9 +188,7 @@ def _track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode:
     training = mode == "training"
     fake: Any = contextlib.nullcontext()
     if target.faked:  # imported here: the meta path (summary, check) never needs it
-        from torch._subclasses.fake_tensor import FakeTensorMode
-
-        fake = FakeTensorMode(allow_non_fake_inputs=True)
+        fake = fake_tensor_mode(allow_non_fake_inputs=True)
     tracker = StorageTracker(workspace=target.workspace, device_type=target.fake_device,
                              cudnn=target.device == "cuda",
                              gpu=target.gpu if target.device == "cuda" else None)
@@ -202,15 +201,15 @@ def _track(case: ModelCase, example: Any, cfg: StepConfig, target: Target, mode:
             args, kwargs = fake_inputs(example, target.fake_device, cfg.dtype)
         for name, t in state.items():
             tracker.register(t, kinds[name])
-        for t in _leaves((args, kwargs)):
+        for t in tensor_leaves((args, kwargs)):
             tracker.register(t, "input")
-        sizes = _sizes(state, kinds, args, kwargs)
+        sizes = model_sizes(state, kinds, args, kwargs)
         try:
             _run(model, state, args, kwargs, cfg, target, tracker, fake, mode, case.name)
         except InspectError:
             raise
         except Exception as exc:
-            raise _run_error(case.name, mode, exc) from exc
+            raise run_error(case.name, mode, exc) from exc
         end = len(tracker.log.events)
     return replay_ranged(tracker.log, end, mode, target, type(model).__name__, top,
                          workspaces), sizes
@@ -260,13 +259,13 @@ def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[
         foreach = cfg.foreach if cfg.foreach is not None else (target.device == "cuda")
         optimizer = steps.make_optimizer(cfg.optimizer, params, foreach)
         for p in params:
-            p.register_post_accumulate_grad_hook(lambda p: _mark(tracker, p.grad, "grad"))
+            p.register_post_accumulate_grad_hook(lambda p: mark_kind(tracker, p.grad, "grad"))
         for n in (1, 2):
             tracker.step = n
             steps.train_step(model, state, args, kwargs, optimizer=optimizer, loss=cfg.loss,
                              autocast=autocast, name=name, on_phase=tracker.mark)
             gc.collect()  # the step's outputs are gone: what only a cycle kept goes now
-            _mark_state(tracker, optimizer, target)
+            mark_state(tracker, optimizer, target)
         tracker.mark("end")
 
 
@@ -290,10 +289,7 @@ def module_tracker(mode: str) -> Any:
     """Forward hooks for inference; ModTracker (forward and backward) for training."""
     if mode == "inference":
         return ForwardModules()
-    # imported here: it imports torch.distributed (seconds cold), which inference never needs
-    from torch.distributed._tools.mod_tracker import ModTracker
-
-    return ModTracker()
+    return mod_tracker()  # imports torch.distributed (seconds cold): inference never needs it
 
 
 def _describe(example: Any) -> str:
@@ -307,7 +303,7 @@ def _config(cfg: StepConfig, target: Target) -> dict[str, Any]:
     return d
 
 
-def _notes(cfg: StepConfig, target: Target) -> list[str]:
+def step_notes(cfg: StepConfig, target: Target) -> list[str]:
     notes = []
     if target.emulated:
         notes.append("no GPU here: fake CPU tensors with CUDA's autocast lists and the CUDA "

@@ -159,13 +159,13 @@ def _recomputable(module: Any, forward: Any) -> Any:
     ``functional_call`` those are the step's tensors, but the recomputation runs during the
     backward, after ``functional_call`` has put the module's own (meta, for a model the CLI
     built) tensors back."""
-    from torch.nn.utils.stateless import _reparametrize_module
+    from torchinspect.privtorch import reparametrized
 
     state = {**dict(module.named_parameters(remove_duplicate=False)),
              **dict(module.named_buffers(remove_duplicate=False))}
 
     def run(*a: Any, **kw: Any) -> Any:
-        with _reparametrize_module(module, state):
+        with reparametrized(module, state):
             return forward(*a, **kw)
     return run
 

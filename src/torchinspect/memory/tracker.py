@@ -20,9 +20,14 @@ from enum import StrEnum
 from typing import Any
 
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_flatten
 
+from torchinspect.privtorch import (
+    QuietDispatchMode,
+    dispatch_mode_stack,
+    has_composite_kernel,
+    run_composite,
+    tree_flatten,
+)
 from torchinspect.trace.ops import op_info
 
 
@@ -74,19 +79,12 @@ class Log:
     ops: int = 0
 
 
-class StorageTracker(TorchDispatchMode):
+class StorageTracker(QuietDispatchMode):
     """Logs storage allocations/releases of everything that runs under it.
 
     ``workspace`` bytes are logged once per cuBLAS handle (forward thread, autograd thread)
     at the first matmul-class op of that thread; ``phase`` and ``step`` are set by the runner.
     """
-
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # nothing is compiled inside this mode: the default (True) wraps __torch_dispatch__ in
-        # torch._disable_dynamo, whose first call imports torch._dynamo (over a second of
-        # start-up for `inspect memory` and summary's memory line), as trace/counting.py says
-        return False
 
     def __init__(self, *, workspace: int = 0, device_type: str | None = None,
                  cudnn: bool = False, gpu: str | None = None) -> None:
@@ -135,10 +133,10 @@ class StorageTracker(TorchDispatchMode):
     # -- the dispatch hook
     def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
         kwargs = kwargs or {}
-        if func in _EXPLICIT:  # a composite the GPU runs too: its temporaries are real
+        if func in EXPLICIT_COMPOSITES:  # a composite the GPU runs too: its temporaries are real
             with self:
-                return func._op_dk(_CEA, *args, **kwargs)
-        if _composite(func):
+                return run_composite(func, args, kwargs, explicit=True)
+        if is_composite(func):
             # under inference_mode/no_grad a composite op (linear, layer_norm, the math
             # attention) reaches the mode whole: decompose it here so that its temporaries
             # pass through the tracker as they pass through the caching allocator
@@ -146,7 +144,7 @@ class StorageTracker(TorchDispatchMode):
             copies = self._transient(_fold_copy(func, args, kwargs), self.current_module(),
                                      f"{func.overloadpacket.__name__} (folded copy)")
             with self:
-                out = func._op_dk(_CIA, *args, **kwargs)
+                out = run_composite(func, args, kwargs)
             self._release_transient(copies, func.overloadpacket.__name__)
             return out
         out = func(*args, **kwargs)
@@ -358,9 +356,7 @@ def _conv_format(inp: Any, weight: Any) -> Any:
 
 def active_tracker() -> StorageTracker | None:
     """The tracker of the run in progress, if any (for kernels that log a workspace)."""
-    from torch.utils._python_dispatch import _get_current_dispatch_mode_stack
-
-    for mode in reversed(_get_current_dispatch_mode_stack()):
+    for mode in reversed(dispatch_mode_stack()):
         if isinstance(mode, StorageTracker):
             return mode
     return None
@@ -374,19 +370,16 @@ def _cublas_ready(t: Any) -> bool:
     return (s_cols == 1 and s_rows >= max(1, cols)) or (s_rows == 1 and s_cols >= max(1, rows))
 
 
-_CIA = torch._C.DispatchKey.CompositeImplicitAutograd
-_CEA = torch._C.DispatchKey.CompositeExplicitAutograd
 # ops with no CUDA kernel of their own whose composite allocates temporaries on the GPU too
 # (the math attention's softmax builds a full-size bool mask of -inf positions)
-_EXPLICIT = frozenset({torch.ops.aten._safe_softmax.default})
+EXPLICIT_COMPOSITES = frozenset({torch.ops.aten._safe_softmax.default})
 _COMPOSITE: dict[Any, bool] = {}
 
 
-def _composite(func: Any) -> bool:
+def is_composite(func: Any) -> bool:
     known = _COMPOSITE.get(func)
     if known is None:
-        known = _COMPOSITE[func] = func.namespace == "aten" and \
-            torch._C._dispatch_has_kernel_for_dispatch_key(func.name(), _CIA)
+        known = _COMPOSITE[func] = func.namespace == "aten" and has_composite_kernel(func)
     return known
 
 

@@ -71,12 +71,14 @@ def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str,
     ``on_mark(phase)`` is called at each phase mark (a memory-history tool's bookmark)."""
     import torch
 
+    from torchinspect.privtorch import clear_cublas_workspaces
+
     model = case.real_model("cpu")
     if model is case.model:
         model = copy.deepcopy(model)
     dt = steps.DTYPES[cfg.dtype] if cfg.dtype else None
     model.to(device="cuda", dtype=dt) if dt else model.to("cuda")
-    args, kwargs = _inputs(example, dt)
+    args, kwargs = cuda_inputs(example, dt)
     state = {**dict(model.named_parameters()), **dict(model.named_buffers())}
     model.train(mode == "training")
     peaks: dict[str, int] = {}
@@ -91,7 +93,7 @@ def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str,
             on_mark(current[0])
 
     torch.cuda.synchronize()
-    torch._C._cuda_clearCublasWorkspaces()
+    clear_cublas_workspaces()
     torch.cuda.empty_cache()
     torch.cuda.reset_peak_memory_stats()
     autocast = (lambda: torch.autocast("cuda", dtype=steps.DTYPES[cfg.amp])) if cfg.amp else _null
@@ -112,7 +114,7 @@ def measure(case: ModelCase, example: Any, cfg: StepConfig, mode: str,
     peaks.pop("end:0", None)
     peaks["peak"] = max(peaks.values())
     del model, state, args, kwargs
-    torch._C._cuda_clearCublasWorkspaces()
+    clear_cublas_workspaces()
     torch.cuda.empty_cache()
     return peaks
 
@@ -136,7 +138,7 @@ def verify(result: MemoryResult, case: ModelCase, example: Any, cfg: StepConfig,
     return out
 
 
-def _inputs(example: Any, dt: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
+def cuda_inputs(example: Any, dt: Any) -> tuple[tuple[Any, ...], dict[str, Any]]:
     args, kwargs = materialize(example, "cpu")
 
     def move(t: Any) -> Any:

@@ -29,23 +29,30 @@ from __future__ import annotations
 
 import contextlib
 import time
-import warnings
 from collections.abc import Iterator
 from typing import Any
 
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import _disable_current_modes
 
-from torchinspect.memory.faking import Target, _leaves, _sizes, fake_inputs, fake_state
-from torchinspect.memory.kernels import attention, choose, cuda_kernels, rms_norm
+from torchinspect.memory.faking import Target, fake_inputs, fake_state, model_sizes
+from torchinspect.memory.kernels import (
+    attention,
+    cuda_kernels,
+    in_prediction,
+    math_attention,
+    rms_norm,
+)
 from torchinspect.memory.modules import ForwardModules
-from torchinspect.memory.predict import _notes, make_workspaces, memory_result, replay_ranged
+from torchinspect.memory.predict import make_workspaces, memory_result, replay_ranged, step_notes
 from torchinspect.memory.result import MemoryResult
 from torchinspect.memory.step import StepConfig
 from torchinspect.memory.tracker import StorageTracker
+from torchinspect.privtorch import aten_overrides, without_dispatch_modes
+from torchinspect.shapes import tensor_leaves
 from torchinspect.sources.case import ModelCase
+from torchinspect.trace.attention import MATH, cuda_sdpa_kernel
 
 # modules whose prediction is a fused kernel that the counted forward must not take
 SEPARATE = (nn.RNNBase, nn.TransformerEncoderLayer, nn.MultiheadAttention)
@@ -64,7 +71,7 @@ class _Tracker(StorageTracker):
         if self.paused:
             return func(*args, **(kwargs or {}))
         if self.hidden:
-            with _disable_current_modes():
+            with without_dispatch_modes():
                 return super().__torch_dispatch__(func, types, args, kwargs)
         return super().__torch_dispatch__(func, types, args, kwargs)
 
@@ -115,7 +122,7 @@ def _attention_kernel(tracker: _Tracker) -> Any:
     def kernel(q: Any, k: Any, v: Any, attn_mask: Any = None, dropout_p: float = 0.0,
                is_causal: bool = False, *, scale: float | None = None,
                enable_gqa: bool = False) -> Any:
-        if choose(q, k, v, attn_mask, enable_gqa, q.dtype) == "math":  # CUDA's route too: once
+        if cuda_sdpa_kernel(q, k, v, attn_mask, enable_gqa, q.dtype) == MATH:  # CUDA's route too: once
             return torch.ops.aten._scaled_dot_product_attention_math(
                 q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
         return _both_routes(
@@ -130,16 +137,11 @@ def _attention_kernel(tracker: _Tracker) -> Any:
 @contextlib.contextmanager
 def _shared_kernels(tracker: _Tracker) -> Iterator[None]:
     """``cuda_kernels``, with attention and rms_norm run both ways."""
-    lib = torch.library.Library("aten", "IMPL")
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-            lib.impl("scaled_dot_product_attention", _attention_kernel(tracker),
-                     "CompositeImplicitAutograd")
+    with aten_overrides(carried=in_prediction) as overrides:
+        overrides.impl("scaled_dot_product_attention", _attention_kernel(tracker),
+                       elsewhere=math_attention)
         with cuda_kernels(leave=SHARED_KERNELS), _RMSNormCalls(tracker):
             yield
-    finally:
-        lib._destroy()
 
 
 class InferenceWatch:
@@ -170,9 +172,9 @@ class InferenceWatch:
                                      self.cfg.dtype)
         for name, t in state.items():
             self.tracker.register(t, kinds[name])
-        for t in _leaves((fargs, fkwargs)):
+        for t in tensor_leaves((fargs, fkwargs)):
             self.tracker.register(t, "input")
-        self.sizes = _sizes(state, kinds, fargs, fkwargs)
+        self.sizes = model_sizes(state, kinds, fargs, fkwargs)
         self.kept = (state, fargs, fkwargs)
         self.seconds += time.perf_counter() - started
         return state, fargs, fkwargs
@@ -211,7 +213,7 @@ class InferenceWatch:
         self.kept = ()
         example = self.case.require_example()
         result = memory_result(self.case, example, None, self.cfg, self.target,
-                               {"inference": (run, self.sizes)}, _notes(self.cfg, self.target),
+                               {"inference": (run, self.sizes)}, step_notes(self.cfg, self.target),
                                workspaces)
         result.seconds = self.seconds + time.perf_counter() - started
         return result

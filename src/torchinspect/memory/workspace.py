@@ -482,14 +482,14 @@ def held_out_errors(measured: dict[str, int], owners: dict[str, set[str]]) -> di
     for key in sorted(measured):
         problem = problem_from_key(key)
         mine = owners.get(key, {key})
-        point = table.nearest(problem, functools.partial(_owned_by, owners, mine))
+        point = table.nearest(problem, functools.partial(owned_by, owners, mine))
         if point is not None:
             out.setdefault(envelope_key(problem), []).append(
                 (key, problem.size, measured[key], point))
     return out
 
 
-def _owned_by(owners: dict[str, set[str]], mine: set[str], key: str) -> bool:
+def owned_by(owners: dict[str, set[str]], mine: set[str], key: str) -> bool:
     """Whether every owner of ``key`` is among ``mine`` (it goes when they are left out)."""
     return owners.get(key, {key}) <= mine
 

@@ -27,7 +27,8 @@ def memory_part(case: Any, gpu: str | None = None) -> MemoryPart:
     """Inference and a training step (AdamW, PyTorch's defaults) on ``gpu`` (None: the GPU
     here, else the default); a model whose training step cannot be predicted keeps its
     inference prediction with a note."""
-    from torchinspect.memory.predict import make_target, predict_case
+    from torchinspect.memory.faking import make_target
+    from torchinspect.memory.predict import predict_case
     from torchinspect.memory.step import StepConfig
 
     target = make_target("cuda", gpu, fast=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from torchinspect.bench.modes import Status
 from torchinspect.bench.timing import fmt_time
 from torchinspect.report.base import KeyValues, Report, Shown, Table, Text, fmt_bytes, nbytes
 from torchinspect.sources.origin import describe_weights
@@ -48,7 +49,7 @@ def _rows(result: BenchResult, cuda: bool) -> tuple[list[str], list[list[Any]]]:
         t = c.timing
         s = t.stats if t else None
         row: list[Any] = [c.dtype, c.batch if c.batch is not None else "-",
-                          c.status.upper() if c.status != "ok" else "ok"]
+                          c.status.upper() if c.status != Status.ok else "ok"]
         if t is None or s is None:
             row += [Shown("", "-")] * 10 + [Shown("", "-")]
         else:
@@ -113,7 +114,7 @@ def bench_report(result: BenchResult, compare: list[Change] | None = None,
                                  optional=list(NARROW_ORDER))]
     warn = [f"{c.label}: {w}" for c in result.configs for w in c.warnings]
     warn += [f"{c.label}: {c.status.upper()}: {c.error}" for c in result.configs
-             if c.status != "ok" and c.error]
+             if c.status != Status.ok and c.error]
     if warn:
         sections.append(Text(warn, title="warnings", style="yellow"))
     if result.max_batch is not None:

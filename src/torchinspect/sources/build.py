@@ -18,7 +18,7 @@ from torchinspect.sources.weights import load_weights
 def _build_on(build: Callable[[str], Any], device: str, name: str, notes: list[str]) -> tuple[Any, str]:
     """Build on ``device``; a meta build that fails falls back to a real CPU build."""
     if not devices.is_real(device):
-        from torchinspect.nodynamo import deferred_dynamo
+        from torchinspect.privtorch import deferred_dynamo
 
         try:
             with deferred_dynamo():  # random init on meta runs Python refs: no TorchDynamo

@@ -30,7 +30,6 @@ from torchinspect.arguments import renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.guard import model_code
 from torchinspect.inputs import ExampleInputs, TensorSpec, parse_inputs
-from torchinspect.io.torch_load import python_path
 from torchinspect.shapes import format_shape_tree, map_tensors, shape_tree
 from torchinspect.sources.materialize import has_lazy, lazy_real_copy, real_copy, size_lazy
 from torchinspect.sources.origin import (
@@ -185,6 +184,8 @@ def make_case(model: ModelLike, inputs: Any = None, *, options: ModelOptions | N
             kw["weights_config"] = opts.weights_config
         # a random init is seeded (the build here and each rebuild): real runs are reproducible
         build_on = devices.build_device(dev)
+        from torchinspect.io.torch_load import python_path
+
         with python_path(opts.python_path), model_code(model_or_spec), seeded(build_on):
             loaded = load_model(model_or_spec, arch=opts.arch, args=opts.args, weights=opts.weights,
                                 key=opts.key, strict=opts.strict, trust_pickle=opts.trust_pickle,

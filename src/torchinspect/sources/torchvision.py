@@ -45,7 +45,7 @@ def torchvision_models() -> Any:
     ``torch._dynamo.utils`` at import time, which imports all of TorchDynamo (about a second
     of a 3 s command) for a function only RoIAlign calls: a stand-in's function does that
     import when it is called."""
-    from torchinspect.nodynamo import call_later, standing_in
+    from torchinspect.privtorch import call_later, standing_in
 
     if "torchvision.models" in sys.modules:
         import torchvision.models as tvm

@@ -20,8 +20,8 @@ from typing import Any
 
 import torch
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
+from torchinspect.privtorch import OpOverload, QuietDispatchMode
 from torchinspect.trace.formulas import SDPA_OP, MacTable
 from torchinspect.trace.ops import op_info, op_name
 
@@ -93,14 +93,7 @@ class MacCounter:
 _GROUPED = (torch.ops.aten._grouped_mm,) if hasattr(torch.ops.aten, "_grouped_mm") else ()
 
 
-class _DispatchCounter(TorchDispatchMode):
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        # Nothing is compiled inside this mode; keeping the default (True) would wrap
-        # __torch_dispatch__ in torch._disable_dynamo, whose first call imports
-        # torch._dynamo (about 1 s of start-up for every command).
-        return False
-
+class _DispatchCounter(QuietDispatchMode):
     def __init__(self, counter: MacCounter) -> None:
         super().__init__()
         self.counter = counter
@@ -115,7 +108,7 @@ class _DispatchCounter(TorchDispatchMode):
             if func._overloadpacket not in _GROUPED or not args[0].is_meta:
                 raise
             out = grouped_mm_meta(args, kwargs)
-        if isinstance(func, torch._ops.OpOverload):
+        if isinstance(func, OpOverload):
             self.counter.count(func, args, kwargs, out)
         if self.counter.observe is not None:
             self.counter.observe(args)

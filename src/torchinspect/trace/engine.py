@@ -19,7 +19,7 @@ import torch
 from torch import nn
 
 from torchinspect.guard import model_code, training_mode
-from torchinspect.nodynamo import deferred_dynamo
+from torchinspect.privtorch import deferred_dynamo, fake_tensor_mode
 from torchinspect.shapes import map_tensors, shape_tree, tensor_bytes
 from torchinspect.trace.counting import MacCounter, counting
 from torchinspect.trace.records import CallRecord, ModuleInfo
@@ -317,9 +317,7 @@ def fake_forward_inputs(model: nn.Module, args: tuple[Any, ...], kwargs: dict[st
         Any, dict[str, torch.Tensor], tuple[Any, ...], dict[str, Any]]:
     """A FakeTensorMode with fake stand-ins for every parameter and buffer (ties kept) and
     for the (meta) inputs: run_forward's ``fake`` path."""
-    from torch._subclasses.fake_tensor import FakeTensorMode
-
-    mode = FakeTensorMode(allow_non_fake_inputs=True)
+    mode = fake_tensor_mode(allow_non_fake_inputs=True)
     by_id: dict[int, torch.Tensor] = {}
     state: dict[str, torch.Tensor] = {}
     for name, t in [*model.named_parameters(remove_duplicate=False),

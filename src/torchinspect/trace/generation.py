@@ -48,9 +48,9 @@ from typing import Any
 import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
-from torch.utils._python_dispatch import TorchDispatchMode
 
 from torchinspect.errors import InspectError, first_line
+from torchinspect.privtorch import QuietDispatchMode
 
 #: the keyword a decoder of one's own takes its cache by, unless ``--cache-arg`` names another
 DEFAULT_CACHE_ARG = "cache"
@@ -573,7 +573,7 @@ _ARITH = {"add": lambda a, b: a + b, "sub": lambda a, b: a - b, "mul": lambda a,
           "bitwise_or": lambda a, b: a | b, "logical_or": lambda a, b: bool(a or b)}
 
 
-class KnownValues(TorchDispatchMode):
+class KnownValues(QuietDispatchMode):
     """What a meta trace knows of tensor values: storages whose every element is one known
     number (the attention mask of an unpadded batch is all ones), followed through the ops
     that keep that so (views, copies, comparisons, sums, ``all``) and through in-place updates
@@ -582,9 +582,6 @@ class KnownValues(TorchDispatchMode):
     needed; a static cache's length) is answered and counted; any other host read raises
     `HostRead`, as no value exists on meta."""
 
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # see trace/counting.py: importing dynamo costs a second
 
     def __init__(self) -> None:
         super().__init__()
@@ -826,10 +823,7 @@ class HostRead(RuntimeError):
         self.op = op
 
 
-class _Dispatch(TorchDispatchMode):
-    @classmethod
-    def _should_skip_dynamo(cls) -> bool:
-        return False  # see trace/counting.py: importing dynamo costs a second
+class _Dispatch(QuietDispatchMode):
 
     def __init__(self, check: CaptureCheck) -> None:
         super().__init__()

@@ -11,10 +11,8 @@ from __future__ import annotations
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
-from torchinspect.shapes import (  # noqa: F401  (re-exported for the views)
+from torchinspect.shapes import (
     ShapeTree,
-    TensorShape,
-    format_shape_tree,
     shape_tree_to_json,
 )
 

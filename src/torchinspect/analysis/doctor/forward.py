@@ -13,11 +13,11 @@ from torchinspect.analysis.doctor.context import Context, Skip
 from torchinspect.analysis.doctor.rules import Finding, Severity, doctor_check
 from torchinspect.analysis.doctor.runtime import (
     GradRun,
+    Probe,
     RunData,
-    _all_finite,
-    _finite,
-    _Probe,
-    _same,
+    all_finite,
+    finite_fingerprint,
+    same_fingerprint,
 )
 from torchinspect.analysis.doctor.structure import show_names
 
@@ -136,7 +136,7 @@ def eval_stochastic(ctx: Context) -> list[Finding]:
     if len(run.eval_runs) < 2:
         return []
     (p1, o1), (p2, o2) = run.eval_runs
-    if _same(o1, o2) and _same_calls(p1, p2):
+    if same_fingerprint(o1, o2) and _same_calls(p1, p2):
         return []
     calls = run.events_of("dropout-in-eval")
     if not calls and run.events_of("new-parameter"):
@@ -155,19 +155,19 @@ def eval_stochastic(ctx: Context) -> list[Finding]:
     return [finding]
 
 
-def _same_calls(p1: _Probe, p2: _Probe) -> bool:
+def _same_calls(p1: Probe, p2: Probe) -> bool:
     return len(p1.calls) == len(p2.calls) and all(
-        a.name == b.name and _same(a.outputs, b.outputs) for a, b in zip(p1.calls, p2.calls, strict=True))
+        a.name == b.name and same_fingerprint(a.outputs, b.outputs) for a, b in zip(p1.calls, p2.calls, strict=True))
 
 
-def _stochastic_finding(p1: _Probe, p2: _Probe) -> Finding:
+def _stochastic_finding(p1: Probe, p2: Probe) -> Finding:
     if len(p1.calls) != len(p2.calls) or any(
             a.name != b.name for a, b in zip(p1.calls, p2.calls, strict=True)):
         return Finding("TI004", Severity.error, "",
                        "two eval-mode forwards of the same input call different modules "
                        "(random control flow)", data={"module_type": None})
     culprits = sorted((a for a, b in zip(p1.calls, p2.calls, strict=True)
-                       if _same(a.inputs, b.inputs) and not _same(a.outputs, b.outputs)),
+                       if same_fingerprint(a.inputs, b.inputs) and not same_fingerprint(a.outputs, b.outputs)),
                       key=lambda c: c.done)
     where = culprits[0] if culprits else None
     name = where.name if where else ""
@@ -211,7 +211,7 @@ def _nonfinite_weights(model: nn.Module) -> list[Finding]:
         if id(t) in seen or t.is_meta or not (t.is_floating_point() or t.is_complex()):
             continue
         seen.add(id(t))
-        if not _all_finite(t):
+        if not all_finite(t):
             bad.append(name)
     if not bad:
         return []
@@ -225,9 +225,9 @@ def _nonfinite_weights(model: nn.Module) -> list[Finding]:
 
 def _nonfinite_output(run: RunData) -> list[Finding]:
     probe, out_fp = run.eval_runs[0]
-    if _finite(out_fp):
+    if finite_fingerprint(out_fp):
         return []
-    first = sorted((c for c in probe.calls if _finite(c.inputs) and not _finite(c.outputs)),
+    first = sorted((c for c in probe.calls if finite_fingerprint(c.inputs) and not finite_fingerprint(c.outputs)),
                    key=lambda c: c.done)
     where = first[0] if first else None
     if not run.inputs_finite:
@@ -240,7 +240,7 @@ def _nonfinite_output(run: RunData) -> list[Finding]:
         data={"stage": "forward", "module_type": where.type if where else None})]
 
 
-def _nan_gradient(bad: list[str], probe: _Probe) -> Finding:
+def _nan_gradient(bad: list[str], probe: Probe) -> Finding:
     # the innermost call whose output gradient is finite and whose input gradient is not
     culprits = [(probe.calls[i].depth, -order, i) for i, order in probe.in_grad_bad.items()
                 if not probe.out_grad_bad.get(i, False)]

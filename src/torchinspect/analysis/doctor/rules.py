@@ -41,8 +41,15 @@ class FailOn(StrEnum):
     error = "error"
 
 
-Needs = str  # "static": module attributes; "trace": the meta trace; "run": a real run
-NEEDS = ("static", "trace", "run")
+class Needs(StrEnum):
+    """What a check reads: the module tree, the meta trace, or the real runs."""
+
+    static = "static"  # module attributes
+    trace = "trace"  # the meta trace
+    run = "run"  # a real run
+
+
+NEEDS = tuple(Needs)
 
 
 @dataclass(frozen=True)
@@ -71,7 +78,8 @@ def register(rule: Rule) -> Rule:
     if not re.fullmatch(r"TI\d{3}", rule.code):
         raise ValueError(f"doctor check code {rule.code!r} is not TI followed by three digits")
     if rule.needs not in NEEDS:
-        raise ValueError(f"doctor check {rule.code}: needs={rule.needs!r}, expected one of {NEEDS}")
+        raise ValueError(f"doctor check {rule.code}: needs={str(rule.needs)!r}, expected one of "
+                         f"{tuple(str(n) for n in NEEDS)}")
     for other in RULES.values():
         if rule.code == other.code or rule.name == other.name:
             raise ValueError(f"doctor check {rule.code} {rule.name} is registered twice "
@@ -80,7 +88,14 @@ def register(rule: Rule) -> Rule:
     return rule
 
 
-def doctor_check(code: str, name: str, severity: str, needs: Needs, *, title: str, trigger: str,
+def _needs(code: str, needs: Needs | str) -> Needs:
+    if needs not in NEEDS:
+        raise ValueError(f"doctor check {code}: needs={str(needs)!r}, expected one of "
+                         f"{tuple(str(n) for n in NEEDS)}")
+    return Needs(needs)
+
+
+def doctor_check(code: str, name: str, severity: str, needs: Needs | str, *, title: str, trigger: str,
                  why: str, fix: str) -> Callable[[Callable[[Any], list[Finding]]],
                                                  Callable[[Any], list[Finding]]]:
     """Decorator: register ``fn(ctx) -> list[Finding]`` as the doctor check ``code``.
@@ -95,7 +110,8 @@ def doctor_check(code: str, name: str, severity: str, needs: Needs, *, title: st
     """
 
     def decorate(fn: Callable[[Any], list[Finding]]) -> Callable[[Any], list[Finding]]:
-        register(Rule(code, name, Severity(severity), needs, title, trigger, why, fix, fn))
+        register(Rule(code, name, Severity(severity), _needs(code, needs), title, trigger, why,
+                      fix, fn))
         return fn
 
     return decorate

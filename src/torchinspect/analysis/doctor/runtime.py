@@ -56,7 +56,7 @@ def _fingerprint(value: Any) -> tuple[float, ...]:
     return tuple(torch.stack(parts).tolist()) if parts else ()
 
 
-def _all_finite(t: torch.Tensor) -> bool:
+def all_finite(t: torch.Tensor) -> bool:
     """No NaN/Inf in ``t`` (a NaN or Inf makes the sum non-finite; one reduction, fast)."""
     t = t.detach()
     if t.is_complex():  # both parts (a cast to real would drop the imaginary one)
@@ -66,7 +66,7 @@ def _all_finite(t: torch.Tensor) -> bool:
     return bool(torch.isfinite(t).all())  # confirm: a huge finite sum may overflow
 
 
-def _same(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
+def same_fingerprint(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     if len(a) != len(b):
         return False
     for x, y in zip(a, b, strict=True):
@@ -77,7 +77,7 @@ def _same(a: tuple[float, ...], b: tuple[float, ...]) -> bool:
     return True
 
 
-def _finite(fp: tuple[float, ...]) -> bool:
+def finite_fingerprint(fp: tuple[float, ...]) -> bool:
     return all(math.isfinite(v) for v in fp)
 
 
@@ -92,7 +92,7 @@ class _Call:
 
 
 @dataclass
-class _Probe:
+class Probe:
     """Forward pre/post hooks that fingerprint every module call's inputs and outputs.
 
     With ``grads=True`` it also hangs tensor hooks on the run's own input/output tensors to
@@ -110,7 +110,7 @@ class _Probe:
     out_grad_bad: dict[int, bool] = field(default_factory=dict)
     in_grad_bad: dict[int, int] = field(default_factory=dict)  # call -> firing order
 
-    def __enter__(self) -> _Probe:
+    def __enter__(self) -> Probe:
         names = {id(m): n for n, m in self.model.named_modules()}
         for module in hookable_modules(self.model):  # a TorchScript root: none
             name = names.get(id(module), "?")
@@ -152,14 +152,14 @@ class _Probe:
     def _in_grad(self, index: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
             self.fired += 1
-            if not _all_finite(grad) and index not in self.in_grad_bad:
+            if not all_finite(grad) and index not in self.in_grad_bad:
                 self.in_grad_bad[index] = self.fired
         return hook
 
     def _out_grad(self, index: int) -> Any:
         def hook(grad: torch.Tensor) -> None:
             self.fired += 1
-            if not _all_finite(grad):
+            if not all_finite(grad):
                 self.out_grad_bad[index] = True
         return hook
 
@@ -186,9 +186,9 @@ def _forward(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) ->
     """A forward that cannot change the model's buffers (they are copied for the call) nor
     the inputs: a forward that edits its input in place (``x.mul_(2)``) gets a copy, so two
     runs see the same values."""
-    from torch.utils import _pytree as pytree
+    from torchinspect.privtorch import tree_map_only
 
-    args, kwargs = pytree.tree_map_only(torch.Tensor, torch.clone, (tuple(args), dict(kwargs)))
+    args, kwargs = tree_map_only(torch.Tensor, torch.clone, (tuple(args), dict(kwargs)))
     if isinstance(model, torch.jit.ScriptModule):
         return model(*args, **kwargs)
     copies: dict[int, torch.Tensor] = {}
@@ -256,7 +256,7 @@ class InplaceFault:
 class GradRun:
     params: list[tuple[str, nn.Parameter]]
     grads: tuple[torch.Tensor | None, ...]
-    probe: _Probe
+    probe: Probe
     nonfinite: list[str] = field(default_factory=list)  # parameters with NaN/Inf gradients
     nan_at: tuple[str, str] | None = None  # (backward node, its forward line) of the first NaN
     # where the model's code cut the graph, with the parameters above the cut that got no
@@ -286,7 +286,7 @@ class RunData:
     """What the real runs saw; the run checks (``.forward``) turn it into findings."""
 
     model: nn.Module
-    eval_runs: list[tuple[_Probe, tuple[float, ...]]] = field(default_factory=list)
+    eval_runs: list[tuple[Probe, tuple[float, ...]]] = field(default_factory=list)
     inputs_finite: bool = True
     events: list[Event] = field(default_factory=list)
     errors: list[ModelError] = field(default_factory=list)
@@ -319,7 +319,7 @@ def run_model(model: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any],
     see ``.watch``), then one training-mode forward and ``torch.autograd.grad``. An error
     of the model's code ends its phase and is kept in ``errors``; an in-place modification
     of a saved tensor is re-run with anomaly detection to name both lines."""
-    data = RunData(model, inputs_finite=_finite(_fingerprint((args, kwargs))))
+    data = RunData(model, inputs_finite=finite_fingerprint(_fingerprint((args, kwargs))))
     with _restored(model), model_warnings(data.notes):
         _eval_runs(data, args, kwargs, 2 if "TI004" in codes else 1, watch)
         if codes & {*GRAD_CODES, "TI011"}:
@@ -333,7 +333,7 @@ def _eval_runs(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any], run
     for i in range(runs):
         try:
             with _fresh(model), training_mode(model, False), torch.no_grad(), \
-                    _Probe(model) as probe, _watching(model, probe, watch, training=False) as seen:
+                    Probe(model) as probe, _watching(model, probe, watch, training=False) as seen:
                 out = _forward(model, args, kwargs)
         except Exception as exc:  # the model's own bug: a finding, the other checks go on
             data.errors.append(model_error("forward in eval mode", exc))
@@ -345,7 +345,7 @@ def _eval_runs(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any], run
 
 
 @contextlib.contextmanager
-def _watching(model: nn.Module, probe: _Probe, on: bool, *, training: bool,
+def _watching(model: nn.Module, probe: Probe, on: bool, *, training: bool,
               inplace: bool = False, graph: bool = False) -> Iterator[Watch | None]:
     if not on or (graph and not has_model_code(model)):  # cuts are the model's own code's
         yield None
@@ -410,7 +410,7 @@ def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
     attempts += [("training mode", True, (args, kwargs)), ("eval mode", False, (args, kwargs))]
     errors: list[tuple[str, BaseException]] = []
     for label, train, (a, kw) in attempts:
-        probe = _Probe(model, grads=probe_grads)
+        probe = Probe(model, grads=probe_grads)
         try:
             with _fresh(model), torch.enable_grad(), probe, training_mode(model, train), \
                     _watching(model, probe, watch, training=train, graph=True) as seen:
@@ -446,7 +446,7 @@ def _grad_run(data: RunData, args: tuple[Any, ...], kwargs: dict[str, Any],
                                            if i in unused)) for cut in seen.cuts]
         if probe_grads:
             data.grad.nonfinite = [n for (n, _), g in zip(params, grads, strict=True)
-                                   if g is not None and not _all_finite(g)]
+                                   if g is not None and not all_finite(g)]
             if data.grad.nonfinite:
                 data.grad.nan_at = _find_nan_backward(model, a, kw, train)
         return
@@ -472,7 +472,7 @@ def _anomaly_rerun(model: nn.Module, args: Any, kwargs: Any, train: bool, *,
     in-place ops: (the backward's error, the forward line of the failing node, the watch)."""
     error = None
     seen: Watch | None = None
-    probe = _Probe(model)
+    probe = Probe(model)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         try:

@@ -18,10 +18,10 @@ from torchinspect.export.graph.model import (
     GraphEdge,
     GraphKind,
     GraphNode,
-    _big_note,
-    _device_of,
-    _fmt_shape,
-    _shape,
+    big_note,
+    device_of,
+    fmt_shape,
+    shape_list,
 )
 from torchinspect.guard import training_mode
 from torchinspect.shapes import tensor_leaves
@@ -54,18 +54,19 @@ def autograd_graph(model: Any, args: tuple[Any, ...] = (), kwargs: dict[str, Any
     # invalidate the tensors the graph saved (their version changes)
     with model_kept(model):
         out = _forward(model, prep)
-        graph = Graph(GraphKind.autograd, name or type(model).__name__, device=_device_of(out))
+        graph = Graph(GraphKind.autograd, name or type(model).__name__, device=device_of(out))
         walk = _Walk(graph, prep, saved)
         walk.run(out)
         del out, walk
-    _big_note(graph)
+    big_note(graph)
     return graph
 
 
 def _prepare(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
              state: dict[str, Any] | None) -> _Prepared:
     import torch
-    from torch.utils import _pytree as pytree
+
+    from torchinspect.privtorch import tree_map
 
     names = {id(p): n for n, p in model.named_parameters()}
     if state:
@@ -85,7 +86,7 @@ def _prepare(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any] | None,
             return v.detach().clone().requires_grad_(True)
         return v
 
-    args, kwargs = pytree.tree_map(leafify, (tuple(args), dict(kwargs or {})))
+    args, kwargs = tree_map(leafify, (tuple(args), dict(kwargs or {})))
     input_names = {id(t): name for name, t in input_leaves(model, args, kwargs)}
     return _Prepared(args, kwargs, state, names, input_names)
 
@@ -94,7 +95,8 @@ def _forward(model: Any, prep: _Prepared) -> Any:
     """One forward with gradients in eval mode; a forward that edits an input in place gets
     a copy of the input leaf (a CloneBackward node after it in the graph)."""
     import torch
-    from torch.utils import _pytree as pytree
+
+    from torchinspect.privtorch import tree_map_only
 
     def forward(a: tuple[Any, ...], k: dict[str, Any]) -> Any:
         if prep.state:
@@ -109,7 +111,7 @@ def _forward(model: Any, prep: _Prepared) -> Any:
             except RuntimeError as exc:
                 if "leaf Variable that requires grad" not in str(exc):
                     raise
-                return forward(*pytree.tree_map_only(
+                return forward(*tree_map_only(
                     torch.Tensor, lambda t: t.clone() if t.requires_grad else t,
                     (tuple(args), dict(kwargs))))
         except (InspectError, MemoryError, KeyboardInterrupt):
@@ -149,8 +151,8 @@ class _Walk:
                                "that requires a gradient, so it has no autograd graph",
                                hint="use --kind module for the module graph")
         for i, t in enumerate(outputs):
-            onode = GraphNode(f"out{i}", f"output {i}\n{_fmt_shape(_shape(t))}", "output",
-                              f"output {i}", None, _shape(t))
+            onode = GraphNode(f"out{i}", f"output {i}\n{fmt_shape(shape_list(t))}", "output",
+                              f"output {i}", None, shape_list(t))
             self.graph.nodes.append(onode)
             if t.grad_fn is not None:
                 self.follow(t.grad_fn, onode.id)
@@ -190,12 +192,12 @@ class _Walk:
         if var is not None:  # AccumulateGrad: a leaf tensor
             pname = self.prep.names.get(id(var))
             if pname is not None:
-                node = GraphNode(nid, f"{pname} {_fmt_shape(_shape(var))}", "param", pname,
-                                 "Parameter", _shape(var))
+                node = GraphNode(nid, f"{pname} {fmt_shape(shape_list(var))}", "param", pname,
+                                 "Parameter", shape_list(var))
             else:
                 label = self.prep.input_names.get(id(var), "leaf tensor")
-                node = GraphNode(nid, f"{label}\n{_fmt_shape(_shape(var))}", "input", label,
-                                 None, _shape(var))
+                node = GraphNode(nid, f"{label}\n{fmt_shape(shape_list(var))}", "input", label,
+                                 None, shape_list(var))
             self.by_leaf[id(var)] = node
         else:
             kind = type(fn).__name__
@@ -215,6 +217,6 @@ class _Walk:
             if isinstance(val, torch.Tensor):
                 self.saved_count += 1
                 sid = f"s{self.saved_count}"
-                self.graph.nodes.append(GraphNode(sid, f"{attr[7:]}\n{_fmt_shape(_shape(val))}",
-                                                  "saved", attr[7:], "Tensor", _shape(val)))
+                self.graph.nodes.append(GraphNode(sid, f"{attr[7:]}\n{fmt_shape(shape_list(val))}",
+                                                  "saved", attr[7:], "Tensor", shape_list(val)))
                 self.add_edge(sid, here.id)

@@ -8,7 +8,7 @@ from torchinspect import device as devices
 from torchinspect.arguments import check_depth, renamed_keywords
 from torchinspect.errors import InspectError
 from torchinspect.export.graph.autograd import autograd_graph
-from torchinspect.export.graph.flow import _Flow, module_flow
+from torchinspect.export.graph.flow import Flow, module_flow
 from torchinspect.export.graph.model import READABLE_NODES, Graph, GraphKind
 from torchinspect.export.graph.modules import module_graph
 from torchinspect.sources.case import ModelLike, ModelOptions, make_case
@@ -88,7 +88,7 @@ def _deepest(trace: Any) -> int:
     return max(level.values(), default=0)
 
 
-def _readable(trace: Any, flow: _Flow | None, fold: bool, name: str, functions: bool) -> Graph:
+def _readable(trace: Any, flow: Flow | None, fold: bool, name: str, functions: bool) -> Graph:
     """The deepest module graph with at most READABLE_NODES nodes (depth 1 at least), with a
     note saying how to draw more when that is not every level."""
     deepest = _deepest(trace)
@@ -108,7 +108,7 @@ def _readable(trace: Any, flow: _Flow | None, fold: bool, name: str, functions: 
     return graph
 
 
-def _flow_for(case: Any, device: str) -> _Flow:
+def _flow_for(case: Any, device: str) -> Flow:
     """The tensor flow on the device the trace ran on (meta: stand-ins for real weights)."""
     from torchinspect.trace.engine import meta_state  # torch (package docstring)
 

@@ -64,7 +64,7 @@ _BINARY = frozenset({"add", "sub", "mul", "matmul", "truediv", "floordiv", "mod"
                      "or", "xor", "lshift", "rshift", "div"})
 
 
-class _Flow:
+class Flow:
     """Which module call produced each tensor of one forward (module hooks + a function mode)."""
 
     def __init__(self, model: Any) -> None:
@@ -182,7 +182,7 @@ def input_leaves(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> l
     return out
 
 
-def _flow_mode(flow: _Flow) -> Any:
+def _flow_mode(flow: Flow) -> Any:
     from torch.overrides import TorchFunctionMode
 
     class FlowMode(TorchFunctionMode):
@@ -198,13 +198,13 @@ def _flow_mode(flow: _Flow) -> Any:
 
 
 def module_flow(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
-                state: dict[str, Any] | None = None) -> _Flow:
+                state: dict[str, Any] | None = None) -> Flow:
     """One forward recording, per module call, which earlier calls produced its inputs.
 
     ``state``: stand-in tensors by name (``functional_call``), e.g. meta copies of real
     weights, so the user's model is neither copied nor touched.
     """
-    flow = _Flow(model)
+    flow = Flow(model)
     flow.mark_inputs(tuple(args), dict(kwargs))
     handles = []
     try:

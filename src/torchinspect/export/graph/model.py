@@ -93,24 +93,24 @@ class Graph:
                 "clusters": [c.to_dict() for c in self.clusters]}
 
 
-def _big_note(graph: Graph) -> None:
+def big_note(graph: Graph) -> None:
     if graph.big:
         hint = ("pass --kind module --depth 2 for a readable picture" if graph.kind == "autograd"
                 else "pass --depth 2 (or 1) to collapse the inner modules")
         graph.notes.append(f"{len(graph.nodes):,} nodes: a graph this big is hard to read; {hint}")
 
 
-def _shape(t: Any) -> list[int]:
+def shape_list(t: Any) -> list[int]:
     return [int(d) for d in t.shape]
 
 
-def _fmt_shape(shape: list[int] | tuple[int, ...] | None) -> str:
+def fmt_shape(shape: list[int] | tuple[int, ...] | None) -> str:
     if shape is None:
         return ""
     return "(" + ", ".join(str(d) for d in shape) + ("," if len(shape) == 1 else "") + ")"
 
 
-def _device_of(out: Any) -> str:
+def device_of(out: Any) -> str:
     ts = tensor_leaves(out)
     return str(ts[0].device) if ts else "cpu"
 

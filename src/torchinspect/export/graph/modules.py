@@ -12,14 +12,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from torchinspect.export.graph.flow import FUNC, INPUT, OUTPUT, _Flow
+from torchinspect.export.graph.flow import FUNC, INPUT, OUTPUT, Flow
 from torchinspect.export.graph.model import (
     Graph,
     GraphCluster,
     GraphEdge,
     GraphKind,
     GraphNode,
-    _big_note,
+    big_note,
 )
 from torchinspect.shapes import first_tensor, format_shape_tree
 
@@ -29,7 +29,7 @@ class _View:
     """State of one module graph being built: which node or cluster stands for each call."""
 
     trace: Any
-    flow: _Flow | None
+    flow: Flow | None
     graph: Graph
     before: dict[int, list[Any]] = field(default_factory=dict)  # children before folding
     owner: dict[int, str] = field(default_factory=dict)  # producer id -> node id
@@ -37,7 +37,7 @@ class _View:
     edge_keys: set[tuple[str, str]] = field(default_factory=set)
 
 
-def module_graph(trace: Any, flow: _Flow | None, *, depth: int | None = None, fold: bool = True,
+def module_graph(trace: Any, flow: Flow | None, *, depth: int | None = None, fold: bool = True,
                  name: str | None = None, functions: bool = True) -> Graph:
     """The module graph of ``trace`` cut at ``depth`` (None: every level), edges from ``flow``.
 
@@ -72,7 +72,7 @@ def module_graph(trace: Any, flow: _Flow | None, *, depth: int | None = None, fo
         ids = [n.id for n in graph.nodes]
         for a, b in zip(ids, ids[1:], strict=False):
             _link(view, a, b)
-    _big_note(graph)
+    big_note(graph)
     return graph
 
 
@@ -225,7 +225,7 @@ def _link(view: _View, src: str | None, dst: str | None) -> None:
     view.graph.edges.append(GraphEdge(src, dst))
 
 
-def _flow_matches(flow: _Flow, trace: Any) -> bool:
+def _flow_matches(flow: Flow, trace: Any) -> bool:
     return len(flow.calls) == len(trace.calls) and all(
         n == c.name for (n, _), c in zip(flow.calls, trace.calls, strict=True))
 

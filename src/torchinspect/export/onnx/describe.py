@@ -10,7 +10,7 @@ from torchinspect.errors import ExitStatus, InspectError, first_line
 from torchinspect.export.onnx.result import ExportResult, IOInfo
 
 
-def _check(target: Path) -> None:
+def check_onnx_file(target: Path) -> None:
     import onnx
 
     try:
@@ -48,7 +48,7 @@ def _io(values: Any) -> list[IOInfo]:
     return out
 
 
-def _describe(name: str, target: Path, data_path: Path | None, exporter: str, atol: float,
+def describe_export(name: str, target: Path, data_path: Path | None, exporter: str, atol: float,
               rtol: float) -> ExportResult:
     import onnx
 

@@ -71,11 +71,9 @@ def explain_failure(exc: BaseException, model: Any, opset: int | None) -> str:
 
 
 def _default_opset() -> str:
-    try:
-        from torch.onnx._constants import ONNX_DEFAULT_OPSET
-    except ImportError:  # pragma: no cover - private constant moved
-        return "default"
-    return str(ONNX_DEFAULT_OPSET)
+    from torchinspect.privtorch import onnx_default_opset
+
+    return onnx_default_opset()
 
 
 

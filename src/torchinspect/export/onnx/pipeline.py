@@ -8,12 +8,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from torchinspect.arguments import ProgressFn, renamed_keywords
-from torchinspect.export.onnx.describe import _check, _describe
+from torchinspect.export.onnx.describe import check_onnx_file, describe_export
 from torchinspect.export.onnx.plan import (
     ExportPlan,
-    _dynamic_shapes,
-    _specialized,
+    dynamic_shapes,
     plan_export,
+    specialized_dims,
 )
 from torchinspect.export.onnx.result import ExportResult
 from torchinspect.export.onnx.verify import verify_export
@@ -50,15 +50,15 @@ def export_onnx(model: ModelLike, path: str | os.PathLike[str], inputs: Any = No
                        external_data=external_data, device=device, protect=protect,
                        report=report, input_names=input_names, output_names=output_names)
     with model_kept(plan.model), training_mode(plan.model):  # attributes and buffers a forward sets are put back
-        plan.dynamic_shapes, plan.marked = _dynamic_shapes(
+        plan.dynamic_shapes, plan.marked = dynamic_shapes(
             plan.model, plan.args, plan.kwargs, static=plan.static, extra=plan.extra)
         say(f"exporting with torch.onnx ({plan.exporter}) and saving")
         data_path, report_path = write_onnx(plan)
     say("checking the file (onnx.checker)")
     t0 = time.perf_counter()
-    _check(plan.target)
+    check_onnx_file(plan.target)
     plan.seconds["check"] = time.perf_counter() - t0
-    result = _describe(case.name, plan.target, data_path, plan.exporter, atol, rtol)
+    result = describe_export(case.name, plan.target, data_path, plan.exporter, atol, rtol)
     result.report_path = str(report_path) if report_path else None
     _settle_dynamic(plan, result)
     if plan.verify:
@@ -79,7 +79,7 @@ def _silent(text: str, /, *, final: bool = False) -> None:
 def _settle_dynamic(plan: ExportPlan, result: ExportResult) -> None:
     """Dims asked to be dynamic that the exporter kept fixed (the model's code specialized
     them): the file takes only the example's size there, so verification keeps it too."""
-    plan.marked, fixed = _specialized(plan.model, plan.args, plan.kwargs, plan.marked,
+    plan.marked, fixed = specialized_dims(plan.model, plan.args, plan.kwargs, plan.marked,
                                       plan.extra, result.inputs)
     for pname, dim, size in fixed:
         plan.notes.append(f"{pname} dim {dim}: kept fixed at {size} by the exporter (the model's "

@@ -6,6 +6,7 @@ names. :class:`ExportPlan` is the state that travels through the phases of
 
 from __future__ import annotations
 
+import functools
 import inspect
 import os
 from collections.abc import Sequence
@@ -19,17 +20,18 @@ from torchinspect.errors import InspectError
 from torchinspect.io.atomic import check_target
 
 
-def _tensor_leaves(value: Any) -> list[Any]:
+def export_leaves(value: Any) -> list[Any]:
     """The tensors in the order torch.export flattens them (pytree leaves only), so input and
     output names line up with the ONNX graph; shapes.tensor_leaves also opens dataclasses,
     which the exporter does not."""
     import torch
-    from torch.utils import _pytree as pytree
 
-    return [v for v in pytree.tree_leaves(value) if isinstance(v, torch.Tensor)]
+    from torchinspect.privtorch import tree_leaves
+
+    return [v for v in tree_leaves(value) if isinstance(v, torch.Tensor)]
 
 
-def _bound(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
+def bound_arguments(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[str, Any] | None:
     """Forward parameter name -> value, or None when the signature cannot be bound."""
     try:
         sig = inspect.signature(model.forward)
@@ -39,22 +41,22 @@ def _bound(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> dict[st
     return dict(b.arguments)
 
 
-def _specialized(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
+def specialized_dims(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
                  marked: dict[str, list[int]], extra: list[tuple[str, int]],
                  inputs: list[Any]) -> tuple[dict[str, list[int]], list[tuple[str, int, int]]]:
     """``marked`` without the batch dims the written file keeps static, and those dims as
     (input, dim, size). ONNX inputs follow the order of the tensor leaves."""
     if not marked:
         return marked, []
-    leaves = _tensor_leaves((args, kwargs))
+    leaves = export_leaves((args, kwargs))
     if len(inputs) != len(leaves):
         return marked, []
     position = {id(t): i for i, t in enumerate(leaves)}
-    bound = _bound(model, args, kwargs) or {}
+    bound = bound_arguments(model, args, kwargs) or {}
     kept: dict[str, list[int]] = {}
     fixed: list[tuple[str, int, int]] = []
     for pname, dims in marked.items():
-        tensors = _tensor_leaves(bound.get(pname))
+        tensors = export_leaves(bound.get(pname))
         i = position.get(id(tensors[0])) if tensors else None
         onnx_dims = inputs[i].shape if i is not None else None
         asked = {d % tensors[0].dim() for n, d in extra if n == pname} if tensors else set()
@@ -81,14 +83,15 @@ def parse_dynamic(specs: Sequence[str]) -> list[tuple[str, int]]:
     return out
 
 
-def _dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, static: bool,
+def dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *, static: bool,
                     extra: list[tuple[str, int]]) -> tuple[Any, dict[str, list[int]]]:
     """torch.export dynamic_shapes (by forward parameter name) and the dims made dynamic."""
     import torch
-    from torch.utils import _pytree as pytree
 
-    bound = _bound(model, args, kwargs)
-    leaves = _tensor_leaves((args, kwargs))
+    from torchinspect.privtorch import tree_map
+
+    bound = bound_arguments(model, args, kwargs)
+    leaves = export_leaves((args, kwargs))
     batch = int(leaves[0].shape[0]) if leaves and leaves[0].dim() else None
     marked: dict[str, list[int]] = {}
     if bound is None:
@@ -128,7 +131,7 @@ def _dynamic_shapes(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], *
         if isinstance(value, torch.Tensor):
             spec[pname] = spec_for(pname, value)
         else:
-            spec[pname] = pytree.tree_map(lambda v, p=pname: spec_for(p, v), value)
+            spec[pname] = tree_map(functools.partial(spec_for, pname), value)
     if not marked:
         return None, marked
     return spec, marked
@@ -261,15 +264,15 @@ def _names(names: Sequence[str] | None, option: str) -> list[str] | None:
 def default_input_names(plan: ExportPlan) -> list[str]:
     """One name per tensor input, in the order of the ONNX graph's inputs: the forward's
     parameter name (``x``), numbered when a parameter holds several tensors (``xs_0``)."""
-    bound = _bound(plan.model, plan.args, plan.kwargs)
+    bound = bound_arguments(plan.model, plan.args, plan.kwargs)
     if bound is None:
         return []
     by_id: dict[int, str] = {}
     for pname, value in bound.items():
-        tensors = _tensor_leaves(value)
+        tensors = export_leaves(value)
         for i, t in enumerate(tensors):
             by_id.setdefault(id(t), pname if len(tensors) == 1 and t is value else f"{pname}_{i}")
-    names = [by_id.get(id(t), "") for t in _tensor_leaves((plan.args, plan.kwargs))]
+    names = [by_id.get(id(t), "") for t in export_leaves((plan.args, plan.kwargs))]
     return names if all(names) and len(set(names)) == len(names) else []
 
 

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterator
 
 
 @contextlib.contextmanager
-def _quiet() -> Iterator[None]:
+def quiet_exporters() -> Iterator[None]:
     """The exporters log graphs and progress; keep them off the user's terminal."""
     previous = logging.root.manager.disable
     logging.disable(logging.CRITICAL)

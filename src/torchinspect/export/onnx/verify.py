@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Any
 
 from torchinspect.errors import first_line, is_out_of_memory
-from torchinspect.export.onnx.plan import ExportPlan, _bound, _tensor_leaves
+from torchinspect.export.onnx.plan import ExportPlan, bound_arguments, export_leaves
 from torchinspect.export.onnx.result import OutputDiff, VerifyRun
 from torchinspect.guard import training_mode
 from torchinspect.trace.engine import model_kept
@@ -19,7 +19,7 @@ VERIFY_BATCHES = (1, 3)
 def verify_export(plan: ExportPlan) -> list[VerifyRun]:
     """One :class:`VerifyRun` per batch size; a file onnxruntime cannot load is one failed run."""
     t0 = time.perf_counter()
-    leaves = _tensor_leaves((plan.args, plan.kwargs))
+    leaves = export_leaves((plan.args, plan.kwargs))
     batch0 = int(leaves[0].shape[0]) if leaves and leaves[0].dim() else 1
     has_batch = any(0 in dims for dims in plan.marked.values())
     sizes = list(VERIFY_BATCHES) if has_batch else [batch0]
@@ -60,15 +60,16 @@ def _resized(t: Any, shape: list[int], gen: Any) -> Any:
 def _inputs_at(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], batch: int, batch0: int,
                marked: dict[str, list[int]], extra: list[tuple[str, int]]) -> tuple[Any, Any]:
     import torch
-    from torch.utils import _pytree as pytree
+
+    from torchinspect.privtorch import tree_map
 
     if batch == batch0 and not extra:
         return args, kwargs
     gen = torch.Generator().manual_seed(batch)
-    bound = _bound(model, args, kwargs) or {}
+    bound = bound_arguments(model, args, kwargs) or {}
     by_id = {}
     for pname, value in bound.items():
-        for t in _tensor_leaves(value):
+        for t in export_leaves(value):
             by_id[id(t)] = pname
 
     def resize(v: Any) -> Any:
@@ -86,7 +87,7 @@ def _inputs_at(model: Any, args: tuple[Any, ...], kwargs: dict[str, Any], batch:
                     shape[d] = shape[d] - 1 if shape[d] > 2 else shape[d] + 1
         return _resized(v, shape, gen)
 
-    return pytree.tree_map(resize, (args, kwargs))
+    return tree_map(resize, (args, kwargs))
 
 
 def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, Any],
@@ -96,16 +97,16 @@ def _verify_run(model: Any, sess: Any, args: tuple[Any, ...], kwargs: dict[str, 
     import torch
 
     a, k = _inputs_at(model, args, kwargs, batch, batch0, marked, extra)
-    leaves = _tensor_leaves((a, k))
+    leaves = export_leaves((a, k))
     shown = ", ".join("(" + ", ".join(str(d) for d in t.shape) + ")" for t in leaves)
     run = VerifyRun(batch, shown)
     try:
-        from torch.utils import _pytree as pytree
+        from torchinspect.privtorch import tree_map_only
 
         # copies: a forward that edits its input in place must not change onnxruntime's feed
-        ca, ck = pytree.tree_map_only(torch.Tensor, torch.clone, (tuple(a), dict(k)))
+        ca, ck = tree_map_only(torch.Tensor, torch.clone, (tuple(a), dict(k)))
         with torch.no_grad():
-            expected = [t.detach().cpu() for t in _tensor_leaves(model(*ca, **ck))]
+            expected = [t.detach().cpu() for t in export_leaves(model(*ca, **ck))]
     except Exception as exc:  # noqa: BLE001 - the model's own forward at the moved sizes
         if is_out_of_memory(exc):
             run.error = (f"PyTorch ran out of memory running the model at these sizes "

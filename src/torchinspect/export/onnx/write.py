@@ -15,12 +15,12 @@ from torchinspect.errors import InspectError
 from torchinspect.export.onnx.explain import explain_failure
 from torchinspect.export.onnx.plan import (
     ExportPlan,
-    _bound,
-    _tensor_leaves,
+    bound_arguments,
     default_input_names,
     default_output_names,
+    export_leaves,
 )
-from torchinspect.export.onnx.quiet import _quiet
+from torchinspect.export.onnx.quiet import quiet_exporters
 from torchinspect.io.atomic import atomic_path, atomic_write_bytes, check_target, make_temp_dir
 
 
@@ -53,10 +53,10 @@ def _run_exporter(plan: ExportPlan, tmpdir: Path) -> Any:
     import torch
 
     try:
-        with _quiet():
+        with quiet_exporters():
             if plan.legacy:
                 with torch.no_grad():
-                    n_out = len(_tensor_leaves(plan.model(*plan.args, **plan.kwargs)))
+                    n_out = len(export_leaves(plan.model(*plan.args, **plan.kwargs)))
                 _export_legacy(plan, tmpdir / plan.target.name, n_out)
                 return None
             return torch.onnx.export(
@@ -85,17 +85,17 @@ def _run_exporter(plan: ExportPlan, tmpdir: Path) -> Any:
 def _export_legacy(plan: ExportPlan, path: Path, n_outputs: int) -> None:
     import torch
 
-    leaves = _tensor_leaves((plan.args, plan.kwargs))
+    leaves = export_leaves((plan.args, plan.kwargs))
     names = _checked(plan.input_names, len(leaves), "--input-names", "tensor inputs") \
         or default_input_names(plan)
     outputs = _checked(plan.output_names, n_outputs, "--output-names", "outputs") \
         or default_output_names(n_outputs)
     # the dynamic axes by ONNX input name (marked holds forward parameter names)
-    bound = _bound(plan.model, plan.args, plan.kwargs) or {}
+    bound = bound_arguments(plan.model, plan.args, plan.kwargs) or {}
     position = {id(t): i for i, t in enumerate(leaves)}
     axes: dict[str, dict[int, str]] = {}
     for pname, dims in plan.marked.items():
-        tensors = _tensor_leaves(bound.get(pname))
+        tensors = export_leaves(bound.get(pname))
         i = position.get(id(tensors[0])) if len(tensors) == 1 else None
         if i is not None and i < len(names):
             axes[names[i]] = {d: ("batch" if d == 0 else f"{pname}_{d}") for d in dims}
@@ -163,7 +163,7 @@ def _save(plan: ExportPlan, program: Any, tmp_file: Path) -> Path | None:
     target, data = plan.target, plan.data_file
     with atomic_path(target, force=plan.force, protect=plan.protect) as tmp:
         if program is not None:
-            with _quiet():
+            with quiet_exporters():
                 program.save(tmp, external_data=plan.external_data)
         else:
             shutil.copyfile(tmp_file, tmp)
