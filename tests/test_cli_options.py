@@ -98,8 +98,13 @@ BENCH_VARIED = {
     "cudnn_benchmark": False, "tf32": False, "on_oom": OnOom.try_, "max_batch": True,
     "profile": False, "trace": "other.json", "save_samples": True,
     "compare": "old.json", "predict": "h100",  # the CLI's own: a comparison, a prediction
+    # the CLI's own too: a predicted training step and a generate call are other commands'
+    # cores (latency.predict_train, cli/generation.py), never a timing run's options
+    "train": True, "optimizer": "sgd", "generate": 8, "cache": "static", "cache_arg": "kv",
+    "recompute": True,
 }
-BENCH_CLI_ONLY = {"compare", "predict"}
+BENCH_CLI_ONLY = {"compare", "predict", "train", "optimizer", "generate", "cache", "cache_arg",
+                  "recompute"}
 
 
 @pytest.mark.parametrize("name", [f.name for f in dataclasses.fields(BenchArgs)])

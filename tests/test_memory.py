@@ -484,7 +484,7 @@ def test_cli_fit_takes_every_catalogue_gpu_and_predicts_for_it(invoke, monkeypat
     import torchinspect.memory.fit as fit
     from torchinspect.gpus import CATALOGUE
 
-    monkeypatch.setattr(fit, "_search", lambda peak, budget, limit: (
+    monkeypatch.setattr(fit, "largest_fitting", lambda peak, budget, limit: (
         1 if peak(1) <= budget else None, False))
     res = invoke("memory", "zoo:mnist-net", "--fit", name, "--no-train", "-f", "json")
     assert res.exit_code == 0, res.output
@@ -541,7 +541,7 @@ def test_cli_fit_cuda_needs_the_gpu_it_measures(invoke):
 def test_cli_fit_and_gpu_may_name_the_same_card(invoke, monkeypatch):
     import torchinspect.memory.fit as fit
 
-    monkeypatch.setattr(fit, "_search", lambda peak, budget, limit: (1, False))
+    monkeypatch.setattr(fit, "largest_fitting", lambda peak, budget, limit: (1, False))
     for gpu in ("h100", "NVIDIA H100 80GB HBM3", "H-100"):
         res = invoke("memory", "zoo:mnist-net", "--fit", "h100", "--gpu", gpu, "--no-train",
                      "-f", "json")

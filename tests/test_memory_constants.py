@@ -24,6 +24,10 @@ NOT_MODEL = {
     ("budget.py", "MOST"): "the largest memory size an argument may name (an input check)",
     ("calibrate.py", "CACHE_VERSION"): "the calibration cache file's schema version",
     ("calibrate.py", "MAX_WORKSPACE"): "the largest entry a cache file may hold (damage check)",
+    # issue 43's generate: how the prediction is made, not a number of the GPU's memory
+    ("generate.py", "TRACED_STEPS"): "decode steps traced before the pattern is written out "
+                                     "(the steps after are the same; a method, not a figure)",
+    ("generate.py", "FIT_LIMIT"): "the generate --fit search's upper bound",
 }
 
 

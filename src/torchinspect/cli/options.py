@@ -251,6 +251,7 @@ NUMBER_BOUNDS: dict[str, tuple[float, Any, str, str] | str] = {
     "--resize": (1, 65_536, "pixels", "larger than any image file holds"),
     "--crop": (1, 65_536, "pixels", "larger than any image file holds"),
     "--fsdp": "memory/step.py: StepConfig (1 to MAX_FSDP_RANKS GPUs)",
+    "--generate": (1, MAX_NEW_TOKENS, "new tokens", "a million tokens"),
 }
 
 
