@@ -249,7 +249,10 @@ def _run(model: Any, state: dict[str, Any], args: tuple[Any, ...], kwargs: dict[
          name: str) -> None:
     autocast = autocast_factory(cfg.amp, target)
     kernels = cuda_kernels() if target.emulated else contextlib.nullcontext()
-    with fake, tracker, module_tracker(mode) as modules, kernels, collected_at_step_ends():
+    # a training run collects cycles at its step ends (below); an inference run has no graph
+    # to keep alive, and leaves Python's collector as it is
+    collected = contextlib.nullcontext() if mode == "inference" else collected_at_step_ends()
+    with fake, tracker, module_tracker(mode) as modules, kernels, collected:
         tracker.modules = modules
         if mode == "inference":
             tracker.mark("inference")
