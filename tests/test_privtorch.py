@@ -270,3 +270,30 @@ def test_the_off_switch_turns_the_workarounds_off():
             "print('torch._dynamo' in sys.modules)\n")
     assert _fresh(code, **{privtorch.OFF_SWITCH: "1"}) == ["False True", "True"]
     assert _fresh(code, **{privtorch.OFF_SWITCH: "0"}) == ["True False", "False"]
+
+
+def test_nested_blocks_may_override_one_op_twice_and_the_outer_comes_back():
+    """The latency recorder's attention inside the memory predictor's kernels (a training
+    step's trace): the inner kernel runs while its block lasts, then the outer one again.
+    torch 2.11 refuses a second Python kernel for one op and key unless the call allows it."""
+    q = torch.randn(1, 2, 4, 8)
+    seen: list[str] = []
+
+    def kernel(name: str):
+        def sdpa(q, k, v, attn_mask=None, dropout_p=0.0, is_causal=False, *, scale=None,
+                 enable_gqa=False):
+            seen.append(name)
+            return torch.ops.aten._scaled_dot_product_attention_math(
+                q, k, v, attn_mask, dropout_p, is_causal, scale=scale, enable_gqa=enable_gqa)[0]
+        return sdpa
+
+    sdpa = torch.nn.functional.scaled_dot_product_attention
+    with privtorch.aten_overrides() as outer:
+        outer.impl("scaled_dot_product_attention", kernel("outer"))
+        sdpa(q, q, q)
+        with privtorch.aten_overrides() as inner:
+            inner.impl("scaled_dot_product_attention", kernel("inner"))
+            sdpa(q, q, q)
+        sdpa(q, q, q)
+    sdpa(q, q, q)
+    assert seen == ["outer", "inner", "outer"]

@@ -113,7 +113,21 @@ class AtenOverrides:
 
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")  # "overriding a previously registered kernel"
-            self._lib.impl(op, route, key)
+            self._lib.impl(op, route, key, **_ALLOW_OVERRIDE)
+
+
+def _allow_override() -> dict[str, bool]:
+    """Nested blocks may override one op twice (the latency recorder's attention inside the
+    memory predictor's kernels): torch 2.11's ``Library.impl`` refuses a second Python kernel
+    for one op and key unless ``allow_override=True`` (later releases do not ask); the
+    dispatcher keeps both and puts the outer one back when the inner block ends."""
+    import inspect
+
+    params = inspect.signature(torch.library.Library.impl).parameters
+    return {"allow_override": True} if "allow_override" in params else {}
+
+
+_ALLOW_OVERRIDE = _allow_override()
 
 
 def _overload(op: Any) -> Any:
