@@ -211,6 +211,7 @@ def _suites(path: Path) -> ET.Element:
     return root
 
 
+@pytest.mark.slow
 def test_broken_model_is_an_error_and_the_others_are_checked(invoke, tmp_path: Path,
                                                             monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(_project(tmp_path))
@@ -286,6 +287,7 @@ def _tiny_params(extra: int) -> int:
     return sum(p.numel() for p in module.Tiny(extra).parameters())
 
 
+@pytest.mark.slow
 def test_baseline_catches_a_model_grown_by_one_linear(invoke, tmp_path: Path,
                                                       monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(_project(tmp_path, PROJECT.replace('model = "models/nets.py:Broken"\n', "")
@@ -405,6 +407,7 @@ def _fake_latency(median: float, iqr: float, cov: float, median_cov: float):
         {"device": "cpu", "torch_threads": 1})
 
 
+@pytest.mark.slow
 def test_latency_is_measured_like_bench_with_its_noise(invoke, tmp_path: Path,
                                                        monkeypatch: pytest.MonkeyPatch) -> None:
     from torchinspect.bench import timing
@@ -436,6 +439,7 @@ def test_latency_is_measured_like_bench_with_its_noise(invoke, tmp_path: Path,
             f"noise (±{band * 100:.2f}%): not a failure") in r.output
 
 
+@pytest.mark.slow
 def test_latency_baseline_uses_bench_significance(invoke, tmp_path: Path,
                                                   monkeypatch: pytest.MonkeyPatch) -> None:
     from torchinspect.bench.compare import significance
@@ -548,6 +552,7 @@ def test_pre_commit_hook_names_a_real_command(invoke) -> None:
         assert r.exit_code == 0 and "--baseline" in r.output
 
 
+@pytest.mark.slow
 def test_memory_budgets_are_inspect_memorys_predictions(invoke, tmp_path: Path,
                                                         monkeypatch: pytest.MonkeyPatch) -> None:
     from torchinspect.memory.faking import make_target
@@ -661,6 +666,7 @@ def test_trust_pickle_in_a_config_needs_the_flag(invoke, tmp_path: Path,
     assert "--trust-pickle" in r.output and "refused to unpickle" in r.output
 
 
+@pytest.mark.slow
 def test_two_runs_saving_one_baseline_the_second_is_refused(invoke, tmp_path: Path,
                                                              monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 29, item 8: while this run measures, another run writes the baseline: this one
@@ -705,6 +711,7 @@ def test_a_memory_budget_may_name_a_gpus_memory(invoke, tmp_path, monkeypatch) -
     assert any("--max-train-mb 1GB: 1 GiB (GB on a GPU are GiB" in n for n in data["notes"])
 
 
+@pytest.mark.slow
 def test_a_memory_budget_may_name_a_gpu(invoke, tmp_path, monkeypatch) -> None:
     """--max-infer-mb a10 / max-train-mb = "a10": the card's usable memory, as --fit h100
     reads it, and the GPU that model's peaks are predicted for (issue 42); a number is MB."""

@@ -120,7 +120,10 @@ def test_quantized_state_dicts(tmp_path: Path, invoke) -> None:
     assert result.exit_code == 2 and "quantized" in result.output
     # --values on differing quantized tensors: dequantized numbers, no crash
     torch.manual_seed(1)
-    torch.save(QNet(10).state_dict(), tmp_path / "q10b.pt")
+    q10b = QNet(10)  # a quantized Linear starts from uninitialised memory: give it weights
+    q10b.fc.set_weight_bias(torch.quantize_per_tensor(torch.randn(10, 16) + 1, 0.05, 0,
+                                                      torch.qint8), torch.zeros(10))
+    torch.save(q10b.state_dict(), tmp_path / "q10b.pt")
     data = cli_json(invoke("diff", tmp_path / "q10.pt", tmp_path / "q10b.pt", "--values", "-f", "json"))
     packed = next(v for v in data["values"] if v["key"] == "fc._packed_params._packed_params")
     assert packed["max_abs_diff"] > 0 and not packed["equal"]

@@ -256,6 +256,7 @@ def _defines(path: Path) -> tuple[set[str], set[str]]:
     return names, declared
 
 
+@pytest.mark.slow
 def test_every_name_is_imported_from_its_home() -> None:
     """One door per name: ``from torchinspect.x import y`` where x defines y (or y is a
     submodule); a package's ``__init__`` and a module's ``__all__`` are declared doors."""

@@ -73,6 +73,7 @@ def _ctrl_c_at_moments(tmp_path: Path, fractions: list[float]) -> None:
         assert len([ln for ln in err.splitlines() if ln.strip()]) <= 2, err  # wrote + interrupted
 
 
+@pytest.mark.slow
 def test_ctrl_c_at_random_moments_leaves_the_old_output_or_the_new_one(tmp_path: Path) -> None:
     """Mid-run and as the run finishes (24 moments with ``-m slow``)."""
     _ctrl_c_at_moments(tmp_path, [0.6, 0.97])

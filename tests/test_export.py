@@ -34,6 +34,7 @@ def _onnx_ops(path) -> set[str]:
     return {n.op_type for n in onnx.load(str(path), load_external_data=False).graph.node}
 
 
+@pytest.mark.slow
 def test_zoo_gpt_exports_and_verifies_at_batch_1_and_3(tmp_path) -> None:
     out = tmp_path / "gpt.onnx"
     r = export_onnx("zoo:gpt-tiny", out, report=True)
@@ -282,6 +283,7 @@ def test_inputs_and_outputs_are_named_after_the_forward(tmp_path, legacy: bool) 
     assert [o.name for o in r.verify[0].outputs] == ["output_0", "output_1"]
 
 
+@pytest.mark.slow
 def test_cli_input_and_output_names(tmp_path, invoke) -> None:
     spec = tmp_path / "two.py"
     spec.write_text(textwrap.dedent('''

@@ -55,6 +55,7 @@ def predict(spec: str, args: list[str], batch: int, prompt: int, new: int, **kw)
 # -- the KV cache against hand counts
 
 
+@pytest.mark.slow
 def test_gqa_cache_holds_kv_heads_not_query_heads():
     """2 layers x (k, v) x 2 KV heads x head_dim 16 x bf16, whatever the 4 query heads."""
     per_token = 2 * 2 * 2 * 16 * BF16
@@ -71,6 +72,7 @@ def test_multi_query_cache_is_one_head():
     assert kv is not None and kv.decoded == per_token
 
 
+@pytest.mark.slow
 def test_sliding_window_cache_stops_at_the_window():
     """transformers keeps the last window - 1 positions after each update and appends one:
     16 per layer, however long the context; after the prefill the window is a view of the
@@ -82,6 +84,7 @@ def test_sliding_window_cache_stops_at_the_window():
     assert r.kv_bytes_per_token == 2 * layer_token  # while every layer grows
 
 
+@pytest.mark.slow
 def test_encoder_decoder_caches_the_prompt_for_cross_attention():
     """T5: the decoder's self-attention grows one position a step (3 layers: transformers
     sizes generate's cache by the config's layer count); its cross-attention holds the
@@ -128,6 +131,7 @@ def test_zoo_llama_cache_gives_the_full_forwards_logits():
 @pytest.mark.parametrize(("spec", "args"), [("hf:LlamaForCausalLM", LLAMA_GQA),
                                             ("hf:GPT2LMHeadModel", GPT2),
                                             ("hf:T5ForConditionalGeneration", T5)])
+@pytest.mark.slow
 def test_phase_accounting_on_meta(spec, args):
     """Resident, prefill and decode: each phase's peak holds the weights and its cache; the
     peak is the larger phase; the written-out steps give what tracing every step gives."""
@@ -145,6 +149,7 @@ def test_phase_accounting_on_meta(spec, args):
     assert traced.peak == written.peak
 
 
+@pytest.mark.slow
 def test_written_out_steps_equal_every_step_traced(monkeypatch):
     import torchinspect.memory.generate as gen
 
@@ -156,6 +161,7 @@ def test_written_out_steps_equal_every_step_traced(monkeypatch):
         == (every.peak, every.prefill_peak, every.decode_peak, every.kv_cache_end_bytes)
 
 
+@pytest.mark.slow
 def test_a_window_that_fills_inside_the_call_is_traced_step_by_step(monkeypatch):
     """Prompt 8, window 16, 20 new tokens: the cache stops growing mid-call, so the pattern
     of the first steps does not hold at the last: every step is traced."""
@@ -167,6 +173,7 @@ def test_a_window_that_fills_inside_the_call_is_traced_step_by_step(monkeypatch)
     assert predict("hf:MistralForCausalLM", MISTRAL, 2, 8, 20).peak == r.peak
 
 
+@pytest.mark.slow
 def test_generate_peak_grows_with_the_batch_and_the_context():
     small = predict("hf:LlamaForCausalLM", LLAMA_GQA, 1, 64, 8)
     batch = predict("hf:LlamaForCausalLM", LLAMA_GQA, 4, 64, 8)
@@ -261,6 +268,7 @@ def test_search_finds_the_boundary_in_few_predictions():
     assert search(lambda v: 10.0 * v, 1e9, 64) == (64, True)
 
 
+@pytest.mark.slow
 def test_fit_batch_and_context_against_the_predictions():
     case = case_of("hf:LlamaForCausalLM", LLAMA_GQA, 1, 64)
     cfg = GenerateConfig(8, "bf16")
@@ -313,6 +321,7 @@ def test_latency_figures_and_what_binds():
 # -- the CLI on CPU
 
 
+@pytest.mark.slow
 def test_cli_memory_generate_table_and_json(invoke):
     args = ["memory", "hf:LlamaForCausalLM", *sum((["--arg", a] for a in LLAMA_GQA), []),
             "--input", "long:2,64", "--no-batch", "--generate", "8", "--dtype", "bf16"]
@@ -367,6 +376,7 @@ CUSTOM = textwrap.dedent('''
 ''')
 
 
+@pytest.mark.slow
 def test_cli_a_decoder_of_ones_own_with_cache_arg(invoke, tmp_path: Path):
     path = tmp_path / "decoder.py"
     path.write_text(CUSTOM)
@@ -414,6 +424,7 @@ def test_cli_bad_input_is_one_line_and_exit_2(invoke, args, message):
     assert "Traceback" not in result.output
 
 
+@pytest.mark.slow
 def test_cli_fit_that_fits_nothing_says_the_least_need(invoke):
     result = invoke("memory", "zoo:llama-tiny", "--input", "long:1,32", "--no-batch",
                     "--generate", "4", "--fit", "1MB")
@@ -424,6 +435,7 @@ def test_cli_fit_that_fits_nothing_says_the_least_need(invoke):
 # -- the report's serving section
 
 
+@pytest.mark.slow
 def test_report_serving_part_sweeps_context_and_batch():
     """A decoder's report part: generate's peak at each context up to the position limit
     (weights + KV cache + the rest add up to the peak), the decode time at each batch; the

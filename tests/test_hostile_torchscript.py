@@ -170,6 +170,7 @@ class _Reduce:
         return (os.system, ("touch PWNED_REDUCE",))
 
 
+@pytest.mark.slow
 def test_mutated_torchscript_archives_never_run(evil, invoke, tmp_path, monkeypatch) -> None:
     path, marker = evil
     monkeypatch.chdir(tmp_path)

@@ -100,6 +100,7 @@ class OutOfPlace(InPlace):
         return w
 
 
+@pytest.mark.slow
 def test_in_place_ops_allocate_nothing():
     n, d = 16, 64
     act = n * d * F32
@@ -120,6 +121,7 @@ class Views(nn.Module):
         return v.reshape(y.shape[0], -1) if self.copy else v.unsqueeze(0)[0]
 
 
+@pytest.mark.slow
 def test_view_chain_shares_storage_and_reshape_copies():
     n, d = 16, 64
     act = n * d * F32
@@ -200,6 +202,7 @@ def _real_cpu_run(model: nn.Module, x: torch.Tensor, cfg: StepConfig):
 
 
 @pytest.mark.parametrize("optimizer", ["sgd", "sgd-momentum", "adam"])
+@pytest.mark.slow
 def test_fake_prediction_equals_tracked_real_cpu_run(optimizer):
     torch.manual_seed(0)
     model = nn.Sequential(Residual(32), nn.ReLU(), Residual(32), nn.Linear(32, 8))
@@ -324,6 +327,7 @@ def test_user_model_is_left_as_given():
     assert all("forward" not in m.__dict__ for m in model.modules())
 
 
+@pytest.mark.slow
 def test_checkpointing_lowers_the_training_peak():
     model = nn.Sequential(*(Residual(64) for _ in range(8)))
     case = make_case(model, ExampleInputs((TensorSpec((4096, 64)),)))
@@ -349,6 +353,7 @@ def test_no_floating_output_is_a_clear_error():
     assert r.training is None and r.inference.peak > 0
 
 
+@pytest.mark.slow
 def test_dtype_cast_halves_weights():
     model = nn.Linear(128, 128)
     fp32 = predict_memory(model, ExampleInputs((TensorSpec((4, 128)),)), device="cpu")
@@ -356,6 +361,7 @@ def test_dtype_cast_halves_weights():
     assert bf16.weight_bytes * 2 == fp32.weight_bytes
 
 
+@pytest.mark.slow
 def test_fit_finds_the_largest_batch():
     from torchinspect.memory.fit import fit
 
@@ -371,6 +377,7 @@ def test_fit_finds_the_largest_batch():
 
 # ---------------------------------------------------------------- CLI
 
+@pytest.mark.slow
 def test_cli_prediction(runner):
     from torchinspect.cli.app import app
 
@@ -653,6 +660,7 @@ def test_prediction_matches_the_gpu(cfg):
     assert checked.ok, [(c.mode, c.phase, c.error) for c in checked.checks]
 
 
+@pytest.mark.slow
 def test_cli_verify_reports_each_phase_and_fails_beyond_tolerance(runner, monkeypatch):
     """The --verify wiring without a GPU: the measurement is replaced, the comparison is real."""
     import torchinspect.memory.verify as verify_mod
@@ -727,6 +735,7 @@ def test_cudnn_rnn_reserve_matches_every_measured_shape():
 
 
 @pytest.mark.parametrize("kind", ["LSTM", "GRU", "RNN"])
+@pytest.mark.slow
 def test_cuda_target_keeps_cudnns_reserve_for_backward(kind):
     from torchinspect.memory.cudnn_rnn import reserve_bytes
 

@@ -161,6 +161,7 @@ def test_mha_fast_path_is_taken_only_where_cuda_takes_it():
         assert not mha_takes_fast_path(attn, x, x, x)
 
 
+@pytest.mark.slow
 def test_rnn_dropout_state_and_batch_first_layout():
     class Net(nn.Module):
         def __init__(self, dropout: float) -> None:

@@ -121,6 +121,7 @@ def test_the_table_holds_every_measured_projection_forward():
         assert ("proj=" in key) == bool(c["proj"])  # keys without projection unchanged
 
 
+@pytest.mark.slow
 def test_unmeasured_lstm_configurations_from_the_workspace_model():
     """Each LSTM configuration of the proj run left out of the table (every length, batch and
     mode of it): the RNN workspace model refitted without it lands within 10% of the
@@ -150,6 +151,7 @@ def test_unmeasured_lstm_configurations_from_the_workspace_model():
     assert not outside
 
 
+@pytest.mark.slow
 def test_lstm_with_projections_takes_cudnns_path_in_a_prediction():
     """No unrolled cells: one cuDNN call whose reserve and projected output wait for the
     backward, and the workspace problems carry proj_size."""

@@ -159,6 +159,7 @@ def test_unknown_convolutions_give_a_range_with_the_op_at_its_upper_end():
     assert {"peak_low", "peak_high", "high_at"} <= set(data["training"])
 
 
+@pytest.mark.slow
 def test_a_table_problem_is_exact_and_cpu_predictions_have_no_workspace():
     case = make_case(Convs(), ExampleInputs((TensorSpec((6, 3, 72, 72)),)))
     r = predict_case(case, StepConfig(train=False), make_target("cpu"))
@@ -217,6 +218,7 @@ def test_shipped_margins_come_from_the_development_set():
         assert m.n >= 15 and -0.1 < m.low <= 0 <= m.high < 0.1
 
 
+@pytest.mark.slow
 def test_a_prediction_without_a_gpu_carries_the_margins():
     from torchinspect.memory.margins import shipped_margins
 

@@ -31,6 +31,7 @@ def test_a_prediction_imports_no_dynamo_and_compiling_after_it_still_works():
     assert out.splitlines() == ["False True", "module"]
 
 
+@pytest.mark.slow
 def test_the_stand_in_runs_functions_and_hands_other_names_to_the_real_module():
     out = _fresh(
         "import sys, torch\n"
@@ -59,6 +60,7 @@ def test_torchvision_models_import_without_dynamo_and_roi_align_still_runs():
     assert out.splitlines() == ["False True", "(1, 1, 2, 2)", "True True"]
 
 
+@pytest.mark.slow
 def test_model_code_importing_a_dynamo_submodule_inside_the_block_gets_the_real_one():
     # model code (Hugging Face's among it) imports torch._dynamo's submodules: the stand-in
     # is not a package, so the import must hand over to the real TorchDynamo, not fail
@@ -73,6 +75,7 @@ def test_model_code_importing_a_dynamo_submodule_inside_the_block_gets_the_real_
     assert out.splitlines() == ["torch._dynamo.utils module False", "module"]
 
 
+@pytest.mark.slow
 def test_a_summary_trace_imports_no_dynamo():
     out = _fresh(
         "import sys\n"
@@ -119,6 +122,7 @@ def _compile_disabled_files(tmp_path) -> str:
     return f"{tmp_path / 'dyn_net.py'}:Net"
 
 
+@pytest.mark.slow
 def test_a_method_decorated_compiler_disable_works_through_the_cli_the_api_and_after(tmp_path):
     """The stand-in's object had no ``__get__``: ``self`` was never bound, and ``inspect``
     ended with exit 2 and a misleading "check --input" hint; through the Python API the

@@ -140,6 +140,7 @@ def test_bad_values_and_conflicts_are_usage_errors(args, text, invoke, tmp_path,
     assert not (tmp_path / "j.xml").exists()
 
 
+@pytest.mark.slow
 def test_a_failing_legacy_export_keeps_stdout_for_the_report(tmp_path):
     """The TorchScript exporter dumps its IR from C++ onto file descriptor 1 on failure; with
     --format json that would corrupt the JSON on stdout. It goes to stderr."""
@@ -157,6 +158,7 @@ def test_a_failing_legacy_export_keeps_stdout_for_the_report(tmp_path):
     assert not (tmp_path / "s.onnx").exists()
 
 
+@pytest.mark.slow
 def test_pt2_programs_export_and_bench(tmp_path, invoke, monkeypatch):
     """A .pt2 program keeps its export-time shape guards and refuses .eval(): export fixes the
     shapes (with a note) instead of failing verification; bench runs it."""

@@ -112,6 +112,7 @@ def _cpu_attention() -> tuple[list[str], torch.Tensor]:
     return seen.ops, out
 
 
+@pytest.mark.slow
 def test_after_summarize_and_memory_predictions_the_cpu_kernels_are_the_original_again():
     from torchinspect import predict_memory, summarize
 
@@ -241,6 +242,7 @@ def _fresh(code: str, **env: str) -> list[str]:
     return done.stdout.strip().splitlines()
 
 
+@pytest.mark.slow
 def test_torch_compile_really_runs_after_summarize_in_the_same_process():
     out = _fresh(
         "import sys, torch\n"
@@ -261,6 +263,7 @@ def test_torch_compile_really_runs_after_summarize_in_the_same_process():
     assert out == ["False", "1 True", "True module"]  # dynamo untouched by the summary
 
 
+@pytest.mark.slow
 def test_the_off_switch_turns_the_workarounds_off():
     code = ("import sys\n"
             "from torchinspect import summarize, privtorch\n"

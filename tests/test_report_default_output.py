@@ -12,6 +12,7 @@ from torchinspect.cli.output import model_file_stem
 FAST = ("--no-graph", "--no-doctor")
 
 
+@pytest.mark.slow
 def test_report_without_output_writes_model_html(invoke, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     r = invoke("report", "zoo:convnet", *FAST)

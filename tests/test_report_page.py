@@ -270,6 +270,7 @@ def test_a_failing_part_is_a_note_not_an_error(invoke, tmp_path, monkeypatch):
 
 
 @pytest.mark.skipif(not HAS_BENCH, reason="inspect bench is not in this build")
+@pytest.mark.slow
 def test_report_bench_table_and_chart(invoke, tmp_path):
     out = tmp_path / "b.html"
     r = invoke("report", "zoo:mnist-net", "--no-doctor", "--no-graph", "--bench",
@@ -285,6 +286,7 @@ def test_report_bench_table_and_chart(invoke, tmp_path):
     assert rows == ["1", "2"]
 
 
+@pytest.mark.slow
 def test_comparison_page(invoke, tmp_path):
     from torchinspect.analysis.summary import summarize
 
@@ -356,6 +358,7 @@ def test_not_counted_ops_sit_under_flops_not_under_the_doctor(invoke, tmp_path):
 
 
 @pytest.mark.skipif(not HAS_DOCTOR, reason="doctor not available")
+@pytest.mark.slow
 def test_comparison_doctor_cell_names_the_checks_that_did_not_run(invoke, tmp_path):
     from torchinspect.analysis.doctor import diagnose
 
@@ -375,6 +378,7 @@ def test_comparison_doctor_cell_names_the_checks_that_did_not_run(invoke, tmp_pa
         assert f"{fold_codes(run_codes())} not run" in cell
 
 
+@pytest.mark.slow
 def test_report_memory_section_timeline_bar_and_json(convnet_page, invoke):
     """The memory section: inspect memory's prediction (the summary's numbers), a timeline
     with forward/backward/optimizer shaded and the peak marked, a stacked bar, and the whole
@@ -488,6 +492,7 @@ def test_comparison_block_bars_only_for_shared_names(resnet18_vs_convnet):
     assert 'aria-label="Parameters per top-level block"' not in page
 
 
+@pytest.mark.slow
 def test_comparison_without_shared_blocks_says_so(invoke, tmp_path):
     out = tmp_path / "cmp.html"
     r = invoke("report", "zoo:convnet", "zoo:mnist-net", "--no-doctor", "--no-graph", "-o", out)
@@ -497,6 +502,7 @@ def test_comparison_without_shared_blocks_says_so(invoke, tmp_path):
     assert "No top-level block with params or MACs has the same name in every model" in page
 
 
+@pytest.mark.slow
 def test_top_layers_group_identical_layers():
     """resnet50's top 15 used to be 14 bars of identical convolutions."""
     import torchvision

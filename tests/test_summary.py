@@ -414,6 +414,7 @@ def _predicted(spec: str, train: bool):
                         inference=True)
 
 
+@pytest.mark.slow
 def test_memory_lines_are_the_memory_commands_numbers(invoke) -> None:
     result = invoke("summary", "zoo:llama-tiny", "--memory", "train", "--format", "json")
     assert result.exit_code == 0, result.output
@@ -430,6 +431,7 @@ def test_memory_lines_are_the_memory_commands_numbers(invoke) -> None:
     assert totals["peak_inference_bytes"] > totals["param_bytes"] + totals["input_bytes"]
 
 
+@pytest.mark.slow
 def test_memory_lines_are_labelled(invoke) -> None:
     from torchinspect.gpus import target_gpu
 
@@ -464,6 +466,7 @@ def test_memory_lines_fall_back_with_a_note() -> None:
     assert any("memory not predicted" in n for n in s.notes)
 
 
+@pytest.mark.slow
 def test_summary_prediction_on_meta_matches_fake_tensors() -> None:
     """The summary predicts on plain meta tensors (fast); `inspect memory` on fake CPU
     tensors: the same log, so the same numbers, inference and training."""

@@ -127,6 +127,7 @@ def test_doctor_api_names_the_module_passed_in() -> None:
     assert not _random_note(result.notes)
 
 
+@pytest.mark.slow
 def test_export_says_what_it_wrote_and_verified(invoke, tmp_path, convnet_weights) -> None:
     import onnxruntime  # noqa: F401 - a required dependency: a broken install fails, never skips
     r = invoke("export", "zoo:convnet", "-o", tmp_path / "a.onnx")
@@ -156,6 +157,7 @@ def test_bench_says_what_it_timed(invoke, convnet_weights) -> None:
     assert data["weights"] == RANDOM and _random_note(data["notes"])
 
 
+@pytest.mark.slow
 def test_report_says_the_weights(invoke, convnet_weights) -> None:
     r = invoke("report", "resnet18", "--no-graph", "--no-doctor", "--format", "markdown")
     assert r.exit_code == 0, r.output

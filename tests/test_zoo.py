@@ -108,6 +108,7 @@ def test_import_is_light():
     subprocess.run([sys.executable, "-c", code], check=True)
 
 
+@pytest.mark.slow
 def test_meta_build_is_cheap():
     """No builder runs an init whose meta kernel imports torch._dynamo (~1.5 s)."""
     code = (
