@@ -68,7 +68,7 @@ demo:
 # `make test`: everything but the slow sweeps, in parallel (pytest-xdist); CI runs test-slow too.
 PYTEST_WORKERS ?= auto
 test:
-	@echo "make test: 9-13 min on a busy 2-core machine the first time (under 1 min of it installing), about 3 on a quiet one"
+	@echo "make test: about 3 min on a quiet 2-core machine (3 min 15 s measured on 2026-11-28), twice that under load; the first time adds about 1 min installing"
 	@$(MAKE) --no-print-directory install
 	@command -v chromium >/dev/null 2>&1 || echo "note: chromium not found: the browser tests skip (make system installs it with apt-get, as root)"
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)

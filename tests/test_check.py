@@ -342,6 +342,7 @@ def test_baseline_catches_a_model_grown_by_one_linear(invoke, tmp_path: Path,
         ("params", "pyproject.toml [increase]", 0.5)}
 
 
+@pytest.mark.slow
 def test_baseline_models_new_and_gone_are_reported(invoke, tmp_path: Path,
                                                     monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(tmp_path)

@@ -58,6 +58,7 @@ def test_functional_einsum_bmm_sdpa_model_exports(tmp_path) -> None:
     assert {"MatMul"} <= _onnx_ops(tmp_path / "f.onnx")
 
 
+@pytest.mark.slow
 def test_extra_dynamic_dim_and_external_data(tmp_path) -> None:
     out = tmp_path / "f.onnx"
     r = export_onnx(Functional(), out, (torch.randn(2, 5, 16),), dynamic=["x:1"], external_data=True)
@@ -147,6 +148,7 @@ def test_cli_unsupported_op_is_named(invoke, tmp_path) -> None:
     assert "unsupported op aten.linalg_eig" in r.stderr and "opset" in r.stderr
 
 
+@pytest.mark.slow
 def test_cli_export_gpt_json_and_refuses_overwrite(invoke, tmp_path) -> None:
     out = tmp_path / "gpt.onnx"
     r = invoke("export", "zoo:gpt-tiny", "-o", out, "--format", "json")

@@ -495,6 +495,7 @@ def _lock_holder(out: Path):
         holder.stdout.close()
 
 
+@pytest.mark.slow
 def test_second_writer_is_refused_with_the_holder_and_a_dead_holder_frees_the_folder(invoke, tmp_path):
     _images(tmp_path / "imgs", n=3)
     out = tmp_path / "o"

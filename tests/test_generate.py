@@ -236,6 +236,7 @@ def test_not_a_decoder(spec, why):
         find_decoder(case)
 
 
+@pytest.mark.slow
 def test_a_model_without_a_cache_is_said_so_and_recomputed_when_asked():
     case = make_case("zoo:gpt-tiny", device="meta")
     with pytest.raises(InspectError, match="has no KV cache") as info:

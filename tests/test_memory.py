@@ -142,6 +142,7 @@ class Loop(nn.Module):
         return x
 
 
+@pytest.mark.slow
 def test_module_reused_in_a_loop_saves_every_call():
     n, d, k = 8, 32, 100
     model = Loop(d, k)

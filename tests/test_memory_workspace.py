@@ -147,6 +147,7 @@ class Convs(nn.Module):
         return self.b(torch.relu(self.a(x)))
 
 
+@pytest.mark.slow
 def test_unknown_convolutions_give_a_range_with_the_op_at_its_upper_end():
     case = make_case(Convs(), ExampleInputs((TensorSpec((6, 3, 72, 72)),)))
     r = predict_case(case, StepConfig(), make_target("cuda", "h100", calibrate=False))
@@ -179,6 +180,7 @@ def test_a_table_problem_is_exact_and_cpu_predictions_have_no_workspace():
     assert run.peak_low == run.peak == run.peak_high and run.breakdown is not None
 
 
+@pytest.mark.slow
 def test_rnn_calls_log_their_workspace():
     lstm = nn.LSTM(16, 32, num_layers=2, batch_first=True)
     r = predict_memory(lstm, ExampleInputs((TensorSpec((4, 10, 16)),)), calibrate=False)

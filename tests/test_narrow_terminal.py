@@ -30,7 +30,7 @@ CASES: list[tuple[str, list[str], list[str] | None]] = [
     ("flops_vit", ["flops", "vit_b_16", "--depth", "3"], None),
 ]
 # the question of issue 42 as a user asks it: about 45 s of CPU, run twice (pty and piped)
-SLOW = {"memory_fit_h100", "memory_fit"}
+SLOW = {"memory_fit_h100", "memory_fit", "memory_fit_t4", "check_baseline"}
 
 
 def _run(args: list[str], stream: io.TextIOBase | None, reports: list[Report]) -> str:

@@ -254,6 +254,7 @@ def test_missing_parts_degrade_to_a_note(invoke, tmp_path, monkeypatch):
     assert "bench (zoo:mnist-net): not available (`inspect bench` is not in this build" in page
 
 
+@pytest.mark.slow
 def test_a_failing_part_is_a_note_not_an_error(invoke, tmp_path, monkeypatch):
     from torchinspect.overview import parts
 
@@ -305,6 +306,7 @@ def test_comparison_page(invoke, tmp_path):
     assert block.count('class="lg"') == 2
 
 
+@pytest.mark.slow
 def test_report_json_format(invoke):
     from torchinspect.analysis.summary import summarize
 
