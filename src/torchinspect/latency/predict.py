@@ -42,6 +42,16 @@ class LayerRow:
     def bound(self) -> str:
         return "compute" if self.compute_us >= self.memory_us else "memory"
 
+    def add(self, op: Any, t: Any) -> None:
+        """One priced op (``OpRecord`` and its ``OpTime``) into the sums."""
+        self.ops += 1
+        self.kernels += round(t.kernels)
+        self.flops += op.flops
+        self.bytes += op.bytes
+        self.us += t.us
+        self.compute_us += t.compute_us
+        self.memory_us += t.memory_us
+
     @property
     def intensity(self) -> float:
         return self.flops / self.bytes if self.bytes else 0.0
@@ -150,14 +160,7 @@ def price_trace(trace: OpTrace, gpu: LatencyGpu, dtype: str, batch: int, host: H
         kernel_sum += t.kernels
         flops += op.flops
         nbytes += op.bytes
-        row = layers.setdefault(op.layer or FUNCTIONAL, LayerRow(op.layer or FUNCTIONAL))
-        row.ops += 1
-        row.kernels += round(t.kernels)
-        row.flops += op.flops
-        row.bytes += op.bytes
-        row.us += t.us
-        row.compute_us += t.compute_us
-        row.memory_us += t.memory_us
+        layers.setdefault(op.layer or FUNCTIONAL, LayerRow(op.layer or FUNCTIONAL)).add(op, t)
         point = points.setdefault(op.module, RooflinePoint(op.module, op.layer or FUNCTIONAL,
                                                            0.0, 0.0, 0.0))
         point.flops += op.flops

@@ -250,14 +250,7 @@ def price_step(trace: StepTrace, gpu: LatencyGpu, host: HostModel, batch: int,
             uncal[op.name] = uncal.get(op.name, 0) + 1
         if op.phase == "optimizer":
             continue
-        row = layers.setdefault(op.layer or FUNCTIONAL, LayerRow(op.layer or FUNCTIONAL))
-        row.ops += 1
-        row.kernels += round(t.kernels)
-        row.flops += op.flops
-        row.bytes += op.bytes
-        row.us += t.us
-        row.compute_us += t.compute_us
-        row.memory_us += t.memory_us
+        layers.setdefault(op.layer or FUNCTIONAL, LayerRow(op.layer or FUNCTIONAL)).add(op, t)
     phase_ms = timeline(trace.ops, times, per_host)
     return TrainBatch(batch=batch, forward_ms=phase_ms["forward"],
                       backward_ms=phase_ms["backward"], optimizer_ms=phase_ms["optimizer"],
