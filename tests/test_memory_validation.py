@@ -104,6 +104,7 @@ def test_a_sample_of_the_published_predictions_is_not_worse(row):
 
 
 @pytest.mark.slow
+@pytest.mark.replay
 @pytest.mark.parametrize("row", COMMITTED, ids=_id)
 def test_no_published_prediction_is_worse(row):
     _check(row)
