@@ -107,6 +107,10 @@ def test_a_change_does_not_worsen_a_published_summary(set_name, monkeypatch):
 
 @pytest.mark.slow
 @pytest.mark.replay
+@pytest.mark.xfail(reason="the math-path rule of trace/attention.py (merged after the training "
+                   "steps were published) moves the validation median from 33.45% to 34.44%; "
+                   "re-predict and publish it as a revision (latency_tables.py --revise), then "
+                   "drop this mark", strict=True)
 def test_a_change_does_not_worsen_the_published_training_steps(monkeypatch):
     from torchinspect.inputs import rebatch
     from torchinspect.latency import latency_gpu
