@@ -173,29 +173,11 @@ def time_replay(fn: Any, device: str, target_s: float = 2e-4) -> dict[str, float
     reps = int(min(max(target_s / est, 1), 50))
     if not device.startswith("cuda"):
         return {"us": est * 1e6, "reps": 1, "replays": 3}
-    stream = torch.cuda.Stream()
-    stream.wait_stream(torch.cuda.current_stream())
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.stream(stream):
-        fn()
-        with torch.cuda.graph(graph, stream=stream):
-            for _ in range(reps):
-                fn()
-    torch.cuda.current_stream().wait_stream(stream)
-    graph.replay()
-    torch.cuda.synchronize()
-    times = []
-    replays = 5
-    for _ in range(replays):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        graph.replay()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) * 1e3 / reps)
-    del graph
-    times.sort()
-    return {"us": times[len(times) // 2], "min_us": times[0], "reps": reps, "replays": replays}
+    graph = latency_kernels.capture(fn, reps)  # the one capture and replay timing of the campaign
+    try:
+        return latency_kernels.replay_us(graph, reps)
+    finally:
+        del graph
 
 
 def probes(device: str, out: Path) -> None:
